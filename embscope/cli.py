@@ -1,0 +1,67 @@
+"""The command line: a thin skin over the library.
+
+Each command parses options, makes one library call, prints or writes the result. Commands live in
+:mod:`embscope.commands` (one module per concern, each with ``register(app)``); errors of the
+:class:`~embscope.errors.EmbscopeError` family become a one-line ``error: ...`` and exit code 2 here,
+in one place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from embscope.errors import EmbscopeError
+
+app = typer.Typer(
+    name="embscope",
+    help="Look inside a language model's vocabulary: weak token rows, per-language cost, "
+    "vocabulary extension, RoPE and KV-cache budgets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules, in the order their commands appear in --help.
+_COMMAND_MODULES = [
+    "embscope.commands.models",
+    "embscope.commands.rope",
+    "embscope.commands.language",
+    "embscope.commands.report",
+]
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 interrupted, 2 user error)."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except EmbscopeError as err:
+        typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
+        return 2
+    except KeyboardInterrupt:
+        typer.secho("interrupted: nothing was written", err=True, fg=typer.colors.YELLOW)
+        return 130
+    except SystemExit as exc:  # typer/click exits (e.g. --help)
+        return int(exc.code or 0)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, click.exceptions.Exit):
+            return exc.exit_code
+        if isinstance(exc, click.exceptions.Abort):
+            typer.secho("interrupted: nothing was written", err=True, fg=typer.colors.YELLOW)
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The exception family. Every message is one line: what is wrong, then what to do.
+
+The CLI turns any :class:`EmbscopeError` into ``error: <message>`` and exit code 2, in one place
+(``embscope.cli``); anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class EmbscopeError(Exception):
+    """Base class. ``str(err)`` is shown to the user as it is."""
+
+
+class SpecError(EmbscopeError):
+    """A model or tokenizer spec that resolves to nothing (unknown alias, missing path, uncached hub id)."""
+
+
+class ModelFileError(EmbscopeError):
+    """A model file that is corrupt, truncated, lies about itself, or lacks the tensors we need."""
+
+
+class VocabError(EmbscopeError):
+    """A tokenizer that cannot be read, or that does not fit the matrix."""
+
+
+class CorpusError(EmbscopeError):
+    """A corpus path that holds no usable text."""
+
+
+class OutputError(EmbscopeError):
+    """An output folder that cannot be written."""
+
+
+class DeviceError(EmbscopeError):
+    """A device that was asked for but is not there (``--device cuda`` without a GPU)."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'qwen2-7b'?)`` for the closest choice, or ``''`` when nothing is close.
+
+    >>> did_you_mean("qwen2-7", ["qwen2-7b", "gpt2"])
+    " (did you mean 'qwen2-7b'?)"
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,180 @@
+"""``load_model(spec)``: the embedding matrices of a model, and nothing else of it.
+
+Data flow: :func:`embscope.resolve.resolve` (spec → files) → read the input embedding and, when
+untied, the output matrix (safetensors: only the shards that hold them; GGUF: dequantised;
+PyTorch ``.bin``: only with ``trust_pickle``, through ``torch.load(weights_only=True)``) → the
+model's tokenizer → rows reconciled with tokens → :class:`~embscope.model.LoadedModel`.
+
+Tied or untied is decided from the tensors present (an output head stored apart is untied unless it
+is bit-identical to the embedding), cross-checked with ``tie_word_embeddings`` in the config.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
+from embscope.model import LoadedModel
+from embscope.resolve import Resolved, resolve
+
+#: config keys that give the hidden size, by family (Llama/BERT, GPT-2, T5-like, Meta originals)
+HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
+
+
+def pick_device(device: str = "auto") -> str:
+    """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``; ``cuda`` without one is an error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError("--device cuda was given but no CUDA GPU is visible to torch; use "
+                              "--device cpu, or install a CUDA build of torch (see README, GPU install)")
+        return device
+    if device != "cpu":
+        raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda")
+    return device
+
+
+def hidden_size(config: dict, *, where: str) -> int:
+    """The model width from the config; a clear error when it is missing or nonsense."""
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    for key in HIDDEN_KEYS:
+        if key in cfg:
+            val = cfg[key]
+            if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
+                raise ModelFileError(f"{where}: {key} = {val!r} is not a positive integer; fix config.json")
+            return val
+    raise ModelFileError(f"{where}: config.json has no hidden_size (nor {', '.join(HIDDEN_KEYS[1:])}); "
+                         "fix config.json or re-download it")
+
+
+def _read_safetensors(r: Resolved):
+    from embscope.loaders.names import find_embedding_names
+    from embscope.loaders.safetensors import read_header, read_tensor, weight_map
+
+    folder = r.path
+    wm = weight_map(folder)
+    headers: dict[Path, dict] = {}
+    if wm is None:
+        files = sorted(folder.glob("*.safetensors"))
+        if len(files) > 1:
+            raise ModelFileError(f"{folder} has {len(files)} safetensors files but no "
+                                 "model.safetensors.index.json; re-download the index")
+        headers[files[0]] = read_header(files[0])
+        where = {name: files[0] for name in headers[files[0]]}
+    else:
+        where = {name: folder / shard for name, shard in wm.items()}
+    embed_name, out_name = find_embedding_names(where, where=str(folder))
+    tensors = {}
+    for key, name in (("embed", embed_name), ("output", out_name)):
+        if name is None:
+            continue
+        shard = where[name]
+        if not shard.is_file():
+            raise ModelFileError(f"{shard.name} (holding {name}) is missing from {folder}; re-download it")
+        if shard not in headers:
+            headers[shard] = read_header(shard)
+        if name not in headers[shard]:
+            raise ModelFileError(f"the index says {name} is in {shard.name}, but it is not; re-download "
+                                 "the checkpoint")
+        tensors[key] = read_tensor(shard, name)
+    dtype = headers[where[embed_name]][embed_name]["dtype"]
+    names = {"embed": embed_name, "output": out_name}
+    return tensors["embed"], tensors.get("output"), names, dtype, sorted(str(p) for p in headers)
+
+
+def _read_bin(r: Resolved):
+    import torch
+
+    from embscope.loaders.names import find_embedding_names
+
+    files = sorted(r.path.glob("pytorch_model*.bin"))
+    state = {}
+    for f in files:
+        try:
+            state.update(torch.load(f, map_location="cpu", weights_only=True, mmap=True))
+        except Exception as exc:
+            raise ModelFileError(f"refused to load {f.name}: {str(exc).splitlines()[0]} (weights_only=True "
+                                 "allows tensors only); convert the checkpoint to safetensors") from None
+    embed_name, out_name = find_embedding_names(state, where=str(r.path))
+    embed = state[embed_name]
+    out = state[out_name] if out_name else None
+    return embed, out, {"embed": embed_name, "output": out_name}, str(embed.dtype).replace("torch.", ""), [str(f) for f in files]
+
+
+def _read_gguf(r: Resolved):
+    import torch
+
+    from embscope.loaders.gguf import read_matrices
+
+    embed, out, names, dtype = read_matrices(r.gguf_reader(), where=r.path.name)
+    return (torch.from_numpy(embed), torch.from_numpy(out) if out is not None else None,
+            names, dtype, [str(r.path)])
+
+
+def load_model(spec: str, *, device: str = "auto", trust_pickle: bool = False) -> LoadedModel:
+    """Load the embedding (and untied output) matrix of a model, with its tokenizer.
+
+    Args:
+        spec: alias, hub id, model folder or ``.gguf`` file (see :mod:`embscope.resolve`).
+        device: ``auto`` (GPU when present), ``cpu`` or ``cuda``. On CUDA the matrices stay in their
+            stored dtype; on CPU they are float32.
+        trust_pickle: allow PyTorch ``.bin`` checkpoints (still ``weights_only=True``).
+
+    Returns:
+        :class:`~embscope.model.LoadedModel`.
+
+    Example:
+        >>> m = load_model("smollm2-135m")  # doctest: +SKIP
+        >>> m.embed.shape, m.tied
+        (torch.Size([49152, 576]), True)
+    """
+    import torch
+
+    t0 = time.perf_counter()
+    dev = pick_device(device)
+    r = resolve(spec, trust_pickle=trust_pickle)
+    config = r.config()
+    readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
+    embed, out, names, dtype, files = readers[r.format](r)
+    if embed.ndim != 2:
+        raise ModelFileError(f"{names['embed']} has shape {tuple(embed.shape)}, expected (vocab, hidden)")
+    width = hidden_size(config, where=str(r.path))
+    if embed.shape[1] != width:
+        raise ModelFileError(f"{names['embed']} is {tuple(embed.shape)} but config hidden size is {width}; "
+                             "the config does not belong to these weights")
+    if out is not None and tuple(out.shape) != tuple(embed.shape):
+        raise ModelFileError(f"output matrix {tuple(out.shape)} does not match the embedding "
+                             f"{tuple(embed.shape)}; unsupported checkpoint layout")
+    tied = out is None or (out.data_ptr() == embed.data_ptr()) or bool(torch.equal(out, embed))
+    if tied:
+        out = None
+        names["output"] = None
+    target = torch.float32 if dev == "cpu" else embed.dtype
+    embed = embed.to(device=dev, dtype=target)
+    out = out.to(device=dev, dtype=target) if out is not None else None
+
+    vocab = r.vocabulary()
+    rows = int(embed.shape[0])
+    if vocab is not None and len(vocab) > rows:
+        raise VocabError(f"the tokenizer has {len(vocab)} tokens but the embedding has only {rows} rows; "
+                         "the tokenizer does not belong to this model")
+    cats = list(vocab.categories()) if vocab is not None else ["normal"] * rows
+    cats += ["padding"] * (rows - len(cats))
+    return LoadedModel(spec=spec, name=r.name, source=r.source, path=str(r.path),
+                       arch=_arch(config), config=config, embed=embed, output=out, tied=tied,
+                       dtype=dtype, device=dev, vocab=vocab, categories=cats, tensor_names=names,
+                       files_read=files, load_seconds=time.perf_counter() - t0)
+
+
+def _arch(config: dict) -> str | None:
+    arch = config.get("model_type")
+    if not arch and config.get("architectures"):
+        arch = str(config["architectures"][0])
+    return arch
+
+
+__all__ = ["load_model", "pick_device", "hidden_size", "SpecError"]

@@ -1,0 +1,73 @@
+"""What :func:`embscope.load_model` returns: the embedding matrices and what is known about them.
+
+Only the input embedding and, when untied, the output (LM-head) matrix are ever loaded — never the
+whole model. ``embed`` and ``output`` keep the checkpoint's dtype on CUDA; on CPU they are float32
+(analyses work on them in row chunks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from embscope.vocabulary import Vocabulary
+
+
+@dataclass
+class LoadedModel:
+    """Matrices plus provenance. Shapes: ``embed`` (V, d); ``output`` (V, d) or ``None`` when tied."""
+
+    #: the spec the user gave (alias, hub id, folder, file)
+    spec: str
+    #: short name used for report folders and tables, e.g. ``"qwen2-7b"``
+    name: str
+    #: where the weights came from: ``alias``, ``hub-cache``, ``folder``, ``gguf``, ``package``
+    source: str
+    #: the folder or file the weights were read from
+    path: str
+    #: architecture family (``llama``, ``qwen2``, ``bert``, ...) or ``None`` when unknown
+    arch: str | None
+    #: HF ``config.json`` as a dict (for GGUF: a config synthesised from the metadata)
+    config: dict[str, Any]
+    #: (V, d) input embedding
+    embed: "torch.Tensor"
+    #: (V, d) output matrix, ``None`` when tied to ``embed``
+    output: "torch.Tensor | None"
+    tied: bool
+    #: dtype as stored in the checkpoint (``bfloat16``, ``float32``, ``Q8_0``, ...)
+    dtype: str
+    #: ``cpu`` or ``cuda[:n]``
+    device: str
+    #: the tokenizer, or ``None`` when the model ships none
+    vocab: "Vocabulary | None"
+    #: one category per matrix row (see :mod:`embscope.vocabulary`), ``padding`` past the tokenizer
+    categories: list[str]
+    #: tensor names read, e.g. ``{"embed": "model.embed_tokens.weight", "output": "lm_head.weight"}``
+    tensor_names: dict[str, str | None] = field(default_factory=dict)
+    #: files opened to read the tensors (a test proves a shard without them is never opened)
+    files_read: list[str] = field(default_factory=list)
+    #: seconds spent loading
+    load_seconds: float = 0.0
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.embed.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.embed.shape[1])
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokenizer size (``n_rows`` when the model ships no tokenizer)."""
+        return len(self.vocab) if self.vocab is not None else self.n_rows
+
+    def token_strings(self) -> list[str]:
+        """Display string per matrix row (``""`` for padding rows)."""
+        n = self.n_tokens
+        if self.vocab is None:
+            return [f"<row {i}>" for i in range(self.n_rows)]
+        return [self.vocab.display(i) if i < n else "" for i in range(self.n_rows)]

@@ -1,0 +1,64 @@
+"""The tokens table: one row per matrix row, the spine every analysis adds columns to.
+
+Base columns (see docs/schema.md): ``token_id`` (int), ``token`` (display string, untrusted text),
+``token_bytes`` (raw bytes, null for special and padding rows), ``category``, ``in_norm`` (L2 norm of
+the input-embedding row), ``out_norm`` (L2 norm of the output row; null when tied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from embscope.model import LoadedModel
+
+#: rows per chunk when reducing over a matrix on CPU (fp32: 8192 × 4096 × 4 B = 128 MiB at most)
+CHUNK_ROWS = 8192
+
+
+def row_norms(matrix) -> "Any":
+    """L2 norm of every row, ‖x_i‖₂ = sqrt(Σ_j x_ij²), computed in fp32 in row chunks.
+
+    >>> import torch; row_norms(torch.tensor([[3.0, 4.0], [0.0, 0.0]])).tolist()
+    [5.0, 0.0]
+    """
+    import torch
+
+    out = torch.empty(matrix.shape[0], dtype=torch.float32)
+    for start in range(0, matrix.shape[0], CHUNK_ROWS):
+        block = matrix[start:start + CHUNK_ROWS].float()
+        out[start:start + CHUNK_ROWS] = torch.linalg.vector_norm(block, dim=1).cpu()
+    return out.numpy()
+
+
+def base_columns(model: LoadedModel) -> dict[str, Sequence[Any]]:
+    """The base columns of ``tokens.parquet`` for a loaded model."""
+    n_tok = model.n_tokens
+    vocab = model.vocab
+    token_bytes = [vocab.token_bytes(i) if vocab is not None and i < n_tok else None
+                   for i in range(model.n_rows)]
+    return {
+        "token_id": list(range(model.n_rows)),
+        "token": model.token_strings(),
+        "token_bytes": token_bytes,
+        "category": list(model.categories),
+        "in_norm": row_norms(model.embed),
+        "out_norm": row_norms(model.output) if model.output is not None else [None] * model.n_rows,
+    }
+
+
+def tokens_frame(columns: Mapping[str, Sequence[Any]]):
+    """A polars DataFrame from column arrays, with stable dtypes for the base columns."""
+    import polars as pl
+
+    schema = {"token_id": pl.Int32, "token": pl.String, "token_bytes": pl.Binary,
+              "category": pl.Categorical, "in_norm": pl.Float32, "out_norm": pl.Float32}
+    series = []
+    for name, values in columns.items():
+        dtype = schema.get(name)
+        if dtype is pl.Categorical:
+            series.append(pl.Series(name, list(values), dtype=pl.String).cast(pl.Categorical))
+        else:
+            series.append(pl.Series(name, values if not hasattr(values, "tolist") else values, dtype=dtype,
+                                    strict=False))
+    return pl.DataFrame(series)

