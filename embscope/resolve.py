@@ -62,17 +62,19 @@ class Resolved:
 
                 reader = self.gguf_reader()
                 self._config = config_from_gguf_metadata(
-                    metadata(reader), tensor_names=[t.name for t in reader.tensors])
+                    metadata(reader), tensor_names=list(reader.tensors))
             else:
                 self._config = read_config(self.path / "config.json")
         return self._config
 
     def vocabulary(self):
         """The model's own tokenizer, or ``None`` when it ships none."""
-        from embscope.tokenizers import load_folder_vocabulary, load_tokenizer_file
+        from embscope.tokenizers import load_folder_vocabulary
 
         if self.format == "gguf":
-            return load_tokenizer_file(self.path, name=self.name)
+            from embscope.loaders.gguf import gguf_vocabulary
+
+            return gguf_vocabulary(self.path, name=self.name, reader=self.gguf_reader())
         return load_folder_vocabulary(self.path, name=self.name)
 
 

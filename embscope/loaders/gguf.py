@@ -6,73 +6,227 @@ float32. The tensor shape GGUF lists is ``[d, V]`` (fastest axis first); the arr
 
 from __future__ import annotations
 
+import mmap
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from embscope.errors import ModelFileError
 
-
-def open_gguf(path: Path):
-    """A ``gguf.GGUFReader`` (memory-mapped), with a clear error for files that are not GGUF."""
-    import gguf
-
-    path = Path(path)
-    try:
-        with path.open("rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        raise ModelFileError(f"cannot open {path}: {exc.strerror}") from None
-    if magic != b"GGUF":
-        raise ModelFileError(f"{path.name} is not a GGUF file (magic {magic!r}); pass a .gguf model file")
-    try:
-        return gguf.GGUFReader(str(path), "r")
-    except Exception as exc:
-        raise ModelFileError(f"{path.name} is a damaged GGUF file ({type(exc).__name__}: {exc}); re-download it") from None
+# GGUF value types (ggml's gguf.h): id → struct format; 8 = string, 9 = array.
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+# Sanity caps for untrusted headers: far above any real model, far below what would exhaust memory.
+_MAX_COUNT = 1 << 24
+_MAX_STR = 1 << 24
 
 
-def metadata(reader) -> dict[str, Any]:
-    """Scalar and short-array metadata as plain Python values (the big tokenizer arrays skipped)."""
-    meta: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer.ggml.") and key not in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
-            continue
-        if key.startswith("GGUF."):
-            continue
+@dataclass
+class TensorInfo:
+    """Where one tensor lives: ``shape`` as GGUF lists it (fastest axis first), ggml type id,
+    absolute byte offset and size in the file."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+    nbytes: int
+
+
+class GGUFFile:
+    """A minimal, bounds-checked GGUF v2/v3 reader: metadata and tensor table, data memory-mapped.
+
+    Layout: ``"GGUF"``, version u32, tensor count u64, metadata count u64, then ``key, type, value``
+    entries, then ``name, n_dims, dims…, type, offset`` per tensor, padded to ``general.alignment``
+    (32 by default); tensor offsets count from that data section. We parse it ourselves because the
+    generic reader builds one memory view per token string (seconds for a 50k vocabulary).
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
         try:
-            meta[key] = field.contents()
-        except Exception:  # unknown value types: skip rather than fail
-            continue
-    return meta
+            fh = self.path.open("rb")
+        except OSError as exc:
+            raise ModelFileError(f"cannot open {path}: {exc.strerror}") from None
+        with fh:
+            if fh.read(4) != b"GGUF":
+                raise ModelFileError(f"{self.path.name} is not a GGUF file; pass a .gguf model file")
+            try:
+                self._buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:
+                raise ModelFileError(f"{self.path.name} is empty; re-download it") from None
+        try:
+            self._parse()
+        except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+            raise ModelFileError(f"{self.path.name} is a truncated or damaged GGUF file ({exc}); "
+                                 "re-download it") from None
 
+    # -- parsing -----------------------------------------------------------------------------
+    def _take(self, fmt: str):
+        (v,) = struct.unpack_from(fmt, self._buf, self._pos)
+        self._pos += struct.calcsize(fmt)
+        return v
 
-def read_matrices(reader, *, where: str):
-    """Return ``(embed, output_or_None, names, dtype)`` as float32 numpy arrays of shape (V, d)."""
-    import numpy as np
-    from gguf.quants import dequantize
+    def _str(self) -> str:
+        n = self._take("<Q")
+        if n > _MAX_STR or self._pos + n > len(self._buf):
+            raise ModelFileError(f"{self.path.name}: a string claims {n} bytes past the end of the file; re-download it")
+        s = bytes(self._buf[self._pos:self._pos + n]).decode("utf-8", errors="replace")
+        self._pos += n
+        return s
 
-    tensors = {t.name: t for t in reader.tensors}
-    if "token_embd.weight" not in tensors:
-        raise ModelFileError(f"{where} has no token_embd.weight tensor; it is not a language-model GGUF "
-                             "(or a split file: pass the first part)")
+    def _value(self, vtype: int):
+        if vtype in _SCALAR:
+            return self._take(_SCALAR[vtype])
+        if vtype == 8:
+            return self._str()
+        if vtype == 9:
+            etype, count = self._take("<I"), self._take("<Q")
+            if count > _MAX_COUNT:
+                raise ModelFileError(f"{self.path.name}: an array claims {count} items; the file is damaged")
+            return [self._value(etype) for _ in range(count)]
+        raise ModelFileError(f"{self.path.name}: unknown GGUF value type {vtype}; the file is damaged or too new")
 
-    def load(t):
-        arr = dequantize(t.data, t.tensor_type)
-        rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
+    def _parse(self) -> None:
+        import gguf
+
+        self._pos = 4
+        self.version = self._take("<I")
+        if self.version not in (2, 3):
+            raise ModelFileError(f"{self.path.name}: GGUF version {self.version} is not supported (2 or 3)")
+        n_tensors, n_kv = self._take("<Q"), self._take("<Q")
+        if n_tensors > _MAX_COUNT or n_kv > _MAX_COUNT:
+            raise ModelFileError(f"{self.path.name}: header claims {n_tensors} tensors / {n_kv} keys; damaged file")
+        self.fields: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = self._str()
+            self.fields[key] = self._value(self._take("<I"))
+        infos = []
+        for _ in range(n_tensors):
+            name = self._str()
+            ndim = self._take("<I")
+            if ndim > 8:
+                raise ModelFileError(f"{self.path.name}: tensor {name!r} claims {ndim} dimensions; damaged file")
+            shape = tuple(self._take("<Q") for _ in range(ndim))
+            infos.append((name, shape, self._take("<I"), self._take("<Q")))
+        align = int(self.fields.get("general.alignment", 32)) or 32
+        data_start = (self._pos + align - 1) // align * align
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, shape, gtype, off in infos:
+            try:
+                block, tsize = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(gtype)]
+            except (ValueError, KeyError):
+                raise ModelFileError(f"{self.path.name}: tensor {name!r} has unknown ggml type {gtype}") from None
+            count = 1
+            for d in shape:
+                count *= d
+            nbytes = count // block * tsize
+            start = data_start + off
+            if start + nbytes > len(self._buf):
+                raise ModelFileError(f"{self.path.name}: tensor {name!r} runs past the end of the file "
+                                     "(truncated download?); re-download it")
+            self.tensors[name] = TensorInfo(name, shape, gtype, start, nbytes)
+
+    # -- access ------------------------------------------------------------------------------
+    def metadata(self) -> dict[str, Any]:
+        """Metadata without the large tokenizer arrays."""
+        big = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+               "tokenizer.ggml.scores")
+        return {k: v for k, v in self.fields.items() if k not in big}
+
+    def matrix(self, name: str):
+        """Tensor ``name`` dequantised to a float32 array of shape (rows, cols) = reversed GGUF shape."""
+        import gguf
+        import numpy as np
+
+        t = self.tensors[name]
+        raw = np.frombuffer(self._buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        rows = t.shape[-1] if len(t.shape) > 1 else 1
+        arr = gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType(t.ggml_type))
         return np.ascontiguousarray(arr.reshape(rows, -1), dtype=np.float32)
 
-    embed = load(tensors["token_embd.weight"])
-    out = load(tensors["output.weight"]) if "output.weight" in tensors else None
+    def type_name(self, name: str) -> str:
+        import gguf
+
+        return gguf.GGMLQuantizationType(self.tensors[name].ggml_type).name
+
+
+def open_gguf(path: Path) -> GGUFFile:
+    return GGUFFile(path)
+
+
+def metadata(reader: GGUFFile) -> dict[str, Any]:
+    return reader.metadata()
+
+
+def read_matrices(reader: GGUFFile, *, where: str):
+    """Return ``(embed, output_or_None, names, dtype)`` as float32 numpy arrays of shape (V, d)."""
+    if "token_embd.weight" not in reader.tensors:
+        raise ModelFileError(f"{where} has no token_embd.weight tensor; it is not a language-model GGUF "
+                             "(or a split file: pass the first part)")
+    embed = reader.matrix("token_embd.weight")
+    out = reader.matrix("output.weight") if "output.weight" in reader.tensors else None
     names = {"embed": "token_embd.weight", "output": "output.weight" if out is not None else None}
-    return embed, out, names, tensors["token_embd.weight"].tensor_type.name
+    return embed, out, names, reader.type_name("token_embd.weight")
 
 
-def gguf_vocabulary(path: Path, *, name: str):
-    """The tokenizer stored in a GGUF file, through transformers' GGUF tokenizer converter."""
-    from transformers import AutoTokenizer
+# Pre-tokenizer regexes by ``tokenizer.ggml.pre`` (llama.cpp's names for published tokenizers).
+# Llama 3 and Qwen2 publish theirs in tokenizer.json; GPT-2's is ByteLevel's built-in regex.
+_LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+
+def _byte_level_bpe(tokens: list[str], merges: list[str], types: list[int], pre: str | None):
+    """A ``tokenizers.Tokenizer`` for GGUF's ``gpt2`` tokenizer model (byte-level BPE).
+
+    GGUF token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    from embscope.tokenizers import QWEN2_PATTERN
+
+    vocab = {t: i for i, t in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    split = {"llama-bpe": _LLAMA3_PATTERN, "llama3": _LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN}.get(pre or "")
+    if split is not None:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    elif pre == "smollm":  # SmolLM's tokenizer.json: single digits, then GPT-2's byte-level regex
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    special = [AddedToken(tokens[i], special=True, normalized=False)
+               for i, t in enumerate(types) if t in (3, 4)]
+    tok.add_special_tokens(special)
+    return tok
+
+
+def gguf_vocabulary(path: Path, *, name: str, reader=None):
+    """The tokenizer stored in a GGUF file (``reader``: the file's open reader, if there is one).
+
+    Byte-level BPE (``tokenizer.ggml.model == "gpt2"``) is rebuilt directly from the token, merge
+    and type arrays; other tokenizer models go through transformers' GGUF converter.
+    """
     from embscope.tokenizers import HFVocabulary
 
     path = Path(path)
+    reader = reader if reader is not None else open_gguf(path)
+    fields = reader.fields
+    model = fields.get("tokenizer.ggml.model")
+    if model == "gpt2" and "tokenizer.ggml.merges" in fields:
+        tokens = fields["tokenizer.ggml.tokens"]
+        types = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+        pre = fields.get("tokenizer.ggml.pre")
+        return HFVocabulary(_byte_level_bpe(tokens, fields["tokenizer.ggml.merges"], types, pre), name)
+    if model is None:
+        return None
+    from transformers import AutoTokenizer
+
     try:
         tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except Exception as exc:
