@@ -1,0 +1,21 @@
+"""``embscope report DIR``: re-render ``DIR/index.html`` from the tables already in the folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def report(
+    folder: Annotated[Path, typer.Argument(help="an output folder holding summary.json and the Parquet tables")],
+) -> None:
+    """Re-render the offline HTML report of an output folder; prints the path of index.html."""
+    from embscope.report import render
+
+    typer.echo(str(render(folder)))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

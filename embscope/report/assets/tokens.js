@@ -1,0 +1,172 @@
+/* embscope report, part 2 of 4 (under-trained token table and token map). The renderer joins the parts, in order, inside one
+   function scope: no globals but window.embscopeDisplayToken. Plain DOM, canvas and SVG; no
+   third-party code, no network. Untrusted text (tokens, terms, names) is only ever written with
+   textContent, after displayToken(). */
+  /* ---- under-trained token table ---- */
+  var TOP_LABELS = { token_id: "id", token: "token", category: "category", script: "script",
+    undertrained_score: "score", in_norm: "‖e‖ in", out_norm: "‖w‖ out", ref_sim: "ref sim",
+    isolation: "isolation", knn_sim_k: "kNN sim", flagged: "flag", neighbors: "nearest neighbours" };
+  function topTable() {
+    var tok = DATA.tokens || {}, top = tok.top, table = document.getElementById("top-table");
+    if (!table) return;
+    if (!top || top.reason) {
+      var bar = document.getElementById("top-search").parentNode; bar.hidden = true;
+      noData(table.parentNode, (top && top.reason) || tok.reason || "no scores"); return;
+    }
+    var cols = top.columns.filter(function (c) { return c !== "flagged"; });
+    var hasFlag = top.columns.indexOf("flagged") >= 0;
+    var tr = el("tr");
+    if (hasFlag) tr.appendChild(el("th", null, ""));
+    cols.forEach(function (c) {
+      var th = el("th", typeof (top.rows[0] || {})[c] === "number" && c !== "token_id" ? "n" : null, TOP_LABELS[c] || c);
+      tr.appendChild(th);
+    });
+    table.tHead.appendChild(tr);
+    var body = table.tBodies[0];
+    top.rows.forEach(function (r) {
+      var row = el("tr");
+      var search = [displayToken(r.token), String(r.token), String(r.token_id), r.category || "", r.script || ""].join("\u0001").toLowerCase();
+      row.setAttribute("data-search", search);
+      if (hasFlag) {
+        var f = el("td"); f.setAttribute("data-v", r.flagged ? "1" : "0");
+        if (r.flagged) { var d = el("span", "flag"); d.title = "flagged"; f.appendChild(d); }
+        row.appendChild(f);
+      }
+      cols.forEach(function (c) {
+        var td = el("td");
+        if (c === "token") { td.appendChild(el("span", "tok", displayToken(r.token))); td.setAttribute("data-v", displayToken(r.token)); }
+        else if (c === "neighbors") {
+          td.className = "nbcell";
+          (r.neighbors || []).forEach(function (nb) {
+            var s = el("span", "nb", displayToken(nb[1]));
+            if (nb[2] !== null && nb[2] !== undefined) s.appendChild(el("small", null, " " + Number(nb[2]).toFixed(2)));
+            s.title = displayToken(nb[1]) + "  (id " + nb[0] + ")";
+            td.appendChild(s);
+          });
+        } else {
+          td.textContent = c === "token_id" ? String(r[c]) : fmt(r[c]);
+          if (typeof r[c] === "number") { td.className = "n"; td.setAttribute("data-v", String(r[c])); }
+        }
+        row.appendChild(td);
+      });
+      body.appendChild(row);
+    });
+    makeSortable(table);
+    var input = document.getElementById("top-search"), count = document.getElementById("top-count");
+    function update() {
+      var q = input.value.trim().toLowerCase(), shown = 0;
+      Array.prototype.forEach.call(body.rows, function (row) {
+        var ok = !q || row.getAttribute("data-search").indexOf(q) >= 0;
+        row.hidden = !ok; if (ok) shown++;
+      });
+      count.textContent = shown + " of " + top.rows.length + " tokens (highest score first)";
+    }
+    input.addEventListener("input", update);
+    update();
+  }
+
+  /* ---- token map (canvas scatter, sampled) ---- */
+  function tokenMap() {
+    var canvas = document.getElementById("map-canvas");
+    if (!canvas) return;
+    var m = (DATA.tokens || {}).map;
+    if (!m || m.reason) { noData(document.getElementById("map-panel"), (m && m.reason) || "no map"); return; }
+    var n = m.x.length, sel = document.getElementById("map-colour"), tip = document.getElementById("map-tip");
+    var note = document.getElementById("map-note"), legend = document.getElementById("map-legend");
+    note.textContent = m.n_shown < m.n_total
+      ? "Showing " + m.n_shown.toLocaleString("en-US") + " of " + m.n_total.toLocaleString("en-US") + " tokens: every flagged token (" + (m.n_flagged || 0).toLocaleString("en-US") + ") plus a uniform random sample of the rest. Hover a point to see its token."
+      : "All " + m.n_total.toLocaleString("en-US") + " tokens. Hover a point to see its token.";
+    [["score", "under-trained score"], ["cat", "category"], ["script", "script"], ["flag", "flagged"]].forEach(function (o) {
+      if (m[o[0]]) { var opt = el("option", null, o[1]); opt.value = o[0]; sel.appendChild(opt); }
+    });
+    var minX = Infinity, maxX = -Infinity, minY = Infinity, maxY = -Infinity;
+    for (var i = 0; i < n; i++) {
+      if (m.x[i] < minX) minX = m.x[i]; if (m.x[i] > maxX) maxX = m.x[i];
+      if (m.y[i] < minY) minY = m.y[i]; if (m.y[i] > maxY) maxY = m.y[i];
+    }
+    var sLo = Infinity, sHi = -Infinity;
+    if (m.score) {  /* colour range: 1st..99th percentile, so a few extreme scores do not flatten the rest */
+      var sorted = m.score.filter(function (v) { return v !== null; }).sort(function (a, b) { return a - b; });
+      if (sorted.length) { sLo = sorted[Math.floor(sorted.length * 0.01)]; sHi = sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))]; }
+    }
+    var px = new Float32Array(n), py = new Float32Array(n), W = 0, H = 0, PAD = 14, grid = null, CELL = 12;
+    function colourOf(i, mode) {
+      if (mode === "score") { var v = m.score[i]; return v === null ? "#d0d5dd" : ramp(VIRIDIS, (v - sLo) / ((sHi - sLo) || 1)); }
+      if (mode === "cat") return CAT_COLOURS[m.cat_levels[m.cat[i]]] || "#98a2b3";
+      if (mode === "script") return m.script[i] < 10 ? PALETTE[m.script[i]] : "#c0c6d0";
+      if (mode === "flag") return m.flag[i] ? "#c2410c" : "#b8c4d6";
+      return "#2f6fde";
+    }
+    function drawLegend(mode) {
+      legend.textContent = "";
+      function item(colour, label) {
+        var s = el("span"); var sw = el("span", "sw"); sw.style.background = colour; s.appendChild(sw);
+        s.appendChild(document.createTextNode(label)); legend.appendChild(s);
+      }
+      if (mode === "score") {
+        legend.appendChild(el("span", null, fmt(sLo)));
+        var r = el("span", "ramp"); r.style.background = "linear-gradient(to right," + VIRIDIS.join(",") + ")";
+        legend.appendChild(r); legend.appendChild(el("span", null, fmt(sHi) + "+  (1st–99th percentile; higher = more likely under-trained; flagged points outlined)"));
+      } else if (mode === "cat") m.cat_levels.forEach(function (c) { item(CAT_COLOURS[c] || "#98a2b3", displayToken(c)); });
+      else if (mode === "script") {
+        m.script_levels.slice(0, 10).forEach(function (c, k) { item(PALETTE[k], displayToken(c)); });
+        if (m.script_levels.length > 10) item("#c0c6d0", "other (" + (m.script_levels.length - 10) + ")");
+      } else if (mode === "flag") { item("#c2410c", "flagged"); item("#b8c4d6", "not flagged"); }
+    }
+    function draw() {
+      var dpr = window.devicePixelRatio || 1, rect = canvas.getBoundingClientRect();
+      W = rect.width; H = rect.height;
+      canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
+      var ctx = canvas.getContext("2d"); ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.clearRect(0, 0, W, H);
+      var sx = (W - 2 * PAD) / ((maxX - minX) || 1), sy = (H - 2 * PAD) / ((maxY - minY) || 1);
+      grid = {};
+      for (var i = 0; i < n; i++) {
+        px[i] = PAD + (m.x[i] - minX) * sx; py[i] = H - PAD - (m.y[i] - minY) * sy;
+        var key = Math.floor(px[i] / CELL) + "," + Math.floor(py[i] / CELL);
+        (grid[key] || (grid[key] = [])).push(i);
+      }
+      var mode = sel.value, order = [];
+      for (i = 0; i < n; i++) order.push(i);
+      if (m.score) order.sort(function (a, b) { return (m.score[a] || 0) - (m.score[b] || 0); });
+      if (m.flag) order.sort(function (a, b) { return m.flag[a] - m.flag[b]; });
+      ctx.globalAlpha = 0.75;
+      order.forEach(function (i) {
+        var flagged = m.flag && m.flag[i];
+        ctx.fillStyle = colourOf(i, mode);
+        ctx.beginPath(); ctx.arc(px[i], py[i], flagged ? 2.6 : 1.6, 0, 6.2832); ctx.fill();
+        if (flagged && mode !== "flag") { ctx.globalAlpha = 1; ctx.strokeStyle = "#c2410c"; ctx.lineWidth = 1; ctx.stroke(); ctx.globalAlpha = 0.75; }
+      });
+      ctx.globalAlpha = 1;
+      drawLegend(mode);
+    }
+    function nearest(x, y) {
+      var best = -1, bd = 64, cx = Math.floor(x / CELL), cy = Math.floor(y / CELL);
+      for (var dx = -1; dx <= 1; dx++) for (var dy = -1; dy <= 1; dy++) {
+        var cell = grid[(cx + dx) + "," + (cy + dy)];
+        if (cell) cell.forEach(function (i) { var d = (px[i] - x) * (px[i] - x) + (py[i] - y) * (py[i] - y); if (d < bd) { bd = d; best = i; } });
+      }
+      return best;
+    }
+    canvas.addEventListener("mousemove", function (ev) {
+      var rect = canvas.getBoundingClientRect(), x = ev.clientX - rect.left, y = ev.clientY - rect.top, i = nearest(x, y);
+      if (i < 0) { tip.hidden = true; return; }
+      tip.textContent = "";
+      tip.appendChild(el("span", "tok", displayToken(m.tok[i])));
+      var bits = ["  id " + m.id[i]];
+      if (m.cat) bits.push(m.cat_levels[m.cat[i]]);
+      if (m.script) bits.push(m.script_levels[m.script[i]]);
+      if (m.score) bits.push("score " + fmt(m.score[i]));
+      if (m.flag && m.flag[i]) bits.push("flagged");
+      tip.appendChild(document.createTextNode(displayToken(bits.join(" · "))));
+      tip.hidden = false;
+      var left = Math.min(x + 14, W - tip.offsetWidth - 4);
+      tip.style.left = Math.max(0, left) + "px"; tip.style.top = (y + 14) + "px";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
+    sel.addEventListener("change", draw);
+    var pending = null;
+    window.addEventListener("resize", function () { clearTimeout(pending); pending = setTimeout(draw, 120); });
+    draw();
+  }
+

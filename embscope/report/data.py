@@ -1,0 +1,268 @@
+"""Read an output folder (``summary.json`` + Parquet tables) into the payload the page draws.
+
+The report reads only files, never live objects, so ``embscope report DIR`` can re-render any
+folder. Every section is read defensively: a missing file, a missing column or a section the run
+skipped becomes ``{"reason": "..."}``, which the page shows as "no data: <reason>".
+
+Sizes are kept small enough for a browser to open instantly: the token map draws at most
+:data:`MAP_MAX_POINTS` points (every flagged token plus a seeded uniform sample of the rest), the
+under-trained table keeps the :data:`TOP_N` highest scores, histograms are binned here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from embscope.errors import OutputError
+from embscope.report.views import summary_view
+
+# A 2-D canvas scatter of ~30k points draws in well under 100 ms and keeps the page at a few MB;
+# 260k points (a Llama-3 vocabulary) would make the file ~10x larger for no visible gain.
+MAP_MAX_POINTS = 30_000
+# "Top few hundred": enough to scroll through every suspicious token of a real model (Magikarp
+# lists tens to a few hundred per model), small enough to sort instantly.
+TOP_N = 300
+# Neighbours shown per token in the table.
+TOP_NEIGHBOURS = 5
+# Histogram resolution for the norm charts.
+HIST_BINS = 60
+# Rows of the extension-candidate table.
+CANDIDATES_N = 200
+# A (tokenizer, language) pair pays "double" when its parity (tokens relative to the reference
+# language on parallel text, Petrov et al. 2023) is at least this.
+DOUBLE_COST = 2.0
+
+SECTIONS = ("overview", "tokens", "languages", "extension", "context")
+
+
+def load_summary(out_dir: Path) -> dict[str, Any]:
+    """``summary.json`` as a dict; :class:`OutputError` when the folder or file is missing/bad."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise OutputError(f"{out_dir} is not a folder: give the output folder of an audit run")
+    path = out_dir / "summary.json"
+    if not path.is_file():
+        raise OutputError(f"{out_dir} has no summary.json: run `embscope audit` into it first")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise OutputError(f"{path} is not readable JSON ({err}): re-run the audit") from None
+    if not isinstance(summary, dict):
+        raise OutputError(f"{path} does not hold a JSON object: re-run the audit to rewrite it")
+    if not isinstance(summary.get("model"), dict):  # e.g. a `fertility` folder: tokenizers only
+        summary["model"] = {"name": out_dir.resolve().name}
+    return summary
+
+
+def skip_reason(summary: dict[str, Any], *names: str) -> str | None:
+    """The reason the run recorded under ``summary["skipped"]`` for any of ``names``."""
+    skipped = summary.get("skipped") or {}
+    if isinstance(skipped, dict):
+        for name in names:
+            if skipped.get(name):
+                return str(skipped[name])
+    return None
+
+
+def _read_parquet(path: Path, wanted: list[str] | None = None):
+    """Polars frame with the ``wanted`` columns that exist (all when ``None``); ``None`` if absent."""
+    import polars as pl
+
+    if not path.is_file():
+        return None
+    try:
+        schema = pl.read_parquet_schema(path)
+        cols = list(schema) if wanted is None else [c for c in wanted if c in schema]
+        return pl.read_parquet(path, columns=cols)
+    except Exception as err:  # a corrupt table should not kill the whole page
+        raise OutputError(f"{path} is not a readable Parquet table ({err}): re-run the audit") from None
+
+
+def _num(v: Any, digits: int = 4) -> Any:
+    """Round floats for the page (4 significant decimals are plenty on screen); NaN -> None."""
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return None
+        return round(v, digits)
+    return v
+
+
+def _histogram(values, flagged, bins: int = HIST_BINS) -> dict[str, Any] | None:
+    """Equal-width bins over the finite values: edges (bins+1), counts, counts of flagged rows."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(v)
+    if not ok.any():
+        return None
+    lo, hi = float(v[ok].min()), float(v[ok].max())
+    if hi <= lo:
+        hi = lo + 1e-6
+    edges = np.linspace(lo, hi, bins + 1)
+    counts, _ = np.histogram(v[ok], bins=edges)
+    out = {"edges": [_num(float(e), 5) for e in edges], "counts": counts.tolist()}
+    if flagged is not None:
+        f = np.asarray(flagged, dtype=bool) & ok
+        out["flagged"] = np.histogram(v[f], bins=edges)[0].tolist()
+    return out
+
+
+def tokens_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Top table, map sample and norm histograms from ``tokens.parquet``."""
+    import numpy as np
+    import polars as pl
+
+    path = Path(out_dir) / "tokens.parquet"
+    df = _read_parquet(path, ["token_id", "token", "category", "in_norm", "out_norm", "zero_row",
+                              "ref_sim", "isolation", "knn_sim_k", "script", "undertrained_score",
+                              "flagged", "neighbors", "neighbor_sims", "x", "y"])
+    if df is None:
+        return {"reason": skip_reason(summary, "geometry", "tokens") or "tokens.parquet not found"}
+    if "token_id" not in df.columns:
+        df = df.with_row_index("token_id")
+    if "token" not in df.columns:
+        df = df.with_columns(pl.lit("").alias("token"))
+    for col in ("token", "category", "script"):  # Categorical/Enum columns read back as text
+        if col in df.columns and df[col].dtype != pl.String:
+            df = df.with_columns(pl.col(col).cast(pl.String))
+    n = df.height
+    cols = set(df.columns)
+    out: dict[str, Any] = {"n": n, "columns": sorted(cols)}
+    if "category" in cols:
+        out["counts"] = {r["category"]: r["count"] for r in
+                         df.group_by("category").len("count").sort("count", descending=True).to_dicts()}
+    flagged = df["flagged"].fill_null(False).to_numpy() if "flagged" in cols else None
+    out["n_flagged"] = int(flagged.sum()) if flagged is not None else None
+
+    # Norm histograms over every row (not the sample).
+    hists = {}
+    for col in ("in_norm", "out_norm"):
+        if col in cols and df[col].null_count() < n:
+            h = _histogram(df[col].cast(pl.Float64).fill_null(float("nan")).to_numpy(), flagged)
+            if h:
+                hists[col] = h
+    out["hist"] = hists
+
+    scan_reason = skip_reason(summary, "geometry", "scan") or "the geometry scan did not run"
+    tokens = df["token"].fill_null("").to_list()
+
+    # Top list: highest under-trained score first.
+    if "undertrained_score" in cols:
+        top = (df.with_columns(pl.col("undertrained_score").cast(pl.Float64).fill_nan(None))
+               .filter(pl.col("undertrained_score").is_not_null())
+               .sort("undertrained_score", descending=True).head(TOP_N))
+        show = [c for c in ("token_id", "token", "category", "script", "undertrained_score",
+                            "in_norm", "out_norm", "ref_sim", "isolation", "knn_sim_k", "flagged")
+                if c in top.columns]
+        rows = []
+        for rec in top.iter_rows(named=True):
+            row = {c: _num(rec[c]) for c in show}
+            if "neighbors" in rec and rec["neighbors"] is not None:
+                ids = list(rec["neighbors"])[:TOP_NEIGHBOURS]
+                sims = list(rec.get("neighbor_sims") or [])[:TOP_NEIGHBOURS]
+                row["neighbors"] = [[int(j), tokens[j] if 0 <= j < n else "", _num(sims[k]) if k < len(sims) else None]
+                                    for k, j in enumerate(ids)]
+            rows.append(row)
+        out["top"] = {"columns": show + (["neighbors"] if "neighbors" in cols else []), "rows": rows}
+    else:
+        out["top"] = {"reason": scan_reason}
+
+    # Map: every flagged row plus a seeded uniform sample of the others, at most MAP_MAX_POINTS.
+    if {"x", "y"} <= cols and df["x"].null_count() < n:
+        xy_ok = (df["x"].is_not_null() & df["y"].is_not_null()).to_numpy()
+        idx_all = np.flatnonzero(xy_ok)
+        if flagged is not None:
+            must = idx_all[flagged[idx_all]]
+            rest = idx_all[~flagged[idx_all]]
+        else:
+            must, rest = idx_all[:0], idx_all
+        room = max(MAP_MAX_POINTS - len(must), 0)
+        if len(rest) > room:
+            rng = np.random.default_rng(0)  # seeded: the same folder renders the same page
+            rest = rng.choice(rest, size=room, replace=False)
+        idx = np.sort(np.concatenate([must, rest]))
+        sub = df[idx.tolist()]
+        m: dict[str, Any] = {
+            "n_total": int(len(idx_all)), "n_shown": int(len(idx)), "n_flagged": int(len(must)),
+            "id": sub["token_id"].to_list(),
+            "x": [round(float(v), 4) for v in sub["x"].to_list()],
+            "y": [round(float(v), 4) for v in sub["y"].to_list()],
+            "tok": sub["token"].fill_null("").to_list(),
+        }
+        if "undertrained_score" in cols:
+            m["score"] = [_num(v) for v in sub["undertrained_score"].cast(pl.Float64).to_list()]
+        for col, key in (("category", "cat"), ("script", "script")):
+            if col in cols:
+                vals = sub[col].fill_null("unknown").to_list()
+                levels = [lv for lv, _ in _by_count(vals)]
+                pos = {lv: i for i, lv in enumerate(levels)}
+                m[key + "_levels"] = levels
+                m[key] = [pos[v] for v in vals]
+        if flagged is not None:
+            m["flag"] = [int(b) for b in flagged[idx]]
+        out["map"] = m
+    else:
+        has_scan = "undertrained_score" in cols
+        out["map"] = {"reason": "the 2-D layout was not computed (no x, y columns)" if has_scan else scan_reason}
+    return out
+
+
+def _by_count(values: list[str]) -> list[tuple[str, int]]:
+    from collections import Counter
+
+    return Counter(values).most_common()
+
+
+def languages_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Every row of ``languages.parquet`` (small: tokenizers x languages) plus the double-cost rows."""
+    df = _read_parquet(Path(out_dir) / "languages.parquet")
+    if df is None or df.height == 0:
+        return {"reason": skip_reason(summary, "languages", "fertility") or "languages.parquet not found"}
+    rows = [{k: _num(v) for k, v in r.items() if not isinstance(v, (list, dict, bytes))}
+            for r in df.iter_rows(named=True)]
+    columns = [c for c in df.columns if rows and c in rows[0]]
+    corpora = sorted({str(r.get("corpus")) for r in rows if r.get("corpus") is not None})
+    for r in rows:  # heatmap row label: the language, and the corpus when there are several
+        name = Path(str(r.get("corpus"))).name if r.get("corpus") is not None else ""
+        r["label"] = f"{r.get('language')} · {name}" if len(corpora) > 1 else str(r.get("language"))
+    double = sorted((r for r in rows if isinstance(r.get("parity"), (int, float)) and r["parity"] >= DOUBLE_COST),
+                    key=lambda r: -r["parity"])
+    return {"columns": columns, "rows": rows, "double": double, "double_threshold": DOUBLE_COST}
+
+
+def candidates_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Top rows of ``candidates.parquet`` by savings (then frequency)."""
+    import polars as pl
+
+    df = _read_parquet(Path(out_dir) / "candidates.parquet")
+    if df is None or df.height == 0:
+        return {"reason": skip_reason(summary, "extension", "candidates") or "candidates.parquet not found"}
+    n = df.height
+    key = next((c for c in ("savings_tokens", "frequency") if c in df.columns), None)
+    if key:
+        df = df.sort(key, descending=True, nulls_last=True)
+    df = df.head(CANDIDATES_N)
+    columns = [c for c in df.columns if c != "pieces"]
+    rows = []
+    for r in df.iter_rows(named=True):
+        row = {c: _num(r[c]) for c in columns if not isinstance(r[c], (dict, bytes))}
+        pieces = r.get("pieces")
+        row["pieces"] = [str(p) for p in pieces] if pieces is not None else []
+        rows.append(row)
+    return {"n": n, "columns": columns, "rows": rows}
+
+
+def build_payload(out_dir: Path) -> dict[str, Any]:
+    """Everything the page needs, as plain JSON-able data."""
+    out_dir = Path(out_dir)
+    summary = load_summary(out_dir)
+    return {
+        "view": summary_view(summary),
+        "tokens": tokens_payload(out_dir, summary),
+        "languages": languages_payload(out_dir, summary),
+        "candidates": candidates_payload(out_dir, summary),
+    }
+

@@ -1,0 +1,154 @@
+"""Write ``index.html``: one self-contained, offline page from an output folder.
+
+The page is a Jinja2 template (``assets/page.html``, autoescape on) with the stylesheet and the
+drawing code (``assets/report.css`` and the ``assets/*.js`` parts: plain JS, canvas and SVG, no third-party
+code, no network) inlined. Tables are rendered here through :func:`~embscope.report.escape.display_token`;
+charts, the token map and the sortable token table are drawn in the browser from one JSON block
+(``<script type="application/json" id="embscope-data">``, written by
+:func:`~embscope.report.escape.script_json`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from embscope.errors import OutputError
+from embscope.report.data import DOUBLE_COST, build_payload
+from embscope.report.escape import display_token, script_json
+
+
+def _asset(name: str) -> str:
+    return resources.files("embscope.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def fmt(v: Any) -> str:
+    """Plain text for a table cell: numbers with sensible precision, lists joined, tokens made visible.
+
+    >>> fmt(0.123456), fmt(1234567), fmt(True), fmt(None), fmt([1, "a\\x00"])
+    ('0.1235', '1,234,567', 'yes', '—', '1, a\\\\x00')
+    """
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if v != v:
+            return "—"
+        if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+            return f"{v:.3g}"
+        return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(fmt(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{display_token(str(k))}={fmt(x)}" for k, x in v.items())
+    return display_token(str(v))
+
+
+def gib(n: Any) -> str:
+    """Bytes as GiB/MiB text: ``gib(3 * 2**30) == '3.00 GiB'``."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
+        return fmt(n)
+    if abs(n) >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.1f} KiB"
+
+
+#: The page's script, in order; see the head comment of each part.
+SCRIPT_PARTS = ("base.js", "tokens.js", "charts.js", "languages.js")
+
+
+def _script() -> str:
+    """The parts of the drawing code joined inside one function scope (``"use strict"``)."""
+    body = "\n".join(_asset(name) for name in SCRIPT_PARTS)
+    return '(function () {\n"use strict";\n' + body + "})();\n"
+
+
+def _csp_hash(script: str) -> str:
+    """``sha256-<base64>`` of the page's one script, for its Content-Security-Policy.
+
+    The policy lets only that exact script run and forbids every network fetch, so even a
+    token that slipped past escaping could neither execute nor phone home.
+    """
+    import base64
+    import hashlib
+
+    return "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+
+
+def _env():
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["tok"] = display_token
+    env.filters["fmt"] = fmt
+    env.filters["gib"] = gib
+    return env
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("embscope")
+    except Exception:
+        return "dev"
+
+
+def render_html(out_dir: Path) -> str:
+    """The page for ``out_dir`` as a string (see :func:`render` for the file)."""
+    payload = build_payload(Path(out_dir))
+    js = _script()
+    v = payload["view"]
+    template = _env().from_string(_asset("page.html"))
+    return template.render(
+        model=v["model"], prov=v["prov"], params=v["parameters"], timings=v["timings"],
+        categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"],
+        skipped=v["skipped"],
+        tokens=payload["tokens"],
+        languages=payload["languages"],
+        candidates=payload["candidates"],
+        double_cost=DOUBLE_COST,
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        renderer_version=_version(),
+        css=_asset("report.css"),
+        js=js,
+        script_hash=_csp_hash(js),
+        data_json=script_json(payload),
+    )
+
+
+def render(out_dir: Path) -> Path:
+    """Render ``out_dir/index.html`` from ``summary.json`` and the Parquet tables; return its path.
+
+    The file is written to ``index.html.tmp`` and moved into place with :func:`os.replace`, so a
+    reader never sees half a page.
+
+    Args:
+        out_dir: an audit output folder (must hold ``summary.json``).
+    Returns:
+        the path of ``index.html``.
+    Raises:
+        OutputError: the folder or ``summary.json`` is missing or unreadable, or not writable.
+    Example:
+        >>> render(Path("reports/smollm2-135m"))  # doctest: +SKIP
+        PosixPath('reports/smollm2-135m/index.html')
+    """
+    out_dir = Path(out_dir)
+    html = render_html(out_dir)
+    target = out_dir / "index.html"
+    tmp = out_dir / "index.html.tmp"
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as err:
+        raise OutputError(f"cannot write {target} ({err.strerror}): check the folder's permissions") from None
+    return target
