@@ -1,0 +1,19 @@
+"""Vocabulary extension: which domain terms to add, what that saves, how to initialise new rows.
+
+    from embscope.vocab import suggest, apply
+    result = suggest(model, "corpora/medical", top=200, init=("subword-mean", "hewitt"))
+    apply(model, result, "out/smollm2-medical", init="subword-mean")
+
+Modules: :mod:`.candidates` (terms and measured savings), :mod:`.init` (strategies),
+:mod:`.diagnostics` (norms, neighbours, KL), :mod:`.extension` (``suggest``), :mod:`.apply`,
+:mod:`.fullmodel` (loading the whole causal LM when it fits). Heavy libraries load inside the
+functions, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+from embscope.vocab.apply import apply
+from embscope.vocab.extension import ExtensionResult, suggest
+from embscope.vocab.init import STRATEGIES
+
+__all__ = ["suggest", "apply", "ExtensionResult", "STRATEGIES"]

@@ -1,0 +1,197 @@
+"""``apply``: write the extended model — a full transformers folder, or only the new rows.
+
+Full folder (the whole model loads, see :mod:`embscope.vocab.fullmodel`): the tokenizer with the
+new terms added, the embeddings resized (``resize_token_embeddings``) and the new rows set by the
+chosen strategy, ``config.vocab_size`` updated, saved as safetensors. It loads with
+``AutoTokenizer.from_pretrained(out)`` and ``AutoModelForCausalLM.from_pretrained(out)``.
+
+Rows only (models too large to rewrite here, or not loadable as a transformers checkpoint):
+``new_rows.safetensors`` (``token_ids`` (n,), ``embed`` (n, d), ``output`` (n, d) when untied),
+the extended ``tokenizer.json`` and a README with the few lines that apply them to the base model.
+
+New ids follow the tokenizer: added tokens get ids ``len(tokenizer)``, ``len(tokenizer) + 1``, …
+A matrix padded past the tokenizer (Qwen2: 151 665 tokens, 152 064 rows) reuses its padding rows
+for them and grows only when they run out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from embscope.errors import SpecError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.model import LoadedModel
+    from embscope.vocab.extension import ExtensionResult
+
+MODES = ("auto", "full", "rows")
+
+README = """# {name} + {n} domain tokens
+
+New rows for {n} added tokens ({init} initialisation), made by embscope {version}.
+
+- `tokenizer.json`: the base tokenizer with the new terms added (ids {first}..{last}).
+- `new_rows.safetensors`: `token_ids` ({n},), `embed` ({n}, {d}){output_line}.
+- `added_terms.json`: the terms, in id order.
+
+Apply them to the base model:
+
+```python
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+tok = PreTrainedTokenizerFast(tokenizer_file="{out}/tokenizer.json")
+rows = load_file("{out}/new_rows.safetensors")
+model = AutoModelForCausalLM.from_pretrained("{base}")
+model.resize_token_embeddings(max(len(tok), model.get_input_embeddings().weight.shape[0]),
+                              mean_resizing=False)
+ids = rows["token_ids"]
+with torch.no_grad():
+    emb = model.get_input_embeddings().weight
+    emb[ids] = rows["embed"].to(emb.dtype)
+    if "output" in rows:  # untied models only
+        head = model.get_output_embeddings().weight
+        head[ids] = rows["output"].to(head.dtype)
+```
+"""
+
+
+def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, *,
+          init: str = "subword-mean", mode: str = "auto", tokens=None, force: bool = False) -> dict:
+    """Write the extended model to ``out_dir`` (atomically); returns a manifest dict.
+
+    Args:
+        model: the model :func:`suggest` ran on.
+        result: from :func:`suggest`; its ``terms`` are added.
+        out_dir: output folder (must not exist or be empty, unless ``force``).
+        init: strategy spec, ``NAME`` or ``INPUT/OUTPUT``.
+        mode: ``full`` (transformers folder), ``rows`` (new rows only) or ``auto`` (full when the
+            whole model loads here, else rows).
+        tokens: tokens table with ``flagged`` rows to exclude from the means.
+
+    Example:
+        >>> apply(model, suggest(model, "corpora/medical", top=20), "out/smollm2-med")  # doctest: +SKIP
+    """
+    from embscope.output import atomic_folder, provenance, write_json
+    from embscope.vocab.candidates import extended_tokenizer
+    from embscope.vocab.fullmodel import load_hf_tokenizer, why_not_loadable
+    from embscope.vocab.init import parse_init
+    from embscope.vocab.extension import new_rows, reference_mask
+
+    if mode not in MODES:
+        raise SpecError(f"unknown apply mode {mode!r}; choose from {', '.join(MODES)}")
+    parse_init(init)
+    reason = why_not_loadable(model)
+    if mode == "full" and reason is not None:
+        raise SpecError(f"cannot write a full model folder: {reason}; use the rows-only output")
+    full = mode == "full" or (mode == "auto" and reason is None)
+
+    tok = load_hf_tokenizer(model)
+    ext = extended_tokenizer(tok, result.terms)
+    ids = [ext.token_to_id(t) for t in result.terms]
+    rows = new_rows(model, result, init, reference_mask(model, tokens))
+    manifest = {
+        "base_model": model.name, "base_path": str(model.path), "init": init,
+        "format": "transformers" if full else "rows", "n_added": len(ids),
+        "token_ids": ids, "terms": result.terms,
+        "vocab_size": max(model.n_rows, max(ids) + 1) if ids else model.n_rows,
+        "tokens_saved": result.summary.get("tokens_saved"),
+        "embscope": provenance({"init": init, "mode": mode, "top": len(ids)}),
+        "note": None if full else reason,
+    }
+    with atomic_folder(Path(out_dir), force=force) as tmp:
+        if full:
+            _write_full(model, ext, ids, rows, tmp)
+        else:
+            _write_rows(model, ext, ids, rows, tmp, init, out_dir)
+        write_json(tmp / "embscope_extension.json", manifest)
+        _readable(tmp)
+    return manifest
+
+
+def _chat_template(model: "LoadedModel") -> str | None:
+    """The chat template the base model ships (GGUF metadata or tokenizer_config.json), if any."""
+    path = Path(model.path)
+    try:
+        if path.suffix == ".gguf":
+            from embscope.loaders.gguf import open_gguf
+
+            field = open_gguf(path).fields.get("tokenizer.chat_template")
+            value = field.contents() if hasattr(field, "contents") else field
+            return value if isinstance(value, str) else None
+        cfg = path / "tokenizer_config.json"
+        if cfg.is_file():
+            return json.loads(cfg.read_text("utf-8")).get("chat_template")
+    except Exception:  # a missing template is not worth failing the write
+        return None
+    return None
+
+
+def _hf_tokenizer(model: "LoadedModel", ext, config: dict):
+    """``PreTrainedTokenizerFast`` over the extended tokenizer, with the model's special tokens."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    specials = {}
+    for key in ("bos", "eos", "pad", "unk"):
+        i = config.get(f"{key}_token_id")
+        i = i[0] if isinstance(i, list) and i else i
+        if isinstance(i, int) and 0 <= i < ext.get_vocab_size(True):
+            specials[f"{key}_token"] = ext.id_to_token(i)
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(ext.to_str()), **specials)
+    template = _chat_template(model)
+    if template:
+        tok.chat_template = template
+    return tok
+
+
+def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
+    import copy
+
+    import torch
+
+    from embscope.vocab.fullmodel import load_causal_lm
+
+    lm = copy.deepcopy(load_causal_lm(model))
+    size = max(lm.get_input_embeddings().weight.shape[0], max(ids) + 1)
+    lm.resize_token_embeddings(size, mean_resizing=False)
+    idx = torch.tensor(ids)
+    with torch.no_grad():
+        emb = lm.get_input_embeddings().weight
+        emb[idx] = rows["embed"].to(emb.dtype)
+        if "output" in rows:
+            head = lm.get_output_embeddings().weight
+            head[idx] = rows["output"].to(head.dtype)
+    lm.config.vocab_size = size
+    lm.save_pretrained(str(tmp))
+    _hf_tokenizer(model, ext, {**model.config, **lm.config.to_dict()}).save_pretrained(str(tmp))
+
+
+def _write_rows(model: "LoadedModel", ext, ids, rows, tmp: Path, init: str, out_dir) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from embscope import __version__
+
+    tensors = {"token_ids": torch.tensor(ids, dtype=torch.int64),
+               **{k: v.float().contiguous() for k, v in rows.items()}}
+    save_file(tensors, str(tmp / "new_rows.safetensors"))
+    ext.save(str(tmp / "tokenizer.json"))
+    (tmp / "added_terms.json").write_text(json.dumps(
+        [{"id": i, "term": ext.id_to_token(i)} for i in ids], ensure_ascii=False, indent=1) + "\n", "utf-8")
+    (tmp / "README.md").write_text(README.format(
+        name=model.name, n=len(ids), init=init, version=__version__, first=min(ids), last=max(ids),
+        d=model.dim, output_line=f", `output` ({len(ids)}, {model.dim})" if "output" in rows else "",
+        out=Path(out_dir).as_posix(), base=model.spec), "utf-8")
+
+
+def _readable(folder: Path) -> None:
+    """Temporary folders are created private (0700); the result is an ordinary folder (0755/0644)."""
+    import os
+
+    os.chmod(folder, 0o755)
+    for f in folder.rglob("*"):
+        os.chmod(f, 0o755 if f.is_dir() else 0o644)

@@ -1,0 +1,221 @@
+"""Which domain terms deserve their own token: frequent words the tokenizer splits into many pieces.
+
+A term that occurs ``f`` times and costs ``k`` pieces would cost one token if added, so adding it
+saves, by estimate, ``f × (k − 1)`` tokens on the corpus. Terms are ranked by that estimate.
+
+Worked example: " cholecystitis" occurs 120 times and tokenizes as [" chole", "cyst", "itis"]
+(k = 3), so it is estimated to save 120 × 2 = 240 tokens.
+
+Terms are counted in the form the tokenizer sees them. The pre-tokenizer cuts text into pre-tokens
+before BPE runs; byte-level BPE (GPT-2 lineage) keeps the space in front of a word inside its
+pre-token, so mid-sentence "hypertension" is the pre-token " hypertension" (stored as
+``Ġhypertension``) while a line-initial "Hypertension" has no space. The two forms are different
+tokens, so they are counted, ranked and added apart, each as it occurs.
+
+Multi-word terms (``max_ngram > 1``) are runs of adjacent word pre-tokens (" diabetes mellitus").
+
+The estimate double-counts overlaps (a unigram inside an added bigram) and ignores that an added
+token also matches inside longer words; :func:`measure_savings` therefore re-tokenizes the corpus
+with the extended tokenizer and reports what is really saved.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
+    from tokenizers import Tokenizer
+
+
+@dataclass
+class Candidate:
+    """One term that could become a token."""
+
+    #: the surface form as it occurs in text, leading space included (``" hypertension"``)
+    term: str
+    #: occurrences in the corpus (as this exact form)
+    frequency: int
+    #: the pieces the current tokenizer produces, as readable text
+    pieces: list[str]
+    #: their token ids in the current tokenizer
+    piece_ids: list[int]
+    #: number of words (1 for unigrams)
+    n_words: int
+
+    @property
+    def n_pieces(self) -> int:
+        return len(self.piece_ids)
+
+    @property
+    def savings_tokens(self) -> int:
+        """Estimated tokens saved on the corpus: ``frequency × (n_pieces − 1)`` (higher is better)."""
+        return self.frequency * (self.n_pieces - 1)
+
+
+def _is_word(surface: str) -> bool:
+    """A word pre-token: letters only after an optional leading space; numbers are excluded.
+
+    >>> _is_word(" hypertension"), _is_word("Cholera"), _is_word(" 2"), _is_word(" A01"), _is_word(",")
+    (True, True, False, False, False)
+    """
+    core = surface[1:] if surface[:1] == " " else surface
+    return len(core) >= 2 and core.isalpha()
+
+
+def pretokens(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
+    """``(surface, pretoken, start, end)`` for each pre-token of ``text``.
+
+    ``surface`` is the slice of the (normalized) text the pre-token covers, ``pretoken`` the string
+    the BPE model receives (``Ġhypertension`` for byte-level BPE). Tokenizers without a
+    pre-tokenizer are split on whitespace, keeping the space in front of each word.
+    """
+    if tok.normalizer is not None:
+        text = tok.normalizer.normalize_str(text)
+    if tok.pre_tokenizer is None:
+        import re
+
+        return [(m.group(), m.group(), m.start(), m.end()) for m in re.finditer(r"\s?\S+", text)]
+    return [(text[s:e], p, s, e) for p, (s, e) in tok.pre_tokenizer.pre_tokenize_str(text)]
+
+
+def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
+                total: int | None = None) -> tuple[Counter, dict[str, list[str]]]:
+    """Count word terms (1..max_ngram adjacent word pre-tokens) in their surface form.
+
+    Returns ``(counts, pretoken_parts)``: counts per surface form, and for each form the pre-token
+    strings it is made of (what the BPE model sees, one entry per word).
+
+    >>> # "Acute gastritis. Acute gastritis" -> {"Acute": 2, " gastritis": 2, "Acute gastritis": 2}
+    """
+    from embscope.progress import track
+
+    counts: Counter = Counter()
+    parts: dict[str, list[str]] = {}
+    for text in track(texts, total=total, description="counting terms"):
+        run: list[tuple[str, str, int, int]] = []  # current run of adjacent word pre-tokens
+        for surface, pre, s, e in pretokens(tok, text):
+            if not _is_word(surface) or (run and (run[-1][3] != s or surface[:1] != " ")):
+                run = []
+            if not _is_word(surface):
+                continue
+            run.append((surface, pre, s, e))
+            run = run[-max_ngram:]
+            # every n-gram ending at this word
+            for n in range(1, len(run) + 1):
+                gram = run[-n:]
+                key = "".join(g[0] for g in gram)
+                counts[key] += 1
+                if key not in parts:
+                    parts[key] = [g[1] for g in gram]
+    return counts, parts
+
+
+def piece_ids(tok: "Tokenizer", pre_parts: Sequence[str]) -> list[int]:
+    """Token ids the BPE model gives a term, pre-token by pre-token (exactly what ``encode`` does)."""
+    ids: list[int] = []
+    for p in pre_parts:
+        ids.extend(t.id for t in tok.model.tokenize(p))
+    return ids
+
+
+def find_candidates(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1, min_freq: int = 5,
+                    total: int | None = None) -> list[Candidate]:
+    """All multi-piece word terms with ``frequency ≥ min_freq``, best estimated savings first.
+
+    Excluded: numbers and anything with a digit or punctuation, terms that are already one token,
+    and terms that already are an added token of the tokenizer.
+    """
+    counts, parts = count_terms(tok, texts, max_ngram=max_ngram, total=total)
+    existing = set(tok.get_vocab(with_added_tokens=True))
+    out: list[Candidate] = []
+    for term, freq in counts.items():
+        if freq < min_freq or term in existing:
+            continue
+        ids = piece_ids(tok, parts[term])
+        if len(ids) < 2:
+            continue
+        pieces = [tok.decode([i], skip_special_tokens=False) for i in ids]
+        out.append(Candidate(term, freq, pieces, ids, len(parts[term])))
+    out.sort(key=lambda c: (-c.savings_tokens, -c.frequency, c.term))
+    return out
+
+
+def candidates_table(cands: Sequence[Candidate]) -> "pl.DataFrame":
+    """The ``candidates.parquet`` table, one row per candidate, best first (``rank`` 1 = best)."""
+    import polars as pl
+
+    return pl.DataFrame({
+        "rank": list(range(1, len(cands) + 1)),
+        "term": [c.term for c in cands],
+        "frequency": [c.frequency for c in cands],
+        "pieces": [c.pieces for c in cands],
+        "piece_ids": [c.piece_ids for c in cands],
+        "n_pieces": [c.n_pieces for c in cands],
+        "n_words": [c.n_words for c in cands],
+        "savings_tokens": [c.savings_tokens for c in cands],
+    }, schema={"rank": pl.Int32, "term": pl.Utf8, "frequency": pl.Int64, "pieces": pl.List(pl.Utf8),
+               "piece_ids": pl.List(pl.Int64), "n_pieces": pl.Int32, "n_words": pl.Int32,
+               "savings_tokens": pl.Int64})
+
+
+def extended_tokenizer(tok: "Tokenizer", terms: Sequence[str]) -> "Tokenizer":
+    """A copy of ``tok`` with ``terms`` added as tokens (ids ``len(tok)``, ``len(tok)+1``, …).
+
+    Added tokens are matched in the raw text before pre-tokenization, longest match first, and not
+    normalized, so " hypertension" (with its space) becomes one token wherever it occurs.
+    """
+    from tokenizers import AddedToken, Tokenizer
+
+    ext = Tokenizer.from_str(tok.to_str())
+    ext.add_tokens([AddedToken(t, normalized=False, special=False) for t in terms])
+    return ext
+
+
+def count_tokens(tok: "Tokenizer", texts: Sequence[str], batch: int = 2048) -> int:
+    """Total tokens of ``texts`` (no special tokens added)."""
+    n = 0
+    for i in range(0, len(texts), batch):
+        n += sum(len(e.ids) for e in tok.encode_batch(list(texts[i:i + batch]), add_special_tokens=False))
+    return n
+
+
+def token_counts(tok: "Tokenizer", texts: Sequence[str], batch: int = 2048):
+    """``(total, counts)``: total tokens and a (V,) numpy array of occurrences per token id."""
+    import numpy as np
+
+    size = tok.get_vocab_size(with_added_tokens=True)
+    counts = np.zeros(size, dtype=np.int64)
+    for i in range(0, len(texts), batch):
+        ids = [j for e in tok.encode_batch(list(texts[i:i + batch]), add_special_tokens=False) for j in e.ids]
+        counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=size)[:size]
+    return int(counts.sum()), counts
+
+
+def space_twins(tok: "Tokenizer", terms: Sequence[str]) -> list[tuple[str, list[int]]]:
+    """For each chosen term without a leading space, its spaced form, when that is still split.
+
+    An added token is matched in raw text before pre-tokenization, so adding "Laceration" alone
+    would turn mid-sentence " Laceration" (old: [" L", "ac", "eration"]) into [" ", "Laceration"]:
+    a bare-space token before a word, a sequence the model never saw in training. Adding the twin
+    " Laceration" as well keeps the spaced form whole. Only for tokenizers whose pre-tokenizer keeps
+    the space inside the word's pre-token (byte-level BPE). Returns ``[(twin, piece_ids), ...]``.
+    """
+    chosen = set(terms)
+    existing = set(tok.get_vocab(with_added_tokens=True))
+    out = []
+    for term in terms:
+        twin = " " + term
+        if term.startswith(" ") or twin in chosen or twin in existing:
+            continue
+        pts = pretokens(tok, twin)
+        if not pts or not _is_word(pts[0][0]) or not pts[0][0].startswith(" "):
+            continue  # the tokenizer splits the space off: no twin needed
+        ids = piece_ids(tok, [p[1] for p in pts])
+        if len(ids) > 1:
+            out.append((twin, ids))
+            chosen.add(twin)
+    return out

@@ -1,0 +1,165 @@
+"""Is an initialisation safe? Norms, nearest neighbours, and what the new rows do to the model's output.
+
+Three checks per strategy:
+
+1. **Norm percentile.** For each new row, the share of trained rows whose norm is at most its norm
+   (0–100). Rows far outside the trained range (a percentile of 0 or 100) behave unlike any token
+   the model has seen. Example: trained norms [1, 2, 3, 4], new norm 2.5 → 50.
+2. **Nearest existing tokens.** Top-5 trained rows by cosine; a reader can judge whether
+   " cholecystitis" sits near " gall", " bladder", "itis" — or near noise.
+3. **Next-token KL and new-token mass** (causal LMs whose full weights load). On held-out text
+   that contains none of the new terms the inputs are unchanged, so the final hidden states h are
+   unchanged; only the softmax gains the new output rows r_j (the new input rows for tied models):
+
+       p_new(i) = exp(l_i) / (Z_old + Σ_j exp(h·r_j)),   l_i = h·w_i,  Z_old = Σ_i exp(l_i)
+
+   hence, per position, with the new-token mass m = Σ_j p_new(j):
+
+       KL(p_old ‖ p_new) = Σ_i p_old(i) ln(p_old(i)/p_new(i)) = ln(Z_new / Z_old) = −ln(1 − m).
+
+   Hewitt (2021) asks for KL ≈ 0: the extended model should predict old text as before. A large m
+   means the new rows will dominate generation. Both are averaged over all positions of the
+   held-out text; the maximum over positions is reported too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: general English text, a few hundred tokens, used when no held-out text is given; sentences that
+#: contain a new term are dropped before use (the inputs must not change)
+HELD_OUT_TEXT = (
+    "The old bridge across the river was built more than a century ago, and it still carries "
+    "traffic every day. In the morning, people walk to the market to buy bread, fruit and fresh "
+    "vegetables. The town council met on Tuesday to discuss the budget for the coming year. "
+    "Several members argued that the library needed new books and longer opening hours. "
+    "Meanwhile, the weather turned cold, and the first snow fell on the hills north of the town. "
+    "Children built a snowman in the park while their parents watched from a bench. "
+    "A small train runs along the coast, stopping at fishing villages where boats return at dusk. "
+    "The museum opened an exhibition about the history of printing, with machines that still work. "
+    "Visitors can set their own names in metal type and print a card to take home. "
+    "In the evening, a choir sang in the church square, and the music carried across the water. "
+    "Good software is written for people to read, and only then for machines to run. "
+    "She opened the window, looked at the quiet street, and decided to write a long letter to her "
+    "brother, who had moved to a city on the other side of the country."
+)
+
+#: neighbours listed per new row
+TOP_K = 5
+
+
+@dataclass
+class StrategyDiagnostics:
+    """Diagnostics of one initialisation strategy (one entry of ``summary.json`` ``strategies``)."""
+
+    #: strategy name (``subword-mean``, ...)
+    name: str
+    #: median over new rows of the norm percentile among trained rows (0–100; ~50 is typical)
+    norm_percentile_median: float
+    #: min / max norm percentile over new rows (0 or 100 flags rows outside the trained range)
+    norm_percentile_min: float
+    norm_percentile_max: float
+    #: median cosine to the nearest trained row (higher: the row sits among known tokens)
+    nearest_cosine_median: float
+    #: mean KL(p_old ‖ p_new) per position on held-out text, nats (lower is better; ≈0 is safe);
+    #: None when the whole model could not be loaded
+    kl: float | None = None
+    #: max KL over positions, nats
+    kl_max: float | None = None
+    #: mean probability mass on the new tokens per position (lower is safer)
+    new_token_mass: float | None = None
+    #: max over positions
+    new_token_mass_max: float | None = None
+    #: per term: the nearest existing tokens, ``[[token, cosine], ...]`` (a few terms only)
+    examples: dict[str, list[list]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def norm_percentiles(new_rows: "torch.Tensor", trained_norms: "torch.Tensor") -> "torch.Tensor":
+    """(n,) percentile (0–100) of each new row's norm among trained-row norms.
+
+    >>> import torch
+    >>> norm_percentiles(torch.tensor([[2.5, 0.0]]), torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()
+    [50.0]
+    """
+    import torch
+
+    ref = trained_norms.sort().values
+    pos = torch.searchsorted(ref, new_rows.norm(dim=1).contiguous(), right=True)
+    return pos.double() / max(len(ref), 1) * 100.0
+
+
+def hidden_and_logits(lm, ids: Sequence[int]):
+    """``(h, logits)`` of a causal LM on one token sequence: (T, d) inputs to the LM head and the
+    (T, V) logits, captured with a forward hook (no assumption on where the final norm sits)."""
+    import torch
+
+    captured = {}
+    head = lm.get_output_embeddings()
+    hook = head.register_forward_hook(lambda _m, inp, _out: captured.__setitem__("h", inp[0]))
+    try:
+        with torch.no_grad():
+            logits = lm(input_ids=torch.tensor([list(ids)])).logits[0].float()  # (T, V)
+    finally:
+        hook.remove()
+    return captured["h"][0].float(), logits
+
+
+def kl_and_mass(h: "torch.Tensor", logits: "torch.Tensor", new_out_rows: "torch.Tensor",
+                bias: "torch.Tensor | None" = None) -> dict[str, float]:
+    """Mean / max KL(p_old ‖ p_new) and new-token mass over positions (see module docstring).
+
+    ``logits`` (T, V) are the old model's; ``new_out_rows`` (n, d) the rows added to the softmax.
+    """
+    import torch
+
+    new_logits = h @ new_out_rows.float().T  # (T, n)
+    if bias is not None:
+        new_logits = new_logits + bias
+    lse_old = torch.logsumexp(logits.double(), dim=1)  # (T,)
+    lse_add = torch.logsumexp(new_logits.double(), dim=1)  # (T,)
+    lse_new = torch.logaddexp(lse_old, lse_add)
+    kl = lse_new - lse_old  # = ln(Z_new / Z_old)
+    mass = torch.exp(lse_add - lse_new)
+    return {"kl": float(kl.mean()), "kl_max": float(kl.max()),
+            "new_token_mass": float(mass.mean()), "new_token_mass_max": float(mass.max())}
+
+
+def held_out_ids(old_tok, new_tok, text: str = HELD_OUT_TEXT) -> list[int]:
+    """Token ids of the held-out sentences that encode identically before and after extension
+    (i.e. contain no new term)."""
+    import re
+
+    keep = []
+    for sent in re.split(r"(?<=[.!?])\s+", text.strip()):
+        a = old_tok.encode(" " + sent if keep else sent, add_special_tokens=False).ids
+        b = new_tok.encode(" " + sent if keep else sent, add_special_tokens=False).ids
+        if a == b:
+            keep.append(" " + sent if keep else sent)
+    return old_tok.encode("".join(keep), add_special_tokens=False).ids
+
+
+def row_diagnostics(name: str, new_rows: "torch.Tensor", ctx, terms: Sequence[str],
+                    token_strings: Sequence[str], n_examples: int = 8) -> StrategyDiagnostics:
+    """Norm percentiles and nearest trained tokens of ``new_rows`` (n, d) against ``ctx.matrix``."""
+    from embscope.vocab.init import nearest_trained, trained_norms
+
+    pct = norm_percentiles(new_rows, trained_norms(ctx))
+    sims, ids = nearest_trained(ctx, new_rows, TOP_K)
+    examples = {terms[k]: [[token_strings[int(i)], round(float(s), 3)] for s, i in zip(sims[k], ids[k])]
+                for k in range(min(n_examples, len(terms)))}
+    return StrategyDiagnostics(
+        name=name,
+        norm_percentile_median=round(float(pct.median()), 2),
+        norm_percentile_min=round(float(pct.min()), 2),
+        norm_percentile_max=round(float(pct.max()), 2),
+        nearest_cosine_median=round(float(sims[:, 0].median()), 4),
+        examples=examples,
+    )
