@@ -1,0 +1,347 @@
+"""Tokenizer cost per language: fertility, parity and friends, one row per (tokenizer, language).
+
+Metrics (counts are summed over every text of the language that was read):
+
+- ``fertility`` = tokens / words — Rust et al. 2021, "How Good is Your Tokenizer? On the
+  Monolingual Performance of Multilingual Language Models". Words follow
+  :mod:`embscope.segment` (whitespace, Ethiopic ``፡``; one word per character for Han, Kana,
+  Thai, Lao, Khmer, Myanmar — there fertility is tokens per character). Example: "human rights"
+  → ``[human][ rights]`` = 2 tokens / 2 words = 1.0 with gpt2; gpt2 on Amharic "ሰው፡ልጅ" = 15
+  tokens / 2 words = 7.5 (byte-level BPE without Ethiopic merges: ~one token per byte).
+  Lower is cheaper; 1.0 is one token per word.
+- ``tokens_per_char`` = tokens / characters (code points); ``bytes_per_token`` = UTF-8 bytes /
+  tokens (higher = more text per token).
+- ``continued_word_rate``: share of words split into ≥ 2 tokens when each word is tokenised on its
+  own (Rust et al.'s "proportion of continued words"); ``single_token_word_rate`` = share encoded
+  as exactly 1 token. Both are frequency-weighted over the words of the first
+  :data:`WORD_SAMPLE_BYTES` of each language. A word that follows a space in the text is encoded
+  with that leading space when the tokenizer marks spaces in its tokens (``" the"`` is one
+  token and differs from ``"the"``: GPT-2-style byte-level BPE); otherwise (sentencepiece
+  Metaspace adds its own ``▁``; WordPiece drops spaces) the bare word is encoded.
+- ``parity`` = tokens(lang) / tokens(reference) over the aligned units both have — Petrov et al.
+  2023, "Language Model Tokenizers Introduce Unfairness Between Languages" (their "premium").
+  Example: UDHR article 1 is 33 gpt2 tokens in English and 61 in French → 61 / 33 = 1.85. Sums
+  over the shared units, then divides: Σ_u t_L(u) / Σ_u t_ref(u). Null without ``unit`` keys or
+  without the reference language; 1.0 for the reference itself.
+- ``unk_rate`` = share of tokens that are the unknown token; ``byte_fallback_rate`` = share of
+  tokens that are byte-fallback pieces (``<0xE3>``) — both 0 for byte-level BPE, which has
+  neither.
+- ``roundtrip`` = share of texts with ``decode(encode(text)) == text`` (first
+  :data:`ROUNDTRIP_TEXTS` texts per language); below 1 for normalising tokenizers (lower-casing,
+  NFKC) or lossy ones.
+- ``vocab_utilisation`` = distinct token ids used / vocabulary size.
+
+Optional "double cost" view (Petrov et al.'s cost in tokens, plus where those tokens sit in the
+embedding space), for ``vocabs[0]`` when ``tokens`` (the geometry table: ``token_id``, ``in_norm``,
+maybe ``isolation``, ``flagged``) and/or ``embed`` ((V, d) matrix) are given — weights are each
+token's share of the language's tokens:
+
+- ``mean_in_norm`` = Σ_i w_i ‖e_i‖, ``mean_isolation`` = Σ_i w_i isolation_i,
+  ``flagged_share`` = Σ_i w_i [flagged_i];
+- ``mean_within_sim`` = mean cosine similarity over pairs of the language's :data:`TOP_TOKENS`
+  most frequent tokens (high: the language's tokens crowd one corner of the space).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from embscope.corpus import CorpusReport, iter_corpus
+from embscope.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, word_counts
+from embscope.vocabulary import Vocabulary
+
+#: bytes of text per language whose words are tokenised one by one (continued-word rates):
+#: ~40k words, plenty for a stable share (UDHR is 10–40 KB per language) at a bounded cost.
+WORD_SAMPLE_BYTES = 256 << 10
+#: texts per language checked for decode(encode(text)) == text
+#: (a decode is ~50 µs; 200 texts tell a lossless tokenizer from a normalising one)
+ROUNDTRIP_TEXTS = 200
+#: bytes per language whose characters decide its script
+SCRIPT_SAMPLE_CHARS = 64 << 10
+#: most frequent tokens per language compared pairwise for mean_within_sim (200² pairs)
+TOP_TOKENS = 200
+
+
+@dataclass
+class LanguageResult:
+    """Output of :func:`measure`."""
+
+    table: object  # polars DataFrame, one row per (tokenizer, language); columns in the module doc
+    summary: dict  # JSON-able: tokenizers, reference, segmentation note, corpus report, sizes
+    token_counts: dict = field(default_factory=dict, repr=False)  # (tokenizer, lang) → counts array
+
+
+@dataclass
+class _Acc:
+    """Running sums for one (tokenizer, language)."""
+
+    texts: int = 0
+    tokens: int = 0
+    counts: object = None  # numpy uint32 (V,): occurrences of each token id
+    units: dict = field(default_factory=dict)  # unit → tokens
+    rt_ok: int = 0
+    rt_n: int = 0
+
+
+@dataclass
+class _LangAcc:
+    """Running sums for one language, independent of the tokenizer."""
+
+    words: int = 0
+    chars: int = 0
+    bytes: int = 0
+    word_bytes: int = 0  # bytes whose words went into word_freq
+    word_freq: Counter = field(default_factory=Counter)  # (word, after_space) → count
+    script: Counter = field(default_factory=Counter)
+    script_chars: int = 0
+
+
+def space_prefix(vocab: Vocabulary) -> bool:
+    """Whether words after a space should be encoded with that space (see ``continued_word_rate``).
+
+    True when ``" the"`` encodes as one token that differs from ``"the"`` (GPT-2 ``Ġthe``).
+    """
+    a, b = vocab.encode_batch([" the", "the"])
+    return len(a) == 1 and a != b
+
+
+def _flatten(ids: list[list[int]]):
+    import numpy as np
+
+    n = sum(map(len, ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=n)
+
+
+def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference: str = "eng",
+            sample_bytes: int | None = None, embed=None, tokens=None,
+            batch_size: int = 512) -> LanguageResult:
+    """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
+
+    Args:
+        vocabs: tokenizers to compare (``embscope.load_vocabulary("gpt2")`` …).
+        corpus_path: folder or file, read by :func:`embscope.corpus.iter_corpus`.
+        reference: language that parity divides by (default ``eng``).
+        sample_bytes: read at most this many bytes per language.
+        embed: optional (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy).
+        tokens: optional polars DataFrame with ``token_id``, ``in_norm`` (and maybe
+            ``isolation``, ``flagged``) for ``vocabs[0]``.
+        batch_size: texts per encode call.
+
+    Returns:
+        :class:`LanguageResult`.
+
+    Example::
+
+        >>> from embscope.tokenizers import load_vocabulary
+        >>> res = measure([load_vocabulary("gpt2")], "corpora/udhr")  # doctest: +SKIP
+        >>> res.table.filter(language="eng")["parity"][0]  # doctest: +SKIP
+        1.0
+    """
+    import numpy as np
+
+    from embscope.progress import track
+    from embscope.script import script_counts
+
+    vocabs = list(vocabs)
+    names = [v.name for v in vocabs]
+    report = CorpusReport()
+    acc: dict[tuple[int, str], _Acc] = {}
+    langs: dict[str, _LangAcc] = {}
+
+    def account(batch, all_ids):
+        la = langs.setdefault(batch.lang, _LangAcc())
+        texts = batch.texts
+        joined = "\n".join(texts)  # one regex pass per batch: "\n" is whitespace to the rules
+        la.words += count_words(joined)
+        la.chars += len(joined) - (len(texts) - 1)
+        la.bytes += len(joined.encode("utf-8")) - (len(texts) - 1)
+        if la.word_bytes < WORD_SAMPLE_BYTES:
+            la.word_freq.update(word_counts(joined))
+            la.word_bytes += len(joined)
+        if la.script_chars < SCRIPT_SAMPLE_CHARS:
+            sample = "".join(texts)[:SCRIPT_SAMPLE_CHARS]
+            la.script.update(script_counts(sample))
+            la.script_chars += len(sample)
+        for k, (vocab, ids) in enumerate(zip(vocabs, all_ids)):
+            a = acc.get((k, batch.lang))
+            if a is None:
+                a = acc[(k, batch.lang)] = _Acc(counts=np.zeros(len(vocab), dtype=np.uint32))
+            lens = list(map(len, ids))
+            a.texts += len(ids)
+            a.tokens += sum(lens)
+            flat = _flatten(ids)
+            if flat.size:
+                a.counts += np.bincount(flat, minlength=len(vocab))[:len(vocab)].astype(np.uint32)
+            if any(u is not None for u in batch.units):
+                for unit, n in zip(batch.units, lens):
+                    if unit is not None:
+                        a.units[unit] = a.units.get(unit, 0) + n
+            if a.rt_n < ROUNDTRIP_TEXTS:
+                take = min(ROUNDTRIP_TEXTS - a.rt_n, len(ids))
+                a.rt_ok += sum(vocab.decode(i) == t for i, t in zip(ids[:take], texts[:take]))
+                a.rt_n += take
+
+    def encode_all(batch):
+        return [v.encode_batch(batch.texts) for v in vocabs]
+
+    # Encode batch n+1 (Rust, GIL released) while Python accounts for batch n.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for batch in track(iter_corpus(corpus_path, sample_bytes=sample_bytes,
+                                       batch_size=batch_size, report=report),
+                           description="tokenising corpus"):
+            fut = pool.submit(encode_all, batch)
+            if pending is not None:
+                account(*pending)
+            pending = (batch, fut.result())
+        if pending is not None:
+            account(*pending)
+
+    rows = _rows(vocabs, acc, langs, reference)
+    if tokens is not None or embed is not None:
+        _add_density(rows, vocabs[0].name, acc, tokens, embed)
+    import polars as pl
+
+    table = pl.DataFrame(rows, infer_schema_length=None).sort(["tokenizer", "fertility"])
+    summary = {
+        "tokenizers": [{"name": v.name, "backend": getattr(v, "backend", "?"), "vocab_size": len(v),
+                        "space_prefix_for_words": space_prefix(v)} for v in vocabs],
+        "reference": reference,
+        "reference_present": reference in langs,
+        "languages": len(langs),
+        "sample_bytes": sample_bytes,
+        "segmentation": SEGMENTATION_NOTE,
+        "word_sample_bytes": WORD_SAMPLE_BYTES,
+        "roundtrip_texts": ROUNDTRIP_TEXTS,
+        "corpus": report.as_dict(),
+    }
+    counts = {(names[k], lang): a.counts for (k, lang), a in acc.items()}
+    return LanguageResult(table=table, summary=summary, token_counts=counts)
+
+
+def _word_rates(vocab: Vocabulary, freq: Counter, prefix: bool) -> tuple[float | None, float | None]:
+    """Frequency-weighted (continued_word_rate, single_token_word_rate) of ``freq``'s words."""
+    if not freq:
+        return None, None
+    items = list(freq.items())
+    texts = [(" " + w) if (after and prefix) else w for (w, after), _ in items]
+    total = cont = single = 0
+    for start in range(0, len(texts), 8192):
+        chunk = vocab.encode_batch(texts[start:start + 8192])
+        for ids, ((_, _), n) in zip(chunk, items[start:start + 8192]):
+            total += n
+            if len(ids) >= 2:
+                cont += n
+            elif len(ids) == 1:
+                single += n
+    return cont / total, single / total
+
+
+def _rows(vocabs, acc, langs, reference) -> list[dict]:
+    import numpy as np
+
+    rows = []
+    for k, vocab in enumerate(vocabs):
+        prefix = space_prefix(vocab)
+        ref = acc.get((k, reference))
+        byte_ids = np.fromiter(sorted(vocab.byte_ids), dtype=np.int64) if vocab.byte_ids else None
+        for lang in sorted(langs):
+            a = acc.get((k, lang))
+            la = langs[lang]
+            if a is None:
+                continue
+            script = la.script.most_common(1)[0][0] if la.script else "none"
+            parity = units = None
+            if ref is not None and a.units and ref.units:
+                shared = a.units.keys() & ref.units.keys()
+                if shared:
+                    units = len(shared)
+                    parity = sum(a.units[u] for u in shared) / max(1, sum(ref.units[u] for u in shared))
+            cont, single = _word_rates(vocab, la.word_freq, prefix)
+            tok = max(a.tokens, 1)
+            unk = int(a.counts[vocab.unk_id]) if vocab.unk_id is not None and vocab.unk_id < len(a.counts) else 0
+            fallback = int(a.counts[byte_ids].sum()) if byte_ids is not None else 0
+            rows.append({
+                "tokenizer": vocab.name,
+                "language": lang,
+                "script": script,
+                "segmentation": "characters" if script in CHAR_SCRIPTS else "words",
+                "texts": a.texts,
+                "words": la.words,
+                "chars": la.chars,
+                "bytes": la.bytes,
+                "tokens": a.tokens,
+                "fertility": a.tokens / la.words if la.words else None,
+                "tokens_per_char": a.tokens / la.chars if la.chars else None,
+                "bytes_per_token": la.bytes / a.tokens if a.tokens else None,
+                "continued_word_rate": cont,
+                "single_token_word_rate": single,
+                "parity": parity,
+                "parity_units": units,
+                "unk_rate": unk / tok,
+                "byte_fallback_rate": fallback / tok,
+                "roundtrip": a.rt_ok / a.rt_n if a.rt_n else None,
+                "vocab_utilisation": int(np.count_nonzero(a.counts)) / len(vocab),
+            })
+    return rows
+
+
+def _add_density(rows, name, acc, tokens, embed) -> None:
+    """Add the double-cost columns to ``rows`` of tokenizer ``name`` (vocabs[0])."""
+    import numpy as np
+
+    in_norm = isolation = flagged = None
+    if tokens is not None:
+        ids = tokens["token_id"].to_numpy()
+        size = int(ids.max()) + 1 if len(ids) else 0
+
+        def column(col, dtype):
+            if col not in tokens.columns:
+                return None
+            arr = np.full(size, np.nan, dtype=np.float64)
+            arr[ids] = tokens[col].cast(dtype).fill_null(np.nan).to_numpy()
+            return arr
+
+        import polars as pl
+
+        in_norm = column("in_norm", pl.Float64)
+        isolation = column("isolation", pl.Float64)
+        flagged = column("flagged", pl.Float64)
+    emb = None
+    if embed is not None:
+        emb = embed.detach().float().cpu().numpy() if hasattr(embed, "detach") else np.asarray(embed, dtype=np.float32)
+    for row in rows:
+        if row["tokenizer"] != name:
+            continue
+        counts = acc[(0, row["language"])].counts.astype(np.float64)
+
+        def weighted(values):
+            if values is None:
+                return None
+            n = min(len(values), len(counts))
+            w, v = counts[:n], values[:n]
+            ok = ~np.isnan(v) & (w > 0)
+            return float((w[ok] * v[ok]).sum() / w[ok].sum()) if ok.any() else None
+
+        row["mean_in_norm"] = weighted(in_norm)
+        row["mean_isolation"] = weighted(isolation)
+        row["flagged_share"] = weighted(flagged)
+        sim = None
+        if emb is not None:
+            used = np.flatnonzero(counts[:len(emb)])
+            top = used[np.argsort(-counts[used], kind="stable")[:TOP_TOKENS]]
+            if len(top) >= 2:
+                x = emb[top]  # (k, d)
+                x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+                s = x @ x.T  # (k, k) cosine similarities
+                k = len(top)
+                sim = float((s.sum() - np.trace(s)) / (k * (k - 1)))
+        row["mean_within_sim"] = sim
+    for row in rows:  # same columns on every row so the table has one schema
+        for col in ("mean_in_norm", "mean_isolation", "flagged_share", "mean_within_sim"):
+            row.setdefault(col, None)

