@@ -66,7 +66,8 @@ def audit(spec: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     from dataclasses import asdict
 
     from embscope.context import context_summary
-    from embscope.load import load_model
+    from embscope.load import load_model, pick_device
+    from embscope.resolve import resolve
     from embscope.tables import base_columns, tokens_frame
 
     opts = options or AuditOptions()
@@ -74,15 +75,18 @@ def audit(spec: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     corpora = [Path(c) for c in corpora]
     _check_corpora(corpora)
 
-    with steps.step("load", f"load {spec}"):
-        model = load_model(spec, device=opts.device, trust_pickle=opts.trust_pickle)
-    target = Path(out) if out is not None else default_out(model.name)
-    summary: dict[str, Any] = {
-        "embscope": provenance({k: v for k, v in asdict(opts).items()} | {"corpora": [str(c) for c in corpora]}),
-        "model": model_record(model),
-        "skipped": {},
-    }
+    pick_device(opts.device)  # fail fast on --device cuda without a GPU
+    resolved = resolve(spec, trust_pickle=opts.trust_pickle)
+    target = Path(out) if out is not None else default_out(resolved.name)
+    # The folder is claimed before the heavy work, so an unwritable --out fails in a second.
     with atomic_folder(target, force=force) as tmp:
+        with steps.step("load", f"load {spec}"):
+            model = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle)
+        summary: dict[str, Any] = {
+            "embscope": provenance(asdict(opts) | {"corpora": [str(c) for c in corpora]}),
+            "model": model_record(model),
+            "skipped": {},
+        }
         with steps.step("context", "RoPE and KV-cache summary"):
             summary["context"] = context_summary(model.config).to_dict()
         with steps.step("tokens", "token table and norms"):

@@ -30,6 +30,7 @@ _COMMAND_MODULES = [
     "embscope.commands.rope",
     "embscope.commands.language",
     "embscope.commands.report",
+    "embscope.commands.extend",
 ]
 
 for _name in _COMMAND_MODULES:

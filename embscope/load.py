@@ -80,7 +80,7 @@ def _read_safetensors(r: Resolved):
         if name not in headers[shard]:
             raise ModelFileError(f"the index says {name} is in {shard.name}, but it is not; re-download "
                                  "the checkpoint")
-        tensors[key] = read_tensor(shard, name)
+        tensors[key] = read_tensor(shard, name, headers[shard])
     dtype = headers[where[embed_name]][embed_name]["dtype"]
     names = {"embed": embed_name, "output": out_name}
     return tensors["embed"], tensors.get("output"), names, dtype, sorted(str(p) for p in headers)
@@ -115,11 +115,12 @@ def _read_gguf(r: Resolved):
             names, dtype, [str(r.path)])
 
 
-def load_model(spec: str, *, device: str = "auto", trust_pickle: bool = False) -> LoadedModel:
+def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False) -> LoadedModel:
     """Load the embedding (and untied output) matrix of a model, with its tokenizer.
 
     Args:
-        spec: alias, hub id, model folder or ``.gguf`` file (see :mod:`embscope.resolve`).
+        spec: alias, hub id, model folder or ``.gguf`` file (see :mod:`embscope.resolve`), or an
+            already resolved spec.
         device: ``auto`` (GPU when present), ``cpu`` or ``cuda``. On CUDA the matrices stay in their
             stored dtype; on CPU they are float32.
         trust_pickle: allow PyTorch ``.bin`` checkpoints (still ``weights_only=True``).
@@ -136,7 +137,7 @@ def load_model(spec: str, *, device: str = "auto", trust_pickle: bool = False) -
 
     t0 = time.perf_counter()
     dev = pick_device(device)
-    r = resolve(spec, trust_pickle=trust_pickle)
+    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle)
     config = r.config()
     readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
     embed, out, names, dtype, files = readers[r.format](r)
@@ -149,25 +150,36 @@ def load_model(spec: str, *, device: str = "auto", trust_pickle: bool = False) -
     if out is not None and tuple(out.shape) != tuple(embed.shape):
         raise ModelFileError(f"output matrix {tuple(out.shape)} does not match the embedding "
                              f"{tuple(embed.shape)}; unsupported checkpoint layout")
-    tied = out is None or (out.data_ptr() == embed.data_ptr()) or bool(torch.equal(out, embed))
+    tied = out is None or (out.data_ptr() == embed.data_ptr()) or _same_rows(out, embed)
     if tied:
         out = None
         names["output"] = None
-    target = torch.float32 if dev == "cpu" else embed.dtype
-    embed = embed.to(device=dev, dtype=target)
-    out = out.to(device=dev, dtype=target) if out is not None else None
+    # Stored dtype everywhere: on CPU memory-mapped (analyses convert row chunks to float32),
+    # on CUDA copied to the GPU.
+    if dev != "cpu":
+        embed = embed.to(device=dev)
+        out = out.to(device=dev) if out is not None else None
 
     vocab = r.vocabulary()
     rows = int(embed.shape[0])
     if vocab is not None and len(vocab) > rows:
         raise VocabError(f"the tokenizer has {len(vocab)} tokens but the embedding has only {rows} rows; "
                          "the tokenizer does not belong to this model")
-    cats = list(vocab.categories()) if vocab is not None else ["normal"] * rows
-    cats += ["padding"] * (rows - len(cats))
-    return LoadedModel(spec=spec, name=r.name, source=r.source, path=str(r.path),
+    return LoadedModel(spec=r.spec, name=r.name, source=r.source, path=str(r.path),
                        arch=_arch(config), config=config, embed=embed, output=out, tied=tied,
-                       dtype=dtype, device=dev, vocab=vocab, categories=cats, tensor_names=names,
+                       dtype=dtype, device=dev, vocab=vocab, tensor_names=names,
                        files_read=files, load_seconds=time.perf_counter() - t0)
+
+
+def _same_rows(a, b, sample: int = 64) -> bool:
+    """Whether two matrices hold the same values: a strided sample of rows first, all rows only
+    when the sample agrees (tied checkpoints that store the head twice)."""
+    import torch
+
+    step = max(1, a.shape[0] // sample)
+    if not torch.equal(a[::step], b[::step]):
+        return False
+    return bool(torch.equal(a, b))
 
 
 def _arch(config: dict) -> str | None:

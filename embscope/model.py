@@ -1,8 +1,9 @@
 """What :func:`embscope.load_model` returns: the embedding matrices and what is known about them.
 
 Only the input embedding and, when untied, the output (LM-head) matrix are ever loaded — never the
-whole model. ``embed`` and ``output`` keep the checkpoint's dtype on CUDA; on CPU they are float32
-(analyses work on them in row chunks).
+whole model. ``embed`` and ``output`` keep the checkpoint's dtype (bf16 for most checkpoints;
+float32 for dequantised GGUF): on CUDA they live on the GPU, on CPU they are memory-mapped from the
+file. Analyses convert row chunks to float32 (``matrix[a:b].float()``), never the whole matrix.
 """
 
 from __future__ import annotations
@@ -43,14 +44,23 @@ class LoadedModel:
     device: str
     #: the tokenizer, or ``None`` when the model ships none
     vocab: "Vocabulary | None"
-    #: one category per matrix row (see :mod:`embscope.vocabulary`), ``padding`` past the tokenizer
-    categories: list[str]
     #: tensor names read, e.g. ``{"embed": "model.embed_tokens.weight", "output": "lm_head.weight"}``
     tensor_names: dict[str, str | None] = field(default_factory=dict)
     #: files opened to read the tensors (a test proves a shard without them is never opened)
     files_read: list[str] = field(default_factory=list)
     #: seconds spent loading
     load_seconds: float = 0.0
+
+    @property
+    def categories(self) -> list[str]:
+        """One category per matrix row (see :mod:`embscope.vocabulary`), ``padding`` past the
+        tokenizer. Computed on first use (a reachability pass over the vocabulary)."""
+        cached = self.__dict__.get("_categories")
+        if cached is None:
+            cats = list(self.vocab.categories()) if self.vocab is not None else ["normal"] * self.n_rows
+            cats += ["padding"] * (self.n_rows - len(cats))
+            self.__dict__["_categories"] = cached = cats
+        return cached
 
     @property
     def n_rows(self) -> int:

@@ -45,6 +45,9 @@ def atomic_folder(out: Path, *, force: bool = False) -> Iterator[Path]:
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a report is meant to be shared
     except OSError as exc:
         raise OutputError(f"cannot write under {parent}: {exc.strerror}; pass a writable --out") from None
     try:

@@ -100,10 +100,10 @@ class HFVocabulary(Vocabulary):
 
     backend = "tokenizers"
 
-    def __init__(self, tok, name: str):
+    def __init__(self, tok, name: str, spec: dict | None = None):
         self.tok = tok
         self.name = name
-        spec = json.loads(tok.to_str())
+        spec = spec if spec is not None else json.loads(tok.to_str())
         model = spec.get("model") or {}
         self.model_type = model.get("type", "")
         blob = json.dumps([spec.get("pre_tokenizer"), spec.get("decoder")])
@@ -373,7 +373,8 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
         if suffix == ".json":
             from tokenizers import Tokenizer
 
-            return HFVocabulary(Tokenizer.from_file(str(path)), name)
+            text = path.read_text("utf-8")
+            return HFVocabulary(Tokenizer.from_str(text), name, spec=json.loads(text))
         if suffix == ".gguf":
             from embscope.loaders.gguf import gguf_vocabulary
 

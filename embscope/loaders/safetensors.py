@@ -64,15 +64,37 @@ def read_header(path: Path) -> dict[str, dict]:
     return header
 
 
-def read_tensor(path: Path, name: str):
-    """Load one tensor (a ``torch.Tensor`` in its stored dtype) from a validated file."""
-    from safetensors import safe_open
+_TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                 "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.get_tensor(name)
-    except Exception as exc:  # safetensors' own checks, after ours
-        raise ModelFileError(f"cannot read {name!r} from {Path(path).name}: {exc}; re-download the file") from None
+
+def read_tensor(path: Path, name: str, header: dict[str, dict] | None = None):
+    """One tensor as a ``torch.Tensor`` in its stored dtype, memory-mapped (zero-copy).
+
+    The file is mapped copy-on-write: nothing is read until rows are touched, the page cache is
+    shared with other readers, and writes (never made) would stay private. ``header`` is the
+    validated header from :func:`read_header`.
+    """
+    import mmap
+
+    import torch
+
+    path = Path(path)
+    header = header if header is not None else read_header(path)
+    info = header[name]
+    dtype = getattr(torch, _TORCH_DTYPES.get(info["dtype"], ""), None)
+    if dtype is None:
+        raise ModelFileError(f"{name!r} in {path.name} has dtype {info['dtype']}, which torch cannot hold")
+    with path.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    begin, end = info["data_offsets"]
+    count = math.prod(info["shape"])
+    if count == 0:
+        return torch.empty(info["shape"], dtype=dtype)
+    flat = torch.frombuffer(mm, dtype=dtype, count=count, offset=8 + n + begin)
+    return flat.view(info["shape"])
 
 
 def weight_map(folder: Path) -> dict[str, str] | None:
