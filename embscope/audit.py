@@ -94,7 +94,7 @@ def audit(spec: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
         summary["categories"] = _counts(model.categories)
 
         if opts.scan:
-            from embscope.geometry import scan
+            from embscope.geometry.scan import scan
 
             with steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
                 result = scan(model, k=opts.k, unused_ids=opts.unused_ids, cache_dir=opts.cache_dir,

@@ -31,6 +31,7 @@ _COMMAND_MODULES = [
     "embscope.commands.language",
     "embscope.commands.report",
     "embscope.commands.extend",
+    "embscope.commands.scan",
 ]
 
 for _name in _COMMAND_MODULES:

@@ -1,0 +1,129 @@
+"""Indicators, scan and the scan command on real weights and on a planted synthetic matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import embscope
+from embscope.geometry.indicators import compute_indicators, robust_z
+from embscope.geometry.knn import knn_graph
+from embscope.geometry.scan import escape_token, scan
+from embscope.model import LoadedModel
+
+
+@pytest.fixture(scope="module")
+def knn_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("knn")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return embscope.load_model("minilm-l6", device="cpu")
+
+
+def test_robust_z_worked_example():
+    z, med, scale = robust_z(np.array([1.0, 2, 3, 4, 100]), np.ones(5, bool))
+    assert med == 3 and scale == pytest.approx(1.4826)
+    assert z[-1] == pytest.approx(97 / 1.4826)
+
+
+def test_escape_token():
+    assert escape_token("a\n<b>") == "a\\n&lt;b&gt;"
+    assert escape_token("\u202e") == "\\u202e"
+
+
+def test_minilm_unused_rows_score_high(minilm, knn_cache):
+    strings = minilm.token_strings()
+    unused = np.array([bool(re.fullmatch(r"\[unused\d+\]", s)) for s in strings])
+    assert unused.sum() == 994
+    g = knn_graph(minilm.embed, 10, cache_dir=knn_cache, progress=False)
+    cats = np.array(minilm.categories)
+    from sklearn.metrics import roc_auc_score
+
+    uid = np.flatnonzero(unused)
+    # Held out: half of the [unusedN] rows are the reference, the other half are scored; and
+    # no reference at all (norm + isolation only).
+    for ref in (uid[::2].tolist(), []):
+        ind = compute_indicators(minilm.embed, None, minilm.categories, strings, g.sims, unused_ids=ref)
+        ev = (cats == "normal") & ~np.isin(np.arange(len(cats)), ref)
+        auc = roc_auc_score(unused[ev], ind.undertrained_score[ev])
+        assert auc >= 0.95, (len(ref), auc)
+        assert ind.flagged[uid[1::2]].mean() > 0.95
+
+
+def test_smollm2_flags_some_rows(knn_cache):
+    m = embscope.load_model("smollm2-135m", device="cpu")
+    res = scan(m, cache_dir=knn_cache, layout=False)
+    s = res.summary
+    assert s["flagged"]["normal"] > 0
+    assert s["reference"]["source"] == "none" and s["reference"]["note"]
+    assert len(s["top_undertrained"]) == 30
+    json.dumps(s)  # JSON-able
+    for name, col in res.columns.items():
+        assert len(col) == m.n_rows, name
+    assert res.columns["out_norm"][0] is None and res.columns["ref_sim"][0] is None
+    print("\n".join(f"{r['id']:>6} {r['token']!r:<20} {r['score']:.2f}" for r in s["top_undertrained"][:20]))
+
+
+def _planted(seed=0):
+    """3000 Gaussian rows (64-d, untied) with 5 zero rows, 10 low-norm rows, a far cluster of 6."""
+    g = torch.Generator().manual_seed(seed)
+    n, d = 3000, 64
+    emb = torch.randn(n, d, generator=g)
+    out = torch.randn(n, d, generator=g)
+    zero = list(range(10, 15))
+    low = list(range(100, 110))
+    far = list(range(2000, 2006))
+    emb[zero] = 0
+    out[zero] = 0
+    emb[low] *= 0.05
+    out[low] *= 0.05
+    centre = torch.randn(d, generator=g) * 4
+    emb[far] = centre + 0.1 * torch.randn(len(far), d, generator=g)
+    out[far] = -centre + 0.1 * torch.randn(len(far), d, generator=g)
+    return emb, out, zero + low + far
+
+
+def test_planted_rows_are_flagged(tmp_path):
+    emb, out, planted = _planted()
+    m = LoadedModel(spec="planted", name="planted", source="test", path="", arch=None, config={},
+                    embed=emb, output=out, tied=False, dtype="float32", device="cpu", vocab=None)
+    res = scan(m, cache_dir=tmp_path, layout=True)
+    flagged = np.asarray(res.columns["flagged"])
+    assert flagged[planted].all(), [i for i in planted if not flagged[i]]
+    others = np.delete(flagged, planted)
+    print(f"\nplanted: {flagged[planted].sum()}/{len(planted)} flagged; false-positive rate {others.mean():.4f}")
+    assert others.mean() < 0.01, others.mean()   # false-positive rate
+    assert np.asarray(res.columns["zero_row"])[10:15].all()
+    assert res.summary["flagged"]["zero_rows"] == 5
+    assert res.summary["reference"]["source"] == "zero-rows"
+    assert np.isfinite(res.columns["x"]).all()
+    again = scan(m, cache_dir=tmp_path, layout=True)
+    assert again.summary["knn"]["cached"]
+    np.testing.assert_array_equal(res.columns["x"], again.columns["x"])  # seeded layout
+
+
+@pytest.mark.slow
+def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
+    import polars as pl
+
+    from embscope.cli import main
+
+    monkeypatch.setenv("EMBSCOPE_CACHE", str(knn_cache.parent))
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-layout", "--device", "cpu"]) == 0
+    t = pl.read_parquet(out / "tokens.parquet")
+    assert t.columns[:4] == ["token_id", "token", "token_bytes", "category"]
+    assert t.height == 30522 and t["flagged"].sum() > 994 * 0.95
+    s = json.loads((out / "summary.json").read_text())
+    assert s["reference"]["source"] == "unused-names" and s["reference"]["size"] == 994
+    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-layout"]) == 2  # exists
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left

