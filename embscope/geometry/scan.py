@@ -172,7 +172,7 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
         "knn": graph.record(),
         "reference": {"size": len(ref.ids), "source": ref.source,
                       "note": None if ref.ids else "no known-unused rows: ref_sim is empty and the "
-                      "score uses norm and isolation only"},
+                      "score uses the distance from the trained centre and the knot term only"},
         "fit": {k: {kk: _clean(vv) for kk, vv in v.items()} for k, v in ind.fit.items()},
         "tied": tied,
     }

@@ -108,32 +108,27 @@ def init_mean(ctx: InitContext) -> "torch.Tensor":
     return trained_mean(ctx).expand(len(ctx.pieces), -1).clone()
 
 
-def trained_covariance(ctx: InitContext, mu: "torch.Tensor") -> "torch.Tensor":
-    """Σ = (1/n) Σ_i (e_i − μ)(e_i − μ)ᵀ over trained rows: (d, d) float64, built in row chunks so
-    only one (CHUNK_ROWS, d) block is centred at a time."""
-    import torch
-
-    d = ctx.matrix.shape[1]
-    cov = torch.zeros(d, d, dtype=torch.float64)
-    n = 0
-    for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS):
-        rows = ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]].double() - mu.double()
-        cov += rows.T @ rows  # (d, d)
-        n += rows.shape[0]
-    return cov / max(n, 1)
-
-
 def init_hewitt(ctx: InitContext) -> "torch.Tensor":
-    """x = μ + √ε · U diag(√λ⁺) z, z ~ N(0, I), where Σ = U diag(λ) Uᵀ (eigh; λ⁺ = max(λ, 0) guards a
-    covariance that is only positive semi-definite)."""
+    """Sample each new row from N(μ, εΣ), Σ the covariance of the trained rows (Hewitt 2021).
+
+    Σ (d × d) is never formed: with X_c the (n, d) centred trained rows, Σ = X_cᵀX_c / n, and
+    x = μ + √(ε/n) · X_cᵀ z with z ~ N(0, I_n) has exactly covariance εΣ. Built in row chunks:
+    O(m·n·d) for m new rows instead of O(n·d²) for Σ and O(d³) for its factorisation
+    (Qwen2-7B: 0.2 TFLOP instead of 2 TFLOP + an eigendecomposition of 3584²).
+    """
     import torch
 
     mu = trained_mean(ctx)
-    lam, U = torch.linalg.eigh(trained_covariance(ctx, mu))
     g = torch.Generator().manual_seed(ctx.seed)
-    z = torch.randn(len(ctx.pieces), mu.shape[0], generator=g, dtype=torch.float64)  # (n, d)
-    x = (z * lam.clamp_min(0).sqrt()) @ U.T * HEWITT_EPS ** 0.5  # (n, d)
-    return (mu.double() + x).float()
+    m = len(ctx.pieces)
+    acc = torch.zeros(m, mu.shape[0], dtype=torch.float32)
+    n = 0
+    for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS):
+        rows = ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]].float() - mu  # (c, d)
+        z = torch.randn(m, rows.shape[0], generator=g)                                  # (m, c)
+        acc += z @ rows                                                                  # (m, d)
+        n += rows.shape[0]
+    return mu + acc * (HEWITT_EPS / max(n, 1)) ** 0.5
 
 
 def _piece_rows(ctx: InitContext, ids: Sequence[int]):

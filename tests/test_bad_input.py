@@ -1,0 +1,110 @@
+"""Bad input through the CLI: one clear line on stderr, exit code 2, nothing half-written.
+
+Model-file cases (truncated or lying safetensors, pickle payloads, GGUF without token_embd, config
+nonsense, tokenizer larger than the matrix, uncached hub ids, --device cuda) are in test_load.py;
+corpus files (binary, invalid UTF-8, empty, 100 MB single line) in test_corpus.py. This file checks
+the same promise end to end, where the output folder is at stake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from embscope.cli import main
+from tests.conftest import write_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def leftovers(parent: Path, name: str) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(name) or p.name.startswith(f".{name}."))
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["audit", "--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["audit", "--model", "minilm-l6", "--corpus", "/nonexistent/corpus"], "corpus '/nonexistent/corpus' does not exist"),
+    (["audit", "--model", "minilm-l6", "--unused-ids", "1,x"], "--unused-ids must be comma-separated integers"),
+    (["rope", "--model", "/nonexistent/folder"], "unknown model"),
+])
+def test_user_mistakes_are_one_line(capsys, argv, expected):
+    assert main(argv) == 2
+    assert expected in one_line_error(capsys)
+
+
+def test_unwritable_output_folder(capsys, tmp_path):
+    # /sys is a read-only filesystem even for root; elsewhere a path under a regular file.
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in ("/sys/embscope-report", str(blocker / "report")):
+        assert main(["audit", "--model", "minilm-l6", "--no-scan", "--out", out]) == 2
+        assert "cannot write under" in one_line_error(capsys)
+    assert not Path("/sys/embscope-report").exists()
+
+
+def test_existing_report_folder_is_not_overwritten(capsys, tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["audit", "--model", "minilm-l6", "--no-scan", "--out", str(out)]) == 2
+    assert "already exists" in one_line_error(capsys)
+    assert (out / "keep.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
+
+
+def test_failure_mid_run_leaves_nothing(capsys, tmp_path, llama3_tokenizer_json):
+    """The tokenizer check fails after the folder is claimed: no report, no partial folder."""
+    write_checkpoint(tmp_path / "m", rows=1000, hidden=8, tokenizer_json=llama3_tokenizer_json)
+    out = tmp_path / "reports" / "r"
+    assert main(["audit", "--model", str(tmp_path / "m"), "--out", str(out)]) == 2
+    assert "tokenizer has 128256 tokens" in one_line_error(capsys)
+    assert leftovers(tmp_path / "reports", "r") == []
+
+
+def test_sigint_mid_run_leaves_no_partial_folder(tmp_path):
+    out = tmp_path / "reports" / "r"
+    env = dict(os.environ, EMBSCOPE_PROGRESS="1", HF_HUB_OFFLINE="1", EMBSCOPE_CACHE=str(tmp_path / "cache"))
+    env.pop("EMBSCOPE_QUIET", None)
+    proc = subprocess.Popen([sys.executable, "cli.py", "audit", "--model", "smollm2-135m", "--out", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Interrupt once the kNN step has started (the folder is claimed by then).
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "kNN" in line:
+            break
+    assert any("kNN" in line for line in seen), "".join(seen)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert leftovers(tmp_path / "reports", "r") == []
+
+
+def test_report_of_missing_folder(capsys, tmp_path):
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    one_line_error(capsys)
+
+
+def test_summary_json_is_valid_after_no_scan_audit(tmp_path):
+    out = tmp_path / "r"
+    assert main(["audit", "--model", "minilm-l6", "--no-scan", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"]["rows"] == 30522 and summary["skipped"]["languages"] == "no corpus given"
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "summary.json", "tokens.parquet"]
