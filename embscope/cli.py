@@ -39,30 +39,27 @@ for _name in _COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 interrupted, 2 user error)."""
+    """Run the CLI; returns the exit code (0 ok, 2 user error, 130 interrupted).
+
+    Usage errors (unknown option, bad value) are typer's own one-line messages with exit code 2;
+    :class:`EmbscopeError` from the library becomes ``error: <message>`` and exit code 2.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=True)
     except EmbscopeError as err:
         typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
         return 2
     except KeyboardInterrupt:
-        typer.secho("interrupted: nothing was written", err=True, fg=typer.colors.YELLOW)
-        return 130
-    except SystemExit as exc:  # typer/click exits (e.g. --help)
-        return int(exc.code or 0)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Exit):
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            typer.secho("interrupted: nothing was written", err=True, fg=typer.colors.YELLOW)
-            return 130
-        raise
+        return _interrupted()
+    except SystemExit as exc:  # typer always ends this way in standalone mode
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return _interrupted() if code == 130 else code
     return 0
+
+
+def _interrupted() -> int:
+    typer.secho("interrupted: nothing was written", err=True, fg=typer.colors.YELLOW)
+    return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

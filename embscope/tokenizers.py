@@ -101,6 +101,10 @@ class HFVocabulary(Vocabulary):
     backend = "tokenizers"
 
     def __init__(self, tok, name: str, spec: dict | None = None):
+        # Counting needs every token: a tokenizer.json saved for inference may truncate (MiniLM
+        # truncates at 128) or pad; both would corrupt fertility and savings figures.
+        tok.no_truncation()
+        tok.no_padding()
         self.tok = tok
         self.name = name
         spec = spec if spec is not None else json.loads(tok.to_str())

@@ -79,8 +79,10 @@ def test_sigint_mid_run_leaves_no_partial_folder(tmp_path):
     out = tmp_path / "reports" / "r"
     env = dict(os.environ, EMBSCOPE_PROGRESS="1", HF_HUB_OFFLINE="1", EMBSCOPE_CACHE=str(tmp_path / "cache"))
     env.pop("EMBSCOPE_QUIET", None)
+    # A background job inherits SIGINT as ignored; a terminal user's Ctrl-C is not, so restore it.
     proc = subprocess.Popen([sys.executable, "cli.py", "audit", "--model", "smollm2-135m", "--out", str(out)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # Interrupt once the kNN step has started (the folder is claimed by then).
     seen = []
     for line in proc.stderr:
@@ -108,3 +110,20 @@ def test_summary_json_is_valid_after_no_scan_audit(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"]["rows"] == 30522 and summary["skipped"]["languages"] == "no corpus given"
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "summary.json", "tokens.parquet"]
+
+
+def test_usage_errors_are_typer_messages_not_tracebacks(capsys):
+    assert main(["audit", "--bogus"]) == 2
+    assert main(["audit", "--k", "notanint"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option: --bogus" in err and "Traceback" not in err
+
+
+def test_every_command_has_help_text():
+    from embscope.cli import app
+    from typer.main import get_command
+
+    group = get_command(app)
+    assert len(group.commands) >= 8
+    for name, cmd in group.commands.items():
+        assert cmd.help and len(cmd.help.strip()) > 20, f"{name} lacks help text"
