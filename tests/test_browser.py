@@ -113,7 +113,12 @@ def test_fake_report_in_browser(browser, tmp_path):
     for sid in ("overview", "tokens", "languages", "extension", "context"):
         assert js(f"return !!document.getElementById('{sid}')"), sid
     # Charts and tables drawn.
-    assert js("return document.querySelectorAll('#top-table tbody tr').length") == 300
+    # The score table: TOP_N normal tokens shown by default, the other categories on request.
+    assert js("return document.querySelectorAll('#top-table tbody tr').length") == 600
+    assert js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).length") == 300
+    assert js("return document.getElementById('top-category').value") == "=normal"
+    cats = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).map(r => r.cells[3].textContent)")
+    assert set(cats) == {"normal"}
     assert js("return document.querySelectorAll('#hist-in_norm svg rect').length") > 10
     assert js("return document.querySelectorAll('#hist-out_norm svg rect').length") > 10
     assert js("return document.querySelectorAll('#wavelength-chart svg circle').length") == 32
@@ -123,6 +128,16 @@ def test_fake_report_in_browser(browser, tmp_path):
     assert js("return document.getElementById('map-canvas').width") > 0
     assert "Showing" not in js("return document.getElementById('map-note').textContent")  # 5000 < 30k
     assert js("return document.body.innerText.indexOf('no data:')") == -1
+    # Scan summary views: flagged card, by-script table, most under-trained chips.
+    card = js("return document.getElementById('flagged-card').innerText")
+    assert "normal rows (" in card and "special 1 of 1" in card and "score ≥ 2.5" in card
+    assert js("return document.querySelectorAll('#script-table tbody tr').length") == 2
+    assert js("return document.querySelectorAll('#top-undertrained .chip').length") == 30
+    assert js("return document.querySelector('#top-undertrained .tok').textContent") == HOSTILE[1]
+    # Numbers: fixed decimals, never "-0".
+    nums = js("return Array.from(document.querySelectorAll('#top-table td.n')).map(td => td.textContent)")
+    assert nums and not [t for t in nums if t.startswith("-0") and not t.strip("-0.")]
+    assert all(len(t.split(".")[1]) in (3, 4) for t in nums if "." in t), nums[:10]
     # Hostile tokens appear as visible text, not markup: exactly our two <script> elements.
     assert js("return document.scripts.length") == 2
     assert js("return document.images.length") == 0
@@ -144,11 +159,17 @@ def test_fake_report_in_browser(browser, tmp_path):
     assert js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).length") == 1
     js("var b = document.getElementById('top-search'); b.value = ''; b.dispatchEvent(new Event('input'));")
     assert js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).length") == 300
-    # Sorting by id ascending puts token 0 first.
+    # The category filter brings back the special, byte, padding... rows.
+    js("var s = document.getElementById('top-category'); s.value = '*'; s.dispatchEvent(new Event('change'));")
+    assert js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).length") == 600
+    js("var s = document.getElementById('top-category'); s.value = '!normal'; s.dispatchEvent(new Event('change'));")
+    assert set(js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).map(r => r.cells[3].textContent)")) == {"special", "unreachable", "undecodable", "byte", "padding"}
+    js("var s = document.getElementById('top-category'); s.value = '=normal'; s.dispatchEvent(new Event('change'));")
+    # Sorting by id ascending puts the lowest normal id (1) first among the shown rows.
     js("document.querySelectorAll('#top-table th')[1].click()")
     js("document.querySelectorAll('#top-table th')[1].click()")
-    first = js("return document.querySelector('#top-table tbody tr').cells[1].textContent")
-    assert first == "0"
+    first = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden)[0].cells[1].textContent")
+    assert first == "1"
     # Hovering the map shows a token.
     from selenium.webdriver.common.action_chains import ActionChains
 
@@ -199,16 +220,16 @@ def test_real_demo_audit(browser, tmp_path):
     (the slowest part) so the test stays near a minute on two cores.
     """
     audit_mod = pytest.importorskip("embscope.audit", reason="embscope.audit is not there yet")
-    import embscope.geometry as geometry
-
-    has_scan = hasattr(geometry, "scan")
-    options = audit_mod.AuditOptions(scan=has_scan, layout=False)
+    options = audit_mod.AuditOptions(scan=True, layout=False, cache_dir=tmp_path / "knn-cache")
     t = time.perf_counter()
     out = audit_mod.audit("smollm2-135m", corpora=[ROOT / "corpora" / "udhr"], out=tmp_path / "smollm2-135m",
                           options=options)
     audit_s = time.perf_counter() - t
     html = Path(out) / "index.html"
     assert html.is_file()
+    import json
+
+    geo = json.loads((Path(out) / "summary.json").read_text(encoding="utf-8"))["geometry"]
     check_page(browser, html, tmp_path, "report-smollm2-135m")
     js = browser.execute_script
     text = js("return document.body.innerText")
@@ -217,6 +238,17 @@ def test_real_demo_audit(browser, tmp_path):
     assert js("return document.querySelectorAll('#wavelength-chart svg circle').length") == 32
     assert js("return document.querySelectorAll('#lang-bars .barrow').length") >= 50  # one tokenizer: bars
     assert "no data: the output matrix is tied to the input embedding" in text
-    if has_scan:
-        assert js("return document.querySelectorAll('#top-table tbody tr').length") > 0
+    # The scan's views, from the real summary keys.
+    f = geo["flagged"]
+    card = js("return document.getElementById('flagged-card').innerText")
+    assert f"{f['normal']:,} normal rows (" in card and "normal_share" not in card
+    assert f"special {f['by_category']['special']} of " in card
+    assert js("return document.querySelectorAll('#script-table tbody tr').length") == len(geo["per_script"]) > 5
+    assert js("return document.querySelectorAll('#top-undertrained .chip').length") == len(geo["top_undertrained"])
+    shown = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).map(r => r.cells[3].textContent)")
+    assert shown and set(shown) == {"normal"}
+    assert "recall@k" in js("return document.getElementById('knn-card').innerText")
+    # The cost table: every language, most expensive first.
+    assert js("return document.querySelectorAll('#double-table tbody tr').length") >= 50
+    assert "no data: the 2-D layout was not computed" in text
     print(f"audit {audit_s:.1f} s")

@@ -43,7 +43,8 @@ def build_fake_output(out: Path, n_tokens: int = 5000, *, seed: int = 0, tied: b
     out.mkdir(parents=True, exist_ok=True)
     words = ["the", "ing", "tion", " der", "的", "ение", "über", "ς", "123", " {", "π"]
     tokens = HOSTILE + [f"{words[i % len(words)]}{i}" for i in range(N_HOSTILE, n_tokens)]
-    cats = ["special"] * 3 + ["unreachable"] * 2 + ["undecodable"] * 2
+    # Hostile strings in normal rows too: the default (normal-only) views must show them inert.
+    cats = ["special", "normal", "normal", "normal", "unreachable", "undecodable", "normal"]
     cats += ["byte" if i < 300 else ("padding" if i >= n_tokens - 20 else "normal")
              for i in range(N_HOSTILE, n_tokens)]
     score = rng.beta(2, 8, n_tokens)
@@ -88,7 +89,9 @@ def build_fake_output(out: Path, n_tokens: int = 5000, *, seed: int = 0, tied: b
                               "fertility": fert, "tokens_per_char": fert / 6, "bytes_per_token": 6.5 / fert,
                               "continued_word_rate": 0.3, "single_token_word_rate": 0.7,
                               "parity": fert / 1.3, "unk_rate": 0.0, "byte_fallback_rate": 0.0,
-                              "roundtrip": True, "vocab_utilisation": 0.2})
+                              "roundtrip": True, "vocab_utilisation": 0.2}
+                             | ({"mean_in_norm": 1.1 - fert / 10, "mean_isolation": 0.4, "flagged_share": fert / 100,
+                                 "mean_within_sim": 0.2} if tok == "gpt2" else {}))
     pl.DataFrame(lang_rows).write_parquet(out / "languages.parquet")
 
     terms = HOSTILE[:3] + ["myocardial", "hypertension", "pneumothorax", "tachycardia"]
@@ -119,18 +122,54 @@ def build_fake_output(out: Path, n_tokens: int = 5000, *, seed: int = 0, tied: b
                     | {"max": {"bf16": 46080 * 8192, "fp8": 23040 * 8192}},
                     "embedding_bytes": n_tokens * 64 * 2, "output_bytes": 0 if tied else n_tokens * 64 * 2,
                     "embedding_share": 0.2, "params_estimate": 135_000_000, "notes": ["fake model"]},
-        "geometry": {"flagged": int(flagged.sum()), "flagged_share": float(flagged.mean()),
-                     "knn": {"method": "exact", "k": 10, "recall_at_k": 1.0, "seconds": 0.5},
-                     "reference": {"size": 20, "source": "[unused] rows"},
-                     "per_script": [{"script": "Latin", "n": 100, "flagged_share": 0.1, "mean_norm": 1.0}]},
-        "languages": {"reference": "en", "corpora": ["flores-mini"]},
-        "extension": {"top_n": 5, "tokens_saved": 5000, "corpus_tokens": 100000,
-                      "strategies": {"mean": {"kl": 0.01, "new_token_mass": 0.02, "norm_ratio": 1.0},
-                                     "random": {"kl": 0.9, "new_token_mass": 0.4, "norm_ratio": 2.1}}},
+        # The shapes embscope.geometry.scan and embscope.audit write (see docs/schema.md).
+        "geometry": _fake_geometry(tokens, cats, score, flagged, in_norm),
+        "languages": {"corpora/flores-mini": {
+            "tokenizers": [{"name": t, "backend": "tokenizers"} for t in ("gpt2", "cl100k_base", "qwen2")],
+            "reference": "en", "reference_present": True, "languages": 5, "segmentation": "words = …",
+            "corpus": {"files_read": 5, "texts": 100, "bytes": 32500, "skipped": {}, "capped_languages": []}}},
+        "extension": {"top_n": 5, "space_twins_added": 2, "tokens_added": 7, "candidates": 7,
+                      "tokens_saved": 5000, "corpus_tokens": 100000, "corpus_tokens_after": 95000,
+                      "saved_fraction": 0.05, "estimated_savings": 5400, "min_freq": 5, "corpus_texts": 40,
+                      "strategies": {"mean": {"name": "mean", "kl": 2.4257e-06, "new_token_mass": 0.02,
+                                              "norm_percentile_median": 0.97,
+                                              "examples": {HOSTILE[0]: [[HOSTILE[1], 0.9], [" the", 0.5]]}},
+                                     "random": {"name": "random", "kl": 0.9, "new_token_mass": 0.4,
+                                                "norm_percentile_median": 57.5}},
+                      "kl_note": "held-out general English text, 230 tokens"},
         "skipped": {},
     }
     (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     return out
+
+
+def _fake_geometry(tokens, cats, score, flagged, in_norm) -> dict:
+    """``summary["geometry"]`` as :func:`embscope.geometry.scan.scan` writes it."""
+    from collections import Counter
+
+    import numpy as np
+
+    from embscope.geometry.scan import escape_token
+
+    cats_a = np.asarray(cats)
+    normal = cats_a == "normal"
+    counts = Counter(cats)
+    order = [int(i) for i in np.argsort(-score) if normal[i]][:30]
+    return {
+        "rows": len(cats), "categories": dict(counts),
+        "flagged": {"normal": int(flagged[normal].sum()), "normal_share": round(float(flagged[normal].mean()), 5),
+                    "by_category": {c: int(flagged[cats_a == c].sum()) for c in counts}, "zero_rows": 0},
+        "threshold": 2.5, "threshold_note": "score ≥ 2.5: 2.5 sigmas above the typical normal row",
+        # the producer stores these pre-escaped for HTML; the page must show the raw text
+        "top_undertrained": [{"id": i, "token": escape_token(tokens[i]), "score": round(float(score[i]), 3)}
+                             for i in order],
+        "per_script": {"Latin": {"rows": 4000, "flagged": 40, "flagged_share": 0.01, "mean_norm": 1.0},
+                       "Han": {"rows": 600, "flagged": 30, "flagged_share": 0.05, "mean_norm": 0.9}},
+        "knn": {"method": "exact", "k": 10, "recall_at_k": 1.0, "recall_rows": 1000, "seconds": 0.5,
+                "cached": False, "device": "cpu", "tile_dtype": "bfloat16"},
+        "reference": {"size": 0, "source": "none", "note": "no known-unused rows: ref_sim is empty"},
+        "tied": False,
+    }
 
 
 class _Counter(HTMLParser):
@@ -251,8 +290,12 @@ def test_sections_and_map_sample(tmp_path):
     assert m["n_shown"] == len(m["x"]) == MAP_MAX_POINTS
     assert flagged_ids <= set(m["id"])  # every flagged token kept
     assert len(set(m["id"])) == len(m["id"])
-    assert len(data["tokens"]["top"]["rows"]) == TOP_N
-    scores = [r["undertrained_score"] for r in data["tokens"]["top"]["rows"]]
+    top = data["tokens"]["top"]
+    # TOP_N normal tokens, and apart from them the TOP_N highest of the other categories
+    assert sum(r["category"] == "normal" for r in top["rows"]) == TOP_N
+    assert 0 < sum(r["category"] != "normal" for r in top["rows"]) <= TOP_N
+    assert top["default"] == "normal" and top["categories"][0] == "normal"
+    scores = [r["undertrained_score"] for r in top["rows"]]
     assert scores == sorted(scores, reverse=True)
     html = (out / "index.html").read_text(encoding="utf-8")
     for sid in ("overview", "tokens", "languages", "extension", "context"):
@@ -333,3 +376,77 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "is not a folder" in err and "\n" not in err
+
+
+def _text(path: Path) -> str:
+    return " ".join(" ".join(_parse(path).text).split())
+
+
+def test_geometry_views_read_the_scan_summary(fake_out):
+    text = _text(fake_out / "index.html")
+    g = json.loads((fake_out / "summary.json").read_text())["geometry"]
+    f = g["flagged"]
+    share = f"{100 * f['normal_share']:.2f} %"
+    assert f"{f['normal']:,} normal rows ({share})" in text
+    assert "normal_share=" not in text and "by_category" not in text  # no raw dict
+    # special and other rows apart, with their totals
+    assert f"special {f['by_category']['special']} of 1" in text
+    assert "score ≥ 2.5" in text and "2.5 sigmas above the typical normal row" in text
+    # kNN record and the reference note
+    assert "recall@k 1 on 1,000 rows" in text and "bfloat16 tiles" in text
+    assert "no known-unused rows: ref_sim is empty" in text
+    html = (fake_out / "index.html").read_text(encoding="utf-8")
+    table = html[html.index('id="script-table"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 3 and "Latin" in table and "1.00 %" in table and "5.00 %" in table
+    # The 30 most under-trained normal tokens, raw text (not the summary's pre-escaped copy), inert
+    chips = html[html.index('id="top-undertrained"'):]
+    chips = chips[:chips.index("</div>")]
+    assert chips.count('class="chip"') == 30
+    assert "&amp;lt;" not in chips and "&amp;gt;" not in chips  # not double-escaped
+    assert "\\u202eevil\\u202c" in chips  # bidi override shown as code points
+    assert "&#34;&gt;&lt;img src=x" in chips or "&quot;&gt;&lt;img src=x" in chips
+
+
+def test_numbers_have_fixed_precision_and_no_negative_zero():
+    from embscope.report.data import _num
+    from embscope.report.render import fmt, pct
+
+    assert fmt(3.0e-4) == "0.0003" and fmt(-0.0) == "0" and fmt(-1e-12 * 0) == "0"
+    assert fmt(-4e-5) == "-4.00e-5" and fmt(2.4257e-06) == "2.43e-6"
+    assert fmt(3.29441) == "3.294" and fmt(12.3456) == "12.35" and fmt(2424.39) == "2,424"
+    assert pct(0.00035) == "0.035 %" and pct(0.08946) == "8.95 %" and pct(0) == "0 %"
+    assert _num(-1e-9) == -1e-9 and str(_num(-0.0)) == "0.0" and _num(float("nan")) is None
+
+
+def test_cost_table_lists_every_language_most_expensive_first(fake_out):
+    data = json.loads(_parse(fake_out / "index.html").scripts[0][1])
+    cost = data["languages"]["cost"]
+    assert len(cost["rows"]) == 20
+    parity = [r["parity"] for r in cost["rows"]]
+    assert parity == sorted(parity, reverse=True)
+    assert cost["n_double"] == sum(p >= 2 for p in parity) > 0
+    assert cost["columns"][:2] == ["tokenizer", "language"]
+    for col in ("parity", "fertility", "mean_in_norm", "mean_isolation", "flagged_share", "mean_within_sim"):
+        assert col in cost["columns"], col
+    text = _text(fake_out / "index.html")
+    assert f"{cost['n_double']} of 20 pay double or more" in text
+    assert "Tokenizers: gpt2, cl100k_base, qwen2" in text
+    assert "5 languages, 100 texts" in text
+
+
+def test_extension_cards_use_the_real_keys(fake_out):
+    text = _text(fake_out / "index.html")
+    assert "Tokens added 7 top 5 terms by savings + 2 space twins" in text
+    assert "5.00 % of 100,000 corpus tokens" in text and "(estimate 5,400)" in text
+    assert "2.43e-6" in text and "KL measured on: held-out general English text" in text
+
+
+def test_older_geometry_spelling_still_renders(tmp_path):
+    out = build_fake_output(tmp_path / "old", 400)
+    s = json.loads((out / "summary.json").read_text())
+    s["geometry"] = {"flagged": 12, "flagged_share": 0.03,
+                     "per_script": [{"script": "Latin", "n": 100, "flagged_share": 0.1, "mean_norm": 1.0}]}
+    (out / "summary.json").write_text(json.dumps(s))
+    text = _text(render(out))
+    assert "12 normal rows (3.00 %)" in text and "10.00 %" in text

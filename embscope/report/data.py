@@ -11,6 +11,7 @@ under-trained table keeps the :data:`TOP_N` highest scores, histograms are binne
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from pathlib import Path
@@ -82,11 +83,18 @@ def _read_parquet(path: Path, wanted: list[str] | None = None):
 
 
 def _num(v: Any, digits: int = 4) -> Any:
-    """Round floats for the page (4 significant decimals are plenty on screen); NaN -> None."""
+    """Round floats for the page to ``digits`` significant digits; NaN/inf -> None; never -0.0.
+
+    Significant (not decimal) digits, so a KL of 2.4e-6 survives as 2.4e-6 instead of 0.0.
+
+    >>> _num(3.14159), _num(-1.2e-7), _num(2.4257e-6), _num(-0.0), _num(7)
+    (3.142, -1.2e-07, 2.426e-06, 0.0, 7)
+    """
     if isinstance(v, float):
         if math.isnan(v) or math.isinf(v):
             return None
-        return round(v, digits)
+        r = float(f"{v:.{digits}g}")
+        return 0.0 if r == 0 else r
     return v
 
 
@@ -110,8 +118,11 @@ def _histogram(values, flagged, bins: int = HIST_BINS) -> dict[str, Any] | None:
     return out
 
 
-def tokens_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    """Top table, map sample and norm histograms from ``tokens.parquet``."""
+def tokens_payload(out_dir: Path, summary: dict[str, Any], lookup: list[int] | None = None) -> dict[str, Any]:
+    """Top table, map sample and norm histograms from ``tokens.parquet``.
+
+    ``lookup``: token ids whose raw text is returned under ``"lookup"`` ({str(id): token}).
+    """
     import numpy as np
     import polars as pl
 
@@ -136,6 +147,15 @@ def tokens_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
                          df.group_by("category").len("count").sort("count", descending=True).to_dicts()}
     flagged = df["flagged"].fill_null(False).to_numpy() if "flagged" in cols else None
     out["n_flagged"] = int(flagged.sum()) if flagged is not None else None
+    if flagged is not None and "category" in cols:
+        normal = (df["category"] == "normal").fill_null(False).to_numpy()
+        out["n_flagged_normal"] = int((flagged & normal).sum())
+        out["n_normal"] = int(normal.sum())
+    if lookup:  # raw token text for ids the summary names (the summary's own copy is pre-escaped)
+        strings = df["token"].fill_null("").to_list()
+        ids = df["token_id"].to_list()
+        pos = {int(t): k for k, t in enumerate(ids)}
+        out["lookup"] = {str(i): strings[pos[i]] for i in lookup if i in pos}
 
     # Norm histograms over every row (not the sample).
     hists = {}
@@ -149,14 +169,24 @@ def tokens_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     scan_reason = skip_reason(summary, "geometry", "scan") or "the geometry scan did not run"
     tokens = df["token"].fill_null("").to_list()
 
-    # Top list: highest under-trained score first.
+    # Top list: the TOP_N highest scores among normal tokens, and apart from them the TOP_N
+    # highest among the other categories (special, padding, ...: not trained like text, so the
+    # page shows them only on request), merged, highest score first.
     if "undertrained_score" in cols:
-        top = (df.with_columns(pl.col("undertrained_score").cast(pl.Float64).fill_nan(None))
-               .filter(pl.col("undertrained_score").is_not_null())
-               .sort("undertrained_score", descending=True).head(TOP_N))
+        scored = (df.with_columns(pl.col("undertrained_score").cast(pl.Float64).fill_nan(None))
+                  .filter(pl.col("undertrained_score").is_not_null()))
+        if "category" in cols:
+            is_normal = pl.col("category") == "normal"
+            top = pl.concat([
+                scored.filter(is_normal).sort("undertrained_score", descending=True).head(TOP_N),
+                scored.filter(~is_normal | pl.col("category").is_null())
+                .sort("undertrained_score", descending=True).head(TOP_N),
+            ]).sort("undertrained_score", descending=True)
+        else:
+            top = scored.sort("undertrained_score", descending=True).head(TOP_N)
         show = [c for c in ("token_id", "token", "category", "script", "undertrained_score",
                             "in_norm", "out_norm", "ref_sim", "isolation", "knn_sim_k", "flagged")
-                if c in top.columns]
+                if c in top.columns and not (c in ("out_norm", "ref_sim") and top[c].null_count() == top.height)]
         rows = []
         for rec in top.iter_rows(named=True):
             row = {c: _num(rec[c]) for c in show}
@@ -166,13 +196,20 @@ def tokens_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
                 row["neighbors"] = [[int(j), tokens[j] if 0 <= j < n else "", _num(sims[k]) if k < len(sims) else None]
                                     for k, j in enumerate(ids)]
             rows.append(row)
-        out["top"] = {"columns": show + (["neighbors"] if "neighbors" in cols else []), "rows": rows}
+        cats_in_top = sorted({r.get("category") or "unknown" for r in rows},
+                             key=lambda c: (c != "normal", c))
+        out["top"] = {"columns": show + (["neighbors"] if "neighbors" in cols else []), "rows": rows,
+                      "categories": cats_in_top,
+                      "default": "normal" if "normal" in cats_in_top else "all", "per_group": TOP_N}
     else:
         out["top"] = {"reason": scan_reason}
 
     # Map: every flagged row plus a seeded uniform sample of the others, at most MAP_MAX_POINTS.
-    if {"x", "y"} <= cols and df["x"].null_count() < n:
-        xy_ok = (df["x"].is_not_null() & df["y"].is_not_null()).to_numpy()
+    xy_ok = None
+    if {"x", "y"} <= cols:  # the scan writes NaN (not null) when the layout was off
+        xy = df.select(pl.col("x").cast(pl.Float64).fill_nan(None), pl.col("y").cast(pl.Float64).fill_nan(None))
+        xy_ok = (xy["x"].is_not_null() & xy["y"].is_not_null()).to_numpy()
+    if xy_ok is not None and xy_ok.any():
         idx_all = np.flatnonzero(xy_ok)
         if flagged is not None:
             must = idx_all[flagged[idx_all]]
@@ -230,7 +267,32 @@ def languages_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         r["label"] = f"{r.get('language')} · {name}" if len(corpora) > 1 else str(r.get("language"))
     double = sorted((r for r in rows if isinstance(r.get("parity"), (int, float)) and r["parity"] >= DOUBLE_COST),
                     key=lambda r: -r["parity"])
-    return {"columns": columns, "rows": rows, "double": double, "double_threshold": DOUBLE_COST}
+    return {"columns": columns, "rows": rows, "double": double, "double_threshold": DOUBLE_COST,
+            "cost": cost_table(rows, corpora)}
+
+
+#: the cost table's columns, in order, when some row has a value: what a language pays in tokens
+#: (parity, fertility, ...) and where those tokens sit in the embedding space (the density columns)
+COST_COLUMNS = ("language", "script", "parity", "fertility", "tokens_per_char", "bytes_per_token",
+                "mean_in_norm", "mean_isolation", "flagged_share", "mean_within_sim")
+
+
+def cost_table(rows: list[dict[str, Any]], corpora: list[str]) -> dict[str, Any]:
+    """Every (tokenizer, language) row, most expensive first: by parity, then fertility.
+
+    The tokenizer (corpus) column is shown only when there are several tokenizers (corpora);
+    density columns only when a row has them. ``n_double`` counts rows with parity ≥ DOUBLE_COST.
+    """
+    def key(r):
+        p, f = r.get("parity"), r.get("fertility")
+        return (-(p if isinstance(p, (int, float)) else -1e9), -(f if isinstance(f, (int, float)) else -1e9))
+
+    toks = {r.get("tokenizer") for r in rows}
+    lead = (["tokenizer"] if len(toks) > 1 else []) + (["corpus"] if len(corpora) > 1 else [])
+    columns = lead + [c for c in COST_COLUMNS if any(r.get(c) is not None for r in rows)]
+    n_double = sum(1 for r in rows if isinstance(r.get("parity"), (int, float)) and r["parity"] >= DOUBLE_COST)
+    return {"columns": columns, "rows": sorted(rows, key=key), "n_double": n_double,
+            "has_parity": any(isinstance(r.get("parity"), (int, float)) for r in rows)}
 
 
 def candidates_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
@@ -259,9 +321,17 @@ def build_payload(out_dir: Path) -> dict[str, Any]:
     """Everything the page needs, as plain JSON-able data."""
     out_dir = Path(out_dir)
     summary = load_summary(out_dir)
+    view = summary_view(summary)
+    top = view["geo"].get("top_undertrained") or []
+    ids = [r["id"] for r in top if isinstance(r.get("id"), int)]
+    tokens = tokens_payload(out_dir, summary, lookup=ids)
+    names = tokens.pop("lookup", {}) if isinstance(tokens, dict) else {}
+    for r in top:  # the raw token from the table; else undo the summary's HTML escaping
+        raw = names.get(str(r.get("id")))
+        r["token"] = raw if raw is not None else html.unescape(str(r.get("token") or ""))
     return {
-        "view": summary_view(summary),
-        "tokens": tokens_payload(out_dir, summary),
+        "view": view,
+        "tokens": tokens,
         "languages": languages_payload(out_dir, summary),
         "candidates": candidates_payload(out_dir, summary),
     }

@@ -28,8 +28,14 @@ def _asset(name: str) -> str:
 def fmt(v: Any) -> str:
     """Plain text for a table cell: numbers with sensible precision, lists joined, tokens made visible.
 
+    Floats: thousands separators from 1,000 up; four significant digits below (trailing zeros
+    dropped); scientific notation only for tiny non-zero values (|v| < 5e-5, which four decimals
+    would print as 0); never ``-0``.
+
     >>> fmt(0.123456), fmt(1234567), fmt(True), fmt(None), fmt([1, "a\\x00"])
     ('0.1235', '1,234,567', 'yes', '—', '1, a\\\\x00')
+    >>> fmt(3.0e-4), fmt(-0.0), fmt(-1e-9 + 1e-9), fmt(2.4257e-06), fmt(3.29441), fmt(1.0)
+    ('0.0003', '0', '0', '2.43e-6', '3.294', '1')
     """
     if v is None:
         return "—"
@@ -38,16 +44,50 @@ def fmt(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
-        if v != v:
-            return "—"
-        if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
-            return f"{v:.3g}"
-        return f"{v:,.4g}" if abs(v) >= 1000 else f"{v:.4g}"
+        return _float(v)
     if isinstance(v, (list, tuple)):
         return ", ".join(fmt(x) for x in v)
     if isinstance(v, dict):
         return ", ".join(f"{display_token(str(k))}={fmt(x)}" for k, x in v.items())
     return display_token(str(v))
+
+
+def _float(v: float) -> str:
+    """See :func:`fmt` (the same rule as ``fmt`` in ``assets/base.js``)."""
+    import math
+
+    if math.isnan(v) or math.isinf(v):
+        return "—"
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        text = f"{v:,.0f}"
+    elif a < 5e-5:
+        mant, exp = f"{v:.2e}".split("e")
+        return f"{mant}e{int(exp)}"
+    else:
+        decimals = 4 if a < 1 else 3 - int(math.floor(math.log10(a)))
+        text = f"{v:.{decimals}f}"
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+    return "0" if text.lstrip("-") in ("0", "") else text
+
+
+def pct(v: Any, digits: int = 2) -> str:
+    """A fraction as a percentage: ``pct(0.00035) == '0.035 %'``; tiny shares keep 2 significant digits.
+
+    >>> pct(0.00035), pct(0.08946), pct(0), pct(None)
+    ('0.035 %', '8.95 %', '0 %', '—')
+    """
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
+        return "—"
+    p = v * 100
+    if p == 0:
+        return "0 %"
+    if abs(p) < 10 ** -digits * 10:  # below 0.1 % (digits=2): keep two significant digits
+        return f"{float(f'{p:.2g}'):g} %"
+    return f"{p:.{digits}f} %"
 
 
 def gib(n: Any) -> str:
@@ -91,6 +131,7 @@ def _env():
     env.filters["tok"] = display_token
     env.filters["fmt"] = fmt
     env.filters["gib"] = gib
+    env.filters["pct"] = pct
     return env
 
 

@@ -86,6 +86,51 @@ def extension_view(ext: Any) -> dict[str, Any]:
     return ext
 
 
+def geometry_view(geo: Any) -> dict[str, Any]:
+    """The scan summary (:func:`embscope.geometry.scan.scan`) under the names the page uses.
+
+    ``flagged`` becomes ``{normal, normal_share, others: [(category, flagged, rows)], zero_rows}``:
+    the headline counts normal tokens only; special, padding and other rows are listed apart (they
+    are not trained like text, so a flag on them means something else). ``per_script``
+    ({script: {rows, flagged, flagged_share, mean_norm}}) becomes a list sorted by rows. The older
+    spellings (``flagged`` as an int with ``flagged_share``; ``per_script`` as a list of
+    ``{script, n, flagged_share, mean_norm}``) are read too.
+    """
+    geo = dict(_dict(geo))
+    if not geo:
+        return {}
+    cats = _dict(geo.get("categories"))
+    f = geo.get("flagged")
+    if isinstance(f, dict):
+        by_cat = _dict(f.get("by_category"))
+        others = [{"category": str(c), "flagged": n, "rows": cats.get(c)}
+                  for c, n in by_cat.items() if c != "normal"]
+        flagged = {"normal": f.get("normal"), "normal_share": f.get("normal_share"),
+                   "normal_rows": cats.get("normal"), "others": others, "zero_rows": f.get("zero_rows")}
+    elif isinstance(f, (int, float)) and not isinstance(f, bool):
+        flagged = {"normal": f, "normal_share": geo.get("flagged_share"), "normal_rows": cats.get("normal"),
+                   "others": [], "zero_rows": None}
+    else:
+        flagged = None
+    geo["flagged"] = flagged
+    ps = geo.get("per_script")
+    rows = []
+    if isinstance(ps, dict):
+        rows = [{"script": str(k), **{kk: _dict(v).get(kk) for kk in ("rows", "flagged", "flagged_share", "mean_norm")}}
+                for k, v in ps.items()]
+    elif isinstance(ps, list):
+        rows = [{"script": r.get("script"), "rows": _first(r, "rows", "n"), "flagged": r.get("flagged"),
+                 "flagged_share": r.get("flagged_share"), "mean_norm": r.get("mean_norm")}
+                for r in ps if isinstance(r, dict)]
+    rows.sort(key=lambda r: -(r["rows"] if isinstance(r["rows"], (int, float)) else 0))
+    geo["per_script"] = rows
+    top = geo.get("top_undertrained")
+    geo["top_undertrained"] = [r for r in top if isinstance(r, dict)] if isinstance(top, list) else []
+    geo["reference"] = _dict(geo.get("reference"))
+    geo["knn"] = _dict(geo.get("knn"))
+    return geo
+
+
 def languages_view(langs: Any) -> dict[str, Any]:
     """``{reference, corpora, segmentation}`` from one language summary or {corpus: summary}."""
     langs = _dict(langs)
@@ -96,7 +141,22 @@ def languages_view(langs: Any) -> dict[str, Any]:
     refs = sorted({str(b["reference"]) for b in blocks if b.get("reference")})
     corpora = list(per_corpus) or ([str(c) for c in langs["corpora"]] if isinstance(langs.get("corpora"), list) else [])
     seg = next((b.get("segmentation") for b in blocks if isinstance(b.get("segmentation"), str)), None)
-    return {"reference": ", ".join(refs) or None, "corpora": corpora, "segmentation": seg}
+    toks: list[str] = []
+    for b in blocks:
+        for t in b.get("tokenizers") or []:
+            name = str(t.get("name")) if isinstance(t, dict) else str(t)
+            if name not in toks:
+                toks.append(name)
+    # one line per corpus: what was read (``corpus`` is embscope.corpus.CorpusReport.as_dict())
+    reads = []
+    for path, b in per_corpus.items():
+        c = _dict(b.get("corpus"))
+        reads.append({"corpus": path, "languages": b.get("languages"), "texts": c.get("texts"),
+                      "bytes": c.get("bytes"), "files_read": c.get("files_read"),
+                      "reference_present": b.get("reference_present"),
+                      "skipped": _dict(c.get("skipped")), "capped": c.get("capped_languages") or []})
+    return {"reference": ", ".join(refs) or None, "corpora": corpora, "segmentation": seg,
+            "tokenizers": toks, "reads": reads}
 
 
 def summary_view(s: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +165,7 @@ def summary_view(s: dict[str, Any]) -> dict[str, Any]:
     geo = dict(_dict(s.get("geometry")))
     if not geo.get("knn") and isinstance(s.get("knn"), dict):
         geo["knn"] = s["knn"]
+    geo = geometry_view(geo)
     return {
         "model": _dict(s.get("model")),
         "prov": prov,

@@ -35,16 +35,26 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  /* Same rule as embscope.report.render.fmt: thousands separators from 1,000 up, four
+     significant digits below (trailing zeros dropped), scientific only under 5e-5, never "-0". */
+  function noNegZero(t) { return /^-[0.]*$/.test(t) ? t.slice(1) : t; }
   function fmt(v) {
-    if (v === null || v === undefined || (typeof v === "number" && isNaN(v))) return "—";
+    if (v === null || v === undefined || (typeof v === "number" && !isFinite(v))) return "—";
     if (typeof v === "boolean") return v ? "yes" : "no";
     if (typeof v === "number") {
-      if (Number.isInteger(v)) return v.toLocaleString("en-US");
+      if (Number.isInteger(v)) return v === 0 ? "0" : v.toLocaleString("en-US");
       var a = Math.abs(v);
-      if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
-      return a >= 1000 ? v.toLocaleString("en-US", { maximumFractionDigits: 1 }) : v.toPrecision(4).replace(/\.?0+$/, "");
+      if (a >= 1000) return noNegZero(v.toLocaleString("en-US", { maximumFractionDigits: 0 }));
+      if (a < 5e-5) return v.toExponential(2).replace("e+", "e");
+      var d = a < 1 ? 4 : 3 - Math.floor(Math.log10(a));
+      return noNegZero(v.toFixed(d).replace(/\.?0+$/, ""));
     }
     return displayToken(String(v));
+  }
+  /* Fixed decimals for a table column (aligned digits), never "-0.000". */
+  function fmtFixed(v, d) {
+    if (typeof v !== "number" || !isFinite(v)) return fmt(v);
+    return noNegZero(v.toFixed(d));
   }
   function gib(b) {
     if (typeof b !== "number") return "—";

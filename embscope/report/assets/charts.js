@@ -36,7 +36,7 @@
     var box = document.getElementById("wavelength-chart");
     if (!box) return;
     var wl = ctx.wavelengths;
-    if (!wl || !wl.length) { noData(box, "no wavelengths in the context summary"); return; }
+    if (!wl || !wl.length) { noData(box, ctx.position_encoding && ctx.position_encoding !== "rope" ? "the model uses " + displayToken(ctx.position_encoding) + " positions, not RoPE" : "no wavelengths in the context summary"); return; }
     var f = frame(560, 250, { l: 52, r: 12, t: 12, b: 34 }), n = wl.length;
     var lines = [];
     if (ctx.original_max_positions) lines.push([ctx.original_max_positions, "trained context", "#c2410c"]);

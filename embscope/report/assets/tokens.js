@@ -6,6 +6,8 @@
   var TOP_LABELS = { token_id: "id", token: "token", category: "category", script: "script",
     undertrained_score: "score", in_norm: "‖e‖ in", out_norm: "‖w‖ out", ref_sim: "ref sim",
     isolation: "isolation", knn_sim_k: "kNN sim", flagged: "flag", neighbors: "nearest neighbours" };
+  /* decimals per column: scores and norms to 3, similarities (which sit near 0 or 1) to 4 */
+  var TOP_DIGITS = { undertrained_score: 3, in_norm: 3, out_norm: 3, ref_sim: 3, isolation: 4, knn_sim_k: 4 };
   function topTable() {
     var tok = DATA.tokens || {}, top = tok.top, table = document.getElementById("top-table");
     if (!table) return;
@@ -44,7 +46,7 @@
             td.appendChild(s);
           });
         } else {
-          td.textContent = c === "token_id" ? String(r[c]) : fmt(r[c]);
+          td.textContent = c === "token_id" ? String(r[c]) : (TOP_DIGITS[c] !== undefined ? fmtFixed(r[c], TOP_DIGITS[c]) : fmt(r[c]));
           if (typeof r[c] === "number") { td.className = "n"; td.setAttribute("data-v", String(r[c])); }
         }
         row.appendChild(td);
@@ -53,15 +55,39 @@
     });
     makeSortable(table);
     var input = document.getElementById("top-search"), count = document.getElementById("top-count");
+    /* Category filter: normal tokens by default; special, padding and the other categories are
+       reported apart (they are not trained like text) and shown on request. */
+    var catSel = document.getElementById("top-category"), cats = top.categories || [];
+    if (catSel) {
+      cats.forEach(function (c) {
+        var o = el("option", null, c === "normal" ? "normal tokens" : displayToken(c) + " rows"); o.value = "=" + c; catSel.appendChild(o);
+      });
+      if (cats.length > 1) {
+        var oth = el("option", null, "all but normal"); oth.value = "!normal"; catSel.appendChild(oth);
+        var all = el("option", null, "all categories"); all.value = "*"; catSel.appendChild(all);
+      }
+      catSel.value = top.default === "normal" && cats.indexOf("normal") >= 0 ? "=normal" : (cats.length > 1 ? "*" : "=" + cats[0]);
+    }
+    function catOk(r) {
+      var v = catSel ? catSel.value : "*", c = r.category || "unknown";
+      if (v === "*") return true;
+      if (v === "!normal") return c !== "normal";
+      return c === v.slice(1);
+    }
+    Array.prototype.forEach.call(body.rows, function (row, k) { row.__rec = top.rows[k]; });
     function update() {
-      var q = input.value.trim().toLowerCase(), shown = 0;
+      var q = input.value.trim().toLowerCase(), shown = 0, total = 0;
       Array.prototype.forEach.call(body.rows, function (row) {
-        var ok = !q || row.getAttribute("data-search").indexOf(q) >= 0;
+        var inCat = catOk(row.__rec);
+        if (inCat) total++;
+        var ok = inCat && (!q || row.getAttribute("data-search").indexOf(q) >= 0);
         row.hidden = !ok; if (ok) shown++;
       });
-      count.textContent = shown + " of " + top.rows.length + " tokens (highest score first)";
+      var what = catSel && catSel.value === "=normal" ? "normal tokens" : "rows";
+      count.textContent = shown + " of " + total + " " + what + " (highest score first)";
     }
     input.addEventListener("input", update);
+    if (catSel) catSel.addEventListener("change", update);
     update();
   }
 
