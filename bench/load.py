@@ -2,7 +2,7 @@
 
     python bench/load.py [--checkpoint DIR] [--skip-transformers]
 
-Builds a Qwen2-7B-shaped checkpoint (``bench/make_checkpoint.py --full-size``: shards of ~6.2 GB,
+Builds a Qwen2-7B-shaped checkpoint (``bench/make_checkpoint.py --full-size``: all 28 layers, ~15.2 GB of shards as published,
 152064 x 3584 bf16 embed_tokens in shard 1 and lm_head in shard 4) in a temporary folder, then runs
 each method in its own fresh Python process and reports wall time and peak RSS (``ru_maxrss`` of that
 process, so imports and the interpreter count for every method alike):

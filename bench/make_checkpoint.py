@@ -14,8 +14,8 @@ Planted structure (recorded in ``planted.json``), so analyses have known answers
 - low-norm rows: ~1 % of the tokenizer's rows scaled by 0.05, like under-trained tokens;
 - padding: rows past the tokenizer (151665..152063 at full width) are exactly zero.
 
-``--full-size`` fills shards 2 and 3 with ten layers' MLP weights (18944 x 3584 bf16 each), so the
-shards total about 6.1 GB, as a loader would meet them; without it the filler is a few small
+``--full-size`` writes all 28 decoder layers at their real shapes (7 per shard, ~15.2 GB of shards
+in all, the size of the published checkpoint), as a loader would meet them; without it the filler is a few small
 tensors and the whole folder is ~2.2 GB at real width (tests use small rows/hidden).
 
 ``--hf-cache DIR`` also lays the files out as a hub cache (DIR is the cache root, i.e.
@@ -233,18 +233,35 @@ def shard_layout(p: Planted, seed: int, full_size: bool) -> list[list[TensorSpec
     small = lambda name, shape, k: TensorSpec(name, shape, filler_chunks(shape, seed + k))  # noqa: E731
     shard1 = [TensorSpec("model.embed_tokens.weight", (p.rows, d), matrix_chunks(p, seed, 1.0)),
               small("model.layers.0.input_layernorm.weight", (d,), 1)]
-    if full_size:  # ten layers' MLPs, ~136 MB each at real width -> shards total ~6.1 GB
-        mlp = lambda i, k: [small(f"model.layers.{i}.mlp.gate_proj.weight", (INTERMEDIATE, d), k),  # noqa: E731
-                            small(f"model.layers.{i}.mlp.up_proj.weight", (INTERMEDIATE, d), k + 1),
-                            small(f"model.layers.{i}.mlp.down_proj.weight", (d, INTERMEDIATE), k + 2)]
-        shard2 = [t for i in range(0, 5) for t in mlp(i, 10 + 3 * i)]
-        shard3 = [t for i in range(5, 10) for t in mlp(i, 10 + 3 * i)]
+    extra: list[TensorSpec] = []
+    if full_size:  # all 28 layers at real width, 7 per shard, as Qwen2-7B's four shards hold them
+        def layer(i: int) -> list[TensorSpec]:
+            k = 10 + 16 * i
+            pre = f"model.layers.{i}."
+            return [small(pre + "self_attn.q_proj.weight", (d, d), k), small(pre + "self_attn.q_proj.bias", (d,), k + 1),
+                    small(pre + "self_attn.k_proj.weight", (KV_DIM, d), k + 2),
+                    small(pre + "self_attn.k_proj.bias", (KV_DIM,), k + 3),
+                    small(pre + "self_attn.v_proj.weight", (KV_DIM, d), k + 4),
+                    small(pre + "self_attn.v_proj.bias", (KV_DIM,), k + 5),
+                    small(pre + "self_attn.o_proj.weight", (d, d), k + 6),
+                    small(pre + "mlp.gate_proj.weight", (INTERMEDIATE, d), k + 7),
+                    small(pre + "mlp.up_proj.weight", (INTERMEDIATE, d), k + 8),
+                    small(pre + "mlp.down_proj.weight", (d, INTERMEDIATE), k + 9),
+                    small(pre + "post_attention_layernorm.weight", (d,), k + 10)] + (
+                    [small(pre + "input_layernorm.weight", (d,), k + 11)] if i else [])
+
+        shard1 += [t for i in range(0, 7) for t in layer(i)]
+        shard2 = [t for i in range(7, 14) for t in layer(i)]
+        shard3 = [t for i in range(14, 21) for t in layer(i)]
+        extra = [t for i in range(21, 28) for t in layer(i)]
     else:
         shard2 = [small("model.layers.0.self_attn.k_proj.weight", (KV_DIM, d), 2),
                   small("model.layers.0.self_attn.k_proj.bias", (KV_DIM,), 3)]
         shard3 = [small("model.layers.1.self_attn.v_proj.weight", (KV_DIM, d), 4),
                   small("model.layers.1.post_attention_layernorm.weight", (d,), 5)]
     shard4 = [TensorSpec("lm_head.weight", (p.rows, d), matrix_chunks(p, seed, 0.8)), small("model.norm.weight", (d,), 6)]
+    if full_size:
+        shard4 = extra + shard4
     return [shard1, shard2, shard3, shard4]
 
 
@@ -258,7 +275,7 @@ def make_checkpoint(out, *, rows: int = 152064, hidden: int = 3584, full_size: b
     Args:
         out: folder to create (may exist; files are overwritten).
         rows, hidden: embedding matrix shape (real: 152064 x 3584).
-        full_size: fill shards 2-3 with ~3.9 GB of layer weights.
+        full_size: write all 28 layers at real shapes (~15.2 GB of shards).
         seed: randomness of clusters, low-norm rows and values.
         hf_cache: hub cache root (``$HF_HOME/hub``) to also lay the files out in.
     Example:
@@ -335,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--vocab-rows", type=int, default=152064)
     ap.add_argument("--hidden", type=int, default=3584)
-    ap.add_argument("--full-size", action="store_true", help="fill shards 2-3 so the shards total ~6.1 GB")
+    ap.add_argument("--full-size", action="store_true", help="write all 28 layers at real shapes (~15.2 GB of shards)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hf-cache", type=Path, default=None, help="hub cache root ($HF_HOME/hub) to also fill")
     args = ap.parse_args(argv)
