@@ -312,9 +312,7 @@ def _add_density(rows, name, acc, tokens, embed) -> None:
         in_norm = column("in_norm", pl.Float64)
         isolation = column("isolation", pl.Float64)
         flagged = column("flagged", pl.Float64)
-    emb = None
-    if embed is not None:
-        emb = embed.detach().float().cpu().numpy() if hasattr(embed, "detach") else np.asarray(embed, dtype=np.float32)
+    emb = embed  # (V, d), any dtype; only the rows of each language's top tokens are converted
     for row in rows:
         if row["tokenizer"] != name:
             continue
@@ -336,7 +334,8 @@ def _add_density(rows, name, acc, tokens, embed) -> None:
             used = np.flatnonzero(counts[:len(emb)])
             top = used[np.argsort(-counts[used], kind="stable")[:TOP_TOKENS]]
             if len(top) >= 2:
-                x = emb[top]  # (k, d)
+                x = emb[top]  # (k, d): only these rows, in float32
+                x = x.detach().float().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float32)
                 x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
                 s = x @ x.T  # (k, k) cosine similarities
                 k = len(top)

@@ -63,6 +63,9 @@ def load_causal_lm(model: "LoadedModel"):
         return _CACHE[key]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own step line reports this step
 
     path = Path(model.path)
     if path.suffix == ".gguf":
