@@ -1,0 +1,96 @@
+"""The whole audit, end to end, on the demo model and on a Qwen2-shaped checkpoint in an HF cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from embscope.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smollm2_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("audit") / "smollm2"
+    os.environ["EMBSCOPE_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    assert main(["audit", "--model", "smollm2-135m", "--corpus", "corpora/medical", "--no-map",
+                 "--top", "50", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_audit_writes_every_table(smollm2_report):
+    out = smollm2_report
+    assert sorted(p.name for p in out.iterdir()) == [
+        "candidates.parquet", "index.html", "languages.parquet", "summary.json", "tokens.parquet"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"]["rows"] == 49152 and summary["model"]["tied"] is True
+    assert summary["context"]["rope_theta"] == pytest.approx(1e5)
+    assert {"load", "tokens", "geometry", "extension", "report"} <= set(summary["timings"])
+    assert summary["embscope"]["version"] and summary["embscope"]["parameters"]["k"] == 10
+    assert summary["skipped"] == {}
+
+    tokens = pl.read_parquet(out / "tokens.parquet")
+    assert tokens.height == 49152
+    for col in ["token_id", "token", "token_bytes", "category", "in_norm", "out_norm", "zero_row", "ref_sim",
+                "isolation", "knn_sim_k", "script", "undertrained_score", "flagged", "neighbors", "neighbor_sims"]:
+        assert col in tokens.columns, col
+    assert tokens["out_norm"].null_count() == 49152  # tied
+    # neighbours are real rows, never the row itself, most similar first
+    row = tokens.row(1000, named=True)
+    assert len(row["neighbors"]) == 10 and 1000 not in row["neighbors"]
+    assert row["neighbor_sims"] == sorted(row["neighbor_sims"], reverse=True)
+    flagged = tokens.filter(pl.col("flagged") & (pl.col("category") == "normal"))
+    assert flagged.height > 0
+
+    langs = pl.read_parquet(out / "languages.parquet")
+    assert langs["language"].to_list() == ["eng"] and langs["fertility"][0] > 1.0
+
+    cands = pl.read_parquet(out / "candidates.parquet")
+    assert cands.height >= 50 and (cands["n_pieces"] >= 2).all()
+    ext = summary["extension"]
+    assert ext["tokens_saved"] > 0 and ext["corpus_tokens_after"] == ext["corpus_tokens"] - ext["tokens_saved"]
+
+
+@pytest.mark.slow
+def test_report_html_has_every_section(smollm2_report):
+    html = (smollm2_report / "index.html").read_text()
+    for section in ("Overview", "Under-trained tokens", "Languages", "Extension", "Context"):
+        assert section in html
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
+
+
+@pytest.mark.slow
+def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
+    """`audit --model qwen2-7b` through the HF cache, offline: real Qwen2 vocabulary and config,
+    152064 untied rows (narrow, to stay fast), padding rows labelled."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from make_checkpoint import make_checkpoint
+
+    make_checkpoint(tmp_path / "ckpt", hidden=64, hf_cache=tmp_path / "hf" / "hub")
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", EMBSCOPE_QUIET="1",
+               EMBSCOPE_CACHE=str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    res = subprocess.run([sys.executable, "cli.py", "audit", "--model", "qwen2-7b", "--corpus", "corpora/medical",
+                          "--no-map", "--top", "20", "--out", str(out)], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"report: {out / 'index.html'}" in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"]["source"] == "hub-cache" and summary["model"]["tied"] is False
+    assert summary["model"]["n_tokens"] == 151665
+    assert summary["categories"]["padding"] == 152064 - 151665
+    tokens = pl.read_parquet(out / "tokens.parquet", columns=["category", "out_norm", "zero_row", "flagged"])
+    padding = tokens.filter(pl.col("category") == "padding")
+    assert padding["zero_row"].all() and padding["flagged"].all()
+    assert tokens["out_norm"].null_count() == 0
+    # Only the shards holding embed_tokens and lm_head were opened.
+    assert [Path(f).name for f in summary["model"]["files_read"]] == [
+        "model-00001-of-00004.safetensors", "model-00004-of-00004.safetensors"]
