@@ -27,6 +27,8 @@ class AuditOptions:
     scan: bool = True
     #: compute the 2-D UMAP map (the slowest part of the scan on large vocabularies)
     layout: bool = True
+    #: ``undertrained_score`` at or above which a row is flagged (see embscope.geometry.indicators)
+    threshold: float = 2.5
     #: token ids known to be unused (the Magikarp reference set); ``None`` finds them automatically
     unused_ids: Sequence[int] | None = None
     #: reference language for parity
@@ -98,7 +100,7 @@ def audit(spec: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
 
             with steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
                 result = scan(model, k=opts.k, unused_ids=opts.unused_ids, cache_dir=opts.cache_dir,
-                              layout=opts.layout)
+                              layout=opts.layout, threshold=opts.threshold)
             columns.update(result.columns)
             summary["geometry"] = result.summary
             summary["knn"] = result.summary.get("knn")

@@ -124,6 +124,6 @@ def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
     assert t.columns[:4] == ["token_id", "token", "token_bytes", "category"]
     assert t.height == 30522 and t["flagged"].sum() > 994 * 0.95
     s = json.loads((out / "summary.json").read_text())
-    assert s["reference"]["source"] == "unused-names" and s["reference"]["size"] == 994
+    assert s["geometry"]["reference"]["source"] == "unused-names" and s["geometry"]["reference"]["size"] == 994
     assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-layout"]) == 2  # exists
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left

@@ -34,6 +34,7 @@ def audit(
     no_scan: Annotated[bool, typer.Option("--no-scan", help="skip indicators and the kNN graph")] = False,
     no_map: Annotated[bool, typer.Option("--no-map", help="skip the 2-D UMAP map")] = False,
     unused_ids: Annotated[Optional[str], typer.Option(help="comma-separated ids of known-unused tokens")] = None,
+    threshold: Annotated[float, typer.Option(help="flag rows whose undertrained_score is at least this")] = 2.5,
     reference: Annotated[str, typer.Option(help="reference language for parity")] = "eng",
     sample_bytes: Annotated[Optional[int], typer.Option(help="cap corpus bytes per language")] = None,
     top: Annotated[int, typer.Option(help="vocabulary-extension candidates to keep")] = 200,
@@ -43,7 +44,7 @@ def audit(
     """Run the whole review and write an HTML report plus Parquet tables."""
     from embscope.audit import AuditOptions, audit as run_audit
 
-    opts = AuditOptions(k=k, scan=not no_scan, layout=not no_map, unused_ids=parse_ids(unused_ids),
+    opts = AuditOptions(k=k, scan=not no_scan, layout=not no_map, unused_ids=parse_ids(unused_ids), threshold=threshold,
                         reference=reference, sample_bytes=sample_bytes, top=top, trust_pickle=trust_pickle,
                         device=device)
     folder = run_audit(model, corpora=corpus or [], out=out, options=opts, force=force, verbose=True)

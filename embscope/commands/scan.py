@@ -2,50 +2,26 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import Device, Out, parse_ids
-from embscope.errors import OutputError
+from embscope.commands.options import Device, Force, Out, parse_ids
 from embscope.geometry.indicators import DEFAULT_THRESHOLD
 
 
-def write_scan(out: Path, model, result) -> None:
-    """Write ``tokens.parquet`` and ``summary.json`` into ``out`` atomically (temp dir + rename)."""
-    import polars as pl
+def write_scan(folder: Path, model, result, *, parameters: dict) -> None:
+    """Write ``tokens.parquet`` (base columns + the scan's) and ``summary.json`` into ``folder``."""
+    from embscope.audit import model_record
+    from embscope.output import provenance, write_json
+    from embscope.tables import base_columns, tokens_frame
 
-    n = model.n_rows
-    strings = model.token_strings()
-    vocab, n_tok = model.vocab, model.n_tokens
-    token_bytes = [vocab.token_bytes(i) if vocab is not None and i < n_tok else None for i in range(n)]
-    data = {"token_id": list(range(n)), "token": strings, "token_bytes": token_bytes,
-            "category": list(model.categories)}
-    for name, col in result.columns.items():
-        data[name] = list(col) if not hasattr(col, "tolist") else col.tolist()
-    frame = pl.DataFrame(data, strict=False)
-    out = Path(out)
-    if out.exists():
-        raise OutputError(f"{out} already exists: choose another --out or remove it")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    except OSError as err:
-        raise OutputError(f"cannot write into {out.parent}: {err.strerror}; pick a writable --out") from None
-    try:
-        frame.write_parquet(tmp / "tokens.parquet")
-        summary = {"model": model.name, "spec": model.spec, **result.summary}
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    columns = base_columns(model)
+    columns.update(result.columns)
+    tokens_frame(columns).write_parquet(folder / "tokens.parquet")
+    write_json(folder / "summary.json", {"embscope": provenance(parameters), "model": model_record(model),
+                                         "geometry": result.summary, "knn": result.summary.get("knn")})
 
 
 def scan(
@@ -56,17 +32,23 @@ def scan(
     threshold: Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score is at least this")] = DEFAULT_THRESHOLD,
     device: Device = "auto",
     no_layout: Annotated[bool, typer.Option("--no-layout", help="skip the 2-D UMAP map")] = False,
+    force: Force = False,
 ) -> None:
     """Find under-trained and isolated token rows; write tokens.parquet and summary.json."""
-    import embscope
     from embscope.geometry.scan import format_scan_summary, scan as run_scan
+    from embscope.load import load_model, pick_device
+    from embscope.output import atomic_folder, default_out
+    from embscope.resolve import resolve
 
     ids = parse_ids(unused_ids)
-    m = embscope.load_model(model, device=device)
-    result = run_scan(m, k=k, unused_ids=ids, threshold=threshold, layout=not no_layout)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = out or Path("reports") / f"{m.name}-scan-{stamp}"
-    write_scan(target, m, result)
+    pick_device(device)
+    resolved = resolve(model)
+    target = out or default_out(resolved.name, "scan")
+    with atomic_folder(target, force=force) as tmp:  # claimed first: a bad --out fails at once
+        m = load_model(resolved, device=device)
+        result = run_scan(m, k=k, unused_ids=ids, threshold=threshold, layout=not no_layout)
+        write_scan(tmp, m, result, parameters={"k": k, "unused_ids": ids, "threshold": threshold,
+                                               "layout": not no_layout, "device": device})
     from rich.console import Console
 
     Console().print(format_scan_summary(result.summary))
