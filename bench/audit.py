@@ -35,16 +35,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 NAIVE = r"""
 import os, sys, time, json, resource
 import numpy as np, torch, faiss
 t0 = time.perf_counter()
-from transformers import AutoModelForCausalLM
 src, gguf_file, sample = sys.argv[1], sys.argv[2] or None, int(sys.argv[3])
-kw = {"gguf_file": gguf_file} if gguf_file else {}
-model = AutoModelForCausalLM.from_pretrained(src, torch_dtype=torch.float32, **kw)
-emb = model.get_input_embeddings().weight.detach().float().numpy()
+if gguf_file:  # GGUF: the gguf reader, dequantise token_embd
+    import gguf
+    r = gguf.GGUFReader(os.path.join(src, gguf_file))
+    t = next(t for t in r.tensors if t.name == "token_embd.weight")
+    emb = gguf.quants.dequantize(t.data, t.tensor_type).reshape(int(t.shape[-1]), -1).astype(np.float32)
+else:  # HF folder: the whole model through transformers, then its input embedding
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(src)
+    emb = model.get_input_embeddings().weight.detach().float().numpy()
 t_load = time.perf_counter() - t0
 x = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
 index = faiss.IndexFlatIP(x.shape[1]); index.add(x)
@@ -97,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-7b", action="store_true")
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--keep", type=Path, help="keep the generated checkpoint and reports here")
+    ap.add_argument("--hf-home", type=Path, help="reuse a checkpoint already laid out by "
+                    "`bench/make_checkpoint.py CKPT --full-size --hf-cache HF_HOME/hub`")
     args = ap.parse_args(argv)
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="embscope-bench-"))
@@ -116,11 +124,17 @@ def main(argv: list[str] | None = None) -> int:
             sys.path.insert(0, str(ROOT / "bench"))
             from make_checkpoint import make_checkpoint
 
-            ckpt = work / "qwen2-7b"
-            hf_home = work / "hf"
-            t0 = time.perf_counter()
-            make_checkpoint(ckpt, hf_cache=hf_home / "hub")
-            print(f"generated the Qwen2-7B-shaped checkpoint in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            if args.hf_home:
+                hf_home = args.hf_home
+                snaps = sorted((hf_home / "hub" / "models--Qwen--Qwen2-7B" / "snapshots").iterdir())
+                ckpt = snaps[0]
+            else:
+                ckpt = work / "qwen2-7b"
+                hf_home = work / "hf"
+                t0 = time.perf_counter()
+                make_checkpoint(ckpt, full_size=True, hf_cache=hf_home / "hub")
+                print(f"generated the Qwen2-7B-shaped checkpoint in {time.perf_counter() - t0:.0f} s",
+                      file=sys.stderr)
             env7 = dict(env, HF_HOME=str(hf_home))
             a = audit_once("qwen2-7b", work / "qwen2-report", env7)
             rows.append(("qwen2-7b (shaped)", a))

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: above this many rows the layout uses fewer optimisation epochs (UMAP's default is 200 for
-#: n > 10 000): the map is for browsing, and 100 epochs halve the time with a similar picture
-LARGE_N = 100_000
-LARGE_N_EPOCHS = 100
+#: above these row counts the layout uses fewer optimisation epochs than UMAP's default (200 for
+#: n > 10 000): the map is for browsing, not measurement. Measured on Qwen2-7B's 152064 rows:
+#: 100 epochs 35 s, 50 epochs 23 s, with the same clusters visible.
+EPOCHS_BY_SIZE = ((100_000, 60), (20_000, 100))
 
 
 @dataclass
@@ -47,7 +47,7 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
             returns them).
         sims: (n, k) cosine similarities.
         seed: ``random_state`` for UMAP.
-        n_epochs: optimisation epochs (default: UMAP's, or 100 above ``LARGE_N`` rows).
+        n_epochs: optimisation epochs (default: UMAP's, fewer above the sizes in ``EPOCHS_BY_SIZE``).
         data: the (n, d) matrix; only needed by UMAP for tiny inputs (< 4096 rows, where UMAP
             ignores a precomputed graph and measures distances itself). A placeholder is used
             otherwise.
@@ -60,8 +60,8 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
     idx = np.hstack([self_col, neighbors.astype(np.int64)])                 # (n, k + 1)
     dist = np.hstack([np.zeros((n, 1), np.float32),
                       np.clip(1.0 - sims.astype(np.float32), 0.0, 2.0)])      # (n, k + 1)
-    if n_epochs is None and n > LARGE_N:
-        n_epochs = LARGE_N_EPOCHS
+    if n_epochs is None:
+        n_epochs = next((e for size, e in EPOCHS_BY_SIZE if n > size), None)
     if data is None or n >= 4096:
         # UMAP checks X's length and, with a precomputed graph, reads nothing else from it.
         data = np.zeros((n, 1), np.float32) if data is None else data

@@ -69,9 +69,11 @@ def init_contexts(model: "LoadedModel", pieces: Sequence[Sequence[int]], trained
     """``{"embed": ctx, "output": ctx}`` (output only for untied models)."""
     from embscope.vocab.init import InitContext
 
-    ctxs = {"embed": InitContext(model.embed.float(), trained, pieces, piece_counts)}
+    # The matrices stay in their stored dtype (memory-mapped bf16 for most checkpoints); every
+    # strategy converts the row chunks it reads.
+    ctxs = {"embed": InitContext(model.embed, trained, pieces, piece_counts)}
     if not model.tied and model.output is not None:
-        ctxs["output"] = InitContext(model.output.float(), trained, pieces, piece_counts)
+        ctxs["output"] = InitContext(model.output, trained, pieces, piece_counts)
     return ctxs
 
 

@@ -67,7 +67,8 @@ class UnknownStrategy(SpecError):
 class InitContext:
     """Everything a strategy may use, for one matrix."""
 
-    #: (V, d) float32 trained matrix (input embedding or output head)
+    #: (V, d) trained matrix (input embedding or output head) in its stored dtype; strategies
+    #: convert the row chunks they read to float32/float64
     matrix: "torch.Tensor"
     #: (V,) bool: rows usable as references (see module docstring)
     trained: "torch.Tensor"
@@ -203,14 +204,14 @@ def trained_norms(ctx: InitContext) -> "torch.Tensor":
     """(n_trained,) L2 norms of the trained rows."""
     import torch
 
-    return torch.cat([ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]].norm(dim=1)
+    return torch.cat([ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]].float().norm(dim=1)
                       for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS)])
 
 
 def init_knn_pull(ctx: InitContext) -> "torch.Tensor":
     s = init_subword_mean(ctx)
     _, nn = nearest_trained(ctx, s, KNN_K)  # (n, k)
-    m = ctx.matrix[nn].mean(1)  # (n, k, d) -> (n, d)
+    m = ctx.matrix[nn].float().mean(1)  # (n, k, d) -> (n, d)
     x = (1 - KNN_ALPHA) * s + KNN_ALPHA * m
     return x * (s.norm(dim=1, keepdim=True) / x.norm(dim=1, keepdim=True).clamp_min(1e-12))
 
