@@ -130,13 +130,31 @@ def tile_dtype(device: "torch.device | str"):
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 
 
+#: rows per block when normalising or checking a matrix in place
+NORM_BLOCK = 16384
+
+
 def normalize_rows(x: "torch.Tensor") -> "torch.Tensor":
-    """Rows scaled to unit L2 norm in float32; zero rows stay zero. (n, d) -> (n, d)."""
+    """Rows scaled to unit L2 norm in float32; zero rows stay zero. (n, d) -> (n, d).
+
+    One float32 copy of ``x`` is made and scaled in place, block by block (a 7B vocabulary is
+    2.2 GB in float32; a second temporary would double that). ``x`` itself is never modified.
+    """
     import torch
 
-    x = x.to(torch.float32)
-    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    return x / torch.where(norms > 0, norms, torch.ones_like(norms))
+    y = x.to(torch.float32, copy=True)
+    for s in range(0, y.shape[0], NORM_BLOCK):
+        blk = y[s:s + NORM_BLOCK]
+        norms = torch.linalg.vector_norm(blk, dim=1, keepdim=True)
+        blk.div_(torch.where(norms > 0, norms, torch.ones_like(norms)))
+    return y
+
+
+def all_finite(x: "torch.Tensor") -> bool:
+    """Whether every entry is finite, checked block by block (no (n, d) bool temporary)."""
+    import torch
+
+    return all(bool(torch.isfinite(x[s:s + NORM_BLOCK]).all()) for s in range(0, x.shape[0], NORM_BLOCK))
 
 
 def _merge_topk(best_v, best_i, new_v, new_i, m: int):
@@ -454,7 +472,7 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
 
     t0 = time.perf_counter()
     xn = normalize_rows(x)
-    if not torch.isfinite(xn).all():
+    if not all_finite(xn):
         raise KnnError("the matrix holds NaN or infinite values: fix or drop those rows before a kNN scan")
     dev = xn.device
     dtype = tile_dtype(dev)
