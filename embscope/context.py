@@ -42,6 +42,8 @@ _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2
 #: model types whose position information is a learned/absolute table, not RoPE
 _ABSOLUTE_POSITIONS = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "gpt2",
                        "opt", "gpt_neo", "bloom", "mpt", "deberta", "deberta-v2"}
+#: encoder-only model types: bidirectional attention, no KV cache at inference
+_ENCODERS = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "deberta", "deberta-v2"}
 #: model types whose MLP is two matrices (up, down) instead of gated (gate, up, down)
 _PLAIN_MLP = _ABSOLUTE_POSITIONS | {"gpt_neox", "falcon", "phi", "gptj", "starcoder2"}
 #: model types whose config omits ``tie_word_embeddings`` yet are untied (transformers' defaults)
@@ -365,6 +367,15 @@ def _tied(cfg: dict) -> bool:
 # --------------------------------------------------------------------------------------- summary
 
 
+def _kv_scheme(mla: bool, heads: int | None, kv_heads: int | None) -> str:
+    """``mla`` (latent cache), ``mha`` (a K/V head per query head), ``mqa`` (one), else ``gqa``."""
+    if mla:
+        return "mla"
+    if heads and kv_heads == heads:
+        return "mha"
+    return "mqa" if kv_heads == 1 else "gqa"
+
+
 def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> ContextSummary:
     """Read RoPE, KV-cache and embedding-size facts from an HF config (v4 or v5) or GGUF metadata.
 
@@ -432,6 +443,9 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         full_scaled = sum(1 for x in scaled if x <= limit)
     if absolute:
         notes.append("learned absolute positions: no RoPE; the position table caps context at max positions")
+    if kind in _ENCODERS:
+        notes.append(f"encoder-only model ({kind}): attention is bidirectional and no KV cache is kept; "
+                     "the KV figures are what a decoder of this shape would need")
 
     # -- KV cache
     if mla:
@@ -464,7 +478,7 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         claimed_max_positions=claimed, extension_ratio=round(ratio, 4), risk=band, risk_advice=advice,
         wavelengths=lam, wavelengths_scaled=scaled, pairs_full_turn_original=full_orig,
         pairs_full_turn_scaled=full_scaled, layers=layers, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, kv_scheme="mla" if mla else "gqa", kv_elements_per_layer=per_layer,
+        head_dim=head_dim, kv_scheme=_kv_scheme(mla, heads, kv_heads), kv_elements_per_layer=per_layer,
         sliding_layers=n_sliding, sliding_window=next((w for w in windows if w), None),
         kv_bytes_per_token=per_layer * layers * KV_DTYPES["bf16"],
         kv_bytes_per_token_fp8=per_layer * layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=vocab,

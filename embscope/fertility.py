@@ -207,7 +207,11 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         _add_density(rows, vocabs[0].name, acc, tokens, embed)
     import polars as pl
 
-    table = pl.DataFrame(rows, infer_schema_length=None).sort(["tokenizer", "fertility"])
+    table = pl.DataFrame(rows, infer_schema_length=None)
+    # A column that is null everywhere (parity without parallel text, density without a model)
+    # would get Parquet type null; keep every metric a float so the schema never changes.
+    table = table.with_columns(pl.col(c).cast(pl.Float64) for c, t in table.schema.items() if t == pl.Null)
+    table = table.sort(["tokenizer", "fertility"])
     summary = {
         "tokenizers": [{"name": v.name, "backend": getattr(v, "backend", "?"), "vocab_size": len(v),
                         "space_prefix_for_words": space_prefix(v)} for v in vocabs],

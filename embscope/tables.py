@@ -51,14 +51,18 @@ def tokens_frame(columns: Mapping[str, Sequence[Any]]):
     """A polars DataFrame from column arrays, with stable dtypes for the base columns."""
     import polars as pl
 
+    f32 = pl.Float32
     schema = {"token_id": pl.Int32, "token": pl.String, "token_bytes": pl.Binary,
-              "category": pl.Categorical, "in_norm": pl.Float32, "out_norm": pl.Float32}
+              "category": pl.Categorical, "in_norm": f32, "out_norm": f32,
+              # scan columns (embscope.geometry.scan): fixed types even when a column is all-null
+              "zero_row": pl.Boolean, "ref_sim": f32, "isolation": f32, "knn_sim_k": f32,
+              "script": pl.String, "undertrained_score": f32, "flagged": pl.Boolean,
+              "neighbors": pl.List(pl.Int32), "neighbor_sims": pl.List(f32), "x": f32, "y": f32}
     series = []
     for name, values in columns.items():
         dtype = schema.get(name)
         if dtype is pl.Categorical:
             series.append(pl.Series(name, list(values), dtype=pl.String).cast(pl.Categorical))
         else:
-            series.append(pl.Series(name, values if not hasattr(values, "tolist") else values, dtype=dtype,
-                                    strict=False))
+            series.append(pl.Series(name, values, dtype=dtype, strict=False))
     return pl.DataFrame(series)

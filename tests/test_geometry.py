@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import embscope
 from embscope.geometry.indicators import compute_indicators, robust_z
 from embscope.geometry.knn import knn_graph
-from embscope.geometry.scan import escape_token, scan
+from embscope.geometry.scan import scan
 from embscope.model import LoadedModel
 
 
@@ -33,11 +33,6 @@ def test_robust_z_worked_example():
     z, med, scale = robust_z(np.array([1.0, 2, 3, 4, 100]), np.ones(5, bool))
     assert med == 3 and scale == pytest.approx(1.4826)
     assert z[-1] == pytest.approx(97 / 1.4826)
-
-
-def test_escape_token():
-    assert escape_token("a\n<b>") == "a\\n&lt;b&gt;"
-    assert escape_token("\u202e") == "\\u202e"
 
 
 def test_minilm_unused_rows_score_high(minilm, knn_cache):

@@ -149,7 +149,6 @@ def _fake_geometry(tokens, cats, score, flagged, in_norm) -> dict:
 
     import numpy as np
 
-    from embscope.geometry.scan import escape_token
 
     cats_a = np.asarray(cats)
     normal = cats_a == "normal"
@@ -161,7 +160,7 @@ def _fake_geometry(tokens, cats, score, flagged, in_norm) -> dict:
                     "by_category": {c: int(flagged[cats_a == c].sum()) for c in counts}, "zero_rows": 0},
         "threshold": 2.5, "threshold_note": "score ≥ 2.5: 2.5 sigmas above the typical normal row",
         # the producer stores these pre-escaped for HTML; the page must show the raw text
-        "top_undertrained": [{"id": i, "token": escape_token(tokens[i]), "score": round(float(score[i]), 3)}
+        "top_undertrained": [{"id": i, "token": tokens[i], "score": round(float(score[i]), 3)}
                              for i in order],
         "per_script": {"Latin": {"rows": 4000, "flagged": 40, "flagged_share": 0.01, "mean_norm": 1.0},
                        "Han": {"rows": 600, "flagged": 30, "flagged_share": 0.05, "mean_norm": 0.9}},

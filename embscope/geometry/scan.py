@@ -41,25 +41,6 @@ class ScanResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def escape_token(s: str) -> str:
-    """Terminal- and HTML-safe display of an untrusted token string.
-
-    Control and format characters become ``repr``-style escapes; ``<``, ``>``, ``&`` become
-    entities. Example: ``"a\\n<b>"`` → ``"a\\\\n&lt;b&gt;"``.
-    """
-    import unicodedata
-
-    out = []
-    for ch in s:
-        if ch in "<>&":
-            out.append({"<": "&lt;", ">": "&gt;", "&": "&amp;"}[ch])
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp") or ch == "\\":
-            out.append(repr(ch)[1:-1] if ch != "\\" else "\\\\")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 def _script_fn():
     try:
         from embscope.script import script_of
@@ -144,7 +125,7 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
     counts = Counter(cats)
     flagged_by_cat = {c: int(ind.flagged[cats_a == c].sum()) for c in counts}
     order = np.argsort(-np.nan_to_num(score, nan=-np.inf))
-    top = [{"id": int(i), "token": escape_token(strings[i]), "score": round(float(score[i]), 3)}
+    top = [{"id": int(i), "token": strings[i], "score": round(float(score[i]), 3)}
            for i in order if normal[i]][:TOP_N]
     per_script: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[int]] = defaultdict(list)

@@ -151,7 +151,7 @@ def tokens_payload(out_dir: Path, summary: dict[str, Any], lookup: list[int] | N
         normal = (df["category"] == "normal").fill_null(False).to_numpy()
         out["n_flagged_normal"] = int((flagged & normal).sum())
         out["n_normal"] = int(normal.sum())
-    if lookup:  # raw token text for ids the summary names (the summary's own copy is pre-escaped)
+    if lookup:  # raw token text for ids the summary names (summary files written before the scan stored raw text held an escaped copy)
         strings = df["token"].fill_null("").to_list()
         ids = df["token_id"].to_list()
         pos = {int(t): k for k, t in enumerate(ids)}

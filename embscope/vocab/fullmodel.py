@@ -89,11 +89,17 @@ def _from_gguf(path: Path):
     if importlib.util.find_spec("accelerate") is not None:
         return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                     dtype=torch.float32)
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=lm)["tensors"]
+    # Its converter draws a tqdm bar of its own, which transformers' switch does not reach;
+    # our step line already reports this step.
+    saved, gguf_utils.tqdm = gguf_utils.tqdm, lambda items, **_: items
+    try:
+        tensors = gguf_utils.load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=lm)["tensors"]
+    finally:
+        gguf_utils.tqdm = saved
     state = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in tensors.items()}
     lm.load_state_dict(state, strict=False)
     if getattr(config, "tie_word_embeddings", False):
