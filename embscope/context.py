@@ -1,7 +1,8 @@
 """Context budget of a model: RoPE reach, KV-cache bytes, and what the vocabulary costs in weights.
 
 Everything here is read from the config alone (HF ``config.json`` as a dict, transformers v4 or v5,
-or GGUF metadata through :func:`config_from_gguf_metadata`); no weights are loaded.
+or GGUF metadata through :func:`embscope.loaders.gguf_config.config_from_gguf_metadata`); no
+weights are loaded.
 
 RoPE (Su et al. 2021, "RoFormer", arXiv:2104.09864) rotates dimension pair ``i`` of a ``d``-dim
 rotary head by angle ``p * theta**(-2i/d)`` at position ``p``; pair ``i`` therefore has wavelength
@@ -28,11 +29,12 @@ layer instead (512 + 64 = 576). Sliding-window layers (Mistral-7B v0.1, Gemma-2)
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from embscope.errors import ModelFileError
+from embscope.rope import risk_band, rope_parameters, rope_wavelengths, scaled_wavelengths
+from embscope.rope import rope_type as rope_type_of
 
 #: context lengths the KV table always shows (tokens); the claimed maximum is added to them
 KV_CONTEXTS = (4096, 8192, 32768, 131072)
@@ -51,23 +53,6 @@ _UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen
                       "phi3", "deepseek_v2", "deepseek_v3", "gpt_neox", "falcon", "olmo", "olmo2"}
 #: model types with q/k/v biases although their config has no ``attention_bias`` key
 _QKV_BIAS = {"qwen2", "qwen2_moe"}
-
-
-def risk_band(ratio: float) -> tuple[str, str]:
-    """(band, advice) for a context-extension ratio ``claimed / original``.
-
-    >>> risk_band(16.0)[0]
-    'high'
-    """
-    if ratio <= 1:
-        return "none", "claimed context equals the trained context"
-    if ratio <= 2:
-        return "minor", "small extension; usually fine without further training"
-    if ratio <= 4:
-        return "moderate", "YaRN recovers most quality with a short fine-tune"
-    if ratio <= 8:
-        return "significant", "needs long-context fine-tuning to hold quality"
-    return "high", "verify long-context recall (needle-in-a-haystack) before relying on it"
 
 
 @dataclass
@@ -178,101 +163,6 @@ def _positive_int(config: dict, name: str, *keys: str, default: Any = None, requ
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or int(value) != value:
         raise ModelFileError(f"config {keys[0]}={value!r} is not a positive integer; fix the config")
     return int(value)
-
-
-def _rope_parameters(config: dict) -> dict:
-    """One rope dict {rope_type, rope_theta, factor, ...} from v4 or v5 configs.
-
-    v5 keeps everything in ``rope_parameters``, possibly per layer type
-    (``{"full_attention": {...}, "sliding_attention": {...}}``); the full-attention entry decides
-    long-context reach. v4 keeps ``rope_theta`` top-level and scaling in ``rope_scaling``.
-    """
-    params = config.get("rope_parameters")
-    if isinstance(params, dict) and params:
-        if all(isinstance(v, dict) for v in params.values()):
-            params = params.get("full_attention") or next(iter(params.values()))
-        out = dict(params)
-        out.setdefault("rope_theta", config.get("rope_theta"))
-        return out
-    out = dict(config.get("rope_scaling") or {})
-    out["rope_theta"] = config.get("rope_theta", out.get("rope_theta"))
-    return out
-
-
-def _rope_type(params: dict) -> str:
-    kind = str(params.get("rope_type") or params.get("type") or "default").lower()
-    return {"su": "longrope", "mrope": "default", "dynamic-ntk": "dynamic"}.get(kind, kind)
-
-
-# ------------------------------------------------------------------------------------ wavelengths
-
-
-def rope_wavelengths(theta: float, rotary_dim: int) -> list[float]:
-    """lambda_i = 2*pi*theta**(2i/d) for i in 0..d/2-1 (tokens per full turn of pair i).
-
-    >>> [round(x, 2) for x in rope_wavelengths(10000.0, 4)]
-    [6.28, 628.32]
-    """
-    return [2 * math.pi * theta ** (2 * i / rotary_dim) for i in range(rotary_dim // 2)]
-
-
-def scaled_wavelengths(lam: list[float], kind: str, params: dict, *, theta: float, rotary_dim: int,
-                       original: int, claimed: int) -> list[float]:
-    """Wavelengths after the scaling type's frequency change (as transformers' rope init does it).
-
-    - linear (position interpolation): every lambda * factor.
-    - dynamic (NTK-aware): base becomes theta * (factor*L/L0 - (factor-1))**(d/(d-2)), taken at the
-      claimed length L.
-    - llama3: lambda < L0/high_freq_factor unchanged, > L0/low_freq_factor times factor, smooth
-      blend between (Meta's Llama 3.1 rule; defaults low 1, high 4).
-    - yarn: per-pair ramp between interpolation (lambda*factor) and extrapolation (lambda) set by
-      beta_fast=32 / beta_slow=1 rotations within L0 (Peng et al. 2023, eq. for gamma).
-    - longrope: lambda_i * long_factor[i].
-    """
-    factor = float(params.get("factor") or 1.0)
-    if kind == "linear":
-        return [x * factor for x in lam]
-    if kind == "dynamic" and claimed > original:
-        base = theta * ((factor * claimed / original) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
-        return rope_wavelengths(base, rotary_dim)
-    if kind == "llama3":
-        low_ff = float(params.get("low_freq_factor", 1.0))
-        high_ff = float(params.get("high_freq_factor", 4.0))
-        low_wl, high_wl = original / low_ff, original / high_ff
-        out = []
-        for wl in lam:
-            if wl < high_wl:
-                out.append(wl)
-            elif wl > low_wl:
-                out.append(wl * factor)
-            else:  # blend inverse frequencies: (1-s)/factor + s, s = (L0/wl - low)/(high - low)
-                s = (original / wl - low_ff) / (high_ff - low_ff)
-                out.append(wl / ((1 - s) / factor + s))
-        return out
-    if kind == "yarn":
-        beta_fast = float(params.get("beta_fast") or 32)
-        beta_slow = float(params.get("beta_slow") or 1)
-
-        def corr_dim(rotations: float) -> float:  # pair index that turns `rotations` times in L0
-            return rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
-
-        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-        if params.get("truncate", True):
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, rotary_dim - 1)
-        if high == low:
-            high += 0.001  # avoid a zero-width ramp
-        out = []
-        for i, wl in enumerate(lam):
-            ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: extrapolate, 1: interpolate
-            inv = (1 - ramp) / wl + ramp / (wl * factor)
-            out.append(1 / inv)
-        return out
-    if kind == "longrope":
-        ext = params.get("long_factor") if claimed > original else params.get("short_factor")
-        if isinstance(ext, list) and len(ext) == len(lam):
-            return [x * float(f) for x, f in zip(lam, ext)]
-    return list(lam)
 
 
 # ------------------------------------------------------------------------------------------ KV
@@ -393,6 +283,8 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         57344
     """
     if gguf_metadata:
+        from embscope.loaders.gguf_config import config_from_gguf_metadata
+
         config = {**config_from_gguf_metadata(gguf_metadata), **(config or {})}
     if not isinstance(config, dict):
         raise ModelFileError("config is not a JSON object; pass the model's config.json")
@@ -412,9 +304,9 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
     kind = cfg.get("model_type")
 
     # -- RoPE
-    params = _rope_parameters(cfg)
+    params = rope_parameters(cfg)
     absolute = kind in _ABSOLUTE_POSITIONS and params.get("rope_theta") is None
-    rope_type = "none" if absolute else _rope_type(params)
+    rope_type = "none" if absolute else rope_type_of(params)
     theta = None if absolute else float(params.get("rope_theta") or 10000.0)
     if theta is not None and theta <= 1:
         raise ModelFileError(f"config rope_theta={theta!r} must be > 1; fix the config")
@@ -484,111 +376,3 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         kv_bytes_per_token_fp8=per_layer * layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=vocab,
         hidden_size=hidden, tied=tied, weight_bytes_per_element=wbytes, embedding_bytes=emb,
         output_head_bytes=head, params_estimate=total, embedding_share=share, notes=notes)
-
-
-# ------------------------------------------------------------------------------------------ GGUF
-
-
-def _plain(value: Any) -> Any:
-    """A GGUF field value as a plain Python value (accepts ``gguf.ReaderField`` too)."""
-    contents = getattr(value, "contents", None)
-    return contents() if callable(contents) else value
-
-
-def config_from_gguf_metadata(meta: dict, *, tensor_names: list[str] | None = None) -> dict:
-    """An HF-style config dict from GGUF metadata (llama.cpp key names, arch prefix from
-    ``general.architecture``). ``tensor_names`` decides tying (no ``output.weight`` -> tied).
-
-    >>> config_from_gguf_metadata({"general.architecture": "llama", "llama.embedding_length": 576,
-    ...     "llama.block_count": 30, "llama.attention.head_count": 9})["hidden_size"]
-    576
-    """
-    meta = {k: _plain(v) for k, v in meta.items()}
-    arch = meta.get("general.architecture")
-    if not arch:
-        raise ModelFileError("GGUF metadata has no general.architecture; the file is not a model GGUF")
-
-    def get(key: str, default: Any = None) -> Any:
-        return meta.get(f"{arch}.{key}", default)
-
-    cfg: dict[str, Any] = {"model_type": arch, "architectures": [f"gguf:{arch}"]}
-    mapping = {"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
-               "num_attention_heads": "attention.head_count", "num_key_value_heads": "attention.head_count_kv",
-               "intermediate_size": "feed_forward_length", "max_position_embeddings": "context_length",
-               "rope_theta": "rope.freq_base", "rms_norm_eps": "attention.layer_norm_rms_epsilon",
-               "sliding_window": "attention.sliding_window", "kv_lora_rank": "attention.kv_lora_rank",
-               "vocab_size": "vocab_size"}
-    for hf_key, gguf_key in mapping.items():
-        if get(gguf_key) is not None:
-            value = get(gguf_key)
-            cfg[hf_key] = value[0] if isinstance(value, list) and value else value  # per-layer arrays
-    if "vocab_size" not in cfg and isinstance(meta.get("tokenizer.ggml.tokens"), list):
-        cfg["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
-    cfg.setdefault("num_key_value_heads", cfg.get("num_attention_heads"))
-    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    head_dim = get("attention.key_length") or (hidden // heads if heads and hidden else None)
-    if head_dim:
-        cfg["head_dim"] = int(head_dim)
-    rot = get("rope.dimension_count")
-    if cfg.get("kv_lora_rank") is not None and rot:
-        cfg["qk_rope_head_dim"] = int(rot)
-    elif rot and head_dim and int(rot) != int(head_dim):
-        cfg["partial_rotary_factor"] = int(rot) / int(head_dim)
-    kind = get("rope.scaling.type")
-    if kind and kind != "none":
-        scaling = {"rope_type": kind, "factor": float(get("rope.scaling.factor", 1.0))}
-        if get("rope.scaling.original_context_length"):
-            scaling["original_max_position_embeddings"] = int(get("rope.scaling.original_context_length"))
-        cfg["rope_scaling"] = scaling
-    for hf_key, key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
-        if meta.get(f"tokenizer.ggml.{key}") is not None:
-            cfg[hf_key] = int(meta[f"tokenizer.ggml.{key}"])
-    if tensor_names is not None:
-        cfg["tie_word_embeddings"] = "output.weight" not in set(tensor_names)
-    return cfg
-
-
-# -------------------------------------------------------------------------------------- display
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
-
-
-def format_summary(summary: ContextSummary):
-    """A rich renderable (tables) for the terminal."""
-    from rich.console import Group
-    from rich.table import Table
-
-    s = summary
-    facts = Table(title="RoPE and context", show_header=False, box=None)
-    facts.add_column(style="bold")
-    facts.add_column()
-    if s.position_encoding == "rope":
-        facts.add_row("RoPE", f"{s.rope_type}, theta {s.rope_theta:g}, factor {s.rope_factor:g}, rotary dim {s.rotary_dim}")
-        facts.add_row("full turns in trained context",
-                      f"{s.pairs_full_turn_original}/{len(s.wavelengths)} pairs raw, "
-                      f"{s.pairs_full_turn_scaled}/{len(s.wavelengths)} after scaling")
-    else:
-        facts.add_row("positions", "learned absolute table (no RoPE)")
-    facts.add_row("context", f"trained {s.original_max_positions or '?'} -> claimed {s.claimed_max_positions or '?'} "
-                  f"({s.extension_ratio:g}x)")
-    facts.add_row("extension risk", f"{s.risk}: {s.risk_advice}")
-    facts.add_row("attention", f"{s.layers} layers, {s.heads} heads, {s.kv_heads} KV heads, head_dim {s.head_dim}"
-                  + (f", {s.sliding_layers} sliding layers (window {s.sliding_window})" if s.sliding_layers else "")
-                  + (" (MLA latent cache)" if s.kv_scheme == "mla" else ""))
-    facts.add_row("KV per token", f"{s.kv_bytes_per_token:,} B bf16, {s.kv_bytes_per_token_fp8:,} B fp8")
-    emb = f"{_gib(s.embedding_bytes)} input" + (" (tied)" if s.tied else f" + {_gib(s.output_head_bytes)} output head")
-    if s.embedding_share is not None:
-        total = s.params_estimate
-        size = f"{total / 1e9:.2f} B" if total >= 1e9 else f"{total / 1e6:.0f} M"
-        emb += f" = {s.embedding_share:.1%} of ~{size} params (estimate)"
-    facts.add_row("embeddings", emb)
-    kv = Table(title="KV cache for one sequence")
-    kv.add_column("context", justify="right")
-    for dt in s.kv_bytes:
-        kv.add_column(dt, justify="right")
-    for n in next(iter(s.kv_bytes.values())):
-        kv.add_row(f"{n:,}" + (" (max)" if n == s.claimed_max_positions else ""),
-                   *(_gib(s.kv_bytes[dt][n]) for dt in s.kv_bytes))
-    return Group(facts, kv, *(f"[dim]note: {n}[/]" for n in s.notes))

@@ -133,8 +133,6 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
         >>> m.embed.shape, m.tied
         (torch.Size([49152, 576]), True)
     """
-    import torch
-
     t0 = time.perf_counter()
     dev = pick_device(device)
     r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle)

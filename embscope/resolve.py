@@ -57,7 +57,7 @@ class Resolved:
         """``config.json`` as a dict (for GGUF: synthesised from its metadata)."""
         if self._config is None:
             if self.format == "gguf":
-                from embscope.context import config_from_gguf_metadata
+                from embscope.loaders.gguf_config import config_from_gguf_metadata
                 from embscope.loaders.gguf import metadata
 
                 reader = self.gguf_reader()

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from embscope.context import config_from_gguf_metadata, context_summary, format_summary, risk_band
+from embscope.commands.rope import format_summary
+from embscope.context import context_summary
+from embscope.rope import risk_band
+from embscope.loaders.gguf_config import config_from_gguf_metadata
 from embscope.errors import ModelFileError
 
 GIB = 2**30

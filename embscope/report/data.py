@@ -297,8 +297,6 @@ def cost_table(rows: list[dict[str, Any]], corpora: list[str]) -> dict[str, Any]
 
 def candidates_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """Top rows of ``candidates.parquet`` by savings (then frequency)."""
-    import polars as pl
-
     df = _read_parquet(Path(out_dir) / "candidates.parquet")
     if df is None or df.height == 0:
         return {"reason": skip_reason(summary, "extension", "candidates") or "candidates.parquet not found"}

@@ -1,0 +1,74 @@
+"""GGUF metadata → an HF-style ``config.json`` dict, so one context summary serves both formats.
+
+llama.cpp stores model facts under ``<arch>.<key>`` (``llama.block_count``,
+``llama.rope.freq_base``, ``llama.attention.head_count_kv``, …) with the architecture in
+``general.architecture``; this maps them to the transformers names that
+:func:`embscope.context.context_summary` reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embscope.errors import ModelFileError
+
+
+def _plain(value: Any) -> Any:
+    """A GGUF field value as a plain Python value (accepts ``gguf.ReaderField`` too)."""
+    contents = getattr(value, "contents", None)
+    return contents() if callable(contents) else value
+
+
+def config_from_gguf_metadata(meta: dict, *, tensor_names: list[str] | None = None) -> dict:
+    """An HF-style config dict from GGUF metadata (llama.cpp key names, arch prefix from
+    ``general.architecture``). ``tensor_names`` decides tying (no ``output.weight`` -> tied).
+
+    >>> config_from_gguf_metadata({"general.architecture": "llama", "llama.embedding_length": 576,
+    ...     "llama.block_count": 30, "llama.attention.head_count": 9})["hidden_size"]
+    576
+    """
+    meta = {k: _plain(v) for k, v in meta.items()}
+    arch = meta.get("general.architecture")
+    if not arch:
+        raise ModelFileError("GGUF metadata has no general.architecture; the file is not a model GGUF")
+
+    def get(key: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{key}", default)
+
+    cfg: dict[str, Any] = {"model_type": arch, "architectures": [f"gguf:{arch}"]}
+    mapping = {"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
+               "num_attention_heads": "attention.head_count", "num_key_value_heads": "attention.head_count_kv",
+               "intermediate_size": "feed_forward_length", "max_position_embeddings": "context_length",
+               "rope_theta": "rope.freq_base", "rms_norm_eps": "attention.layer_norm_rms_epsilon",
+               "sliding_window": "attention.sliding_window", "kv_lora_rank": "attention.kv_lora_rank",
+               "vocab_size": "vocab_size"}
+    for hf_key, gguf_key in mapping.items():
+        if get(gguf_key) is not None:
+            value = get(gguf_key)
+            cfg[hf_key] = value[0] if isinstance(value, list) and value else value  # per-layer arrays
+    if "vocab_size" not in cfg and isinstance(meta.get("tokenizer.ggml.tokens"), list):
+        cfg["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
+    cfg.setdefault("num_key_value_heads", cfg.get("num_attention_heads"))
+    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    head_dim = get("attention.key_length") or (hidden // heads if heads and hidden else None)
+    if head_dim:
+        cfg["head_dim"] = int(head_dim)
+    rot = get("rope.dimension_count")
+    if cfg.get("kv_lora_rank") is not None and rot:
+        cfg["qk_rope_head_dim"] = int(rot)
+    elif rot and head_dim and int(rot) != int(head_dim):
+        cfg["partial_rotary_factor"] = int(rot) / int(head_dim)
+    kind = get("rope.scaling.type")
+    if kind and kind != "none":
+        scaling = {"rope_type": kind, "factor": float(get("rope.scaling.factor", 1.0))}
+        if get("rope.scaling.original_context_length"):
+            scaling["original_max_position_embeddings"] = int(get("rope.scaling.original_context_length"))
+        cfg["rope_scaling"] = scaling
+    for hf_key, key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
+        if meta.get(f"tokenizer.ggml.{key}") is not None:
+            cfg[hf_key] = int(meta[f"tokenizer.ggml.{key}"])
+    if tensor_names is not None:
+        cfg["tie_word_embeddings"] = "output.weight" not in set(tensor_names)
+    return cfg
+
+
