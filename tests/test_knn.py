@@ -69,6 +69,13 @@ def test_ivf_recall_on_glove():
     kth = s[:, 10]  # 11th incl. self = 10th neighbour
     got = np.einsum("rd,rkd->rk", xn[rows], xn[g.neighbors[rows]])
     assert (got >= kth[:, None] - 1e-5).mean() >= 0.95
+    assert not (g.neighbors == np.arange(len(x))[:, None]).any()  # never self
+    assert (np.diff(g.sims, axis=1) <= 1e-6).all()  # most similar first
+    np.testing.assert_allclose(g.sims, np.einsum("nd,nkd->nk", xn, xn[g.neighbors]), atol=1e-5)
+    # Same seed, same graph (k-means, nprobe and the scan are deterministic).
+    again = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
+    np.testing.assert_array_equal(again.neighbors, g.neighbors)
+    assert again.params["nprobe"] == g.params["nprobe"]
 
 
 def test_cache_is_hit(minilm_rows, tmp_path):
