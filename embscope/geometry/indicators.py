@@ -101,14 +101,6 @@ class Indicators:
     fit: dict[str, Any] = field(default_factory=dict)
 
 
-def row_norms(m: "torch.Tensor") -> np.ndarray:
-    """L2 norm of each row, float64, computed in blocks. (n, d) -> (n,)."""
-    import torch
-
-    out = [torch.linalg.vector_norm(m[s:s + BLOCK].double(), dim=1) for s in range(0, m.shape[0], BLOCK)]
-    return torch.cat(out).cpu().numpy()
-
-
 def zero_rows(m: "torch.Tensor", tol: float = ZERO_TOL) -> np.ndarray:
     """True where every entry of the row has ``|x| ≤ tol``."""
     import torch
@@ -230,10 +222,12 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
     normal = cats == "normal"
     if not normal.any():
         normal = np.ones(n, dtype=bool)
-    in_norm = row_norms(embed)
+    from embscope.tables import row_norms
+
+    in_norm = row_norms(embed).astype(np.float64)
     zero = zero_rows(embed)
     if output is not None:
-        out_norm = row_norms(output)
+        out_norm = row_norms(output).astype(np.float64)
         zero |= zero_rows(output)
     else:
         out_norm = np.full(n, np.nan)

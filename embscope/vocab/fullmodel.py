@@ -10,7 +10,6 @@ SmolLM2-135M loads this way in about 15 s on 2 CPU cores.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,7 +60,6 @@ def load_causal_lm(model: "LoadedModel"):
     key = str(model.path)
     if key in _CACHE:
         return _CACHE[key]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers.utils import logging as hf_logging
 
