@@ -3,7 +3,7 @@
 Generates a ≥ 500 MB corpus in a temp folder from the UDHR texts (one ``<lang>.txt`` per
 language, texts repeated), then, each in its own process (so peak RSS is its own):
 
-- ``embscope``: :func:`embscope.fertility.measure` with the llama3 tokenizer (HF ``tokenizers``
+- ``embscope``: :func:`embscope.languages.fertility.measure` with the llama3 tokenizer (HF ``tokenizers``
   backend) — tokens, words, parity, unit/byte-fallback rates, round-trips, vocabulary use;
 - ``raw``: read the same files in 512-line batches and ``tokenizers.Tokenizer.encode_batch_fast``
   them, counting tokens — the limit (encoding only, nothing else measured);
@@ -63,8 +63,8 @@ def files(folder: Path) -> list[Path]:
 
 
 def run_embscope(folder: Path, _sample_mb: float) -> dict:
-    from embscope.fertility import measure
-    from embscope.tokenizers import load_tokenizer_file
+    from embscope.languages.fertility import measure
+    from embscope.tokenizer.load import load_tokenizer_file
 
     vocab = load_tokenizer_file(Path(llama3_json()), name="llama3")
     t0 = time.perf_counter()

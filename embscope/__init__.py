@@ -15,12 +15,12 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "load_model": "embscope.load",
-    "load_vocabulary": "embscope.tokenizers",
+    "load_vocabulary": "embscope.tokenizer.load",
     "context_summary": "embscope.context",
     "audit": "embscope.audit",
     "resolve": "embscope.resolve",
     "LoadedModel": "embscope.model",
-    "Vocabulary": "embscope.vocabulary",
+    "Vocabulary": "embscope.tokenizer.base",
 }
 
 

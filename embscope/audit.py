@@ -131,8 +131,8 @@ def _languages(model, corpora, tokens, opts: AuditOptions, steps: Steps, tmp: Pa
     """Per-language metrics for every corpus; extension candidates from single-language corpora."""
     import polars as pl
 
-    from embscope.fertility import measure
-    from embscope.vocab import suggest
+    from embscope.languages.fertility import measure
+    from embscope.extend import suggest
 
     tables, lang_summaries, domain = [], {}, None
     for corpus in corpora:

@@ -158,7 +158,9 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
         embed = embed.to(device=dev)
         out = out.to(device=dev) if out is not None else None
 
-    vocab = r.vocabulary()
+    from embscope.tokenizer.load import model_vocabulary
+
+    vocab = model_vocabulary(r)
     rows = int(embed.shape[0])
     if vocab is not None and len(vocab) > rows:
         raise VocabError(f"the tokenizer has {len(vocab)} tokens but the embedding has only {rows} rows; "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from embscope.vocabulary import Vocabulary
+    from embscope.tokenizer.base import Vocabulary
 
 
 @dataclass
@@ -53,7 +53,7 @@ class LoadedModel:
 
     @property
     def categories(self) -> list[str]:
-        """One category per matrix row (see :mod:`embscope.vocabulary`), ``padding`` past the
+        """One category per matrix row (see :mod:`embscope.tokenizer.base`), ``padding`` past the
         tokenizer. Computed on first use (a reachability pass over the vocabulary)."""
         cached = self.__dict__.get("_categories")
         if cached is None:

@@ -67,16 +67,6 @@ class Resolved:
                 self._config = read_config(self.path / "config.json")
         return self._config
 
-    def vocabulary(self):
-        """The model's own tokenizer, or ``None`` when it ships none."""
-        from embscope.tokenizers import load_folder_vocabulary
-
-        if self.format == "gguf":
-            from embscope.loaders.gguf import gguf_vocabulary
-
-            return gguf_vocabulary(self.path, name=self.name, reader=self.gguf_reader())
-        return load_folder_vocabulary(self.path, name=self.name)
-
 
 def read_config(path: Path) -> dict[str, Any]:
     if not path.is_file():

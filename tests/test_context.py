@@ -11,7 +11,7 @@ import pytest
 
 from embscope.commands.rope import format_summary
 from embscope.context import context_summary
-from embscope.rope import risk_band
+from embscope.context.rope import risk_band
 from embscope.loaders.gguf_config import config_from_gguf_metadata
 from embscope.errors import ModelFileError
 

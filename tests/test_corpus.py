@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from embscope.corpus import MAX_LINE_BYTES, CorpusReport, CorpusWarning, iter_corpus
+from embscope.languages.corpus import MAX_LINE_BYTES, CorpusReport, CorpusWarning, iter_corpus
 from embscope.errors import CorpusError
-from embscope.script import dominant_script, script_of
-from embscope.segment import count_words, words
+from embscope.languages.script import dominant_script, script_of
+from embscope.languages.segment import count_words, words
 
 ROOT = Path(__file__).resolve().parent.parent
 UDHR = ROOT / "corpora" / "udhr"

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embscope.fertility import measure, space_prefix
-from embscope.tokenizers import load_vocabulary
+from embscope.languages.fertility import measure, space_prefix
+from embscope.tokenizer.load import load_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 UDHR = ROOT / "corpora" / "udhr"

@@ -38,7 +38,7 @@ def extend(
     from embscope import load_model
     from embscope.output import atomic_folder, default_out, provenance, write_json
     from embscope.progress import Steps
-    from embscope.vocab import apply, suggest
+    from embscope.extend import apply, suggest
 
     specs = [s.strip() for item in init for s in item.split(",") if s.strip()]
     steps = Steps()

@@ -1,6 +1,6 @@
 """``embscope fertility`` and ``embscope compare``: what each language costs in tokens.
 
-Both make one call to :func:`embscope.fertility.measure`, print a table (languages sorted by the
+Both make one call to :func:`embscope.languages.fertility.measure`, print a table (languages sorted by the
 first tokenizer's parity, so the cheapest — the reference — comes first) and write
 ``languages.parquet`` + ``summary.json`` into ``--out`` (atomically).
 """
@@ -21,9 +21,9 @@ Reference = Annotated[str, typer.Option("--reference", help="language that parit
 
 def _run(specs: list[str], corpus: Path, out: Path | None, sample_bytes: int | None,
          reference: str, force: bool) -> None:
-    from embscope.fertility import measure
+    from embscope.languages.fertility import measure
     from embscope.output import atomic_folder, default_out, provenance, write_json
-    from embscope.tokenizers import load_vocabulary
+    from embscope.tokenizer.load import load_vocabulary
 
     vocabs = [load_vocabulary(s) for s in specs]
     result = measure(vocabs, corpus, reference=reference, sample_bytes=sample_bytes)

@@ -43,7 +43,7 @@ class ScanResult:
 
 def _script_fn():
     try:
-        from embscope.script import script_of
+        from embscope.languages.script import script_of
     except ImportError:  # pragma: no cover - the shared helper is part of the package
         return lambda s: "none"
     return script_of

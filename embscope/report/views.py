@@ -147,7 +147,7 @@ def languages_view(langs: Any) -> dict[str, Any]:
             name = str(t.get("name")) if isinstance(t, dict) else str(t)
             if name not in toks:
                 toks.append(name)
-    # one line per corpus: what was read (``corpus`` is embscope.corpus.CorpusReport.as_dict())
+    # one line per corpus: what was read (``corpus`` is embscope.languages.corpus.CorpusReport.as_dict())
     reads = []
     for path, b in per_corpus.items():
         c = _dict(b.get("corpus"))

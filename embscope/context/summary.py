@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from embscope.errors import ModelFileError
-from embscope.rope import risk_band, rope_parameters, rope_wavelengths, scaled_wavelengths
-from embscope.rope import rope_type as rope_type_of
+from embscope.context.rope import risk_band, rope_parameters, rope_wavelengths, scaled_wavelengths
+from embscope.context.rope import rope_type as rope_type_of
 
 #: context lengths the KV table always shows (tokens); the claimed maximum is added to them
 KV_CONTEXTS = (4096, 8192, 32768, 131072)

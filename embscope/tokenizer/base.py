@@ -37,7 +37,7 @@ CATEGORIES = ("normal", "special", "byte", "unreachable", "undecodable", "paddin
 
 
 class Vocabulary(ABC):
-    """Abstract tokenizer view. Subclasses live in :mod:`embscope.tokenizers`."""
+    """Abstract tokenizer view. Subclasses live in :mod:`embscope.tokenizer.load`."""
 
     #: short name for tables (e.g. ``"gpt2"``, ``"qwen2"``, ``"smollm2-135m"``)
     name: str

@@ -4,7 +4,7 @@ Metrics (counts are summed over every text of the language that was read):
 
 - ``fertility`` = tokens / words — Rust et al. 2021, "How Good is Your Tokenizer? On the
   Monolingual Performance of Multilingual Language Models". Words follow
-  :mod:`embscope.segment` (whitespace, Ethiopic ``፡``; one word per character for Han, Kana,
+  :mod:`embscope.languages.segment` (whitespace, Ethiopic ``፡``; one word per character for Han, Kana,
   Thai, Lao, Khmer, Myanmar — there fertility is tokens per character). Example: "human rights"
   → ``[human][ rights]`` = 2 tokens / 2 words = 1.0 with gpt2; gpt2 on Amharic "ሰው፡ልጅ" = 15
   tokens / 2 words = 7.5 (byte-level BPE without Ethiopic merges: ~one token per byte).
@@ -51,9 +51,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embscope.corpus import CorpusReport, iter_corpus
-from embscope.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, word_counts
-from embscope.vocabulary import Vocabulary
+from embscope.languages.corpus import CorpusReport, iter_corpus
+from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, word_counts
+from embscope.tokenizer.base import Vocabulary
 
 #: bytes of text per language whose words are tokenised one by one (continued-word rates):
 #: ~40k words, plenty for a stable share (UDHR is 10–40 KB per language) at a bounded cost.
@@ -124,7 +124,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
 
     Args:
         vocabs: tokenizers to compare (``embscope.load_vocabulary("gpt2")`` …).
-        corpus_path: folder or file, read by :func:`embscope.corpus.iter_corpus`.
+        corpus_path: folder or file, read by :func:`embscope.languages.corpus.iter_corpus`.
         reference: language that parity divides by (default ``eng``).
         sample_bytes: read at most this many bytes per language.
         embed: optional (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy).
@@ -137,7 +137,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
 
     Example::
 
-        >>> from embscope.tokenizers import load_vocabulary
+        >>> from embscope.tokenizer.load import load_vocabulary
         >>> res = measure([load_vocabulary("gpt2")], "corpora/udhr")  # doctest: +SKIP
         >>> res.table.filter(language="eng")["parity"][0]  # doctest: +SKIP
         1.0
@@ -145,7 +145,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     import numpy as np
 
     from embscope.progress import track
-    from embscope.script import script_counts
+    from embscope.languages.script import script_counts
 
     vocabs = list(vocabs)
     names = [v.name for v in vocabs]

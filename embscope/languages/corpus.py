@@ -131,7 +131,7 @@ def guess_lang(text: str) -> str:
     >>> guess_lang("Hello there"), guess_lang("Привет"), guess_lang("12 34")
     ('und_latn', 'und_cyrl', 'und')
     """
-    from embscope.script import dominant_script
+    from embscope.languages.script import dominant_script
 
     script = dominant_script(text)
     if script == "none":

@@ -1,6 +1,6 @@
 """Vocabulary extension: which domain terms to add, what that saves, how to initialise new rows.
 
-    from embscope.vocab import suggest, apply
+    from embscope.extend import suggest, apply
     result = suggest(model, "corpora/medical", top=200, init=("subword-mean", "hewitt"))
     apply(model, result, "out/smollm2-medical", init="subword-mean")
 
@@ -12,8 +12,8 @@ functions, so importing this package is cheap.
 
 from __future__ import annotations
 
-from embscope.vocab.apply import apply
-from embscope.vocab.extension import ExtensionResult, suggest
-from embscope.vocab.init import STRATEGIES
+from embscope.extend.apply import apply
+from embscope.extend.extension import ExtensionResult, suggest
+from embscope.extend.init import STRATEGIES
 
 __all__ = ["suggest", "apply", "ExtensionResult", "STRATEGIES"]

