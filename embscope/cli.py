@@ -26,16 +26,32 @@ app = typer.Typer(
 
 # Command modules, in the order their commands appear in --help.
 _COMMAND_MODULES = [
-    "embscope.commands.models",
-    "embscope.commands.rope",
-    "embscope.commands.language",
-    "embscope.commands.report",
-    "embscope.commands.extend",
+    "embscope.commands.audit",
     "embscope.commands.scan",
+    "embscope.commands.languages",
+    "embscope.commands.extend",
+    "embscope.commands.rope",
+    "embscope.commands.report",
+    "embscope.commands.models",
 ]
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from embscope import __version__
+
+        typer.echo(f"embscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Look inside a language model's vocabulary: weak token rows, per-language cost, vocabulary
+    extension, RoPE and KV-cache budgets."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,17 +60,28 @@ def main(argv: list[str] | None = None) -> int:
     Usage errors (unknown option, bad value) are typer's own one-line messages with exit code 2;
     :class:`EmbscopeError` from the library becomes ``error: <message>`` and exit code 2.
     """
+    from embscope.output import Terminated, handle_sigterm
+
+    handle_sigterm()
     try:
         app(args=argv, standalone_mode=True)
     except EmbscopeError as err:
-        typer.secho(f"error: {err}", err=True, fg=typer.colors.RED)
+        typer.secho(f"error: {_one_line(str(err))}", err=True, fg=typer.colors.RED)
         return 2
+    except Terminated:
+        typer.secho("terminated: nothing was written", err=True, fg=typer.colors.YELLOW)
+        return 143
     except KeyboardInterrupt:
         return _interrupted()
     except SystemExit as exc:  # typer always ends this way in standalone mode
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return _interrupted() if code == 130 else code
     return 0
+
+
+def _one_line(text: str) -> str:
+    """Messages are one line; a library message that is not (a wrapped exception) is folded."""
+    return " ".join(text.split())
 
 
 def _interrupted() -> int:

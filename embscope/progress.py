@@ -1,8 +1,13 @@
 """Progress bars and step timings, shared by every long step.
 
-Library code reports progress through :func:`track` and :class:`Steps`; both print to stderr with
-rich and stay silent when ``EMBSCOPE_QUIET=1`` or when stderr is not a terminal and
-``EMBSCOPE_PROGRESS`` is not set (so tests and pipes get clean output).
+Library code reports progress through :func:`track`, :func:`bar` and :class:`Steps`; all print to
+stderr. What they print depends on the mode:
+
+- **quiet** (``--quiet``, or ``EMBSCOPE_QUIET=1``): nothing;
+- on a **terminal**: rich progress bars with a total, a rate and an ETA, and one line per step;
+- **without a terminal** (a pipe, a log file, CI): one plain line per step, and for long loops a
+  line every :data:`LINE_EVERY_S` seconds (``  kNN tiles 40/128 (31 %), ETA 52 s``);
+- **verbose** (``--verbose``): as above, plus log lines from the library (``embscope`` logger).
 """
 
 from __future__ import annotations
@@ -10,46 +15,107 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
 
+#: without a terminal, a long loop prints at most one line this often (seconds)
+LINE_EVERY_S = 15.0
+
+_MODE: str | None = None  # None: from the environment
+
+
+def set_mode(mode: str | None) -> None:
+    """``"quiet"``, ``"verbose"`` or ``None`` (normal). Verbose also shows ``embscope`` log lines."""
+    global _MODE
+    _MODE = mode
+    if mode == "verbose":
+        import logging
+
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("embscope").setLevel(logging.INFO)
+
+
+def mode() -> str:
+    """``quiet``, ``bar`` (terminal), ``lines`` (no terminal)."""
+    if _MODE == "quiet" or (_MODE is None and os.environ.get("EMBSCOPE_QUIET") == "1"):
+        return "quiet"
+    return "bar" if sys.stderr.isatty() else "lines"
+
 
 def enabled() -> bool:
-    if os.environ.get("EMBSCOPE_QUIET") == "1":
-        return False
-    if os.environ.get("EMBSCOPE_PROGRESS") == "1":
-        return True
-    return sys.stderr.isatty()
+    return mode() != "quiet"
 
 
 def _console():
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, highlight=False)
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+@contextmanager
+def bar(total: float | None, description: str, *, unit: str = "") -> Iterator[Callable[[float], None]]:
+    """A progress bar advanced by hand: ``with bar(n_bytes, "reading", unit="B") as advance: advance(k)``.
+
+    >>> with bar(3, "demo") as advance:
+    ...     for _ in range(3): advance(1)
+    """
+    m = mode()
+    if m == "quiet":
+        yield lambda n=1: None
+        return
+    if m == "lines":
+        state = {"done": 0.0, "last": time.perf_counter(), "t0": time.perf_counter()}
+
+        def advance(n: float = 1) -> None:
+            state["done"] += n
+            now = time.perf_counter()
+            if now - state["last"] >= LINE_EVERY_S:
+                state["last"] = now
+                done, el = state["done"], now - state["t0"]
+                if total:
+                    eta = el * (total - done) / done if done else float("nan")
+                    msg = f"  {description} {_amount(done, unit)}/{_amount(total, unit)} ({100 * done / total:.0f} %), ETA {_fmt_s(eta)}"
+                else:
+                    msg = f"  {description} {_amount(done, unit)} after {_fmt_s(el)}"
+                print(msg, file=sys.stderr, flush=True)
+
+        yield advance
+        return
+    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    count = DownloadColumn() if unit == "B" else MofNCompleteColumn()
+    with Progress(TextColumn("  {task.description}"), BarColumn(), count, TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=_console(), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n=1: progress.advance(task, n)
+
+
+def _amount(x: float, unit: str) -> str:
+    if unit == "B":
+        return f"{x / 2**20:,.1f} MiB"
+    return f"{x:,.0f}"
 
 
 def track(items: Iterable[T], *, total: int | None = None, description: str = "working") -> Iterator[T]:
-    """Yield ``items`` while drawing a progress bar (a no-op when progress is disabled).
+    """Yield ``items`` while drawing a progress bar (see :func:`bar`).
 
     >>> list(track(range(3), description="demo"))
     [0, 1, 2]
     """
-    if not enabled():
-        yield from items
-        return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    with Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=_console(),
-                  transient=True) as bar:
-        task = bar.add_task(description, total=total)
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    with bar(total, description) as advance:
         for item in items:
             yield item
-            bar.advance(task)
+            advance(1)
 
 
 class Steps:
@@ -60,20 +126,27 @@ class Steps:
 
     def __init__(self, *, verbose: bool | None = None):
         self.timings: dict[str, float] = {}
-        self.verbose = enabled() if verbose is None else verbose
+        self.verbose = enabled() if verbose is None else (verbose and enabled())
 
     @contextmanager
     def step(self, name: str, description: str | None = None):
         label = description or name
         t0 = time.perf_counter()
         if self.verbose:
-            _console().print(f"[bold]→[/] {label} …")
+            _console().print(f"[bold]→[/] {_plain(label)} …")
         yield
         dt = time.perf_counter() - t0
         self.timings[name] = round(dt, 3)
         if self.verbose:
-            _console().print(f"[green]✓[/] {label}  [dim]{dt:.1f} s[/]")
+            _console().print(f"[green]✓[/] {_plain(label)}  [dim]{dt:.1f} s[/]")
 
     def skip(self, name: str, why: str) -> None:
         if self.verbose:
-            _console().print(f"[yellow]–[/] {name}: skipped ({why})")
+            _console().print(f"[yellow]–[/] {name}: skipped ({_plain(why)})")
+
+
+def _plain(text: str) -> str:
+    """User-supplied text (paths, specs) shown literally, not as rich markup."""
+    from rich.markup import escape
+
+    return escape(text)

@@ -9,9 +9,41 @@ from pathlib import Path
 
 import pytest
 
-# No test may reach the network: the HF hub is never asked.
+# No test may reach the network: the HF hub is never asked. This one variable is set for the whole
+# process on purpose, before huggingface_hub is imported anywhere (it reads it at import time).
 os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("EMBSCOPE_QUIET", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_and_private_cache(tmp_path_factory):
+    """No progress output, and a kNN/model cache under the session's tmp folder, undone at the end."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EMBSCOPE_QUIET", "1")
+        mp.setenv("EMBSCOPE_CACHE", str(tmp_path_factory.mktemp("embscope-cache")))
+        yield
+
+
+@pytest.fixture(scope="session")
+def smollm2_audit(tmp_path_factory) -> Path:
+    """One real audit of the demo model (medical + UDHR, map on), shared by every test that reads one."""
+    from embscope.cli import main
+
+    out = tmp_path_factory.mktemp("audit") / "smollm2"
+    assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50",
+                 "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_scan(tmp_path_factory) -> Path:
+    """One real scan of MiniLM (no map)."""
+    from embscope.cli import main
+
+    out = tmp_path_factory.mktemp("scan") / "minilm"
+    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map", "--device", "cpu"]) == 0
+    return out
 
 
 def asset(module: str) -> Path:

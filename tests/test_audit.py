@@ -11,31 +11,25 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from embscope.cli import main
+from embscope.summary import read_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def smollm2_report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("audit") / "smollm2"
-    os.environ["EMBSCOPE_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    assert main(["audit", "--model", "smollm2-135m", "--corpus", "corpora/medical", "--no-map",
-                 "--top", "50", "--out", str(out)]) == 0
-    return out
-
-
 @pytest.mark.slow
-def test_audit_writes_every_table(smollm2_report):
-    out = smollm2_report
+def test_audit_writes_every_table(smollm2_audit):
+    out = smollm2_audit
     assert sorted(p.name for p in out.iterdir()) == [
-        "candidates.parquet", "index.html", "languages.parquet", "summary.json", "tokens.parquet"]
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"]["rows"] == 49152 and summary["model"]["tied"] is True
-    assert summary["context"]["rope_theta"] == pytest.approx(1e5)
-    assert {"load", "tokens", "geometry", "extension", "report"} <= set(summary["timings"])
-    assert summary["embscope"]["version"] and summary["embscope"]["parameters"]["k"] == 10
-    assert summary["skipped"] == {}
+        ".embscope", "candidates.parquet", "index.html", "languages.parquet", "summary.json", "tokens.parquet"]
+    raw = json.loads((out / "summary.json").read_text())
+    s = read_summary(raw)
+    assert s.model.rows == 49152 and s.model.tied is True
+    assert s.sections.context.rope_theta == pytest.approx(1e5)
+    assert {"load", "tokens", "geometry", "extension", "report"} <= set(s.timings)
+    assert s.embscope["version"] and s.parameters.k == 10
+    assert {"torch", "polars", "numpy", "transformers"} <= set(s.versions)
+    assert len(s.inputs["model"]["tensors"]["embed"]) == 32 and s.inputs["model"]["tensors"]["output"] is None
+    assert s.skipped == {}
 
     tokens = pl.read_parquet(out / "tokens.parquet")
     assert tokens.height == 49152
@@ -50,18 +44,35 @@ def test_audit_writes_every_table(smollm2_report):
     flagged = tokens.filter(pl.col("flagged") & (pl.col("category") == "normal"))
     assert flagged.height > 0
 
+    # UDHR by default: the report shows many languages besides the medical corpus's English
     langs = pl.read_parquet(out / "languages.parquet")
-    assert langs["language"].to_list() == ["eng"] and langs["fertility"][0] > 1.0
+    udhr = langs.filter(pl.col("corpus").str.ends_with("udhr"))
+    assert udhr.height > 50 and {"eng", "cmn_hans", "arb"} <= set(udhr["language"].to_list())
+    assert udhr.filter(pl.col("language") == "eng")["parity"][0] == pytest.approx(1.0)
+    medical = langs.filter(pl.col("corpus").str.ends_with("medical"))
+    assert medical["language"].to_list() == ["eng"] and medical["fertility"][0] > 1.0
 
     cands = pl.read_parquet(out / "candidates.parquet")
     assert cands.height >= 50 and (cands["n_pieces"] >= 2).all()
-    ext = summary["extension"]
-    assert ext["tokens_saved"] > 0 and ext["corpus_tokens_after"] == ext["corpus_tokens"] - ext["tokens_saved"]
+    ext = s.sections.extension
+    assert ext.corpus.endswith("medical")
+    assert ext.tokens_saved > 0 and ext.corpus_tokens_after == ext.corpus_tokens - ext.tokens_saved
 
 
 @pytest.mark.slow
-def test_report_html_has_every_section(smollm2_report):
-    html = (smollm2_report / "index.html").read_text()
+def test_parquet_tables_carry_the_schema_version(smollm2_audit):
+    import pyarrow.parquet as pq
+
+    from embscope.summary import SCHEMA_VERSION
+
+    for name in ("tokens", "languages", "candidates"):
+        meta = pq.read_schema(smollm2_audit / f"{name}.parquet").metadata
+        assert meta[b"embscope.schema_version"] == str(SCHEMA_VERSION).encode(), name
+
+
+@pytest.mark.slow
+def test_report_html_has_every_section(smollm2_audit):
+    html = (smollm2_audit / "index.html").read_text()
     for section in ("Overview", "Under-trained tokens", "Languages", "Extension", "Context"):
         assert section in html
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
@@ -78,19 +89,20 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", EMBSCOPE_QUIET="1",
                EMBSCOPE_CACHE=str(tmp_path / "cache"))
     out = tmp_path / "report"
-    res = subprocess.run([sys.executable, "cli.py", "audit", "--model", "qwen2-7b", "--corpus", "corpora/medical",
-                          "--no-map", "--top", "20", "--out", str(out)], cwd=ROOT, env=env,
+    res = subprocess.run([sys.executable, "cli.py", "audit", "--model", "qwen2-7b", "--corpus", "medical",
+                          "--languages", "none", "--no-map", "--top", "20", "--out", str(out)], cwd=ROOT, env=env,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"report: {out / 'index.html'}" in res.stdout
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"]["source"] == "hub-cache" and summary["model"]["tied"] is False
-    assert summary["model"]["n_tokens"] == 151665
-    assert summary["categories"]["padding"] == 152064 - 151665
+    s = read_summary(json.loads((out / "summary.json").read_text()))
+    assert s.model.source == "hub-cache" and s.model.tied is False
+    assert s.model.n_tokens == 151665
+    assert s.sections.tokens.categories["padding"] == 152064 - 151665
+    assert s.inputs["model"]["tensors"]["output"] is not None
     tokens = pl.read_parquet(out / "tokens.parquet", columns=["category", "out_norm", "zero_row", "flagged"])
     padding = tokens.filter(pl.col("category") == "padding")
     assert padding["zero_row"].all() and padding["flagged"].all()
     assert tokens["out_norm"].null_count() == 0
     # Only the shards holding embed_tokens and lm_head were opened.
-    assert [Path(f).name for f in summary["model"]["files_read"]] == [
+    assert [Path(f).name for f in s.model.files_read] == [
         "model-00001-of-00004.safetensors", "model-00004-of-00004.safetensors"]

@@ -53,7 +53,7 @@ def test_unwritable_output_folder(capsys, tmp_path):
     blocker.write_text("x")
     for out in ("/sys/embscope-report", str(blocker / "report")):
         assert main(["audit", "--model", "minilm-l6", "--no-scan", "--out", out]) == 2
-        assert "cannot write under" in one_line_error(capsys)
+        assert "pass a writable --out" in one_line_error(capsys)
     assert not Path("/sys/embscope-report").exists()
 
 
@@ -77,7 +77,7 @@ def test_failure_mid_run_leaves_nothing(capsys, tmp_path, llama3_tokenizer_json)
 
 def test_sigint_mid_run_leaves_no_partial_folder(tmp_path):
     out = tmp_path / "reports" / "r"
-    env = dict(os.environ, EMBSCOPE_PROGRESS="1", HF_HUB_OFFLINE="1", EMBSCOPE_CACHE=str(tmp_path / "cache"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", EMBSCOPE_CACHE=str(tmp_path / "cache"))
     env.pop("EMBSCOPE_QUIET", None)
     # A background job inherits SIGINT as ignored; a terminal user's Ctrl-C is not, so restore it.
     proc = subprocess.Popen([sys.executable, "cli.py", "audit", "--model", "smollm2-135m", "--out", str(out)],
@@ -105,11 +105,14 @@ def test_report_of_missing_folder(capsys, tmp_path):
 
 
 def test_summary_json_is_valid_after_no_scan_audit(tmp_path):
+    from embscope.summary import read_summary
+
     out = tmp_path / "r"
-    assert main(["audit", "--model", "minilm-l6", "--no-scan", "--out", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"]["rows"] == 30522 and summary["skipped"]["languages"] == "no corpus given"
-    assert sorted(p.name for p in out.iterdir()) == ["index.html", "summary.json", "tokens.parquet"]
+    assert main(["audit", "--model", "minilm-l6", "--no-scan", "--languages", "none", "--out", str(out)]) == 0
+    s = read_summary(json.loads((out / "summary.json").read_text()))
+    assert s.model.rows == 30522 and s.skipped["languages"] == "no corpus given"
+    assert s.sections.tokens.geometry is None and s.sections.context is not None
+    assert sorted(p.name for p in out.iterdir()) == [".embscope", "index.html", "summary.json", "tokens.parquet"]
 
 
 def test_usage_errors_are_typer_messages_not_tracebacks(capsys):

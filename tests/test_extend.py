@@ -228,9 +228,11 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
     table = pl.read_parquet(out / "candidates.parquet")
     assert {"term", "frequency", "pieces", "n_pieces", "savings_tokens"} <= set(table.columns)
     assert (table["n_words"] == 2).any()
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["top_n"] == 10 and summary["tokens_saved"] > 0
-    assert summary["embscope"]["parameters"]["max_ngram"] == 2
+    from embscope.summary import read_summary
+
+    s = read_summary(json.loads((out / "summary.json").read_text()))
+    assert s.sections.extension.top_n == 10 and s.sections.extension.tokens_saved > 0
+    assert s.parameters.max_ngram == 2 and s.embscope["command"] == "extend"
     code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--init", "hewit",
                  "--out", str(tmp_path / "bad")])
     assert code == 2 and "did you mean 'hewitt'" in capsys.readouterr().err

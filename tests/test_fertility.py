@@ -143,8 +143,11 @@ def test_cli_compare_writes_table(tmp_path, small_corpus, capsys):
     assert code == 0
     df = pl.read_parquet(out / "languages.parquet")
     assert set(df["tokenizer"]) == {"gpt2", "o200k_base"} and df.height == 2 * len(LANGS)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["reference"] == "eng" and summary["embscope"]["parameters"]["corpus"]
+    from embscope.summary import read_summary
+
+    s = read_summary(json.loads((out / "summary.json").read_text()))
+    assert s.sections.languages.reference == "eng" and s.model is None
+    assert list(s.inputs["corpora"]) == [str(small_corpus)] and s.inputs["tokenizers"] == ["gpt2", "o200k_base"]
     printed = capsys.readouterr().out
     first_row = next(l for l in printed.splitlines() if l.startswith("│"))
     assert "eng" in first_row and "1.00" in first_row

@@ -114,11 +114,13 @@ def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
 
     monkeypatch.setenv("EMBSCOPE_CACHE", str(knn_cache.parent))
     out = tmp_path / "scan"
-    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-layout", "--device", "cpu"]) == 0
+    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map", "--device", "cpu"]) == 0
     t = pl.read_parquet(out / "tokens.parquet")
     assert t.columns[:4] == ["token_id", "token", "token_bytes", "category"]
     assert t.height == 30522 and t["flagged"].sum() > 994 * 0.95
-    s = json.loads((out / "summary.json").read_text())
-    assert s["geometry"]["reference"]["source"] == "unused-names" and s["geometry"]["reference"]["size"] == 994
-    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-layout"]) == 2  # exists
+    from embscope.summary import read_summary
+
+    geo = read_summary(json.loads((out / "summary.json").read_text())).sections.tokens.geometry
+    assert geo.reference["source"] == "unused-names" and geo.reference["size"] == 994
+    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map"]) == 2  # exists
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left

@@ -1,8 +1,9 @@
-"""The HTML report: escaping, sampling, missing sections, atomic writes, the CLI.
+"""The HTML report: escaping, sampling, missing sections, atomic writes, tampered folders, the CLI.
 
-A fake-but-plausible output folder is built with polars, with a hostile vocabulary placed where it
-shows in every view: the top of the under-trained table, the map (flagged, so never sampled away),
-the neighbour lists, the extension candidates (term and pieces) and the language table.
+Every folder here is written by the real producers (:func:`embscope.runner.run`): a small model
+whose vocabulary holds hostile strings where they show in every view (the top of the under-trained
+table, the map, the neighbour lists, the language table, the page title), and the shared real
+audit of the demo model. Tampered folders are real folders edited afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from embscope.errors import OutputError
 from embscope.report import display_token, render, script_json
 from embscope.report.data import MAP_MAX_POINTS, TOP_N
+from embscope.sections.base import RunOptions
 
 # Each would set window.__pwned if the page ever ran it.
 HOSTILE = [
@@ -30,145 +32,54 @@ HOSTILE = [
 N_HOSTILE = len(HOSTILE)
 
 
-def build_fake_output(out: Path, n_tokens: int = 5000, *, seed: int = 0, tied: bool = False) -> Path:
-    """Write summary.json, tokens/languages/candidates.parquet for a made-up model into ``out``.
-
-    Ids 0..len(HOSTILE)-1 are the hostile tokens: flagged, with the highest scores, and listed
-    as neighbours of every other flagged token.
-    """
+def build_hostile_run(root: Path, *, scan: bool = True, languages: bool = True) -> Path:
+    """A real run (every section through the real producers) of a small model whose vocabulary and
+    corpus carry hostile strings: the tokens are added tokens of a BPE tokenizer trained here, their
+    rows are tiny and point the same way (so they top the under-trained table and are each other's
+    neighbours), and one corpus language is named by a hostile string."""
     import numpy as np
-    import polars as pl
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    rng = np.random.default_rng(seed)
-    out.mkdir(parents=True, exist_ok=True)
-    words = ["the", "ing", "tion", " der", "的", "ение", "über", "ς", "123", " {", "π"]
-    tokens = HOSTILE + [f"{words[i % len(words)]}{i}" for i in range(N_HOSTILE, n_tokens)]
-    # Hostile strings in normal rows too: the default (normal-only) views must show them inert.
-    cats = ["special", "normal", "normal", "normal", "unreachable", "undecodable", "normal"]
-    cats += ["byte" if i < 300 else ("padding" if i >= n_tokens - 20 else "normal")
-             for i in range(N_HOSTILE, n_tokens)]
-    score = rng.beta(2, 8, n_tokens)
-    score[:N_HOSTILE] = 5.0 + np.arange(N_HOSTILE)[::-1]  # hostile ones on top
-    flagged = score > 0.55
-    flagged[:N_HOSTILE] = True
-    hostile_ids = list(range(N_HOSTILE))
-    neighbors = rng.integers(0, n_tokens, (n_tokens, 5))  # (V, 5)
-    neighbors[flagged] = hostile_ids[:5]
-    in_norm = rng.normal(1.0, 0.15, n_tokens)
-    in_norm[flagged] *= 0.4
-    df = pl.DataFrame({
-        "token_id": np.arange(n_tokens, dtype=np.int64),
-        "token": tokens,
-        "token_bytes": [t.encode("utf-8") for t in tokens],
-        "category": cats,
-        "in_norm": in_norm.astype(np.float32),
-        "out_norm": None if tied else rng.normal(1.2, 0.2, n_tokens).astype(np.float32),
-        "zero_row": np.zeros(n_tokens, dtype=bool),
-        "ref_sim": rng.uniform(0, 1, n_tokens).astype(np.float32),
-        "isolation": rng.uniform(0, 1, n_tokens).astype(np.float32),
-        "knn_sim_k": rng.uniform(0, 1, n_tokens).astype(np.float32),
-        "script": rng.choice(["Latin", "Han", "Cyrillic", "Greek", "Common", "Arabic"], n_tokens),
-        "undertrained_score": score.astype(np.float32),
-        "flagged": flagged,
-        "neighbors": pl.Series(neighbors).cast(pl.List(pl.Int64)),
-        "neighbor_sims": pl.Series(-np.sort(-rng.uniform(0.2, 1, (n_tokens, 5)), axis=1).astype(np.float32))
-        .cast(pl.List(pl.Float32)),
-        "x": rng.normal(0, 3, n_tokens).astype(np.float32),
-        "y": rng.normal(0, 3, n_tokens).astype(np.float32),
-    })
-    if tied:
-        df = df.with_columns(pl.lit(None, dtype=pl.Float32).alias("out_norm"))
-    df.write_parquet(out / "tokens.parquet")
+    from embscope.runner import run
 
-    lang_rows = []
-    for tok in ["gpt2", "cl100k_base", "qwen2", HOSTILE[0]]:
-        for lang, base in [("en", 1.3), ("de", 1.9), ("ru", 3.1), ("zh", 1.1), ("hi", 5.2)]:
-            fert = base * (0.8 if tok == "qwen2" else 1.0)
-            lang_rows.append({"tokenizer": tok, "language": lang, "script": "Latin", "words": 1000,
-                              "chars": 6000, "bytes": 6500, "tokens": int(fert * 1000),
-                              "fertility": fert, "tokens_per_char": fert / 6, "bytes_per_token": 6.5 / fert,
-                              "continued_word_rate": 0.3, "single_token_word_rate": 0.7,
-                              "parity": fert / 1.3, "unk_rate": 0.0, "byte_fallback_rate": 0.0,
-                              "roundtrip": True, "vocab_utilisation": 0.2}
-                             | ({"mean_in_norm": 1.1 - fert / 10, "mean_isolation": 0.4, "flagged_share": fert / 100,
-                                 "mean_within_sim": 0.2} if tok == "gpt2" else {}))
-    pl.DataFrame(lang_rows).write_parquet(out / "languages.parquet")
-
-    terms = HOSTILE[:3] + ["myocardial", "hypertension", "pneumothorax", "tachycardia"]
-    pl.DataFrame({
-        "term": terms,
-        "frequency": [50, 40, 30, 900, 800, 120, 300],
-        "pieces": [[t[:4], t[4:]] for t in terms],
-        "n_pieces": [2] * len(terms),
-        "savings_tokens": [50, 40, 30, 900 * 3, 800 * 2, 120 * 3, 300 * 2],
-        "mean_kl": [0.01] * len(terms),
-    }).write_parquet(out / "candidates.parquet")
-
-    wl = [float(2 * np.pi * 1e5 ** (2 * i / 64)) for i in range(32)]
-    summary = {
-        "embscope": {"version": "0.1.0", "git": "abc1234"},
-        "model": {"spec": "fake-135m", "name": "fake-135m", "source": "folder", "path": str(out),
-                  "arch": "llama", "rows": n_tokens, "dim": 64, "n_tokens": n_tokens - 20, "tied": tied,
-                  "dtype": "bfloat16", "device": "cpu", "tensor_names": {"embed": "model.embed_tokens.weight"},
-                  "files_read": ["model.safetensors"]},
-        "parameters": {"k": 10, "sample": MAP_MAX_POINTS, "note": HOSTILE[1]},
-        "timings": {"load": 1.23, "scan": 4.5, "report": 0.2},
-        "categories": {c: cats.count(c) for c in sorted(set(cats))},
-        "context": {"rope_type": "default", "theta": 1e5, "factor": None, "original_max_positions": 8192,
-                    "max_positions": 8192, "extension_ratio": 1.0, "risk_band": "low", "wavelengths": wl,
-                    "pairs_full_turn": sum(w <= 8192 for w in wl),
-                    "kv_bytes_per_token": {"bf16": 46080, "fp8": 23040},
-                    "kv_bytes_at": {str(n): {"bf16": 46080 * n, "fp8": 23040 * n} for n in (4096, 8192, 32768, 131072)}
-                    | {"max": {"bf16": 46080 * 8192, "fp8": 23040 * 8192}},
-                    "embedding_bytes": n_tokens * 64 * 2, "output_bytes": 0 if tied else n_tokens * 64 * 2,
-                    "embedding_share": 0.2, "params_estimate": 135_000_000, "notes": ["fake model"]},
-        # The shapes embscope.geometry.scan and embscope.audit write (see docs/schema.md).
-        "geometry": _fake_geometry(tokens, cats, score, flagged, in_norm),
-        "languages": {"corpora/flores-mini": {
-            "tokenizers": [{"name": t, "backend": "tokenizers"} for t in ("gpt2", "cl100k_base", "qwen2")],
-            "reference": "en", "reference_present": True, "languages": 5, "segmentation": "words = …",
-            "corpus": {"files_read": 5, "texts": 100, "bytes": 32500, "skipped": {}, "capped_languages": []}}},
-        "extension": {"top_n": 5, "space_twins_added": 2, "tokens_added": 7, "candidates": 7,
-                      "tokens_saved": 5000, "corpus_tokens": 100000, "corpus_tokens_after": 95000,
-                      "saved_fraction": 0.05, "estimated_savings": 5400, "min_freq": 5, "corpus_texts": 40,
-                      "strategies": {"mean": {"name": "mean", "kl": 2.4257e-06, "new_token_mass": 0.02,
-                                              "norm_percentile_median": 0.97,
-                                              "examples": {HOSTILE[0]: [[HOSTILE[1], 0.9], [" the", 0.5]]}},
-                                     "random": {"name": "random", "kl": 0.9, "new_token_mass": 0.4,
-                                                "norm_percentile_median": 57.5}},
-                      "kl_note": "held-out general English text, 230 tokens"},
-        "skipped": {},
-    }
-    (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    corpus = root / "corpus"
+    corpus.mkdir(parents=True)
+    medical = ("The patient has myocardial infarction and hypertension. Pneumothorax with tachycardia "
+               "was treated. Hypertension and tachycardia recur after myocardial injury. ")
+    texts = [medical * 3 for _ in range(40)]
+    (corpus / "eng.txt").write_text("\n".join(texts), encoding="utf-8")
+    with open(corpus / "hostile.jsonl", "w", encoding="utf-8") as fh:
+        for t in texts[:10]:
+            fh.write(json.dumps({"text": t.lower(), "lang": HOSTILE[0]}) + "\n")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(h, normalized=False) for h in HOSTILE])
+    model = root / HOSTILE[1].replace("/", "")  # the model's name is hostile too
+    model.mkdir()
+    tok.save(str(model / "tokenizer.json"))
+    v = tok.get_vocab_size(with_added_tokens=True)
+    rng = np.random.default_rng(0)
+    emb = rng.normal(0, 1, (v, 32)).astype(np.float32)
+    hostile_ids = [tok.token_to_id(h) for h in HOSTILE]
+    direction = rng.normal(0, 1, 32)
+    for j, i in enumerate(hostile_ids):  # tiny rows, nearly parallel: under-trained and clustered
+        emb[i] = 0.01 * (direction + 0.01 * rng.normal(0, 1, 32)) * (1 + 0.01 * j)
+    save_file({"model.embed_tokens.weight": torch.from_numpy(emb)}, str(model / "model.safetensors"))
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 64, "vocab_size": v, "tie_word_embeddings": True, "rope_theta": 1e5,
+        "max_position_embeddings": 8192, "torch_dtype": "float32"}))
+    out = root / "report"
+    run(str(model), corpora=[corpus] if languages else [], domain=corpus / "eng.txt" if languages else None,
+        out=out, scan=scan, options=RunOptions(layout=scan, top=5, diagnostics=False))
     return out
-
-
-def _fake_geometry(tokens, cats, score, flagged, in_norm) -> dict:
-    """``summary["geometry"]`` as :func:`embscope.geometry.scan.scan` writes it."""
-    from collections import Counter
-
-    import numpy as np
-
-
-    cats_a = np.asarray(cats)
-    normal = cats_a == "normal"
-    counts = Counter(cats)
-    order = [int(i) for i in np.argsort(-score) if normal[i]][:30]
-    return {
-        "rows": len(cats), "categories": dict(counts),
-        "flagged": {"normal": int(flagged[normal].sum()), "normal_share": round(float(flagged[normal].mean()), 5),
-                    "by_category": {c: int(flagged[cats_a == c].sum()) for c in counts}, "zero_rows": 0},
-        "threshold": 2.5, "threshold_note": "score ≥ 2.5: 2.5 sigmas above the typical normal row",
-        # the producer stores these pre-escaped for HTML; the page must show the raw text
-        "top_undertrained": [{"id": i, "token": tokens[i], "score": round(float(score[i]), 3)}
-                             for i in order],
-        "per_script": {"Latin": {"rows": 4000, "flagged": 40, "flagged_share": 0.01, "mean_norm": 1.0},
-                       "Han": {"rows": 600, "flagged": 30, "flagged_share": 0.05, "mean_norm": 0.9}},
-        "knn": {"method": "exact", "k": 10, "recall_at_k": 1.0, "recall_rows": 1000, "seconds": 0.5,
-                "cached": False, "device": "cpu", "tile_dtype": "bfloat16"},
-        "reference": {"size": 0, "source": "none", "note": "no known-unused rows: ref_sim is empty"},
-        "tied": False,
-    }
 
 
 class _Counter(HTMLParser):
@@ -206,9 +117,7 @@ class _Counter(HTMLParser):
 
 @pytest.fixture(scope="module")
 def fake_out(tmp_path_factory) -> Path:
-    out = build_fake_output(tmp_path_factory.mktemp("report") / "fake-135m")
-    render(out)
-    return out
+    return build_hostile_run(tmp_path_factory.mktemp("report"))
 
 
 def _parse(path: Path) -> _Counter:
@@ -250,47 +159,54 @@ def test_hostile_tokens_stay_inert(fake_out):
     # The JSON block round-trips to the exact hostile strings.
     data = json.loads(p.scripts[0][1])
     top_tokens = [r["token"] for r in data["tokens"]["top"]["rows"][:N_HOSTILE]]
-    assert top_tokens == HOSTILE
+    assert sorted(top_tokens) == sorted(HOSTILE)
     assert set(HOSTILE) <= set(data["tokens"]["map"]["tok"])
-    assert {nb[1] for nb in data["tokens"]["top"]["rows"][0]["neighbors"]} == set(HOSTILE[:5])
+    assert {nb[1] for nb in data["tokens"]["top"]["rows"][0]["neighbors"]} <= set(HOSTILE)
     raw = html_path.read_text(encoding="utf-8")
     # No raw markup, bidi override, NUL or line separator anywhere in the file.
     for bad in ("<script>window", "<img", "\u202e", "\x00", "\u2028", "onerror=\""):
         assert bad not in raw, bad
-    # Server-rendered tables show the tokens as visible text (candidates: term and pieces;
-    # language table: a hostile tokenizer name).
+    # Server-rendered text shows them as visible text: the model name and the language table.
     text = "".join(p.text)
-    assert HOSTILE[0] in text  # the parser decoded &lt;script&gt; back to text: it was escaped
-    assert '"><img src=x onerror="window.__pwned=1;alert(1)">' in text
-    assert "<scri" in text and "pt>window.__pwned=1;alert(1)</script>" in text  # a split piece
+    assert HOSTILE[1].replace("/", "") in text  # the model's name; the parser decoded the entities back
+    assert HOSTILE[0] in text  # the hostile language name
 
 
-def test_display_rule_reaches_server_tables(tmp_path):
-    out = build_fake_output(tmp_path / "m", 400)
+def test_tampered_tables_stay_inert(fake_out, tmp_path):
+    """Hand-edited Parquet content goes through the same display rule as real tokens."""
+    import shutil
+
     import polars as pl
 
-    pl.DataFrame({"term": ["\u202eevil", "nul\x00"], "frequency": [5, 4], "pieces": [["\u202e", "evil"], ["nul", "\x00"]],
-                  "n_pieces": [2, 2], "savings_tokens": [5, 4]}).write_parquet(out / "candidates.parquet")
+    out = tmp_path / "copy"
+    shutil.copytree(fake_out, out)
+    (out / "candidates.parquet").unlink()
+    pl.DataFrame({"term": ["\u202eevil", "nul\x00", HOSTILE[0]], "frequency": [5, 4, 3],
+                  "pieces": [["\u202e", "evil"], ["nul", "\x00"], ["<scri", "pt>"]],
+                  "n_pieces": [2, 2, 2], "savings_tokens": [5, 4, 3]}).write_parquet(out / "candidates.parquet")
     p = _parse(render(out))
     text = "".join(p.text)
-    assert "\\u202eevil" in text and "nul\\x00" in text
+    assert "\\u202eevil" in text and "nul\\x00" in text and HOSTILE[0] in text
+    assert p.tags.get("script") == 2 and p.tags.get("img", 0) == 0
 
 
-def test_sections_and_map_sample(tmp_path):
-    out = build_fake_output(tmp_path / "big", MAP_MAX_POINTS + 12_000, seed=1)
-    p = _parse(render(out))
+@pytest.mark.slow
+def test_sections_and_map_sample(smollm2_audit):
+    """The real demo audit (49,152 rows): the map keeps every flagged row within MAP_MAX_POINTS."""
+    import polars as pl
+
+    out = smollm2_audit
+    p = _parse(out / "index.html")
     data = json.loads(p.scripts[0][1])
     m = data["tokens"]["map"]
-    import polars as pl
-
     flagged_ids = set(pl.read_parquet(out / "tokens.parquet", columns=["token_id", "flagged"])
                       .filter(pl.col("flagged"))["token_id"].to_list())
-    assert m["n_total"] == MAP_MAX_POINTS + 12_000
+    assert m["n_total"] == 49152
     assert m["n_shown"] == len(m["x"]) == MAP_MAX_POINTS
     assert flagged_ids <= set(m["id"])  # every flagged token kept
     assert len(set(m["id"])) == len(m["id"])
     top = data["tokens"]["top"]
-    # TOP_N normal tokens, and apart from them the TOP_N highest of the other categories
+    # TOP_N normal tokens, and apart from them the highest of the other categories
     assert sum(r["category"] == "normal" for r in top["rows"]) == TOP_N
     assert 0 < sum(r["category"] != "normal" for r in top["rows"]) <= TOP_N
     assert top["default"] == "normal" and top["categories"][0] == "normal"
@@ -300,35 +216,54 @@ def test_sections_and_map_sample(tmp_path):
     for sid in ("overview", "tokens", "languages", "extension", "context"):
         assert f'id="{sid}"' in html
     assert "no data:" not in "".join(p.text)
-    assert (out / "index.html").stat().st_size < 6_000_000
+    assert (out / "index.html").stat().st_size < 8_000_000
 
 
 def test_missing_sections_say_why(tmp_path):
-    out = tmp_path / "bare"
-    out.mkdir()
-    (out / "summary.json").write_text(json.dumps({
-        "model": {"name": "bare", "rows": 10, "dim": 4},
-        "skipped": {"languages": "no corpus given", "extension": "no domain corpus given"}}))
-    p = _parse(render(out))
-    text = " ".join(" ".join(p.text).split())
+    out = build_hostile_run(tmp_path, scan=False, languages=False)
+    text = " ".join(" ".join(_parse(out / "index.html").text).split())
     assert "no data: no corpus given" in text
-    assert "no data: no domain corpus given" in text
-    assert "no data: tokens.parquet not found" in text
-    assert "no data: the model config gives no RoPE or attention shape" in text
+    assert "no data: no single-language (domain) corpus given" in text
 
 
-def test_atomic_write_leaves_no_tmp(tmp_path, monkeypatch):
-    out = build_fake_output(tmp_path / "a", 300)
-    (out / "index.html").write_text("old page")
+def test_render_replaces_the_page_atomically(fake_out, tmp_path):
     import os
+    import shutil
 
-    calls = []
-    real = os.replace
-    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append((Path(a).name, Path(b).name)), real(a, b)))
+    out = tmp_path / "a"
+    shutil.copytree(fake_out, out)
+    before = set(os.listdir(out))
     target = render(out)
-    assert calls == [("index.html.tmp", "index.html")]
-    assert not (out / "index.html.tmp").exists()
+    assert set(os.listdir(out)) == before  # no temporary left behind
     assert target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_render_never_writes_through_a_symlink(fake_out, tmp_path):
+    """A planted link at index.html (or at an old temporary name) is replaced, never followed."""
+    import shutil
+
+    out = tmp_path / "a"
+    shutil.copytree(fake_out, out)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (out / "index.html").unlink()
+    (out / "index.html").symlink_to(victim)
+    (out / "index.html.tmp").symlink_to(victim)
+    render(out)
+    assert victim.read_text() == "keep"
+    assert not (out / "index.html").is_symlink()
+
+
+def test_render_refuses_a_folder_embscope_did_not_make(fake_out, tmp_path):
+    import shutil
+
+    out = tmp_path / "a"
+    shutil.copytree(fake_out, out)
+    (out / ".embscope").unlink()
+    (out / "index.html").write_text("the user's own page")
+    with pytest.raises(OutputError, match="not an embscope output folder"):
+        render(out)
+    assert (out / "index.html").read_text() == "the user's own page"
 
 
 def test_errors_are_one_line(tmp_path):
@@ -340,6 +275,77 @@ def test_errors_are_one_line(tmp_path):
     with pytest.raises(OutputError, match="not readable JSON") as err:
         render(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def _tamper(summary: dict, path: list, value) -> dict:
+    d = summary
+    for key in path[:-1]:
+        d = d[key]
+    d[path[-1]] = value
+    return summary
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    (["schema_version"], None, "schema version None"),
+    (["schema_version"], 1, "schema version 1"),
+    (["model", "rows"], "many", "model.rows must be an integer"),
+    (["model", "rows"], 10**400, "model.rows must be an integer"),
+    (["sections", "context", "rope_theta"], "x", "sections.context.rope_theta"),
+    (["sections", "tokens", "categories"], [1, 2], "sections.tokens.categories must be an object"),
+    (["sections", "tokens", "geometry", "threshold"], True, "threshold must be a number"),
+    (["sections", "extension", "tokens_saved"], 1.5, "tokens_saved must be an integer"),
+    (["timings", "load"], "fast", "timings.load must be a number"),
+    (["parameters", "k"], -1.5, "parameters.k must be an integer"),
+    (["warnings"], {"a": 1}, "warnings must be a list"),
+    (["sections", "languages", "corpora"], "deep", "sections.languages.corpora must be an object"),
+])
+def test_tampered_summary_is_one_line_error(fake_out, tmp_path, capsys, path, value, expected):
+    import shutil
+
+    from embscope.cli import main
+
+    out = tmp_path / "t"
+    shutil.copytree(fake_out, out)
+    s = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text(json.dumps(_tamper(s, path, value)))
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and expected in err and "\n" not in err and "Traceback" not in err
+
+
+def test_deeply_nested_summary_is_one_line_error(fake_out, tmp_path, capsys):
+    import shutil
+
+    from embscope.cli import main
+
+    out = tmp_path / "t"
+    shutil.copytree(fake_out, out)
+    s = json.loads((out / "summary.json").read_text())
+    s["sections"]["languages"]["corpora"]["x"] = json.loads("[" * 100 + "]" * 100)
+    (out / "summary.json").write_text(json.dumps(s))
+    assert main(["report", str(out)]) == 2
+    (out / "summary.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("error:") for e in err)
+
+
+def test_tables_with_wrong_column_types_are_one_line_errors(fake_out, tmp_path, capsys):
+    import shutil
+
+    import polars as pl
+
+    from embscope.cli import main
+
+    out = tmp_path / "t"
+    shutil.copytree(fake_out, out)
+    t = pl.read_parquet(out / "tokens.parquet").with_columns(pl.col("in_norm").cast(pl.String),
+                                                              pl.col("flagged").cast(pl.String))
+    (out / "tokens.parquet").unlink()
+    t.write_parquet(out / "tokens.parquet")
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "tokens.parquet" in err and "\n" not in err
 
 
 def test_page_is_offline(fake_out):
@@ -359,17 +365,18 @@ def test_page_is_offline(fake_out):
     assert "default-src 'none'" in raw and "script-src 'sha256-" in raw
 
 
-def test_tied_model_has_no_output_histogram(tmp_path):
-    out = build_fake_output(tmp_path / "t", 300, tied=True)
-    p = _parse(render(out))
-    data = json.loads(p.scripts[0][1])
+def test_tied_model_has_no_output_histogram(fake_out):
+    data = json.loads(_parse(fake_out / "index.html").scripts[0][1])
     assert "out_norm" not in data["tokens"]["hist"] and "in_norm" in data["tokens"]["hist"]
 
 
-def test_cli_report(tmp_path, capsys):
+def test_cli_report(fake_out, tmp_path, capsys):
+    import shutil
+
     from embscope.cli import main
 
-    out = build_fake_output(tmp_path / "c", 300)
+    out = tmp_path / "c"
+    shutil.copytree(fake_out, out)
     assert main(["report", str(out)]) == 0
     assert capsys.readouterr().out.strip().endswith("index.html")
     assert main(["report", str(tmp_path / "missing")]) == 2
@@ -382,29 +389,28 @@ def _text(path: Path) -> str:
 
 
 def test_geometry_views_read_the_scan_summary(fake_out):
+    from embscope.summary import read_summary
+
     text = _text(fake_out / "index.html")
-    g = json.loads((fake_out / "summary.json").read_text())["geometry"]
-    f = g["flagged"]
+    s = read_summary(json.loads((fake_out / "summary.json").read_text()))
+    g = s.sections.tokens.geometry
+    f = g.flagged
     share = f"{100 * f['normal_share']:.2f} %"
     assert f"{f['normal']:,} normal rows ({share})" in text
     assert "normal_share=" not in text and "by_category" not in text  # no raw dict
-    # special and other rows apart, with their totals
-    assert f"special {f['by_category']['special']} of 1" in text
-    assert "score ≥ 2.5" in text and "2.5 sigmas above the typical normal row" in text
+    assert f"score ≥ {g.threshold:g}" in text
     # kNN record and the reference note
-    assert "recall@k 1 on 1,000 rows" in text and "bfloat16 tiles" in text
-    assert "no known-unused rows: ref_sim is empty" in text
+    assert f"recall@k {g.knn['recall_at_k']:g}" in text
     html = (fake_out / "index.html").read_text(encoding="utf-8")
     table = html[html.index('id="script-table"'):]
     table = table[:table.index("</table>")]
-    assert table.count("<tr>") == 3 and "Latin" in table and "1.00 %" in table and "5.00 %" in table
-    # The 30 most under-trained normal tokens, raw text (not the summary's pre-escaped copy), inert
+    assert table.count("<tr>") == len(g.per_script) + 1
+    # The most under-trained normal tokens, raw text, inert
     chips = html[html.index('id="top-undertrained"'):]
     chips = chips[:chips.index("</div>")]
-    assert chips.count('class="chip"') == 30
+    assert chips.count('class="chip"') == len(g.top_undertrained)
     assert "&amp;lt;" not in chips and "&amp;gt;" not in chips  # not double-escaped
     assert "\\u202eevil\\u202c" in chips  # bidi override shown as code points
-    assert "&#34;&gt;&lt;img src=x" in chips or "&quot;&gt;&lt;img src=x" in chips
 
 
 def test_numbers_have_fixed_precision_and_no_negative_zero():
@@ -418,34 +424,28 @@ def test_numbers_have_fixed_precision_and_no_negative_zero():
     assert _num(-1e-9) == -1e-9 and str(_num(-0.0)) == "0.0" and _num(float("nan")) is None
 
 
-def test_cost_table_lists_every_language_most_expensive_first(fake_out):
-    data = json.loads(_parse(fake_out / "index.html").scripts[0][1])
+def test_cost_table_lists_every_language_most_expensive_first(smollm2_audit):
+    import polars as pl
+
+    data = json.loads(_parse(smollm2_audit / "index.html").scripts[0][1])
     cost = data["languages"]["cost"]
-    assert len(cost["rows"]) == 20
-    parity = [r["parity"] for r in cost["rows"]]
+    rows = pl.read_parquet(smollm2_audit / "languages.parquet").height
+    assert len(cost["rows"]) == rows
+    parity = [r["parity"] if r["parity"] is not None else -1 for r in cost["rows"]]
     assert parity == sorted(parity, reverse=True)
     assert cost["n_double"] == sum(p >= 2 for p in parity) > 0
-    assert cost["columns"][:2] == ["tokenizer", "language"]
-    for col in ("parity", "fertility", "mean_in_norm", "mean_isolation", "flagged_share", "mean_within_sim"):
+    for col in ("parity", "fertility", "mean_in_norm", "flagged_share", "mean_within_sim"):
         assert col in cost["columns"], col
-    text = _text(fake_out / "index.html")
-    assert f"{cost['n_double']} of 20 pay double or more" in text
-    assert "Tokenizers: gpt2, cl100k_base, qwen2" in text
-    assert "5 languages, 100 texts" in text
+    text = _text(smollm2_audit / "index.html")
+    assert f"{cost['n_double']} of {rows} pay double or more" in text
 
 
-def test_extension_cards_use_the_real_keys(fake_out):
-    text = _text(fake_out / "index.html")
-    assert "Tokens added 7 top 5 terms by savings + 2 space twins" in text
-    assert "5.00 % of 100,000 corpus tokens" in text and "(estimate 5,400)" in text
-    assert "2.43e-6" in text and "KL measured on: held-out general English text" in text
+@pytest.mark.slow
+def test_extension_cards_use_the_real_keys(smollm2_audit):
+    from embscope.summary import read_summary
 
-
-def test_older_geometry_spelling_still_renders(tmp_path):
-    out = build_fake_output(tmp_path / "old", 400)
-    s = json.loads((out / "summary.json").read_text())
-    s["geometry"] = {"flagged": 12, "flagged_share": 0.03,
-                     "per_script": [{"script": "Latin", "n": 100, "flagged_share": 0.1, "mean_norm": 1.0}]}
-    (out / "summary.json").write_text(json.dumps(s))
-    text = _text(render(out))
-    assert "12 normal rows (3.00 %)" in text and "10.00 %" in text
+    ext = read_summary(json.loads((smollm2_audit / "summary.json").read_text())).sections.extension
+    text = _text(smollm2_audit / "index.html")
+    assert f"Tokens added {ext.tokens_added} top {ext.top_n} terms by savings + {ext.space_twins_added} space twins" in text
+    assert f"of {ext.corpus_tokens:,} corpus tokens" in text and f"(estimate {ext.estimated_savings:,})" in text
+    assert "KL measured on:" in text

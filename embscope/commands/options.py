@@ -1,7 +1,9 @@
-"""Options shared by several commands, written once."""
+"""Options shared by several commands, declared once, and the few helpers every command uses."""
 
 from __future__ import annotations
 
+import enum
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,10 +11,35 @@ import typer
 
 from embscope.errors import SpecError
 
-Out = Annotated[Optional[Path], typer.Option("--out", "-o", help="output folder (default reports/<model>-<UTC time>)")]
-Device = Annotated[str, typer.Option(help="auto (GPU when present), cpu or cuda")]
+
+class Device(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")]
+Out = Annotated[Optional[Path], typer.Option("--out", "-o", help="output folder (default reports/<name>-<UTC time>)")]
+Force = Annotated[bool, typer.Option("--force", help="replace the output folder if an earlier embscope run wrote it")]
+DeviceOpt = Annotated[Device, typer.Option("--device", help="where to compute: auto (GPU when present), cpu or cuda")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress output (also: EMBSCOPE_QUIET=1)")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="more detail: every step and its time, log lines")]
+Json = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")]
 TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="allow PyTorch .bin checkpoints (loaded with weights_only=True)")]
-Force = Annotated[bool, typer.Option("--force", help="replace the output folder if it exists")]
+Corpus = Annotated[Path, typer.Option("--corpus", "-c", help="corpus: a folder or .txt/.md/.jsonl/.parquet file, or a shipped name (medical, udhr)")]
+K = Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours per row in the kNN graph")]
+Threshold = Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score is at least this")]
+UnusedIds = Annotated[Optional[str], typer.Option("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")]
+NoMap = Annotated[bool, typer.Option("--no-map", help="skip the 2-D UMAP map")]
+Reference = Annotated[str, typer.Option("--reference", help="language that parity divides by")]
+SampleBytes = Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]
+
+
+def setup(quiet: bool = False, verbose: bool = False) -> None:
+    """Progress mode for this process: quiet, normal or verbose."""
+    from embscope.progress import set_mode
+
+    set_mode("quiet" if quiet else "verbose" if verbose else None)
 
 
 def parse_ids(text: str | None) -> list[int] | None:
@@ -20,6 +47,32 @@ def parse_ids(text: str | None) -> list[int] | None:
     if text is None:
         return None
     try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError:
         raise SpecError(f"--unused-ids must be comma-separated integers, got {text!r}") from None
+    if any(i < 0 for i in ids):
+        raise SpecError(f"--unused-ids must be row numbers (0 or more), got {text!r}")
+    return ids
+
+
+def check_threshold(value: float) -> float:
+    import math
+
+    if not math.isfinite(value):
+        raise SpecError(f"--threshold must be a finite number, got {value}; the default is 2.5")
+    return value
+
+
+def print_json(data) -> None:
+    from embscope.records import to_json
+
+    typer.echo(json.dumps(to_json(data), indent=2, ensure_ascii=False))
+
+
+def print_warnings(warnings: list[str]) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    con = Console(stderr=True)
+    for w in warnings:
+        con.print(Text(f"warning: {w}", style="yellow"))

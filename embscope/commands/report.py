@@ -7,14 +7,21 @@ from typing import Annotated
 
 import typer
 
+from embscope.commands.options import Json, print_json
+
 
 def report(
     folder: Annotated[Path, typer.Argument(help="an output folder holding summary.json and the Parquet tables")],
+    as_json: Json = False,
 ) -> None:
     """Re-render the offline HTML report of an output folder; prints the path of index.html."""
     from embscope.report import render
 
-    typer.echo(str(render(folder)))
+    path = render(folder)
+    if as_json:
+        print_json({"index": str(path)})
+    else:
+        typer.echo(str(path))
 
 
 def register(app: typer.Typer) -> None:

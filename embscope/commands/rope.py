@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
+
+from embscope.commands.options import Json, ModelOpt, print_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.context import ContextSummary
 
 
-def rope(
-    model: Annotated[str, typer.Option("--model", "-m", help="alias, HF hub id, model folder or .gguf file")],
-    as_json: Annotated[bool, typer.Option("--json", help="print machine-readable JSON instead of tables")] = False,
-) -> None:
+def rope(model: ModelOpt, as_json: Json = False) -> None:
     """RoPE scaling and extension risk, KV-cache bytes per token and per context, embedding share."""
-    from embscope.context import context_summary
-    from embscope.resolve import resolve_config
+    from embscope.api import rope as context_of
 
-    summary = context_summary(resolve_config(model))
+    summary = context_of(model)
     if as_json:
-        typer.echo(json.dumps({"model": model, **summary.to_dict()}, indent=2))
+        print_json({"model": model, **summary.to_dict()})
         return
     from rich.console import Console
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from embscope.records import Record
 from embscope.errors import ModelFileError
 from embscope.context.rope import risk_band, rope_parameters, rope_wavelengths, scaled_wavelengths
 from embscope.context.rope import rope_type as rope_type_of
@@ -56,7 +57,7 @@ _QKV_BIAS = {"qwen2", "qwen2_moe"}
 
 
 @dataclass
-class ContextSummary:
+class ContextSummary(Record):
     """RoPE reach, KV-cache budget and embedding share of one model config."""
 
     #: architecture (``model_type``), e.g. ``qwen2``; ``None`` when the config does not say

@@ -75,7 +75,8 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
     Example:
         >>> apply(model, suggest(model, "corpora/medical", top=20), "out/smollm2-med")  # doctest: +SKIP
     """
-    from embscope.output import atomic_folder, provenance, write_json
+    from embscope.output import claim, write_json
+    from embscope.provenance import run_stamp
     from embscope.extend.candidates import extended_tokenizer
     from embscope.extend.fullmodel import load_hf_tokenizer, why_not_loadable
     from embscope.extend.init import parse_init
@@ -99,10 +100,10 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         "token_ids": ids, "terms": result.terms,
         "vocab_size": max(model.n_rows, max(ids) + 1) if ids else model.n_rows,
         "tokens_saved": result.summary.get("tokens_saved"),
-        "embscope": provenance({"init": init, "mode": mode, "top": len(ids)}),
+        "embscope": run_stamp("extend --apply") | {"parameters": {"init": init, "mode": mode, "top": len(ids)}},
         "note": None if full else reason,
     }
-    with atomic_folder(Path(out_dir), force=force) as tmp:
+    with claim(out_dir, force=force, inputs=[model.path], kind="model") as tmp:
         if full:
             _write_full(model, ext, ids, rows, tmp)
         else:

@@ -11,7 +11,6 @@ under-trained table keeps the :data:`TOP_N` highest scores, histograms are binne
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from embscope.errors import OutputError
 from embscope.report.views import summary_view
+from embscope.summary import Summary, read_summary
 
 # A 2-D canvas scatter of ~30k points draws in well under 100 ms and keeps the page at a few MB;
 # 260k points (a Llama-3 vocabulary) would make the file ~10x larger for no visible gain.
@@ -37,49 +37,94 @@ CANDIDATES_N = 200
 DOUBLE_COST = 2.0
 
 SECTIONS = ("overview", "tokens", "languages", "extension", "context")
+#: no run writes a summary this large; a larger file is not ours
+MAX_SUMMARY_BYTES = 64 * 2**20
 
 
-def load_summary(out_dir: Path) -> dict[str, Any]:
-    """``summary.json`` as a dict; :class:`OutputError` when the folder or file is missing/bad."""
+def load_summary(out_dir: Path) -> Summary:
+    """The folder's ``summary.json``, checked (:func:`embscope.summary.read_summary`).
+
+    Raises :class:`OutputError` when the folder or file is missing, unreadable or tampered with.
+    """
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
-        raise OutputError(f"{out_dir} is not a folder: give the output folder of an audit run")
+        raise OutputError(f"{out_dir} is not a folder: give the output folder of an embscope run")
     path = out_dir / "summary.json"
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         raise OutputError(f"{out_dir} has no summary.json: run `embscope audit` into it first")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise OutputError(f"{path} is not readable JSON ({err}): re-run the audit") from None
-    if not isinstance(summary, dict):
-        raise OutputError(f"{path} does not hold a JSON object: re-run the audit to rewrite it")
-    if not isinstance(summary.get("model"), dict):  # e.g. a `fertility` folder: tokenizers only
-        summary["model"] = {"name": out_dir.resolve().name}
-    return summary
+        if path.stat().st_size > MAX_SUMMARY_BYTES:
+            raise OutputError(f"{path} is larger than {MAX_SUMMARY_BYTES // 2**20} MiB, which no embscope "
+                              "run writes: re-run the audit")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise OutputError(f"{path} is not readable JSON ({reason}): re-run the audit") from None
+    return read_summary(data, where=str(path))
 
 
-def skip_reason(summary: dict[str, Any], *names: str) -> str | None:
-    """The reason the run recorded under ``summary["skipped"]`` for any of ``names``."""
-    skipped = summary.get("skipped") or {}
-    if isinstance(skipped, dict):
-        for name in names:
-            if skipped.get(name):
-                return str(skipped[name])
+def skip_reason(summary: Summary, *names: str) -> str | None:
+    """The reason the run recorded under ``skipped`` for any of ``names``."""
+    for name in names:
+        if summary.skipped.get(name):
+            return summary.skipped[name]
     return None
 
 
-def _read_parquet(path: Path, wanted: list[str] | None = None):
-    """Polars frame with the ``wanted`` columns that exist (all when ``None``); ``None`` if absent."""
+#: what the page needs each column to be; anything else in a table is a tampered or foreign file
+_KINDS = {
+    "token_id": "int", "in_norm": "num", "out_norm": "num", "ref_sim": "num", "isolation": "num",
+    "knn_sim_k": "num", "undertrained_score": "num", "x": "num", "y": "num", "flagged": "bool",
+    "zero_row": "bool", "token": "text", "category": "text", "script": "text", "neighbors": "list",
+    "neighbor_sims": "list", "pieces": "list", "term": "text", "frequency": "int", "savings_tokens": "int",
+    "parity": "num", "fertility": "num", "language": "text", "tokenizer": "text",
+}
+
+
+def _kind_ok(dtype, kind: str) -> bool:
     import polars as pl
 
-    if not path.is_file():
+    if dtype == pl.Null:
+        return True
+    if kind == "int":
+        return dtype.is_integer()
+    if kind == "num":
+        return dtype.is_numeric()
+    if kind == "bool":
+        return dtype == pl.Boolean
+    if kind == "text":
+        return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+    return isinstance(dtype, pl.List)
+
+
+def _read_parquet(path: Path, wanted: list[str] | None = None):
+    """Polars frame with the ``wanted`` columns that exist (all when ``None``); ``None`` if absent.
+
+    Columns the page reads must have their kind (:data:`_KINDS`); a table that does not is refused
+    with a one-line :class:`OutputError`.
+    """
+    import polars as pl
+
+    if not path.is_file() or path.is_symlink():
         return None
     try:
         schema = pl.read_parquet_schema(path)
         cols = list(schema) if wanted is None else [c for c in wanted if c in schema]
+        for c in cols:
+            kind = _KINDS.get(c)
+            if kind and not _kind_ok(schema[c], kind):
+                raise OutputError(f"{path} column {c!r} has type {schema[c]}, not {kind}: re-run the "
+                                  "command that wrote it")
         return pl.read_parquet(path, columns=cols)
+    except OutputError:
+        raise
     except Exception as err:  # a corrupt table should not kill the whole page
-        raise OutputError(f"{path} is not a readable Parquet table ({err}): re-run the audit") from None
+        raise OutputError(f"{path} is not a readable Parquet table ({_first_line(err)}): re-run the audit") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _num(v: Any, digits: int = 4) -> Any:
@@ -118,7 +163,7 @@ def _histogram(values, flagged, bins: int = HIST_BINS) -> dict[str, Any] | None:
     return out
 
 
-def tokens_payload(out_dir: Path, summary: dict[str, Any], lookup: list[int] | None = None) -> dict[str, Any]:
+def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = None) -> dict[str, Any]:
     """Top table, map sample and norm histograms from ``tokens.parquet``.
 
     ``lookup``: token ids whose raw text is returned under ``"lookup"`` ({str(id): token}).
@@ -131,7 +176,7 @@ def tokens_payload(out_dir: Path, summary: dict[str, Any], lookup: list[int] | N
                               "ref_sim", "isolation", "knn_sim_k", "script", "undertrained_score",
                               "flagged", "neighbors", "neighbor_sims", "x", "y"])
     if df is None:
-        return {"reason": skip_reason(summary, "geometry", "tokens") or "tokens.parquet not found"}
+        return {"reason": skip_reason(summary, "tokens") or "tokens.parquet not found"}
     if "token_id" not in df.columns:
         df = df.with_row_index("token_id")
     if "token" not in df.columns:
@@ -166,7 +211,7 @@ def tokens_payload(out_dir: Path, summary: dict[str, Any], lookup: list[int] | N
                 hists[col] = h
     out["hist"] = hists
 
-    scan_reason = skip_reason(summary, "geometry", "scan") or "the geometry scan did not run"
+    scan_reason = skip_reason(summary, "tokens") or "the geometry scan did not run"
     tokens = df["token"].fill_null("").to_list()
 
     # Top list: the TOP_N highest scores among normal tokens, and apart from them the TOP_N
@@ -253,11 +298,11 @@ def _by_count(values: list[str]) -> list[tuple[str, int]]:
     return Counter(values).most_common()
 
 
-def languages_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+def languages_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
     """Every row of ``languages.parquet`` (small: tokenizers x languages) plus the double-cost rows."""
     df = _read_parquet(Path(out_dir) / "languages.parquet")
     if df is None or df.height == 0:
-        return {"reason": skip_reason(summary, "languages", "fertility") or "languages.parquet not found"}
+        return {"reason": skip_reason(summary, "languages") or "languages.parquet not found"}
     rows = [{k: _num(v) for k, v in r.items() if not isinstance(v, (list, dict, bytes))}
             for r in df.iter_rows(named=True)]
     columns = [c for c in df.columns if rows and c in rows[0]]
@@ -295,11 +340,11 @@ def cost_table(rows: list[dict[str, Any]], corpora: list[str]) -> dict[str, Any]
             "has_parity": any(isinstance(r.get("parity"), (int, float)) for r in rows)}
 
 
-def candidates_payload(out_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+def candidates_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
     """Top rows of ``candidates.parquet`` by savings (then frequency)."""
     df = _read_parquet(Path(out_dir) / "candidates.parquet")
     if df is None or df.height == 0:
-        return {"reason": skip_reason(summary, "extension", "candidates") or "candidates.parquet not found"}
+        return {"reason": skip_reason(summary, "extension") or "candidates.parquet not found"}
     n = df.height
     key = next((c for c in ("savings_tokens", "frequency") if c in df.columns), None)
     if key:
@@ -324,9 +369,9 @@ def build_payload(out_dir: Path) -> dict[str, Any]:
     ids = [r["id"] for r in top if isinstance(r.get("id"), int)]
     tokens = tokens_payload(out_dir, summary, lookup=ids)
     names = tokens.pop("lookup", {}) if isinstance(tokens, dict) else {}
-    for r in top:  # the raw token from the table; else undo the summary's HTML escaping
+    for r in top:  # the raw token from the table (the summary's copy may be cut short)
         raw = names.get(str(r.get("id")))
-        r["token"] = raw if raw is not None else html.unescape(str(r.get("token") or ""))
+        r["token"] = raw if raw is not None else str(r.get("token") or "")
     return {
         "view": view,
         "tokens": tokens,

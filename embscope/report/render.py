@@ -11,7 +11,6 @@ charts, the token map and the sortable token table are drawn in the browser from
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -153,7 +152,7 @@ def render_html(out_dir: Path) -> str:
     return template.render(
         model=v["model"], prov=v["prov"], params=v["parameters"], timings=v["timings"],
         categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"],
-        skipped=v["skipped"],
+        skipped=v["skipped"], warnings=v["warnings"], versions=v["versions"],
         tokens=payload["tokens"],
         languages=payload["languages"],
         candidates=payload["candidates"],
@@ -170,8 +169,9 @@ def render_html(out_dir: Path) -> str:
 def render(out_dir: Path) -> Path:
     """Render ``out_dir/index.html`` from ``summary.json`` and the Parquet tables; return its path.
 
-    The file is written to ``index.html.tmp`` and moved into place with :func:`os.replace`, so a
-    reader never sees half a page.
+    The page is written under a fresh temporary name (created exclusively, never through a link) and
+    moved into place with :func:`os.replace`, so a reader never sees half a page. An existing
+    ``index.html`` is replaced only in a folder embscope made (it carries the marker).
 
     Args:
         out_dir: an audit output folder (must hold ``summary.json``).
@@ -183,13 +183,13 @@ def render(out_dir: Path) -> Path:
         >>> render(Path("reports/smollm2-135m"))  # doctest: +SKIP
         PosixPath('reports/smollm2-135m/index.html')
     """
+    from embscope.output import MARKER, read_marker, replace_file
+
     out_dir = Path(out_dir)
     html = render_html(out_dir)
     target = out_dir / "index.html"
-    tmp = out_dir / "index.html.tmp"
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        os.replace(tmp, target)
-    except OSError as err:
-        raise OutputError(f"cannot write {target} ({err.strerror}): check the folder's permissions") from None
+    if (target.exists() or target.is_symlink()) and read_marker(out_dir) is None:
+        raise OutputError(f"refusing to replace {target}: {out_dir} is not an embscope output folder "
+                          f"(no {MARKER} marker)")
+    replace_file(target, html)
     return target

@@ -1,182 +1,131 @@
-"""``summary.json`` blocks under the names the page uses, whichever spelling the producer wrote.
+"""The typed ``summary.json`` records → the blocks the page template reads.
 
-Producers own their key names (:class:`embscope.context.ContextSummary`, the extension and language
-summaries); the page reads them through these small adapters, so a renamed key costs one line here
-and a missing block becomes "no data" rather than an error.
+Input is a :class:`embscope.summary.Summary` (checked by ``Summary.from_dict``); every field read here
+exists in its record with one spelling. A section without a record becomes an empty block, which the
+page shows as "no data" with the reason from ``skipped``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
+from embscope.summary import Summary
 
 
-def _first(d: dict[str, Any], *keys: str) -> Any:
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return None
-
-
-def context_view(ctx: Any) -> dict[str, Any]:
-    """The context block under the names the page uses, whichever names the producer wrote.
-
-    Accepts :class:`embscope.context.ContextSummary` dicts (``rope_theta``, ``claimed_max_positions``,
-    ``risk``, ``kv_bytes`` {dtype: {n: bytes}}, ``output_head_bytes``) and the short spellings
-    (``theta``, ``max_positions``, ``risk_band``, ``kv_bytes_at`` {n: {dtype: bytes}}, ``output_bytes``).
-    """
-    ctx = _dict(ctx)
-    if not ctx:
+def context_view(ctx) -> dict[str, Any]:
+    """The context block (:class:`embscope.context.ContextSummary`) under the page's names."""
+    if ctx is None:
         return {}
-    per_tok = ctx.get("kv_bytes_per_token")
-    if not isinstance(per_tok, dict):
-        per_tok = {"bf16": per_tok, "fp8": ctx.get("kv_bytes_per_token_fp8")} if per_tok is not None else None
-    at = ctx.get("kv_bytes_at")
-    if not isinstance(at, dict) and isinstance(ctx.get("kv_bytes"), dict):
-        at = {}
-        for dtype, row in ctx["kv_bytes"].items():
-            for n, b in _dict(row).items():
-                at.setdefault(str(n), {})[dtype] = b
-    view = {
-        "position_encoding": ctx.get("position_encoding"),
-        "rope_type": ctx.get("rope_type"),
-        "theta": _first(ctx, "rope_theta", "theta"),
-        "factor": _first(ctx, "rope_factor", "factor"),
-        "rotary_dim": ctx.get("rotary_dim"),
-        "original_max_positions": ctx.get("original_max_positions"),
-        "max_positions": _first(ctx, "claimed_max_positions", "max_positions"),
-        "extension_ratio": ctx.get("extension_ratio"),
-        "risk_band": _first(ctx, "risk", "risk_band"),
-        "risk_advice": ctx.get("risk_advice"),
-        "wavelengths": ctx.get("wavelengths") or [],
-        "wavelengths_scaled": ctx.get("wavelengths_scaled") or [],
-        "pairs_full_turn": _first(ctx, "pairs_full_turn_original", "pairs_full_turn"),
-        "pairs_full_turn_scaled": ctx.get("pairs_full_turn_scaled"),
-        "attention": {k: ctx[k] for k in ("layers", "heads", "kv_heads", "head_dim", "kv_scheme",
-                                          "sliding_layers", "sliding_window") if ctx.get(k) is not None},
-        "kv_bytes_per_token": per_tok,
-        "kv_bytes_at": at or {},
-        "embedding_bytes": ctx.get("embedding_bytes"),
-        "output_bytes": _first(ctx, "output_head_bytes", "output_bytes"),
-        "embedding_share": ctx.get("embedding_share"),
-        "params_estimate": ctx.get("params_estimate"),
-        "notes": ctx.get("notes") if isinstance(ctx.get("notes"), list) else
-        ([ctx["notes"]] if ctx.get("notes") else []),
+    at: dict[str, dict[str, int]] = {}
+    for dtype, row in ctx.kv_bytes.items():
+        for n, b in row.items():
+            at.setdefault(str(n), {})[dtype] = b
+    return {
+        "position_encoding": ctx.position_encoding,
+        "rope_type": ctx.rope_type,
+        "theta": ctx.rope_theta,
+        "factor": ctx.rope_factor,
+        "rotary_dim": ctx.rotary_dim,
+        "original_max_positions": ctx.original_max_positions,
+        "max_positions": ctx.claimed_max_positions,
+        "extension_ratio": ctx.extension_ratio,
+        "risk_band": ctx.risk,
+        "risk_advice": ctx.risk_advice,
+        "wavelengths": ctx.wavelengths,
+        "wavelengths_scaled": ctx.wavelengths_scaled,
+        "pairs_full_turn": ctx.pairs_full_turn_original,
+        "pairs_full_turn_scaled": ctx.pairs_full_turn_scaled,
+        "attention": {k: getattr(ctx, k) for k in ("layers", "heads", "kv_heads", "head_dim", "kv_scheme",
+                                                   "sliding_layers", "sliding_window")
+                      if getattr(ctx, k) is not None},
+        "kv_bytes_per_token": {"bf16": ctx.kv_bytes_per_token, "fp8": ctx.kv_bytes_per_token_fp8},
+        "kv_bytes_at": at,
+        "embedding_bytes": ctx.embedding_bytes,
+        "output_bytes": ctx.output_head_bytes,
+        "embedding_share": ctx.embedding_share,
+        "params_estimate": ctx.params_estimate,
+        "notes": list(ctx.notes),
     }
+
+
+def extension_view(ext) -> dict[str, Any]:
+    """Extension record with strategies split into scalar columns and nearest-token examples."""
+    if ext is None:
+        return {}
+    view = ext.to_dict()
+    strategies, examples = {}, {}
+    for name, d in ext.strategies.items():
+        strategies[name] = {k: v for k, v in d.items()
+                            if k != "name" and (v is None or isinstance(v, (int, float, str, bool)))}
+        ex = d.get("examples")
+        if isinstance(ex, dict) and ex:
+            examples[name] = {str(t): [[str(p[0]), p[1] if len(p) > 1 else None] for p in near
+                                       if isinstance(p, list) and p][:4]
+                              for t, near in list(ex.items())[:4] if isinstance(near, list)}
+    view["strategies"] = strategies
+    view["examples"] = examples
     return view
 
 
-def extension_view(ext: Any) -> dict[str, Any]:
-    """Extension summary with strategies split into scalar columns and nearest-token examples."""
-    ext = dict(_dict(ext))
-    strategies, examples = {}, {}
-    for name, d in _dict(ext.get("strategies")).items():
-        d = _dict(d)
-        strategies[str(name)] = {k: v for k, v in d.items()
-                                 if k != "name" and (v is None or isinstance(v, (int, float, str, bool)))}
-        ex = d.get("examples")
-        if isinstance(ex, dict) and ex:
-            examples[str(name)] = {str(t): [[str(p[0]), p[1] if len(p) > 1 else None] for p in near
-                                            if isinstance(p, (list, tuple)) and p][:4]
-                                   for t, near in list(ex.items())[:4] if isinstance(near, list)}
-    ext["strategies"] = strategies
-    ext["examples"] = examples
-    return ext
+def geometry_view(geo, categories: dict[str, int]) -> dict[str, Any]:
+    """The scan record (:class:`embscope.sections.tokens.GeometryRecord`) under the page's names.
 
-
-def geometry_view(geo: Any) -> dict[str, Any]:
-    """The scan summary (:func:`embscope.geometry.scan.scan`) under the names the page uses.
-
-    ``flagged`` becomes ``{normal, normal_share, others: [(category, flagged, rows)], zero_rows}``:
-    the headline counts normal tokens only; special, padding and other rows are listed apart (they
-    are not trained like text, so a flag on them means something else). ``per_script``
-    ({script: {rows, flagged, flagged_share, mean_norm}}) becomes a list sorted by rows. The older
-    spellings (``flagged`` as an int with ``flagged_share``; ``per_script`` as a list of
-    ``{script, n, flagged_share, mean_norm}``) are read too.
+    ``flagged`` becomes ``{normal, normal_share, normal_rows, others: [(category, flagged, rows)],
+    zero_rows}``: the headline counts normal tokens only; special, padding and other rows are listed
+    apart (they are not trained like text, so a flag on them means something else). ``per_script``
+    becomes a list sorted by rows.
     """
-    geo = dict(_dict(geo))
-    if not geo:
+    if geo is None:
         return {}
-    cats = _dict(geo.get("categories"))
-    f = geo.get("flagged")
-    if isinstance(f, dict):
-        by_cat = _dict(f.get("by_category"))
-        others = [{"category": str(c), "flagged": n, "rows": cats.get(c)}
-                  for c, n in by_cat.items() if c != "normal"]
-        flagged = {"normal": f.get("normal"), "normal_share": f.get("normal_share"),
-                   "normal_rows": cats.get("normal"), "others": others, "zero_rows": f.get("zero_rows")}
-    elif isinstance(f, (int, float)) and not isinstance(f, bool):
-        flagged = {"normal": f, "normal_share": geo.get("flagged_share"), "normal_rows": cats.get("normal"),
-                   "others": [], "zero_rows": None}
-    else:
-        flagged = None
-    geo["flagged"] = flagged
-    ps = geo.get("per_script")
-    rows = []
-    if isinstance(ps, dict):
-        rows = [{"script": str(k), **{kk: _dict(v).get(kk) for kk in ("rows", "flagged", "flagged_share", "mean_norm")}}
-                for k, v in ps.items()]
-    elif isinstance(ps, list):
-        rows = [{"script": r.get("script"), "rows": _first(r, "rows", "n"), "flagged": r.get("flagged"),
-                 "flagged_share": r.get("flagged_share"), "mean_norm": r.get("mean_norm")}
-                for r in ps if isinstance(r, dict)]
+    view = geo.to_dict()
+    f = geo.flagged
+    by_cat = f.get("by_category") or {}
+    view["flagged"] = {
+        "normal": f.get("normal"), "normal_share": f.get("normal_share"), "normal_rows": categories.get("normal"),
+        "others": [{"category": c, "flagged": n, "rows": categories.get(c)} for c, n in by_cat.items()
+                   if c != "normal"],
+        "zero_rows": f.get("zero_rows")}
+    rows = [{"script": k, **{kk: v.get(kk) for kk in ("rows", "flagged", "flagged_share", "mean_norm")}}
+            for k, v in geo.per_script.items()]
     rows.sort(key=lambda r: -(r["rows"] if isinstance(r["rows"], (int, float)) else 0))
-    geo["per_script"] = rows
-    top = geo.get("top_undertrained")
-    geo["top_undertrained"] = [r for r in top if isinstance(r, dict)] if isinstance(top, list) else []
-    geo["reference"] = _dict(geo.get("reference"))
-    geo["knn"] = _dict(geo.get("knn"))
-    return geo
+    view["per_script"] = rows
+    view["top_undertrained"] = [r for r in geo.top_undertrained if isinstance(r, dict)]
+    return view
 
 
-def languages_view(langs: Any) -> dict[str, Any]:
-    """``{reference, corpora, segmentation}`` from one language summary or {corpus: summary}."""
-    langs = _dict(langs)
-    if not langs:
+def languages_view(langs) -> dict[str, Any]:
+    """``{reference, corpora, segmentation, tokenizers, reads}`` from the languages record."""
+    if langs is None:
         return {}
-    per_corpus = {k: v for k, v in langs.items() if isinstance(v, dict) and ("reference" in v or "tokenizers" in v)}
-    blocks = list(per_corpus.values()) or [langs]
-    refs = sorted({str(b["reference"]) for b in blocks if b.get("reference")})
-    corpora = list(per_corpus) or ([str(c) for c in langs["corpora"]] if isinstance(langs.get("corpora"), list) else [])
-    seg = next((b.get("segmentation") for b in blocks if isinstance(b.get("segmentation"), str)), None)
-    toks: list[str] = []
-    for b in blocks:
-        for t in b.get("tokenizers") or []:
-            name = str(t.get("name")) if isinstance(t, dict) else str(t)
-            if name not in toks:
-                toks.append(name)
-    # one line per corpus: what was read (``corpus`` is embscope.languages.corpus.CorpusReport.as_dict())
     reads = []
-    for path, b in per_corpus.items():
-        c = _dict(b.get("corpus"))
+    seg = None
+    for path, b in langs.corpora.items():
+        c = b.get("corpus") or {}
+        seg = seg or (b.get("segmentation") if isinstance(b.get("segmentation"), str) else None)
         reads.append({"corpus": path, "languages": b.get("languages"), "texts": c.get("texts"),
                       "bytes": c.get("bytes"), "files_read": c.get("files_read"),
                       "reference_present": b.get("reference_present"),
-                      "skipped": _dict(c.get("skipped")), "capped": c.get("capped_languages") or []})
-    return {"reference": ", ".join(refs) or None, "corpora": corpora, "segmentation": seg,
-            "tokenizers": toks, "reads": reads}
+                      "skipped": c.get("skipped") or {}, "capped": c.get("capped_languages") or []})
+    return {"reference": langs.reference, "corpora": list(langs.corpora), "segmentation": seg,
+            "tokenizers": list(langs.tokenizers), "reads": reads}
 
 
-def summary_view(s: dict[str, Any]) -> dict[str, Any]:
-    """Blocks the template reads, under stable names (see the ``*_view`` helpers)."""
-    prov = _dict(s.get("embscope"))
-    geo = dict(_dict(s.get("geometry")))
-    if not geo.get("knn") and isinstance(s.get("knn"), dict):
-        geo["knn"] = s["knn"]
-    geo = geometry_view(geo)
+def summary_view(s: Summary) -> dict[str, Any]:
+    """Blocks the template reads (see the ``*_view`` helpers)."""
+    tokens = s.sections.tokens
+    categories = tokens.categories if tokens is not None else {}
+    prov = dict(s.embscope)
     return {
-        "model": _dict(s.get("model")),
+        "model": s.model.to_dict() if s.model is not None else {"name": "tokenizers only"},
         "prov": prov,
-        "parameters": _dict(s.get("parameters")) or _dict(prov.get("parameters")),
-        "timings": _dict(s.get("timings")),
-        "categories": _dict(s.get("categories")),
-        "ctx": context_view(s.get("context")),
-        "geo": geo,
-        "ext": extension_view(s.get("extension")),
-        # `embscope fertility` folders keep the language summary at the top level
-        "langs": languages_view(s.get("languages") if isinstance(s.get("languages"), dict)
-                                else (s if "tokenizers" in s else None)),
-        "skipped": _dict(s.get("skipped")),
+        "parameters": s.parameters.to_dict(),
+        "timings": s.timings,
+        "categories": categories,
+        "ctx": context_view(s.sections.context),
+        "geo": geometry_view(tokens.geometry if tokens is not None else None, categories),
+        "ext": extension_view(s.sections.extension),
+        "langs": languages_view(s.sections.languages),
+        "skipped": s.skipped,
+        "warnings": s.warnings,
+        "versions": s.versions,
     }

@@ -1,0 +1,7 @@
+"""``python -m embscope …`` runs the command line."""
+
+import sys
+
+from embscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,132 @@
+"""The Python API: one function per command, each a thin layer over :func:`embscope.runner.run`.
+
+>>> import embscope
+>>> res = embscope.audit("smollm2-135m", corpora=["medical"])      # doctest: +SKIP
+>>> res.folder, res.summary.sections.extension.tokens_saved        # doctest: +SKIP
+>>> embscope.rope("smollm2-135m").kv_bytes_per_token               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from embscope.runner import DEFAULT_LANGUAGES, RunResult, corpus_path, run
+from embscope.sections.base import RunOptions
+
+
+def _options(options: RunOptions | None, kw: dict[str, Any]) -> RunOptions:
+    from embscope.errors import SpecError
+
+    opts = options or RunOptions()
+    unknown = sorted(set(kw) - set(RunOptions.__dataclass_fields__))
+    if unknown:
+        raise SpecError(f"unknown option(s) {unknown}; see embscope.RunOptions")
+    return replace(opts, **kw)
+
+
+def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
+          languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
+          force: bool = False, scan: bool = True, options: RunOptions | None = None,
+          verbose: bool | None = None, **kw: Any) -> RunResult:
+    """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
+
+    Args:
+        model: model spec.
+        corpora: domain corpora (paths or shipped names); the first single-language one gives the
+            extension candidates, and each adds its languages to the language table.
+        languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
+            ``None`` or ``"none"`` for none.
+        **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, …).
+    Example:
+        >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
+    """
+    langs = [] if languages in (None, "none") else [languages]
+    return run(model, corpora=[*langs, *corpora], out=out, force=force, scan=scan,
+               options=_options(options, kw), command="audit", verbose=verbose)
+
+
+def scan(model: str, *, out: str | Path | None = None, force: bool = False,
+         options: RunOptions | None = None, verbose: bool | None = None, **kw: Any) -> RunResult:
+    """Under-trained and isolated rows: indicators, kNN graph, 2-D map (tokens section only).
+
+    Example:
+        >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
+    """
+    return run(model, sections=["tokens"], out=out, force=force, options=_options(options, kw),
+               command="scan", kind="scan", verbose=verbose)
+
+
+def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
+              force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
+              **kw: Any) -> RunResult:
+    """Per-language fertility, parity and friends for one tokenizer (languages section only).
+
+    Example:
+        >>> fertility("gpt2", "udhr").folder  # doctest: +SKIP
+    """
+    return compare([tokenizer], corpus, out=out, force=force, options=options, verbose=verbose, **kw)
+
+
+def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *,
+            out: str | Path | None = None, force: bool = False, options: RunOptions | None = None,
+            verbose: bool | None = None, **kw: Any) -> RunResult:
+    """The same as :func:`fertility` for several tokenizers, side by side.
+
+    Example:
+        >>> compare(["gpt2", "cl100k_base"], "udhr").folder  # doctest: +SKIP
+    """
+    return run(None, sections=["languages"], corpora=[corpus], tokenizers=list(tokenizers), out=out,
+               force=force, options=_options(options, kw), command="compare" if len(tokenizers) > 1
+               else "fertility", kind="languages", verbose=verbose)
+
+
+def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, force: bool = False,
+           apply_to: str | Path | None = None, apply_init: str = "subword-mean", rows_only: bool = False,
+           tokens: str | Path | None = None, options: RunOptions | None = None,
+           verbose: bool | None = None, **kw: Any) -> tuple[RunResult, dict | None]:
+    """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.
+
+    Both output folders are checked before any work, so a bad ``apply_to`` or ``out`` fails at once.
+
+    Returns:
+        (the run's result, the ``--apply`` manifest or ``None``).
+    Example:
+        >>> res, manifest = extend("smollm2-135m", "medical", top=50)  # doctest: +SKIP
+    """
+    from embscope.output import check_target
+
+    corpus = corpus_path(corpus)
+    if apply_to is not None:
+        check_target(apply_to, force=force, inputs=[corpus])
+    table = None
+    if tokens is not None:
+        import polars as pl
+
+        table = pl.read_parquet(tokens)
+    res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
+              options=_options(options, kw), command="extend", kind="extend", verbose=verbose)
+    manifest = None
+    live = res.outputs["extension"].live
+    if apply_to is not None and live is not None:
+        from embscope.extend import apply
+
+        model_obj, result = live
+        manifest = apply(model_obj, result, apply_to, init=apply_init,
+                         mode="rows" if rows_only else "auto", tokens=table, force=force)
+    return res, manifest
+
+
+def rope(model: str):
+    """The context summary of any model spec (reads the config only, no weights).
+
+    Example:
+        >>> rope("qwen2-7b").kv_bytes_per_token  # doctest: +SKIP
+        57344
+    """
+    from embscope.context import context_summary
+    from embscope.resolve import resolve_config
+
+    return context_summary(resolve_config(model))

@@ -1,0 +1,75 @@
+"""Terminal tables for command results (printing only; the numbers come from the output folder)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
+    """Languages sorted by the first tokenizer's parity, one parity/fertility column pair per tokenizer."""
+    import polars as pl
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    order = (t.filter(pl.col("tokenizer") == names[0])
+             .sort(["parity", "fertility"], nulls_last=True)["language"].to_list())
+    by = {(r["tokenizer"], r["language"]): r for r in t.iter_rows(named=True)}
+    table = Table(title=Text(f"Tokens per language (parity: tokens / tokens of {reference!r} on the same "
+                             "text; fertility: tokens per word unit)"), title_justify="left")
+    table.add_column("language", no_wrap=True)
+    table.add_column("script", no_wrap=True, max_width=10)
+    for name in names:
+        table.add_column(Text(f"{name}\nparity"), justify="right", no_wrap=True, min_width=len(name))
+        table.add_column("\nfert.", justify="right", no_wrap=True, min_width=6)
+
+    def fmt(x, spec):
+        return "–" if x is None else format(x, spec)
+
+    for lang in order:
+        first = by[(names[0], lang)]
+        seg = "*" if first.get("segmentation") == "characters" else ""
+        cells = [Text(lang + seg), Text(str(first["script"]))]  # untrusted text: no markup
+        for name in names:
+            r = by.get((name, lang), {})
+            cells += [fmt(r.get("parity"), ".2f"), fmt(r.get("fertility"), ".2f")]
+        table.add_row(*cells)
+    console = Console()
+    # never squeeze numbers into ellipses: widen past the terminal when needed (pipes get 80)
+    console = Console(width=max(console.width, 30 + sum(max(len(n), 6) + 12 for n in names)))
+    console.print(table)
+    console.print("* word units are characters for scripts written without spaces (see summary.json "
+                  "→ sections.languages → segmentation)")
+    lang_rec = summary.sections.languages
+    for path, s in lang_rec.corpora.items():
+        skipped = (s.get("corpus") or {}).get("skipped")
+        if skipped:
+            console.print(Text(f"skipped in {path}: {skipped}", style="yellow"))
+
+
+def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
+    """Savings headline and one row per initialisation strategy."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    con = Console()
+    s = res.summary.sections.extension
+    if s is None:
+        con.print(Text(f"no candidates: {res.summary.skipped.get('extension')}", style="yellow"))
+        return
+    con.print(f"{s.top_n} terms (+{s.space_twins_added} spaced twins) save [bold]{s.tokens_saved:,}[/] of "
+              f"{s.corpus_tokens:,} corpus tokens ({100 * s.saved_fraction:.1f} %, measured; estimate "
+              f"{s.estimated_savings:,})")
+    if s.strategies:
+        t = Table("init", "KL nats (mean / max)", "new-token mass (mean / max)", "norm pct (median)",
+                  "nearest cos (median)", title=Text(s.kl_note or ""))
+        for name, d in s.strategies.items():
+            kl = "—" if d.get("kl") is None else f"{d['kl']:.2e} / {d['kl_max']:.2e}"
+            mass = ("—" if d.get("new_token_mass") is None
+                    else f"{d['new_token_mass']:.2e} / {d['new_token_mass_max']:.2e}")
+            t.add_row(name, kl, mass, f"{d['norm_percentile_median']:.1f}", f"{d['nearest_cosine_median']:.3f}")
+        con.print(t)
+    con.print(Text(f"candidates: {res.folder / 'candidates.parquet'}"))
+    if manifest is not None:
+        con.print(Text(f"extended model ({manifest['format']}, {manifest['init']}): {apply_to}"))

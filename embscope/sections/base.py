@@ -1,0 +1,92 @@
+"""What every section shares: the run's options, its inputs, and what a section hands back.
+
+A section is a function ``(inputs: Inputs) -> SectionOutput``. It reads the loaded model, the
+corpora and the tokens table built so far, and returns a typed record (a
+:class:`~embscope.records.Record`), its Parquet tables, and — when it has nothing to report — the
+reason instead of a record. Only the runner writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from embscope.progress import Steps
+from embscope.records import Record
+
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
+
+    from embscope.model import LoadedModel
+    from embscope.tokenizer.base import Vocabulary
+
+
+@dataclass
+class RunOptions(Record):
+    """Every knob of a run; recorded in ``summary.json`` under ``parameters``."""
+
+    #: nearest neighbours per row in the kNN graph
+    k: int = 10
+    #: compute the 2-D UMAP map (the slowest part of the scan on large vocabularies)
+    layout: bool = True
+    #: ``undertrained_score`` at or above which a row is flagged (see embscope.geometry.indicators)
+    threshold: float = 2.5
+    #: token ids known to be unused (the Magikarp reference set); null finds them automatically
+    unused_ids: list[int] | None = None
+    #: kNN method: auto, exact or ivf
+    knn_method: str = "auto"
+    #: reference language for parity
+    reference: str = "eng"
+    #: cap on corpus bytes read per language (null: all)
+    sample_bytes: int | None = None
+    #: extension candidates to add (best estimated savings first)
+    top: int = 200
+    #: longest multi-word extension term, in words
+    max_ngram: int = 1
+    #: least occurrences of an extension term
+    min_freq: int = 5
+    #: initialisation strategies to diagnose for extension candidates
+    init: list[str] = field(default_factory=lambda: ["mean", "hewitt", "subword-mean"])
+    #: load the whole model (when it fits) for the extension's KL and new-token-mass check
+    diagnostics: bool = True
+    #: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``)
+    trust_pickle: bool = False
+    #: auto, cpu or cuda
+    device: str = "auto"
+    #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
+    cache_dir: str | None = None
+
+
+@dataclass
+class Inputs:
+    """What a section may read. The runner fills it; sections never load or write anything."""
+
+    options: RunOptions
+    steps: Steps
+    #: the loaded model (null for tokenizer-only runs: ``fertility``, ``compare``)
+    model: "LoadedModel | None" = None
+    #: tokenizers to measure (the model's own first, when there is a model)
+    vocabs: "Sequence[Vocabulary]" = ()
+    #: corpora for per-language figures
+    corpora: Sequence[Path] = ()
+    #: the domain corpus for vocabulary extension (null: no extension)
+    domain: Path | None = None
+    #: the tokens table as built so far (base columns + scan columns), or None
+    tokens: "pl.DataFrame | None" = None
+
+
+@dataclass
+class SectionOutput:
+    """A section's result: a record, or the reason it has none; plus its tables and warnings."""
+
+    record: Record | None = None
+    #: file stem (``tokens``, ``languages``, ``candidates``) → polars DataFrame
+    tables: dict[str, Any] = field(default_factory=dict)
+    #: why the section has nothing to report (the run goes on)
+    skipped: str | None = None
+    #: things the user should know, listed at the end of the run
+    warnings: list[str] = field(default_factory=list)
+    #: live objects a caller may need after the run (never written), e.g. (model, ExtensionResult)
+    live: Any = None

@@ -1,0 +1,77 @@
+"""The extension section: which domain terms deserve new tokens, what they save (measured by
+re-tokenising the corpus), and how each initialisation strategy behaves.
+
+Runs :func:`embscope.extend.suggest`; the table (``candidates.parquet``) has one row per term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from embscope.records import Record
+from embscope.sections.base import Inputs, SectionOutput
+
+
+@dataclass
+class ExtensionRecord(Record):
+    """Savings and initialisation diagnostics of the chosen extension terms."""
+
+    #: model name
+    model: str
+    #: the domain corpus
+    corpus: str
+    #: texts read from it
+    corpus_texts: int
+    #: candidate terms found (rows of candidates.parquet)
+    candidates: int
+    #: terms added (the best ``--top`` by estimated savings)
+    top_n: int
+    #: space-prefixed twins added with them
+    space_twins_added: int
+    #: new tokens in all
+    tokens_added: int
+    #: corpus tokens before extension
+    corpus_tokens: int
+    #: corpus tokens after (measured by re-tokenising)
+    corpus_tokens_after: int
+    #: corpus_tokens − corpus_tokens_after; higher is better
+    tokens_saved: int
+    #: tokens_saved / corpus_tokens
+    saved_fraction: float
+    #: Σ frequency × (pieces − 1) over the chosen terms (the ranking's estimate)
+    estimated_savings: int
+    #: longest multi-word term, in words
+    max_ngram: int
+    #: least occurrences of a term
+    min_freq: int
+    #: input and output matrices are one
+    tied: bool
+    #: {strategy: {norm_percentile_median/min/max, nearest_cosine_median, kl, kl_max, new_token_mass,
+    #: new_token_mass_max, examples {term: [[nearest token, cosine], …]}, …}}
+    strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: what the KL was measured on, or why it was not
+    kl_note: str | None = None
+
+
+def extension_section(inputs: Inputs) -> SectionOutput:
+    """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
+    from embscope.errors import CorpusError
+    from embscope.extend import suggest
+
+    if inputs.model is None:
+        return SectionOutput(skipped="no model")
+    if inputs.domain is None:
+        return SectionOutput(skipped="no single-language (domain) corpus given")
+    if inputs.model.vocab is None:
+        return SectionOutput(skipped="the model ships no tokenizer")
+    opts = inputs.options
+    with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}"):
+        try:
+            ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
+                          min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
+                          diagnostics=opts.diagnostics)
+        except CorpusError as err:  # nothing to suggest is a finding, not a failure
+            return SectionOutput(skipped=str(err))
+    record = ExtensionRecord.from_dict(ext.summary, strict=True)
+    return SectionOutput(record=record, tables={"candidates": ext.table}, live=(inputs.model, ext))

@@ -1,0 +1,57 @@
+"""The languages section: what each language costs each tokenizer, and — with a model — how dense
+and how trained the embedding rows its text uses are (the "double cost").
+
+Runs :func:`embscope.languages.fertility.measure` on every corpus; the table has one row per
+(tokenizer, language, corpus).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from embscope.records import Record
+from embscope.sections.base import Inputs, SectionOutput
+
+
+@dataclass
+class LanguagesRecord(Record):
+    """Per-corpus summaries of the language measurements."""
+
+    #: tokenizer names, the model's own first
+    tokenizers: list[str]
+    #: language that parity divides by
+    reference: str
+    #: corpus path → the measurement's summary: tokenizers [{name, backend, vocab_size,
+    #: space_prefix_for_words}], reference_present, languages (count), sample_bytes, segmentation
+    #: (the rule, in words), word_sample_bytes, roundtrip_texts, corpus {files_read, texts, bytes,
+    #: skipped, ignored_files, capped_languages, lang_source}
+    corpora: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def languages_section(inputs: Inputs) -> SectionOutput:
+    """Fertility, parity and embedding density per language, on every corpus."""
+    import polars as pl
+
+    from embscope.languages.fertility import measure
+
+    if not inputs.corpora:
+        return SectionOutput(skipped="no corpus given")
+    if not inputs.vocabs:
+        return SectionOutput(skipped="the model ships no tokenizer")
+    opts = inputs.options
+    embed = inputs.model.embed if inputs.model is not None else None
+    tables, per_corpus, warnings = [], {}, []
+    for corpus in inputs.corpora:
+        with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
+            res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
+                          sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens)
+        tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
+        per_corpus[str(corpus)] = res.summary
+        if res.table.height > 1 and not res.summary.get("reference_present"):
+            warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
+                            "there; pass --reference")
+    record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
+                             corpora=per_corpus)
+    return SectionOutput(record=record, tables={"languages": pl.concat(tables, how="diagonal_relaxed")},
+                         warnings=warnings)

@@ -1,0 +1,114 @@
+"""``summary.json``: one envelope around the section records.
+
+:class:`Summary` is what every output folder holds: the schema version, where the result came from
+(embscope version and git hash, library versions, input fingerprints, parameters), timings, the
+model's facts, one record per section, the reason for every section that has none, and warnings.
+The report reads it only through :meth:`Summary.from_dict`, so every field it uses is checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from embscope.context.summary import ContextSummary
+from embscope.records import Record, RecordError
+from embscope.sections.base import RunOptions
+from embscope.sections.extension import ExtensionRecord
+from embscope.sections.languages import LanguagesRecord
+from embscope.sections.tokens import TokensRecord
+
+#: bumped when a field changes meaning or type; the report refuses folders of another version
+SCHEMA_VERSION = 2
+#: the order sections run in (and appear in the report)
+SECTION_NAMES = ("context", "tokens", "languages", "extension")
+
+
+@dataclass
+class ModelRecord(Record):
+    """The loaded model's facts."""
+
+    #: the spec as given (alias, hub id, folder, .gguf)
+    spec: str
+    #: short name for folders and tables
+    name: str
+    #: package, gguf, folder or hub-cache
+    source: str
+    #: the folder or .gguf file read
+    path: str
+    #: architecture from the config (``Qwen2ForCausalLM``), if any
+    arch: str | None
+    #: matrix rows
+    rows: int
+    #: hidden size (columns)
+    dim: int
+    #: tokens the tokenizer defines
+    n_tokens: int
+    #: input and output matrices are one (or bit-identical)
+    tied: bool
+    #: stored dtype of the matrices
+    dtype: str
+    #: where the matrices live (cpu, cuda)
+    device: str
+    #: {embed, output} tensor names read
+    tensor_names: dict[str, str | None]
+    #: files opened for the matrices
+    files_read: list[str]
+    #: tokenizer backend (tokenizers, tiktoken, sentencepiece), null without one
+    tokenizer: str | None
+    #: seconds to load
+    load_seconds: float
+
+
+@dataclass
+class Sections(Record):
+    """One record per section; null when the section did not run or had nothing to report."""
+
+    #: RoPE, KV cache and parameter figures (:class:`embscope.context.ContextSummary`)
+    context: ContextSummary | None = None
+    #: token table headline figures and the geometry scan
+    tokens: TokensRecord | None = None
+    #: per-language costs and density
+    languages: LanguagesRecord | None = None
+    #: vocabulary-extension savings and initialisation diagnostics
+    extension: ExtensionRecord | None = None
+
+
+@dataclass
+class Summary(Record):
+    """The whole ``summary.json``."""
+
+    #: the layout version of this file (see SCHEMA_VERSION)
+    schema_version: int
+    #: {version, git, created_utc, python, command} of the embscope run
+    embscope: dict[str, Any]
+    #: {distribution: version} of the libraries that shape the results
+    versions: dict[str, str]
+    #: fingerprints: {model: {spec, tensors {embed, output}: blake2b}, corpora {path: {files, bytes, blake2b}}, tokenizers [...]}
+    inputs: dict[str, Any]
+    #: every option of the run
+    parameters: RunOptions
+    #: {step: seconds}, in the order the steps ran
+    timings: dict[str, float]
+    #: the model's facts; null for tokenizer-only runs
+    model: ModelRecord | None
+    #: the section records
+    sections: Sections
+    #: {section: why it has no record}
+    skipped: dict[str, str] = field(default_factory=dict)
+    #: what the user should know about this run
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_summary(data: Any, *, where: str = "summary.json") -> Summary:
+    """Check and convert parsed ``summary.json`` data; :class:`RecordError` names what is wrong."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where} does not hold a JSON object; re-run embscope to rewrite it")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RecordError(f"{where} has schema version {version!r}, this embscope reads {SCHEMA_VERSION}; "
+                          "re-run the command that wrote it")
+    try:
+        return Summary.from_dict(data)
+    except RecordError as err:
+        raise RecordError(f"{where}: {err}; re-run the command that wrote it") from None
