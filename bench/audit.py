@@ -86,7 +86,9 @@ def audit_once(model: str, out: Path, env: dict) -> dict:
     wall, _, res = run(cmd, env)
     rss = int(res.stderr.rsplit("RSS ", 1)[1].split()[0])
     summary = json.loads((out / "summary.json").read_text())
-    return {"wall": wall, "rss": rss, "timings": summary.get("timings", {}), "knn": summary.get("knn")}
+    tokens = summary["sections"].get("tokens") or {}
+    knn = (tokens.get("geometry") or {}).get("knn")
+    return {"wall": wall, "rss": rss, "timings": summary.get("timings", {}), "knn": knn}
 
 
 def naive_once(src: str, gguf_file: str, sample: int, env: dict) -> dict:

@@ -133,6 +133,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     from embscope.output import claim, default_out, replace_file, json_text, write_json, write_parquet
     from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
     from embscope.resolve import resolve
+    from embscope.schema import conform
 
     opts = options or RunOptions()
     names = check_sections(sections)
@@ -204,7 +205,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             sections=Sections(**records), skipped=skipped, warnings=warnings)
         meta = {"embscope.schema_version": str(SCHEMA_VERSION)}
         for stem, frame in tables.items():
-            write_parquet(tmp / f"{stem}.parquet", frame, meta)
+            write_parquet(tmp / f"{stem}.parquet", conform(stem, frame), meta)
         write_json(tmp / "summary.json", summary)
         if render:
             from embscope.report import render as render_page
