@@ -43,9 +43,17 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
     Example:
         >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
     """
-    langs = [] if languages in (None, "none") else [languages]
+    from embscope.errors import CorpusError
+
+    langs, notes = [] if languages in (None, "none") else [languages], []
+    if langs == [DEFAULT_LANGUAGES]:
+        try:
+            corpus_path(DEFAULT_LANGUAGES)
+        except CorpusError:  # an install without the shipped corpora: say so, run the rest
+            langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
+                                "--languages PATH for per-language costs"]
     return run(model, corpora=[*langs, *corpora], out=out, force=force, scan=scan,
-               options=_options(options, kw), command="audit", verbose=verbose)
+               options=_options(options, kw), command="audit", verbose=verbose, warnings=notes)
 
 
 def scan(model: str, *, out: str | Path | None = None, force: bool = False,

@@ -121,8 +121,10 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     Args:
         spec: alias, hub id, model folder or ``.gguf`` file (see :mod:`embscope.resolve`), or an
             already resolved spec.
-        device: ``auto`` (GPU when present), ``cpu`` or ``cuda``. On CUDA the matrices stay in their
-            stored dtype; on CPU they are float32.
+        device: ``auto`` (GPU when present), ``cpu`` or ``cuda``. The matrices keep their stored
+            dtype on both (bf16 for most checkpoints; GGUF quantised types are dequantised to float32);
+            on CPU safetensors are memory-mapped, and each analysis converts row chunks to float32
+            as it goes.
         trust_pickle: allow PyTorch ``.bin`` checkpoints (still ``weights_only=True``).
 
     Returns:

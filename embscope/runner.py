@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embscope.errors import CorpusError, SpecError, did_you_mean
+from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
 from embscope.progress import Steps
 from embscope.sections.base import Inputs, RunOptions, SectionOutput
 from embscope.summary import SCHEMA_VERSION, SECTION_NAMES, ModelRecord, Sections, Summary
@@ -105,7 +105,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         corpora: Sequence[str | Path] = (), domain: str | Path | None = None,
         tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
         options: RunOptions | None = None, scan: bool = True, render: bool = True, tokens=None,
-        command: str = "run", kind: str = "", verbose: bool | None = None) -> RunResult:
+        command: str = "run", kind: str = "", verbose: bool | None = None,
+        warnings: Sequence[str] = ()) -> RunResult:
     """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
 
     Args:
@@ -123,6 +124,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         command: the command recorded in the provenance.
         kind: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit).
         tokens: a tokens table from an earlier run (``flagged`` rows are left out of extension means).
+        warnings: things the caller already knows the user should hear (listed with the run's own).
     Returns:
         :class:`RunResult`.
     Example:
@@ -135,7 +137,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     from embscope.resolve import resolve
     from embscope.schema import conform
 
-    opts = options or RunOptions()
+    opts = (options or RunOptions()).check()
     names = check_sections(sections)
     steps = Steps(verbose=verbose)
     corpus_paths = [corpus_path(c) for c in corpora]
@@ -165,7 +167,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         fns = _section_fns(scan)
         records: dict[str, Any] = {}
         skipped: dict[str, str] = {}
-        warnings: list[str] = []
+        warnings = list(warnings)
         outputs: dict[str, SectionOutput] = {}
         tables: dict[str, Any] = {}
         for name in names:
@@ -174,8 +176,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             t0 = time.perf_counter()
             try:
                 res = fns[name](state)
-            except (CorpusError, MemoryError) as err:
-                reason = str(err) if isinstance(err, CorpusError) else "not enough memory for this section"
+            except (EmbscopeError, MemoryError) as err:  # only a model that cannot load ends a run
+                reason = str(err) if isinstance(err, EmbscopeError) else "not enough memory for this section"
                 res = SectionOutput(skipped=reason, warnings=[f"{name}: {reason}"])
             outputs[name] = res
             if name not in steps.timings:

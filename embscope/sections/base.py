@@ -58,6 +58,28 @@ class RunOptions(Record):
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
 
+    def check(self) -> "RunOptions":
+        """Refuse impossible values before any work (one-line :class:`SpecError`)."""
+        import math
+
+        from embscope.errors import SpecError
+        from embscope.extend.init import parse_init
+
+        for name in ("k", "top", "max_ngram", "min_freq"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not math.isfinite(self.threshold):
+            raise SpecError(f"--threshold must be a finite number, got {self.threshold}; the default is 2.5")
+        if self.sample_bytes is not None and self.sample_bytes < 1:
+            raise SpecError(f"--sample-bytes must be at least 1, got {self.sample_bytes}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise SpecError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
+            raise SpecError("--unused-ids must be row numbers (0 or more)")
+        for spec in self.init:
+            parse_init(spec)  # unknown strategy names fail here, with "did you mean"
+        return self
+
 
 @dataclass
 class Inputs:

@@ -72,6 +72,6 @@ def extension_section(inputs: Inputs) -> SectionOutput:
                           min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
                           diagnostics=opts.diagnostics)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
-            return SectionOutput(skipped=str(err))
+            return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
     record = ExtensionRecord.from_dict(ext.summary, strict=True)
     return SectionOutput(record=record, tables={"candidates": ext.table}, live=(inputs.model, ext))
