@@ -22,6 +22,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain help text: rich's help formatter alone costs about a second of imports per call
+    rich_markup_mode=None,
 )
 
 # Command modules, in the order their commands appear in --help.

@@ -28,11 +28,8 @@ embscope.records.RecordError: x must be a number, got 'far'
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import math
-import textwrap
 import types
 import typing
 from functools import lru_cache
@@ -200,6 +197,10 @@ class Record:
 
 def field_docs(cls: type) -> dict[str, str]:
     """``{field: doc}`` from the ``#:`` comment lines directly above each field of ``cls``."""
+    import ast
+    import inspect
+    import textwrap
+
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
