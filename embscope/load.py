@@ -11,6 +11,7 @@ is bit-identical to the embedding), cross-checked with ``tie_word_embeddings`` i
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def hidden_size(config: dict, *, where: str) -> int:
 
 
 def _read_safetensors(r: Resolved):
+    from embscope.loaders.files import check_regular, inside
     from embscope.loaders.names import find_embedding_names
     from embscope.loaders.safetensors import read_header, read_tensor, weight_map
 
@@ -66,15 +68,16 @@ def _read_safetensors(r: Resolved):
         headers[files[0]] = read_header(files[0])
         where = {name: files[0] for name in headers[files[0]]}
     else:
-        where = {name: folder / shard for name, shard in wm.items()}
+        where = {name: inside(folder, shard, where="model.safetensors.index.json") for name, shard in wm.items()}
     embed_name, out_name = find_embedding_names(where, where=str(folder))
     tensors = {}
     for key, name in (("embed", embed_name), ("output", out_name)):
         if name is None:
             continue
         shard = where[name]
-        if not shard.is_file():
+        if not os.path.lexists(shard):
             raise ModelFileError(f"{shard.name} (holding {name}) is missing from {folder}; re-download it")
+        check_regular(shard, what="safetensors shard")
         if shard not in headers:
             headers[shard] = read_header(shard)
         if name not in headers[shard]:
@@ -91,9 +94,12 @@ def _read_bin(r: Resolved):
 
     from embscope.loaders.names import find_embedding_names
 
+    from embscope.loaders.files import check_regular
+
     files = sorted(r.path.glob("pytorch_model*.bin"))
     state = {}
     for f in files:
+        check_regular(f, what="PyTorch checkpoint")
         try:
             state.update(torch.load(f, map_location="cpu", weights_only=True, mmap=True))
         except Exception as exc:

@@ -14,7 +14,6 @@ A spec is, in the order tried:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,12 +68,11 @@ class Resolved:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    from embscope.loaders.files import read_json
+
+    if not path.exists():
         raise ModelFileError(f"{path.parent} has no config.json; pass a Hugging Face model folder")
-    try:
-        cfg = json.loads(path.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{path} is not valid JSON ({exc}); re-download it") from None
+    cfg = read_json(path, what="config")  # regular file, bounded size, any JSON damage → one line
     if not isinstance(cfg, dict):
         raise ModelFileError(f"{path} is not a JSON object; re-download it")
     return cfg

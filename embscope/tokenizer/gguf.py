@@ -58,7 +58,8 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except Exception as exc:
-        raise ModelFileError(f"cannot read the tokenizer inside {path.name}: {exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelFileError(f"cannot read the tokenizer inside {path.name}: {first}") from None
     return HFVocabulary(tok.backend_tokenizer, name)
