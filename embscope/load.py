@@ -19,6 +19,8 @@ from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
 from embscope.model import LoadedModel
 from embscope.resolve import Resolved, resolve
 
+#: how a library caller loads a ``.bin``-only folder (the CLI's commands say it their own way)
+PICKLE_HINT = ", or pass trust_pickle=True to load them with torch.load(weights_only=True)"
 #: config keys that give the hidden size, by family (Llama/BERT, GPT-2, T5-like, Meta originals)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 
@@ -141,7 +143,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     """
     t0 = time.perf_counter()
     dev = pick_device(device)
-    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle)
+    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, pickle_hint=PICKLE_HINT)
     config = r.config()
     readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
     embed, out, names, dtype, files = readers[r.format](r)

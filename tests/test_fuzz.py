@@ -27,7 +27,6 @@ import pytest
 
 from embscope.cli import main
 
-LLAMA_SPM = Path("/work/cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf")
 CONFIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8,
           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
           "intermediate_size": 32, "vocab_size": 16, "tie_word_embeddings": True,
@@ -555,3 +554,154 @@ def test_malformed_corpus(case, tmp_path, out, capsys):
     with _alarm(20):
         assert_one_line_error(["fertility", "--tokenizer", "gpt2", "--corpus", str(path), "--out", str(out)],
                               capsys, out.parent)
+
+
+# --------------------------------------------------------------------------------------------
+# reproductions: code in a model folder, pickles, missing layers, auto_map
+# --------------------------------------------------------------------------------------------
+
+EVIL = """import pathlib
+pathlib.Path(__file__).with_name("PWNED").write_text("ran")
+from transformers import LlamaTokenizerFast as EvilTokenizer
+"""
+
+
+def _evil_folder(folder: Path, *, config_extra: dict | None = None) -> None:
+    """``evil.py`` plus configs whose ``auto_map`` points at it: loading it would run the file."""
+    (folder / "evil.py").write_text(EVIL)
+    auto_map = {"AutoTokenizer": ["evil.EvilTokenizer", "evil.EvilTokenizer"], "AutoConfig": "evil.EvilConfig",
+                "AutoModelForCausalLM": "evil.EvilModel"}
+    (folder / "tokenizer_config.json").write_text(json.dumps({"auto_map": auto_map, "tokenizer_class": "EvilTokenizer"}))
+    if config_extra is not None:
+        cfg = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**cfg, **config_extra, "auto_map": auto_map}))
+
+
+SPM_KV = {"tokenizer.ggml.model": (STR, "llama"),
+          "tokenizer.ggml.tokens": (ARR, (STR, ["<unk>", "<s>", "</s>", "\u2581a", "\u2581b", "a", "b", "\u2581"])),
+          "tokenizer.ggml.scores": (ARR, (F32_T, [0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0])),
+          "tokenizer.ggml.token_type": (ARR, (5, [2, 3, 3, 1, 1, 1, 1, 1])),
+          "tokenizer.ggml.bos_token_id": (U32, 1), "tokenizer.ggml.eos_token_id": (U32, 2),
+          "tokenizer.ggml.unknown_token_id": (U32, 0)}
+
+
+def _answer_yes(monkeypatch) -> list:
+    """Answer "y" to any question on stdin (what a hurried user does) and record that it was asked."""
+    asked: list = []
+    monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "y")
+    return asked
+
+
+def test_gguf_tokenizer_never_runs_folder_code(tmp_path, out, corpus, capsys, monkeypatch):
+    """A SentencePiece GGUF next to tokenizer_config.json with auto_map and evil.py: before the fix
+    transformers asked on stdin, and "y" ran evil.py. Now nothing is asked and nothing runs."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.gguf").write_bytes(gguf_bytes(base_kv(**SPM_KV)))
+    _evil_folder(folder)
+    asked = _answer_yes(monkeypatch)
+    msg = assert_one_line_error(["fertility", "--tokenizer", str(folder / "model.gguf"), "--corpus", str(corpus),
+                                 "--out", str(out)], capsys, out.parent)
+    assert "custom code" in msg
+    assert not asked and not (folder / "PWNED").exists()
+
+
+def _bin_folder(root: Path) -> Path:
+    import torch
+
+    folder = root / "bin"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    torch.save({EMBED: torch.zeros(ROWS, HIDDEN)}, folder / "pytorch_model.bin")
+    return folder
+
+
+@pytest.mark.parametrize("command", ["scan", "extend"])
+def test_pickle_refusal_names_no_flag_the_command_lacks(command, tmp_path, out, corpus, capsys):
+    argv = [command, "--model", str(_bin_folder(tmp_path)), "--out", str(out)]
+    msg = assert_one_line_error(argv + (["--corpus", str(corpus)] if command == "extend" else []), capsys, out.parent)
+    assert "convert them to safetensors" in msg and "--trust-pickle" not in msg
+
+
+def test_fifo_model_safetensors_scan_does_not_hang(tmp_path, out, capsys):
+    folder = model_folder(tmp_path)
+    os.mkfifo(folder / "model.safetensors")
+    with _alarm(20):
+        msg = assert_one_line_error(["scan", "--model", str(folder), "--out", str(out)], capsys, out.parent)
+    assert "FIFO" in msg
+
+
+EXTEND_CORPUS = "the patient has hypertension and cardiomyopathy with tachycardia\n" * 12
+
+
+def tiny_tokenizer(path: Path) -> int:
+    """A byte-level BPE of 280 entries trained on the corpus (medical words stay multi-piece)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(EXTEND_CORPUS.splitlines() + ["a quick brown fox jumps over the lazy dog"],
+                            trainers.BpeTrainer(vocab_size=280, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                special_tokens=["<|endoftext|>"]))
+    tok.save(str(path))
+    return tok.get_vocab_size()
+
+
+def _extend(folder: Path, tmp_path: Path, capsys) -> dict:
+    """``extend --apply`` on ``folder``; returns the written manifest."""
+    (tmp_path / "corpus.txt").write_text(EXTEND_CORPUS)
+    applied = tmp_path / "applied"
+    code = main(["extend", "--model", str(folder), "--corpus", str(tmp_path / "corpus.txt"), "--top", "3",
+                 "--min-freq", "2", "--no-diagnostics", "--apply", str(applied), "--out", str(tmp_path / "cand")])
+    assert code == 0, capsys.readouterr().err
+    return json.loads((applied / "embscope_extension.json").read_text())
+
+
+def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path, capsys):
+    """Before the fix, --apply built the full model and transformers filled the missing layers with
+    random values (only a warning). Now the full path is refused with the reason in the manifest
+    (auto mode: rows only), and ``mode="full"`` is a one-line error."""
+    from embscope.errors import SpecError
+    from embscope.extend import apply, suggest
+    from embscope.load import load_model
+    from tests.conftest import write_checkpoint
+
+    (tmp_path / "tok.json").parent.mkdir(exist_ok=True)
+    rows = tiny_tokenizer(tmp_path / "tok.json")
+    write_checkpoint(tmp_path / "m", rows=rows, hidden=8, tokenizer_json=tmp_path / "tok.json", untied=False)
+    manifest = _extend(tmp_path / "m", tmp_path, capsys)
+    assert manifest["format"] == "rows" and manifest["n_added"] > 0
+    assert "lacks" in manifest["note"] and "random values" in manifest["note"]
+    assert (tmp_path / "applied" / "new_rows.safetensors").is_file()
+    assert not (tmp_path / "applied" / "model.safetensors").exists()
+
+    model = load_model(str(tmp_path / "m"), device="cpu")
+    result = suggest(model, tmp_path / "corpus.txt", top=3, min_freq=2, diagnostics=False)
+    with pytest.raises(SpecError, match="lacks .* weights"):
+        apply(model, result, tmp_path / "full", mode="full")
+    assert not (tmp_path / "full").exists()
+
+
+def test_apply_drops_auto_map_and_runs_no_folder_code(tmp_path, capsys, monkeypatch):
+    """A complete tiny Qwen2 whose config and tokenizer_config carry auto_map → evil.py: the full
+    model is written, nothing from the folder runs, and no written JSON keeps auto_map."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    rows = tiny_tokenizer(folder / "tokenizer.json")
+    cfg = Qwen2Config(vocab_size=rows, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder))
+    _evil_folder(folder, config_extra={})
+    asked = _answer_yes(monkeypatch)
+    manifest = _extend(folder, tmp_path, capsys)
+    assert manifest["format"] == "transformers", manifest["note"]
+    assert not asked and not (folder / "PWNED").exists()
+    written = list((tmp_path / "applied").glob("*.json"))
+    assert {"config.json", "tokenizer_config.json"} <= {p.name for p in written}
+    assert not [p.name for p in written if "auto_map" in json.loads(p.read_text())]
+    assert not list((tmp_path / "applied").glob("*.py"))
