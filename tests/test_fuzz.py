@@ -182,8 +182,6 @@ def test_special_file_as_model_file(kind, name, tmp_path, out, capsys):
     if name == "model.safetensors.index.json":
         (folder / "model.safetensors").write_bytes(safetensors_bytes(good_header(), DATA))
     SPECIAL[kind](target)
-    if name == "model.safetensors" and kind == "dangling symlink":
-        pytest.skip("a dangling model.safetensors is not a weights file at all")
     with _alarm(20):
         assert_one_line_error(["audit", "--model", str(folder), "--no-scan", "--out", str(out)], capsys, out.parent)
 
@@ -492,6 +490,32 @@ def test_malformed_config_on_load_path(case, tmp_path, out, capsys):
     folder = model_folder(tmp_path, safetensors_bytes(good_header(), DATA),
                           config=CONFIG_CASES.get(case), raw_config=raw)
     assert_one_line_error(["scan", "--model", str(folder), "--out", str(out)], capsys, out.parent)
+
+
+ROPE_CONFIG_CASES: dict[str, str] = {
+    "rope_theta 'x'": json.dumps({**CONFIG, "rope_theta": "x"}),
+    "max_position_embeddings Infinity": json.dumps(CONFIG).replace('"max_position_embeddings": 128',
+                                                                   '"max_position_embeddings": Infinity'),
+    "rope_scaling [1, 2]": json.dumps({**CONFIG, "rope_scaling": [1, 2]}),
+    "rope factor 'abc'": json.dumps({**CONFIG, "rope_scaling": {"rope_type": "linear", "factor": "abc"}}),
+    "rope factor 0": json.dumps({**CONFIG, "rope_scaling": {"rope_type": "linear", "factor": 0}}),
+    "num_hidden_layers 'x'": json.dumps({**CONFIG, "num_hidden_layers": "x"}),
+    "vocab_size -1": json.dumps({**CONFIG, "vocab_size": -1}),
+    "deep JSON": "[" * 100_000 + "]" * 100_000,
+}
+
+
+#: cases the RoPE/config validation (another branch) fixes; drop a mark once its case passes
+_ROPE_OWNER = pytest.mark.xfail(reason="rope config validation (context owner)", strict=False)
+_ROPE_PENDING = {"rope_theta 'x'", "max_position_embeddings Infinity", "rope_scaling [1, 2]", "rope factor 'abc'",
+                 "rope factor 0"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_ROPE_OWNER) if c in _ROPE_PENDING else c
+                                  for c in ROPE_CONFIG_CASES])
+def test_malformed_config_rope(case, tmp_path, capsys):
+    folder = model_folder(tmp_path, safetensors_bytes(good_header(), DATA), raw_config=ROPE_CONFIG_CASES[case])
+    assert_one_line_error(["rope", "--model", str(folder)], capsys)
 
 
 # --------------------------------------------------------------------------------------------

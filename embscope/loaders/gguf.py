@@ -177,14 +177,10 @@ _TYPED_FIELDS: dict[str, tuple[Any, str]] = {
                           "a positive multiple of 8 (at most 65536)"),
     "tokenizer.ggml.model": (lambda v: isinstance(v, str), "a string"),
     "tokenizer.ggml.pre": (lambda v: isinstance(v, str), "a string"),
-    "tokenizer.ggml.tokens": (lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
-                              "a list of strings"),
-    "tokenizer.ggml.merges": (lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
-                              "a list of strings"),
-    "tokenizer.ggml.token_type": (lambda v: isinstance(v, list) and all(_is_int(t) for t in v),
-                                  "a list of integers"),
-    "tokenizer.ggml.scores": (lambda v: isinstance(v, list) and all(_is_num(t) for t in v),
-                              "a list of numbers"),
+    "tokenizer.ggml.tokens": (lambda v: _list_of(v, lambda t: isinstance(t, str)), "a list of strings"),
+    "tokenizer.ggml.merges": (lambda v: _list_of(v, lambda t: isinstance(t, str)), "a list of strings"),
+    "tokenizer.ggml.token_type": (lambda v: _list_of(v, _is_int), "a list of integers"),
+    "tokenizer.ggml.scores": (lambda v: _list_of(v, _is_num), "a list of numbers"),
     "tokenizer.chat_template": (lambda v: isinstance(v, str), "a string"),
 }
 #: ``<arch>.<suffix>`` keys that must be numbers (per-layer arrays of numbers allowed)
@@ -202,6 +198,12 @@ def _is_int(v: Any) -> bool:
 
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _list_of(value: Any, ok) -> bool:
+    """A list whose items pass ``ok``. A GGUF array declares one element type for all its items,
+    so checking the first item checks them all."""
+    return isinstance(value, list) and (not value or ok(value[0]))
 
 
 def _check_fields(fields: dict[str, Any], where: str) -> None:
@@ -228,7 +230,7 @@ def _check_fields(fields: dict[str, Any], where: str) -> None:
         key = f"{arch}.{suffix}"
         if key in fields:
             v = fields[key]
-            if not (_is_num(v) or (isinstance(v, list) and v and all(_is_num(x) for x in v))):
+            if not (_is_num(v) or (isinstance(v, list) and v and _list_of(v, _is_num))):
                 raise bad(key, "a number (or a list of numbers per layer)")
     for key in (f"{arch}.rope.scaling.type",):
         if key in fields and not isinstance(fields[key], str):
