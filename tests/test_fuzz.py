@@ -173,7 +173,8 @@ SPECIAL: dict[str, Callable[[Path], None]] = {"FIFO": _fifo, "directory": _direc
 
 
 @pytest.mark.parametrize("kind", list(SPECIAL))
-@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "model.safetensors.index.json"])
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "model.safetensors.index.json",
+                                  "tokenizer.json"])
 def test_special_file_as_model_file(kind, name, tmp_path, out, capsys):
     folder = model_folder(tmp_path, None if name == "model.safetensors" else safetensors_bytes(good_header(), DATA))
     target = folder / name
@@ -436,6 +437,15 @@ def corpus(tmp_path) -> Path:
 
 TOKENIZER_FILE_CASES = ([("ranks.tiktoken", case, data) for case, data in TIKTOKEN_CASES.items()]
                         + [("tokenizer.json", case, data) for case, data in TOKENIZER_JSON_CASES.items()])
+
+
+@pytest.mark.parametrize("kind", list(SPECIAL))
+def test_special_file_as_tokenizer(kind, tmp_path, out, corpus, capsys):
+    path = tmp_path / "ranks.tiktoken"
+    SPECIAL[kind](path)
+    with _alarm(20):
+        assert_one_line_error(["fertility", "--tokenizer", str(path), "--corpus", str(corpus), "--out", str(out)],
+                              capsys, out.parent)
 
 
 @pytest.mark.parametrize("fname, case, data", TOKENIZER_FILE_CASES,

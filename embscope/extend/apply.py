@@ -123,8 +123,11 @@ def _chat_template(model: "LoadedModel") -> str | None:
             value = field.contents() if hasattr(field, "contents") else field
             return value if isinstance(value, str) else None
         cfg = path / "tokenizer_config.json"
-        if cfg.is_file():
-            return json.loads(cfg.read_text("utf-8")).get("chat_template")
+        if cfg.exists():
+            from embscope.loaders.files import read_json
+
+            template = read_json(cfg, what="tokenizer config").get("chat_template")
+            return template if isinstance(template, str) else None
     except Exception:  # a missing template is not worth failing the write
         return None
     return None

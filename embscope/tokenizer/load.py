@@ -15,18 +15,24 @@ import base64
 import gzip
 import hashlib
 import json
+import os
 import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 from embscope.assets import package_dir
+from embscope.loaders.files import check_regular, read_bytes
 from embscope.errors import SpecError, VocabError, did_you_mean
 from embscope.resolve import Resolved, resolve
 from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, TiktokenVocabulary,
                                          unicode_to_bytes)
 from embscope.tokenizer.base import Vocabulary
 from embscope.tokenizer.patterns import DEFAULT_RANKS_PATTERN, QWEN2_PATTERN, QWEN2_SPECIAL_TOKENS
+
+#: largest tokenizer file read (real ones: tokenizer.json of a 262k vocabulary is about 33 MB)
+MAX_TOKENIZER_BYTES = 512 * 2**20
+
 
 def _read_ranks(path: Path) -> dict[bytes, int]:
     """Read a tiktoken rank file (``base64-token rank`` per line; ``.gz`` allowed).
@@ -38,9 +44,7 @@ def _read_ranks(path: Path) -> dict[bytes, int]:
     """
     import binascii
 
-    from embscope.loaders.files import read_bytes
-
-    data = read_bytes(path, what="tokenizer file", max_bytes=512 * 2**20)
+    data = read_bytes(path, what="tokenizer file", max_bytes=MAX_TOKENIZER_BYTES)
     try:
         raw = gzip.decompress(data) if path.suffix == ".gz" else data
     except (OSError, EOFError, zlib.error):
@@ -156,9 +160,10 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
     """Read a tokenizer from one file, picking the backend by its name and content."""
     path = Path(path)
     name = name or path.stem
-    if not path.is_file():
+    if not path.exists():
         raise SpecError(f"tokenizer file {str(path)!r} does not exist; pass a tokenizer.json, "
                         ".tiktoken, sentencepiece .model or .gguf file")
+    check_regular(path, what="tokenizer file", max_bytes=MAX_TOKENIZER_BYTES)  # no FIFO, device, /proc
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
@@ -201,7 +206,7 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
 def load_folder_vocabulary(folder: Path, *, name: str) -> Vocabulary | None:
     """The tokenizer inside a model folder (``tokenizer.json`` first, then ``tokenizer.model``)."""
     for fname in ("tokenizer.json", "tokenizer.model"):
-        if (folder / fname).is_file():
+        if os.path.lexists(folder / fname):  # present but not a regular file: an error, not skipped
             return load_tokenizer_file(folder / fname, name=name)
     return None
 
