@@ -187,12 +187,14 @@ def test_special_file_as_model_file(kind, name, tmp_path, out, capsys):
         assert_one_line_error(["audit", "--model", str(folder), "--no-scan", "--out", str(out)], capsys, out.parent)
 
 
-def test_fifo_gguf_does_not_hang(tmp_path, out, capsys):
+@pytest.mark.parametrize("kind", ["FIFO", "device", "/proc file"])
+@pytest.mark.parametrize("given", ["folder", "file"])
+def test_special_file_as_gguf(kind, given, tmp_path, out, capsys):
     (tmp_path / "m").mkdir()
-    os.mkfifo(tmp_path / "m" / "model.gguf")
-    (tmp_path / "m" / "config.json").write_text(json.dumps(CONFIG))
+    SPECIAL[kind](tmp_path / "m" / "model.gguf")
+    spec = tmp_path / "m" / ("model.gguf" if given == "file" else "")
     with _alarm(20):
-        assert_one_line_error(["scan", "--model", str(tmp_path / "m"), "--out", str(out)], capsys, out.parent)
+        assert_one_line_error(["scan", "--model", str(spec), "--out", str(out)], capsys, out.parent)
 
 
 class _alarm:
@@ -321,6 +323,14 @@ def _kv_raw(key: str, vtype: int, raw: bytes) -> bytes:
     return gguf_value(STR, key) + struct.pack("<I", vtype) + raw
 
 
+SPM_KV = {"tokenizer.ggml.model": (STR, "llama"),
+          "tokenizer.ggml.tokens": (ARR, (STR, ["<unk>", "<s>", "</s>", "\u2581a", "\u2581b", "a", "b", "\u2581"])),
+          "tokenizer.ggml.scores": (ARR, (F32_T, [0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0])),
+          "tokenizer.ggml.token_type": (ARR, (5, [2, 3, 3, 1, 1, 1, 1, 1])),
+          "tokenizer.ggml.bos_token_id": (U32, 1), "tokenizer.ggml.eos_token_id": (U32, 2),
+          "tokenizer.ggml.unknown_token_id": (U32, 0)}
+
+
 GPT2_TOKENIZER = {"tokenizer.ggml.model": (STR, "gpt2"),
                   "tokenizer.ggml.merges": (ARR, (STR, ["a b"]))}
 GGUF_CASES: dict[str, Callable[[], bytes]] = {
@@ -341,6 +351,17 @@ GGUF_CASES: dict[str, Callable[[], bytes]] = {
     "merges is a string": lambda: gguf_bytes(base_kv(**{"tokenizer.ggml.model": (STR, "gpt2"),
                                                         "tokenizer.ggml.merges": (STR, "a b"),
                                                         "tokenizer.ggml.tokens": (ARR, (STR, ["a", "b"]))})),
+    "merge without a space": lambda: gguf_bytes(base_kv(**{"tokenizer.ggml.model": (STR, "gpt2"),
+                                                           "tokenizer.ggml.merges": (ARR, (STR, ["ab"])),
+                                                           "tokenizer.ggml.tokens": (ARR, (STR, ["a", "b", "ab"]))})),
+    "merge of unknown tokens": lambda: gguf_bytes(base_kv(**{"tokenizer.ggml.model": (STR, "gpt2"),
+                                                             "tokenizer.ggml.merges": (ARR, (STR, ["x y"])),
+                                                             "tokenizer.ggml.tokens": (ARR, (STR, ["a", "b"]))})),
+    "token_type shorter than tokens": lambda: gguf_bytes(base_kv(**{"tokenizer.ggml.model": (STR, "gpt2"),
+                                                                    "tokenizer.ggml.merges": (ARR, (STR, [])),
+                                                                    "tokenizer.ggml.tokens": (ARR, (STR, ["a", "b"])),
+                                                                    "tokenizer.ggml.token_type": (ARR, (5, [1]))})),
+    "SentencePiece tokens without scores": lambda: gguf_bytes(base_kv(**{**SPM_KV, "tokenizer.ggml.scores": (None, None)})),
     "tokenizer model is an int": lambda: gguf_bytes(base_kv(**{"tokenizer.ggml.model": (U32, 3)})),
     "embedding_length = 'abc'": lambda: gguf_bytes(base_kv(**{"llama.embedding_length": (STR, "abc")})),
     "key_length = 'x'": lambda: gguf_bytes(base_kv(**{"llama.attention.key_length": (STR, "x")})),
@@ -609,14 +630,6 @@ def _evil_folder(folder: Path, *, config_extra: dict | None = None) -> None:
     if config_extra is not None:
         cfg = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**cfg, **config_extra, "auto_map": auto_map}))
-
-
-SPM_KV = {"tokenizer.ggml.model": (STR, "llama"),
-          "tokenizer.ggml.tokens": (ARR, (STR, ["<unk>", "<s>", "</s>", "\u2581a", "\u2581b", "a", "b", "\u2581"])),
-          "tokenizer.ggml.scores": (ARR, (F32_T, [0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0])),
-          "tokenizer.ggml.token_type": (ARR, (5, [2, 3, 3, 1, 1, 1, 1, 1])),
-          "tokenizer.ggml.bos_token_id": (U32, 1), "tokenizer.ggml.eos_token_id": (U32, 2),
-          "tokenizer.ggml.unknown_token_id": (U32, 0)}
 
 
 def _answer_yes(monkeypatch) -> list:
