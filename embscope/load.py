@@ -11,6 +11,7 @@ is bit-identical to the embedding), cross-checked with ``tie_word_embeddings`` i
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
 from embscope.model import LoadedModel
 from embscope.resolve import Resolved, resolve
 
+#: how a library caller loads a ``.bin``-only folder (the CLI's commands say it their own way)
+PICKLE_HINT = ", or pass trust_pickle=True to load them with torch.load(weights_only=True)"
 #: config keys that give the hidden size, by family (Llama/BERT, GPT-2, T5-like, Meta originals)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 
@@ -52,6 +55,7 @@ def hidden_size(config: dict, *, where: str) -> int:
 
 
 def _read_safetensors(r: Resolved):
+    from embscope.loaders.files import check_regular, inside
     from embscope.loaders.names import find_embedding_names
     from embscope.loaders.safetensors import read_header, read_tensor, weight_map
 
@@ -66,15 +70,16 @@ def _read_safetensors(r: Resolved):
         headers[files[0]] = read_header(files[0])
         where = {name: files[0] for name in headers[files[0]]}
     else:
-        where = {name: folder / shard for name, shard in wm.items()}
+        where = {name: inside(folder, shard, where="model.safetensors.index.json") for name, shard in wm.items()}
     embed_name, out_name = find_embedding_names(where, where=str(folder))
     tensors = {}
     for key, name in (("embed", embed_name), ("output", out_name)):
         if name is None:
             continue
         shard = where[name]
-        if not shard.is_file():
+        if not os.path.lexists(shard):
             raise ModelFileError(f"{shard.name} (holding {name}) is missing from {folder}; re-download it")
+        check_regular(shard, what="safetensors shard")
         if shard not in headers:
             headers[shard] = read_header(shard)
         if name not in headers[shard]:
@@ -91,9 +96,12 @@ def _read_bin(r: Resolved):
 
     from embscope.loaders.names import find_embedding_names
 
+    from embscope.loaders.files import check_regular
+
     files = sorted(r.path.glob("pytorch_model*.bin"))
     state = {}
     for f in files:
+        check_regular(f, what="PyTorch checkpoint")
         try:
             state.update(torch.load(f, map_location="cpu", weights_only=True, mmap=True))
         except Exception as exc:
@@ -137,7 +145,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     """
     t0 = time.perf_counter()
     dev = pick_device(device)
-    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle)
+    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, pickle_hint=PICKLE_HINT)
     config = r.config()
     readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
     embed, out, names, dtype, files = readers[r.format](r)

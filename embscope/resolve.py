@@ -14,7 +14,6 @@ A spec is, in the order tried:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,8 @@ from embscope.errors import ModelFileError, SpecError, did_you_mean
 from embscope.registry import ALIASES, ModelAlias
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"]
+#: the end of the ``.bin`` refusal for commands that offer ``--trust-pickle``
+TRUST_PICKLE_HINT = ", or pass --trust-pickle to load them with torch.load(weights_only=True)"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -69,18 +70,17 @@ class Resolved:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    from embscope.loaders.files import read_json
+
+    if not path.exists():
         raise ModelFileError(f"{path.parent} has no config.json; pass a Hugging Face model folder")
-    try:
-        cfg = json.loads(path.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{path} is not valid JSON ({exc}); re-download it") from None
+    cfg = read_json(path, what="config")  # regular file, bounded size, any JSON damage → one line
     if not isinstance(cfg, dict):
         raise ModelFileError(f"{path} is not a JSON object; re-download it")
     return cfg
 
 
-def _folder_format(folder: Path, trust_pickle: bool) -> str:
+def _folder_format(folder: Path, trust_pickle: bool, pickle_hint: str = "") -> str:
     if (folder / "model.safetensors.index.json").is_file() or any(folder.glob("*.safetensors")):
         return "safetensors"
     if any(folder.glob("*.gguf")):
@@ -88,17 +88,16 @@ def _folder_format(folder: Path, trust_pickle: bool) -> str:
     if any(folder.glob("pytorch_model*.bin")):
         if not trust_pickle:
             raise SpecError(f"{folder} holds only PyTorch .bin weights (pickle, which can run code when "
-                            "loaded); convert them to safetensors, or pass --trust-pickle to load them "
-                            "with torch.load(weights_only=True)")
+                            f"loaded); convert them to safetensors{pickle_hint}")
         return "bin"
     raise ModelFileError(f"{folder} has no weights (*.safetensors, *.gguf or pytorch_model*.bin)")
 
 
 def _from_folder(spec: str, folder: Path, *, source: str, name: str, alias=None,
-                 trust_pickle: bool, need_weights: bool) -> Resolved:
+                 trust_pickle: bool, need_weights: bool, pickle_hint: str = "") -> Resolved:
     if not need_weights:
         return Resolved(spec, name, source, folder, "tokenizer-only", alias)
-    fmt = _folder_format(folder, trust_pickle)
+    fmt = _folder_format(folder, trust_pickle, pickle_hint)
     if fmt == "gguf":
         files = sorted(folder.glob("*.gguf"))
         return Resolved(spec, name, source, files[0], "gguf", alias)
@@ -153,8 +152,13 @@ def _hub_download(repo_id: str, need_weights: bool) -> Path:
     return snapshot
 
 
-def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True) -> Resolved:
-    """Turn a model spec into a :class:`Resolved` (see the module docstring for the forms)."""
+def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
+            pickle_hint: str = "") -> Resolved:
+    """Turn a model spec into a :class:`Resolved` (see the module docstring for the forms).
+
+    ``pickle_hint`` ends the refusal of a ``.bin``-only folder; callers that offer a way to load
+    pickles pass it (the CLI: :data:`TRUST_PICKLE_HINT`), so no command suggests a flag it lacks.
+    """
     from embscope.assets import package_dir
 
     if spec in ALIASES:
@@ -168,7 +172,7 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True)
                                 trust_pickle=trust_pickle, need_weights=need_weights)
         folder = _hub_download(alias.repo_id, need_weights)
         return _from_folder(spec, folder, source="hub-cache", name=spec, alias=alias,
-                            trust_pickle=trust_pickle, need_weights=need_weights)
+                            trust_pickle=trust_pickle, need_weights=need_weights, pickle_hint=pickle_hint)
     path = Path(spec).expanduser()
     if path.exists():
         name = path.stem if path.is_file() else path.name
@@ -176,14 +180,15 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True)
             if path.suffix.lower() == ".gguf":
                 return Resolved(spec, name, "gguf", path, "gguf")
             if path.name == "config.json":
-                return resolve(str(path.parent), trust_pickle=trust_pickle, need_weights=need_weights)
+                return resolve(str(path.parent), trust_pickle=trust_pickle, need_weights=need_weights,
+                               pickle_hint=pickle_hint)
             raise SpecError(f"{spec!r} is a file but not a .gguf model; pass a .gguf file or a model folder")
         return _from_folder(spec, path, source="folder", name=name, trust_pickle=trust_pickle,
-                            need_weights=need_weights)
+                            need_weights=need_weights, pickle_hint=pickle_hint)
     if _HUB_ID.match(spec) and not spec.startswith((".", "/")):
         folder = _hub_download(spec, need_weights)
         return _from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
-                            trust_pickle=trust_pickle, need_weights=need_weights)
+                            trust_pickle=trust_pickle, need_weights=need_weights, pickle_hint=pickle_hint)
     raise SpecError(f"unknown model {spec!r}{did_you_mean(spec, ALIASES)}; pass an alias "
                     f"(see `embscope models`), a HF hub id (org/name), a model folder or a .gguf file")
 

@@ -117,7 +117,7 @@ def test_pickle_bin_refused_unless_trusted_and_then_weights_only(tmp_path):
             return (print, ("pwned",))
 
     torch.save({"transformer.wte.weight": torch.zeros(3, 4), "evil": Boom()}, folder / "pytorch_model.bin")
-    with pytest.raises(SpecError, match="--trust-pickle"):
+    with pytest.raises(SpecError, match="convert them to safetensors, or pass trust_pickle=True"):
         load_model(str(folder), device="cpu")
     with pytest.raises(ModelFileError, match="weights_only"):
         load_model(str(folder), device="cpu", trust_pickle=True)

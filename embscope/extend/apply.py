@@ -45,7 +45,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 tok = PreTrainedTokenizerFast(tokenizer_file="{out}/tokenizer.json")
 rows = load_file("{out}/new_rows.safetensors")
-model = AutoModelForCausalLM.from_pretrained("{base}")
+model = AutoModelForCausalLM.from_pretrained("{base}", trust_remote_code=False)
 model.resize_token_embeddings(max(len(tok), model.get_input_embeddings().weight.shape[0]),
                               mean_resizing=False)
 ids = rows["token_ids"]
@@ -124,8 +124,11 @@ def _chat_template(model: "LoadedModel") -> str | None:
             value = field.contents() if hasattr(field, "contents") else field
             return value if isinstance(value, str) else None
         cfg = path / "tokenizer_config.json"
-        if cfg.is_file():
-            return json.loads(cfg.read_text("utf-8")).get("chat_template")
+        if cfg.exists():
+            from embscope.loaders.files import read_json
+
+            template = read_json(cfg, what="tokenizer config").get("chat_template")
+            return template if isinstance(template, str) else None
     except Exception:  # a missing template is not worth failing the write
         return None
     return None
@@ -167,8 +170,24 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
             head = lm.get_output_embeddings().weight
             head[idx] = rows["output"].to(head.dtype)
     lm.config.vocab_size = size
+    if hasattr(lm.config, "auto_map"):  # never point a written model at code from the source folder
+        del lm.config.auto_map
     lm.save_pretrained(str(tmp))
     _hf_tokenizer(model, ext, {**model.config, **lm.config.to_dict()}).save_pretrained(str(tmp))
+    _drop_auto_map(tmp)
+
+
+def _drop_auto_map(folder: Path) -> None:
+    """Remove ``auto_map`` (which tells transformers to import code from the folder or a hub repo)
+    from every JSON file written: the extended model loads with the library's own classes only."""
+    for path in folder.glob("*.json"):
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "auto_map" in data:
+            del data["auto_map"]
+            path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", "utf-8")
 
 
 def _write_rows(model: "LoadedModel", ext, ids, rows, tmp: Path, init: str, out_dir) -> None:

@@ -48,11 +48,65 @@ def why_not_loadable(model: "LoadedModel") -> str | None:
         return (f"{model.name} needs ~{size / 2**30:.0f} GiB in float32, over the "
                 f"{MAX_FULL_BYTES / 2**30:.0f} GiB limit for loading the whole model on this machine")
     path = Path(model.path)
-    if path.suffix == ".gguf" and path.is_file():
-        return None
-    if path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors")):
-        return None
-    return f"{model.path} is not a transformers-loadable checkpoint (config.json + safetensors, or .gguf)"
+    loadable = ((path.suffix == ".gguf" and path.is_file())
+                or (path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))))
+    if not loadable:
+        return f"{model.path} is not a transformers-loadable checkpoint (config.json + safetensors, or .gguf)"
+    missing = missing_weights(model)
+    if missing:
+        return (f"{model.name} lacks {len(missing)} of the weights a full model needs (e.g. {missing[0]}); "
+                "transformers would fill them with random values")
+    return None
+
+
+def missing_weights(model: "LoadedModel") -> list[str]:
+    """Weights a full ``*ForCausalLM`` of this config needs that the checkpoint does not store.
+
+    HF folders: the model is built on the ``meta`` device (no memory) and its state-dict keys are
+    compared with the tensor names in the safetensors headers or index; a key counts as stored
+    when any weight tied to it is, or when it is stored without the ``model.`` prefix. GGUF files:
+    every block ``blk.0`` … ``blk.{L-1}`` must hold tensors (the converter maps the rest).
+    Shapes-only test checkpoints (embeddings and a norm) are thus refused, not padded with random
+    layers.
+    """
+    path = Path(model.path)
+    stored = _stored_names(path)
+    if path.suffix == ".gguf":
+        cfg = model.config.get("text_config") or model.config
+        layers = int(cfg.get("num_hidden_layers") or 0)
+        return [f"blk.{i}.*" for i in range(layers) if not any(n.startswith(f"blk.{i}.") for n in stored)]
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        with torch.device("meta"):
+            lm = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    except Exception as exc:  # a config transformers cannot build is not loadable either
+        return [f"(cannot build the model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"]
+    groups: dict[int, list[str]] = {}
+    for key, tensor in lm.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(key)
+    prefix = f"{lm.base_model_prefix}." if getattr(lm, "base_model_prefix", "") else None
+
+    def present(key: str) -> bool:
+        return key in stored or (prefix is not None and key.startswith(prefix) and key[len(prefix):] in stored)
+
+    return sorted(keys[0] for keys in groups.values() if not any(present(k) for k in keys))
+
+
+def _stored_names(path: Path) -> set[str]:
+    """Tensor names a checkpoint stores (safetensors index or headers; GGUF tensor table)."""
+    if path.suffix == ".gguf":
+        from embscope.loaders.gguf import open_gguf
+
+        return set(open_gguf(path).tensors)
+    from embscope.loaders.safetensors import read_header, weight_map
+
+    wm = weight_map(path)
+    if wm is not None:
+        return set(wm)
+    return {name for f in sorted(path.glob("*.safetensors")) for name in read_header(f)}
 
 
 def load_causal_lm(model: "LoadedModel"):
@@ -71,7 +125,9 @@ def load_causal_lm(model: "LoadedModel"):
     else:
         from transformers import AutoModelForCausalLM
 
-        lm = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        lm, info = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, trust_remote_code=False,
+                                                        output_loading_info=True)
+        _refuse_missing(info.get("missing_keys"), path)
     lm.eval()
     _CACHE.clear()  # one model at a time
     _CACHE[key] = lm
@@ -86,11 +142,11 @@ def _from_gguf(path: Path):
 
     if importlib.util.find_spec("accelerate") is not None:
         return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                    dtype=torch.float32)
+                                                    dtype=torch.float32, trust_remote_code=False)
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+    lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
     # Its converter draws a tqdm bar of its own, which transformers' switch does not reach;
     # our step line already reports this step.
     saved, gguf_utils.tqdm = gguf_utils.tqdm, lambda items, **_: items
@@ -99,10 +155,24 @@ def _from_gguf(path: Path):
     finally:
         gguf_utils.tqdm = saved
     state = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in tensors.items()}
-    lm.load_state_dict(state, strict=False)
+    missing = lm.load_state_dict(state, strict=False).missing_keys
     if getattr(config, "tie_word_embeddings", False):
         lm.tie_weights()
+        head = lm.get_output_embeddings()
+        tied = {k for k, v in lm.state_dict(keep_vars=True).items() if head is not None and v is head.weight}
+        missing = [k for k in missing if k not in tied]
+    _refuse_missing(missing, path)
     return lm
+
+
+def _refuse_missing(missing, path: Path) -> None:
+    """A full model with weights transformers had to invent is not the model: refuse it."""
+    from embscope.errors import ModelFileError
+
+    if missing:
+        missing = sorted(missing)
+        raise ModelFileError(f"{path.name} lacks {len(missing)} weights of the full model (e.g. {missing[0]}); "
+                             "transformers would fill them with random values; use the rows-only output")
 
 
 def load_hf_tokenizer(model: "LoadedModel"):

@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from embscope.errors import ModelFileError
+from embscope.loaders.files import open_regular
 
 # GGUF value types (ggml's gguf.h): id → struct format; 8 = string, 9 = array.
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 # Sanity caps for untrusted headers: far above any real model, far below what would exhaust memory.
 _MAX_COUNT = 1 << 24
 _MAX_STR = 1 << 24
+# Real metadata nests arrays at most one level deep; deeper nesting would only exhaust the stack.
+_MAX_DEPTH = 4
 
 
 @dataclass
@@ -44,11 +47,7 @@ class GGUFFile:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        try:
-            fh = self.path.open("rb")
-        except OSError as exc:
-            raise ModelFileError(f"cannot open {path}: {exc.strerror}") from None
-        with fh:
+        with open_regular(self.path, what="GGUF file", min_bytes=0) as fh:
             if fh.read(4) != b"GGUF":
                 raise ModelFileError(f"{self.path.name} is not a GGUF file; pass a .gguf model file")
             try:
@@ -57,7 +56,7 @@ class GGUFFile:
                 raise ModelFileError(f"{self.path.name} is empty; re-download it") from None
         try:
             self._parse()
-        except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+        except (struct.error, IndexError, UnicodeDecodeError, OverflowError, RecursionError) as exc:
             raise ModelFileError(f"{self.path.name} is a truncated or damaged GGUF file ({exc}); "
                                  "re-download it") from None
 
@@ -75,16 +74,19 @@ class GGUFFile:
         self._pos += n
         return s
 
-    def _value(self, vtype: int):
+    def _value(self, vtype: int, depth: int = 0):
         if vtype in _SCALAR:
             return self._take(_SCALAR[vtype])
         if vtype == 8:
             return self._str()
         if vtype == 9:
             etype, count = self._take("<I"), self._take("<Q")
-            if count > _MAX_COUNT:
+            if count > _MAX_COUNT or count > len(self._buf) - self._pos:  # every item takes >= 1 byte
                 raise ModelFileError(f"{self.path.name}: an array claims {count} items; the file is damaged")
-            return [self._value(etype) for _ in range(count)]
+            if etype == 9 and depth >= _MAX_DEPTH:
+                raise ModelFileError(f"{self.path.name}: metadata arrays nested deeper than {_MAX_DEPTH}; "
+                                     "the file is damaged or hostile")
+            return [self._value(etype, depth + 1) for _ in range(count)]
         raise ModelFileError(f"{self.path.name}: unknown GGUF value type {vtype}; the file is damaged or too new")
 
     def _parse(self) -> None:
@@ -109,7 +111,8 @@ class GGUFFile:
                 raise ModelFileError(f"{self.path.name}: tensor {name!r} claims {ndim} dimensions; damaged file")
             shape = tuple(self._take("<Q") for _ in range(ndim))
             infos.append((name, shape, self._take("<I"), self._take("<Q")))
-        align = int(self.fields.get("general.alignment", 32)) or 32
+        _check_fields(self.fields, self.path.name)
+        align = self.fields.get("general.alignment", 32)
         data_start = (self._pos + align - 1) // align * align
         self.tensors: dict[str, TensorInfo] = {}
         for name, shape, gtype, off in infos:
@@ -117,6 +120,13 @@ class GGUFFile:
                 block, tsize = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(gtype)]
             except (ValueError, KeyError):
                 raise ModelFileError(f"{self.path.name}: tensor {name!r} has unknown ggml type {gtype}") from None
+            if any(d == 0 for d in shape):
+                raise ModelFileError(f"{self.path.name}: tensor {name!r} has shape {list(shape)} with a zero "
+                                     "dimension; the file is damaged")
+            if shape and shape[0] % block:
+                raise ModelFileError(f"{self.path.name}: tensor {name!r} rows of {shape[0]} values are not a "
+                                     f"whole number of {gguf.GGMLQuantizationType(gtype).name} blocks "
+                                     f"({block} values); the file is damaged")
             count = 1
             for d in shape:
                 count *= d
@@ -140,15 +150,91 @@ class GGUFFile:
         import numpy as np
 
         t = self.tensors[name]
+        if len(t.shape) != 2:
+            raise ModelFileError(f"{self.path.name}: tensor {name!r} has shape {list(t.shape)}; a matrix "
+                                 "[hidden, rows] was expected")
         raw = np.frombuffer(self._buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
-        rows = t.shape[-1] if len(t.shape) > 1 else 1
-        arr = gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType(t.ggml_type))
-        return np.ascontiguousarray(arr.reshape(rows, -1), dtype=np.float32)
+        rows = t.shape[-1]
+        qtype = gguf.GGMLQuantizationType(t.ggml_type)
+        try:
+            arr = gguf.quants.dequantize(raw.reshape(rows, -1), qtype)
+        except (NotImplementedError, ValueError) as exc:
+            raise ModelFileError(f"{self.path.name}: cannot dequantise {name!r} ({qtype.name}): "
+                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        arr = np.ascontiguousarray(arr.reshape(rows, -1), dtype=np.float32)
+        return arr if arr.flags.writeable else arr.copy()
 
     def type_name(self, name: str) -> str:
         import gguf
 
         return gguf.GGMLQuantizationType(self.tensors[name].ggml_type).name
+
+
+#: metadata keys whose type the readers rely on: key → (check, what it must be)
+_TYPED_FIELDS: dict[str, tuple[Any, str]] = {
+    "general.architecture": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "general.alignment": (lambda v: _is_int(v) and 0 < v <= 1 << 16 and v % 8 == 0,
+                          "a positive multiple of 8 (at most 65536)"),
+    "tokenizer.ggml.model": (lambda v: isinstance(v, str), "a string"),
+    "tokenizer.ggml.pre": (lambda v: isinstance(v, str), "a string"),
+    "tokenizer.ggml.tokens": (lambda v: _list_of(v, lambda t: isinstance(t, str)), "a list of strings"),
+    "tokenizer.ggml.merges": (lambda v: _list_of(v, lambda t: isinstance(t, str)), "a list of strings"),
+    "tokenizer.ggml.token_type": (lambda v: _list_of(v, _is_int), "a list of integers"),
+    "tokenizer.ggml.scores": (lambda v: _list_of(v, _is_num), "a list of numbers"),
+    "tokenizer.chat_template": (lambda v: isinstance(v, str), "a string"),
+}
+#: ``<arch>.<suffix>`` keys that must be numbers (per-layer arrays of numbers allowed)
+_NUMERIC_SUFFIXES = ("embedding_length", "block_count", "context_length", "feed_forward_length",
+                     "attention.head_count", "attention.head_count_kv", "attention.key_length",
+                     "attention.value_length", "attention.layer_norm_rms_epsilon",
+                     "attention.sliding_window", "attention.kv_lora_rank", "rope.freq_base",
+                     "rope.dimension_count", "rope.scaling.factor", "rope.scaling.original_context_length",
+                     "vocab_size")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _list_of(value: Any, ok) -> bool:
+    """A list whose items pass ``ok``. A GGUF array declares one element type for all its items,
+    so checking the first item checks them all."""
+    return isinstance(value, list) and (not value or ok(value[0]))
+
+
+def _check_fields(fields: dict[str, Any], where: str) -> None:
+    """Refuse metadata whose types the readers rely on but that lie (``general.alignment = "abc"``,
+    a token list that is an integer, a head count that is a string)."""
+    def bad(key: str, what: str) -> ModelFileError:
+        shown = repr(fields[key])
+        shown = shown if len(shown) < 40 else shown[:37] + "..."
+        return ModelFileError(f"{where}: metadata {key} = {shown} must be {what}; the file is damaged")
+
+    for key, (ok, what) in _TYPED_FIELDS.items():
+        if key in fields and not ok(fields[key]):
+            raise bad(key, what)
+    tokens = fields.get("tokenizer.ggml.tokens")
+    for key in ("tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+        if tokens is not None and key in fields and len(fields[key]) != len(tokens):
+            raise bad(key, f"a list as long as tokenizer.ggml.tokens ({len(tokens)})")
+    for key in ("bos_token_id", "eos_token_id", "padding_token_id", "unknown_token_id"):
+        full = f"tokenizer.ggml.{key}"
+        if full in fields and not (_is_int(fields[full]) and fields[full] >= 0):
+            raise bad(full, "a non-negative integer")
+    arch = fields.get("general.architecture")
+    for suffix in _NUMERIC_SUFFIXES:
+        key = f"{arch}.{suffix}"
+        if key in fields:
+            v = fields[key]
+            if not (_is_num(v) or (isinstance(v, list) and v and _list_of(v, _is_num))):
+                raise bad(key, "a number (or a list of numbers per layer)")
+    for key in (f"{arch}.rope.scaling.type",):
+        if key in fields and not isinstance(fields[key], str):
+            raise bad(key, "a string")
 
 
 def open_gguf(path: Path) -> GGUFFile:

@@ -19,6 +19,11 @@ def _plain(value: Any) -> Any:
     return contents() if callable(contents) else value
 
 
+def _scalar(value: Any) -> Any:
+    """The first entry of a per-layer array, or the value itself."""
+    return value[0] if isinstance(value, list) and value else value
+
+
 def config_from_gguf_metadata(meta: dict, *, tensor_names: list[str] | None = None) -> dict:
     """An HF-style config dict from GGUF metadata (llama.cpp key names, arch prefix from
     ``general.architecture``). ``tensor_names`` decides tying (no ``output.weight`` -> tied).
@@ -50,10 +55,10 @@ def config_from_gguf_metadata(meta: dict, *, tensor_names: list[str] | None = No
         cfg["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
     cfg.setdefault("num_key_value_heads", cfg.get("num_attention_heads"))
     heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    head_dim = get("attention.key_length") or (hidden // heads if heads and hidden else None)
+    head_dim = _scalar(get("attention.key_length")) or (hidden // heads if heads and hidden else None)
     if head_dim:
         cfg["head_dim"] = int(head_dim)
-    rot = get("rope.dimension_count")
+    rot = _scalar(get("rope.dimension_count"))
     if cfg.get("kv_lora_rank") is not None and rot:
         cfg["qk_rope_head_dim"] = int(rot)
     elif rot and head_dim and int(rot) != int(head_dim):

@@ -67,6 +67,8 @@ def find_embedding_names(names: Iterable[str], *, where: str) -> tuple[str, str 
     names = list(names)
     embed = _pick(names, EMBED_PATTERNS)
     if embed is None:
+        if not names:
+            raise ModelFileError(f"{where} holds no tensors; is this a language-model checkpoint?")
         sample = ", ".join(sorted(names)[:5])
         raise ModelFileError(f"no input-embedding tensor found in {where} (tensors: {sample}, …); "
                              "is this a language-model checkpoint?")

@@ -12,12 +12,13 @@ Sharded checkpoints list ``weight_map: tensor name → shard file`` in
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import struct
 from pathlib import Path
 
 from embscope.errors import ModelFileError
+from embscope.loaders.files import inside, open_regular, parse_json, read_json
 
 # Bytes per element of each safetensors dtype.
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
@@ -26,41 +27,64 @@ ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 
 MAX_HEADER = 100 * 1024 * 1024
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def read_header(path: Path) -> dict[str, dict]:
-    """Parse and validate a safetensors header; returns ``{name: {dtype, shape, data_offsets}}``."""
+    """Parse and validate a safetensors header; returns ``{name: {dtype, shape, data_offsets}}``.
+
+    Checked, per tensor: ``dtype`` a known name; ``shape`` a list of non-negative integers;
+    ``data_offsets`` two integers ``0 <= begin <= end <= data size`` with ``end - begin =
+    prod(shape) × itemsize``; and no two tensors' byte ranges overlap.
+    """
     path = Path(path)
-    size = path.stat().st_size
     bad = f"{path.name} is not a valid safetensors file"
     fix = "re-download it (the file is truncated or corrupt)"
-    with path.open("rb") as fh:
+    with open_regular(path, what="safetensors file", min_bytes=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
         head = fh.read(8)
         if len(head) < 8:
             raise ModelFileError(f"{bad}: only {size} bytes; {fix}")
         (n,) = struct.unpack("<Q", head)
         if n > MAX_HEADER or 8 + n > size:
             raise ModelFileError(f"{bad}: header claims {n} bytes but the file has {size}; {fix}")
-        try:
-            header = json.loads(fh.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ModelFileError(f"{bad}: header is not JSON; {fix}") from None
+        raw = fh.read(n)
+    if len(raw) != n:
+        raise ModelFileError(f"{bad}: the header was cut short; {fix}")
+    header = parse_json(raw, where=f"{bad}: its header", fix=fix)
     if not isinstance(header, dict):
         raise ModelFileError(f"{bad}: header is not a JSON object; {fix}")
     data_size = size - 8 - n
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ModelFileError(f"{bad}: __metadata__ is not a map of strings; {fix}")
+    spans = []
     for name, info in header.items():
-        try:
-            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-            count = math.prod(int(s) for s in shape)
-        except (KeyError, TypeError, ValueError):
-            raise ModelFileError(f"{bad}: malformed entry for tensor {name!r}; {fix}") from None
-        if dtype not in ITEMSIZE or any(int(s) < 0 for s in shape):
-            raise ModelFileError(f"{bad}: tensor {name!r} has dtype {dtype!r} / shape {shape}; {fix}")
+        if not isinstance(info, dict):
+            raise ModelFileError(f"{bad}: the entry for tensor {name!r} is not an object; {fix}")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in ITEMSIZE:
+            raise ModelFileError(f"{bad}: tensor {name!r} has dtype {dtype!r}; {fix}")
+        if not isinstance(shape, list) or len(shape) > 8 or not all(_is_int(d) and d >= 0 for d in shape):
+            raise ModelFileError(f"{bad}: tensor {name!r} has shape {shape!r}, not a list of "
+                                 f"non-negative integers; {fix}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
+            raise ModelFileError(f"{bad}: tensor {name!r} has data_offsets {offsets!r}, not two integers; {fix}")
+        begin, end = offsets
         if not (0 <= begin <= end <= data_size):
             raise ModelFileError(f"{bad}: tensor {name!r} claims bytes {begin}..{end} but the data "
                                  f"section has {data_size}; {fix}")
-        if end - begin != count * ITEMSIZE[dtype]:
+        need = math.prod(shape) * ITEMSIZE[dtype]
+        if end - begin != need:
             raise ModelFileError(f"{bad}: tensor {name!r} is {end - begin} bytes but shape {shape} × "
-                                 f"{dtype} needs {count * ITEMSIZE[dtype]}; {fix}")
+                                 f"{dtype} needs {need}; {fix}")
+        if end > begin:
+            spans.append((begin, end, name))
+    spans.sort()
+    for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
+        if begin_b < end_a:
+            raise ModelFileError(f"{bad}: tensors {a!r} and {b!r} overlap in the data section; {fix}")
     return header
 
 
@@ -86,9 +110,11 @@ def read_tensor(path: Path, name: str, header: dict[str, dict] | None = None):
     dtype = getattr(torch, _TORCH_DTYPES.get(info["dtype"], ""), None)
     if dtype is None:
         raise ModelFileError(f"{name!r} in {path.name} has dtype {info['dtype']}, which torch cannot hold")
-    with path.open("rb") as fh:
+    with open_regular(path, what="safetensors file", min_bytes=8) as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    if len(mm) < 8 + n + info["data_offsets"][1]:
+        raise ModelFileError(f"{path.name} shrank after its header was read; re-download it")
     begin, end = info["data_offsets"]
     count = math.prod(info["shape"])
     if count == 0:
@@ -98,14 +124,20 @@ def read_tensor(path: Path, name: str, header: dict[str, dict] | None = None):
 
 
 def weight_map(folder: Path) -> dict[str, str] | None:
-    """``tensor → shard file`` from ``model.safetensors.index.json``, or ``None`` when unsharded."""
-    index = folder / "model.safetensors.index.json"
-    if not index.is_file():
+    """``tensor → shard file`` from ``model.safetensors.index.json``, or ``None`` when unsharded.
+
+    Each shard must be a plain file name inside ``folder`` (no absolute path, no ``..``).
+    """
+    index = Path(folder) / "model.safetensors.index.json"
+    if not os.path.lexists(index):
         return None
-    try:
-        wm = json.loads(index.read_text("utf-8"))["weight_map"]
-    except (json.JSONDecodeError, KeyError, UnicodeDecodeError):
-        raise ModelFileError(f"{index} is not a valid safetensors index (no weight_map); re-download it") from None
+    fix = "re-download the index"
+    doc = read_json(index, what="safetensors index", fix=fix)
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wm, dict):
-        raise ModelFileError(f"{index}: weight_map is not an object; re-download it")
+        raise ModelFileError(f"{index} has no weight_map object; {fix}")
+    if not wm:
+        raise ModelFileError(f"{index}: weight_map is empty; {fix}")
+    for name, shard in wm.items():
+        inside(folder, shard, where=f"{index.name} (tensor {name!r})")
     return wm

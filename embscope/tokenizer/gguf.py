@@ -52,13 +52,23 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
         tokens = fields["tokenizer.ggml.tokens"]
         types = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
         pre = fields.get("tokenizer.ggml.pre")
-        return HFVocabulary(_byte_level_bpe(tokens, fields["tokenizer.ggml.merges"], types, pre), name)
+        try:
+            tok = _byte_level_bpe(tokens, fields["tokenizer.ggml.merges"], types, pre)
+        except Exception as exc:  # merges that are not "a b" pairs of known tokens
+            raise ModelFileError(f"cannot rebuild the tokenizer inside {path.name}: {_first_line(exc)}; "
+                                 "the file is damaged") from None
+        return HFVocabulary(tok, name)
     if model is None:
         return None
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except Exception as exc:
-        raise ModelFileError(f"cannot read the tokenizer inside {path.name}: {exc}") from None
+        raise ModelFileError(f"cannot read the tokenizer inside {path.name}: {_first_line(exc)}") from None
     return HFVocabulary(tok.backend_tokenizer, name)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,11 +15,14 @@ import base64
 import gzip
 import hashlib
 import json
+import os
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 from embscope.assets import package_dir
+from embscope.loaders.files import check_regular, read_bytes
 from embscope.errors import SpecError, VocabError, did_you_mean
 from embscope.resolve import Resolved, resolve
 from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, TiktokenVocabulary,
@@ -27,14 +30,52 @@ from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, 
 from embscope.tokenizer.base import Vocabulary
 from embscope.tokenizer.patterns import DEFAULT_RANKS_PATTERN, QWEN2_PATTERN, QWEN2_SPECIAL_TOKENS
 
+#: largest tokenizer file read (real ones: tokenizer.json of a 262k vocabulary is about 33 MB)
+MAX_TOKENIZER_BYTES = 512 * 2**20
+
+
 def _read_ranks(path: Path) -> dict[bytes, int]:
-    """Read a tiktoken rank file (``base64-token rank`` per line; ``.gz`` allowed)."""
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    """Read a tiktoken rank file (``base64-token rank`` per line; ``.gz`` allowed).
+
+    tiktoken panics (a ``PanicException`` no ``except Exception`` catches) on duplicate ranks and
+    on text whose bytes have no rank, so the file is checked here first: every line two fields,
+    valid base64, ranks unique integers in ``[0, 2^32)``, tokens unique, and all 256 single bytes
+    present (each byte of any text must have a rank).
+    """
+    import binascii
+
+    data = read_bytes(path, what="tokenizer file", max_bytes=MAX_TOKENIZER_BYTES)
+    try:
+        raw = gzip.decompress(data) if path.suffix == ".gz" else data
+    except (OSError, EOFError, zlib.error):
+        raise VocabError(f"{path.name} is not a gzip file; re-download it") from None
     ranks: dict[bytes, int] = {}
-    for line in raw.splitlines():
-        if line:
-            tok, rank = line.split()
-            ranks[base64.b64decode(tok)] = int(rank)
+    seen: set[int] = set()
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        where = f"{path.name} line {lineno}"
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise VocabError(f"{where} is not 'base64-token rank'; pass a tiktoken rank file")
+        try:
+            tok = base64.b64decode(parts[0], validate=True)
+        except (binascii.Error, ValueError):
+            raise VocabError(f"{where}: the token is not valid base64; the file is damaged") from None
+        rank = int(parts[1])
+        if rank >= 2**32:
+            raise VocabError(f"{where}: rank {rank} is out of range; the file is damaged")
+        if rank in seen:
+            raise VocabError(f"{where}: rank {rank} appears twice; the file is damaged")
+        if tok in ranks:
+            raise VocabError(f"{where}: token {tok!r} appears twice; the file is damaged")
+        seen.add(rank)
+        ranks[tok] = rank
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise VocabError(f"{path.name} lacks ranks for {len(missing)} of the 256 single bytes "
+                         f"(e.g. {bytes([missing[0]])!r}); text using them could not be encoded: "
+                         "pass a complete tiktoken rank file")
     return ranks
 
 
@@ -119,16 +160,20 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
     """Read a tokenizer from one file, picking the backend by its name and content."""
     path = Path(path)
     name = name or path.stem
-    if not path.is_file():
+    if not path.exists():
         raise SpecError(f"tokenizer file {str(path)!r} does not exist; pass a tokenizer.json, "
                         ".tiktoken, sentencepiece .model or .gguf file")
+    check_regular(path, what="tokenizer file", max_bytes=MAX_TOKENIZER_BYTES)  # no FIFO, device, /proc
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
             from tokenizers import Tokenizer
 
             text = path.read_text("utf-8")
-            return HFVocabulary(Tokenizer.from_str(text), name, spec=json.loads(text))
+            vocab = HFVocabulary(Tokenizer.from_str(text), name, spec=json.loads(text))
+            if len(vocab) == 0:
+                raise VocabError(f"{path.name} has an empty vocabulary; pass a complete tokenizer.json")
+            return vocab
         if suffix == ".gguf":
             from embscope.tokenizer.gguf import gguf_vocabulary
 
@@ -161,7 +206,7 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
 def load_folder_vocabulary(folder: Path, *, name: str) -> Vocabulary | None:
     """The tokenizer inside a model folder (``tokenizer.json`` first, then ``tokenizer.model``)."""
     for fname in ("tokenizer.json", "tokenizer.model"):
-        if (folder / fname).is_file():
+        if os.path.lexists(folder / fname):  # present but not a regular file: an error, not skipped
             return load_tokenizer_file(folder / fname, name=name)
     return None
 
