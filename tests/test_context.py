@@ -372,6 +372,33 @@ def test_gguf_rope_scaling_keys():
     assert s.rope.pairs_in_trained_range == 64  # linear x4 over 8192 -> 32768: every angle was trained
 
 
+@pytest.mark.parametrize("layout", ["split-mla", "classic"])
+def test_gguf_deepseek_mla_and_moe_keys(layout):
+    """llama.cpp's deepseek2 metadata for DeepSeek-V3: the same counts and head dims as its config.json."""
+    a = "deepseek2"
+    meta = {"general.architecture": a, f"{a}.block_count": 61, f"{a}.embedding_length": 7168,
+            f"{a}.feed_forward_length": 18432, f"{a}.attention.head_count": 128, f"{a}.context_length": 163840,
+            f"{a}.attention.q_lora_rank": 1536, f"{a}.attention.kv_lora_rank": 512,
+            f"{a}.rope.dimension_count": 64, f"{a}.rope.freq_base": 10000.0, f"{a}.expert_count": 256,
+            f"{a}.expert_used_count": 8, f"{a}.expert_shared_count": 1, f"{a}.expert_feed_forward_length": 2048,
+            f"{a}.leading_dense_block_count": 3, f"{a}.vocab_size": 129280,
+            f"{a}.rope.scaling.type": "yarn", f"{a}.rope.scaling.factor": 40.0,
+            f"{a}.rope.scaling.original_context_length": 4096}
+    if layout == "split-mla":  # newer conversions: key_length is the cached width
+        meta.update({f"{a}.attention.head_count_kv": 1, f"{a}.attention.key_length": 576,
+                     f"{a}.attention.value_length": 512, f"{a}.attention.key_length_mla": 192,
+                     f"{a}.attention.value_length_mla": 128})
+    else:
+        meta.update({f"{a}.attention.head_count_kv": 128, f"{a}.attention.key_length": 192,
+                     f"{a}.attention.value_length": 128})
+    cfg = config_from_gguf_metadata(meta, tensor_names=["token_embd.weight", "output.weight"])
+    s = context_summary(cfg)
+    ref = context_summary(published("deepseek-v3"))
+    assert (s.head_dim, s.v_head_dim, s.kv_elements_per_layer) == (192, 128, 576)
+    assert (s.params.total, s.params.active) == (ref.params.total, ref.params.active)
+    assert (s.trained_context, s.max_context) == (4096, 163840)
+
+
 @pytest.mark.parametrize("bad, message", [
     ({k: v for k, v in QWEN2_7B.items() if k != "hidden_size"}, "config has no hidden size"),
     ({**QWEN2_7B, "num_hidden_layers": 0}, "num_hidden_layers=0 is not a positive integer"),

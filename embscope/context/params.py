@@ -124,10 +124,11 @@ def _moe_layout(cfg: dict, layers: int) -> tuple[int, list[bool]]:
     if cfg.get("interleave_moe_layer_step"):  # Llama-4
         step = positive_int(cfg, "interleave_moe_layer_step", "interleave_moe_layer_step")
         return experts, [(i + 1) % step == 0 for i in range(layers)]
-    # Qwen2/3-MoE (Mixtral: no key, every layer)
+    # Qwen2/3-MoE (Mixtral: no key, every layer); GGUF conversions state leading dense layers
     step = positive_int(cfg, "decoder_sparse_step", "decoder_sparse_step", required=False) or 1
     dense = {int(i) for i in cfg.get("mlp_only_layers") or [] if isinstance(i, int)}
-    return experts, [(i + 1) % step == 0 and i not in dense for i in range(layers)]
+    k = positive_int(cfg, "first_k_dense_replace", "first_k_dense_replace", required=False, allow_zero=True) or 0
+    return experts, [(i + 1) % step == 0 and i not in dense and i >= k for i in range(layers)]
 
 
 def estimate_parameters(config: dict) -> ParamEstimate | None:
