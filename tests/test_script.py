@@ -75,3 +75,24 @@ def test_japanese_needs_kana():
 def test_script_counts_ignore_common():
     counts = script_counts("Tokyo 東京 — 2024! コーヒー")
     assert counts == Counter({"Latin": 5, "Han": 2, "Katakana": 2, "Japanese": 2})
+
+
+def test_languages_rows_name_their_unit(tmp_path):
+    """UDHR through the fertility table: each row says what its words are."""
+    import shutil
+
+    from embscope.languages.fertility import measure
+    from embscope.languages.segment import count_words
+    from embscope.tokenizer.load import load_vocabulary
+
+    for lang in ("eng", "bod", "jpn", "tha", "cmn_hans"):
+        shutil.copy(UDHR / f"{lang}.jsonl", tmp_path / f"{lang}.jsonl")
+    table = measure([load_vocabulary("gpt2")], tmp_path).table
+    rows = {r["language"]: r for r in table.iter_rows(named=True)}
+    assert {k: (v["script"], v["unit"]) for k, v in rows.items()} == {
+        "eng": ("Latin", "word"), "bod": ("Tibetan", "syllable"), "jpn": ("Japanese", "char"),
+        "tha": ("Thai", "cluster"), "cmn_hans": ("Han", "char")}
+    # Tibetan: one word per tsheg-delimited syllable
+    text = udhr_text("bod")
+    assert rows["bod"]["words"] == count_words(text)
+    assert count_words("བོད་ཀྱི་སྐད་") == 3
