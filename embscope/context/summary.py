@@ -290,7 +290,7 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         if encoding == "absolute":
             notes.append("learned absolute positions: no RoPE; the position table caps the context at its size")
     ratio = (claimed / trained) if (claimed and trained) else None
-    declared = (claimed <= max_pos) if (claimed and max_pos) else None
+    declared = (claimed <= max_pos) if (ratio and claimed and max_pos) else None
     band, meaning = extension_band(ratio, declared)
     if kind in _ENCODERS:
         notes.append(f"encoder-only model ({kind}): attention is bidirectional and no KV cache is kept; "
