@@ -372,6 +372,21 @@ def test_gguf_rope_scaling_keys():
     assert s.rope.pairs_in_trained_range == 64  # linear x4 over 8192 -> 32768: every angle was trained
 
 
+def test_gemma3_270m_gguf_metadata():
+    """The metadata of /work/cache's gemma-3-270m-q4_k_m.gguf (read with gguf.GGUFReader; the file
+    itself takes about a minute to parse, so its values are copied here)."""
+    a = "gemma3"
+    meta = {"general.architecture": a, f"{a}.context_length": 32768, f"{a}.embedding_length": 640,
+            f"{a}.block_count": 18, f"{a}.feed_forward_length": 2048, f"{a}.attention.head_count": 4,
+            f"{a}.attention.key_length": 256, f"{a}.attention.value_length": 256, f"{a}.rope.freq_base": 1e6,
+            f"{a}.attention.sliding_window": 512, f"{a}.attention.head_count_kv": 1, f"{a}.vocab_size": 262144}
+    s = context_summary(config_from_gguf_metadata(meta, tensor_names=["token_embd.weight"]))
+    assert s.tied and s.max_context == 32768 and s.trained_context is None
+    assert (s.sliding_layers, s.sliding_window) == (15, 512)  # every 6th layer is global
+    assert s.kv_bytes_per_token == 2 * 18 * 1 * 256 * 2
+    assert abs(s.params.total - 268e6) / 268e6 < 0.01  # published: 268 M
+
+
 @pytest.mark.parametrize("layout", ["split-mla", "classic"])
 def test_gguf_deepseek_mla_and_moe_keys(layout):
     """llama.cpp's deepseek2 metadata for DeepSeek-V3: the same counts and head dims as its config.json."""

@@ -51,9 +51,9 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3
 #: model types with q/k/v biases although their config has no ``attention_bias`` key
 QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 #: model types with a per-head RMSNorm on queries and keys (``2·head_dim`` per layer)
-QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text", "olmo2"}
+QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2"}
 #: model types with four norms per layer (pre/post attention, pre/post feed-forward)
-FOUR_NORMS = {"gemma2", "gemma3_text"}
+FOUR_NORMS = {"gemma2", "gemma3_text", "gemma3"}
 
 
 @dataclass

@@ -151,7 +151,8 @@ def _layer_windows(config: dict, layers: int) -> list[int | None]:
 
     Sources, first match wins: ``layer_types`` (v5, Gemma-3, Qwen3); Qwen2's
     ``use_sliding_window`` + ``max_window_layers`` (layers i >= max_window_layers slide);
-    Gemma-2 (even layers slide); Gemma-3 v4 (``sliding_window_pattern``: every n-th is global);
+    Gemma-2 (even layers slide); Gemma-3 v4 (``sliding_window_pattern``, default 6 as in
+    transformers and llama.cpp: every n-th layer is global);
     otherwise a set ``sliding_window`` applies to all layers (Mistral-7B v0.1).
     """
     window = config.get("sliding_window")
@@ -169,7 +170,7 @@ def _layer_windows(config: dict, layers: int) -> list[int | None]:
     kind = config.get("model_type")
     if kind == "gemma2":
         return [window if i % 2 == 0 else None for i in range(layers)]
-    pattern = config.get("sliding_window_pattern")
+    pattern = config.get("sliding_window_pattern") or (6 if kind in ("gemma3", "gemma3_text") else None)
     if kind in ("gemma3", "gemma3_text") and isinstance(pattern, int) and pattern > 0:
         return [None if (i + 1) % pattern == 0 else window for i in range(layers)]
     return [window] * layers
