@@ -32,7 +32,7 @@ def test_audit_writes_every_table(smollm2_report):
         "candidates.parquet", "index.html", "languages.parquet", "summary.json", "tokens.parquet"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"]["rows"] == 49152 and summary["model"]["tied"] is True
-    assert summary["context"]["rope_theta"] == pytest.approx(1e5)
+    assert summary["context"]["rope"]["theta"] == pytest.approx(1e5)
     assert {"load", "tokens", "geometry", "extension", "report"} <= set(summary["timings"])
     assert summary["embscope"]["version"] and summary["embscope"]["parameters"]["k"] == 10
     assert summary["skipped"] == {}
