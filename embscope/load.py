@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from embscope.context.config import HIDDEN_KEYS, hidden_size  # noqa: F401  (one reader for all)
+from embscope.context.config import hidden_size  # the one hidden-size reader (re-exported)
 from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
 from embscope.model import LoadedModel
 from embscope.resolve import Resolved, resolve

@@ -39,7 +39,8 @@ def format_summary(summary: "ContextSummary"):
                   f"{s.max_context:,}" if s.max_context else f"trained {trained}; maximum unknown")
     ratio = f"{s.extension_ratio:g}x" if s.extension_ratio else "?"
     facts.add_row("extension", f"{ratio}, band {s.extension_band}: {s.extension_note}")
-    heads = f"head_dim {s.head_dim}" if s.v_head_dim == s.head_dim else f"q/k head dim {s.head_dim}, v head dim {s.v_head_dim}"
+    heads = (f"head_dim {s.head_dim}" if s.v_head_dim == s.head_dim
+             else f"q/k head dim {s.head_dim}, v head dim {s.v_head_dim}")
     facts.add_row("attention", f"{s.layers} layers, {s.heads} heads, {s.kv_heads} KV heads, {heads}"
                   + (f", {s.sliding_layers} sliding layers (window {s.sliding_window})" if s.sliding_layers else "")
                   + (" (MLA latent cache)" if s.kv_scheme == "mla" else ""))

@@ -138,7 +138,8 @@ class ContextSummary:
         args = {k: d.get(k) for k in cls.__dataclass_fields__}
         args["rope"] = RopeSummary.from_dict(d["rope"]) if d.get("rope") else None
         args["params"] = ParamEstimate.from_dict(d["params"]) if d.get("params") else None
-        args["kv_bytes"] = {dt: {int(n): int(b) for n, b in row.items()} for dt, row in (d.get("kv_bytes") or {}).items()}
+        args["kv_bytes"] = {dt: {int(n): int(b) for n, b in row.items()}
+                            for dt, row in (d.get("kv_bytes") or {}).items()}
         args["notes"] = list(d.get("notes") or [])
         return cls(**args)
 
@@ -205,7 +206,8 @@ def _position_encoding(cfg: dict) -> tuple[str, str | None]:
                                                     "rotary_dim", "rotary_pct", "qk_rope_head_dim"))
     if has_rope:
         return "rope", None
-    if kind in ALIBI or cfg.get("alibi") or (isinstance(cfg.get("attn_config"), dict) and cfg["attn_config"].get("alibi")):
+    attn_config = cfg.get("attn_config")
+    if kind in ALIBI or cfg.get("alibi") or (isinstance(attn_config, dict) and attn_config.get("alibi")):
         return "alibi", "ALiBi attention biases (no RoPE, no position table)"
     if kind in ABSOLUTE_POSITIONS or cfg.get("position_embedding_type") == "absolute" or (
             kind is None and "n_positions" in cfg and "n_embd" in cfg):
@@ -219,7 +221,8 @@ def _lengths(cfg: dict, params: dict | None, kind: str, max_pos: int | None
     stated = None
     source = "unknown: the config states no original_max_position_embeddings"
     if params is not None and params.get("original_max_position_embeddings") is not None:
-        stated, source = int(params["original_max_position_embeddings"]), "rope_scaling.original_max_position_embeddings"
+        stated = int(params["original_max_position_embeddings"])
+        source = "rope_scaling.original_max_position_embeddings"
     elif cfg.get("original_max_position_embeddings") is not None:
         stated = positive_int(cfg, "original context", "original_max_position_embeddings")
         source = "original_max_position_embeddings"
@@ -286,10 +289,10 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
             notes.append(f"linear RoPE factor {rope.factor:g}: max_position_embeddings ({max_pos:,}) already "
                          "includes it (transformers divides the frequencies by the factor and keeps "
                          "max_position_embeddings as the limit), so the maximum is not multiplied again")
-    else:
-        trained, source = (max_pos, "the position table size") if encoding == "absolute" and max_pos else (trained, source)
-        if encoding == "absolute":
-            notes.append("learned absolute positions: no RoPE; the position table caps the context at its size")
+    elif encoding == "absolute":
+        if max_pos:
+            trained, source = max_pos, "the position table size"
+        notes.append("learned absolute positions: no RoPE; the position table caps the context at its size")
     ratio = (claimed / trained) if (claimed and trained) else None
     declared = (claimed <= max_pos) if (ratio and claimed and max_pos) else None
     band, meaning = extension_band(ratio, declared)
