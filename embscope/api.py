@@ -64,7 +64,7 @@ def scan(model: str, *, out: str | Path | None = None, force: bool = False,
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
     return run(model, sections=["tokens"], out=out, force=force, options=_options(options, kw),
-               command="scan", kind="scan", verbose=verbose)
+               command="scan", kind="scan", verbose=verbose, required=["tokens"])
 
 
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
@@ -88,7 +88,7 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
     """
     return run(None, sections=["languages"], corpora=[corpus], tokenizers=list(tokenizers), out=out,
                force=force, options=_options(options, kw), command="compare" if len(tokenizers) > 1
-               else "fertility", kind="languages", verbose=verbose)
+               else "fertility", kind="languages", verbose=verbose, required=["languages"])
 
 
 def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, force: bool = False,
@@ -115,7 +115,8 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
 
         table = pl.read_parquet(tokens)
     res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
-              options=_options(options, kw), command="extend", kind="extend", verbose=verbose)
+              options=_options(options, kw), command="extend", kind="extend", verbose=verbose,
+              required=["extension"])
     manifest = None
     live = res.outputs["extension"].live
     if apply_to is not None and live is not None:

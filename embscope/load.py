@@ -15,14 +15,13 @@ import os
 import time
 from pathlib import Path
 
+from embscope.config import hidden_size  # the one hidden-size reader (re-exported)
 from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
 from embscope.model import LoadedModel
 from embscope.resolve import Resolved, resolve
 
 #: how a library caller loads a ``.bin``-only folder (the CLI's commands say it their own way)
 PICKLE_HINT = ", or pass trust_pickle=True to load them with torch.load(weights_only=True)"
-#: config keys that give the hidden size, by family (Llama/BERT, GPT-2, T5-like, Meta originals)
-HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 
 
 def pick_device(device: str = "auto") -> str:
@@ -39,19 +38,6 @@ def pick_device(device: str = "auto") -> str:
     if device != "cpu":
         raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda")
     return device
-
-
-def hidden_size(config: dict, *, where: str) -> int:
-    """The model width from the config; a clear error when it is missing or nonsense."""
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    for key in HIDDEN_KEYS:
-        if key in cfg:
-            val = cfg[key]
-            if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
-                raise ModelFileError(f"{where}: {key} = {val!r} is not a positive integer; fix config.json")
-            return val
-    raise ModelFileError(f"{where}: config.json has no hidden_size (nor {', '.join(HIDDEN_KEYS[1:])}); "
-                         "fix config.json or re-download it")
 
 
 def _read_safetensors(r: Resolved):

@@ -2,19 +2,26 @@
 
 A spec is, in the order tried:
 
-1. a registry alias (``smollm2-135m``, ``qwen2-7b``, …; see :mod:`embscope.registry`): packaged demo
-   models resolve to the package's folder, the others to their HF repo id (step 4);
-2. a ``.gguf`` file;
-3. a local folder with ``config.json`` and safetensors (sharded through ``*.index.json`` or not);
-4. a Hugging Face hub id (``Qwen/Qwen2-7B``) through the standard HF cache (``HF_HOME``). The cache
-   is read first; only what is missing is fetched, and only config, tokenizer files, the
-   safetensors index and the shards that hold the embedding/output tensors. With
-   ``HF_HUB_OFFLINE=1`` nothing is fetched and a missing file is a one-line error.
+1. a path that exists: a ``.gguf`` file, or a local folder with ``config.json`` and safetensors
+   (sharded through ``*.index.json`` or not). A local folder wins over an alias of the same name
+   (``./gpt2`` next to the ``gpt2`` alias), and a log line on stderr says so;
+2. a registry alias (``smollm2-135m``, ``qwen2-7b``, …; see :mod:`embscope.registry`): packaged demo
+   models resolve to the package's folder, the others to their HF repo id (step 3);
+3. a Hugging Face hub id (``Qwen/Qwen2-7B``) through the standard HF cache (``HF_HOME``). The cache
+   is read first; only what is missing is fetched, and only what the command needs (``need``):
+   ``config`` (``rope``), ``tokenizer`` (plus the tokenizer files) or ``weights`` (plus the
+   safetensors index and the shards that hold the embedding/output tensors). With
+   ``HF_HUB_OFFLINE=1`` nothing is fetched; without it, an unreachable hub is detected by one TCP
+   connect of at most :data:`HUB_CONNECT_TIMEOUT` seconds instead of huggingface_hub's retries.
+   Either way a missing file is a one-line error naming the ``hf download`` command for exactly
+   what the command needs.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,11 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 #: the end of the ``.bin`` refusal for commands that offer ``--trust-pickle``
 TRUST_PICKLE_HINT = ", or pass --trust-pickle to load them with torch.load(weights_only=True)"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: seconds one TCP connect to the hub (or the HTTPS proxy) may take before the hub counts as unreachable
+HUB_CONNECT_TIMEOUT = 1.5
+#: what a command needs of a model, smallest first
+NEEDS = ("config", "tokenizer", "weights")
+log = logging.getLogger("embscope.resolve")
 
 
 @dataclass
@@ -104,17 +116,70 @@ def _from_folder(spec: str, folder: Path, *, source: str, name: str, alias=None,
     return Resolved(spec, name, source, folder, fmt, alias)
 
 
-def _hub_download(repo_id: str, need_weights: bool) -> Path:
-    """Fetch (or find in the cache) what we need of a hub repo; returns the snapshot folder."""
+def hub_reachable(endpoint: str | None = None, timeout: float = HUB_CONNECT_TIMEOUT) -> bool:
+    """Whether one TCP connection to the hub's host (or to the HTTPS proxy, when one is set)
+    opens within ``timeout`` seconds. Costs one round trip when the hub is up; at most ``timeout``
+    when it is not (an unroutable address), milliseconds when the port is closed."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    from huggingface_hub import constants
+
+    url = urlsplit(endpoint or constants.ENDPOINT)
+    proxy = getproxies().get(url.scheme)
+    if proxy and url.hostname and not proxy_bypass(url.hostname):
+        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    host = url.hostname
+    if not host:
+        return False
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def download_hint(repo_id: str, need: str) -> str:
+    """The ``hf download`` command for what a command needs (``config``, ``tokenizer``, ``weights``).
+
+    >>> download_hint("Qwen/Qwen2-7B", "config")
+    'hf download Qwen/Qwen2-7B config.json'
+    """
+    files = ["config.json"]
+    if need in ("tokenizer", "weights"):
+        files += ["tokenizer.json", "tokenizer_config.json"]
+    hint = f"hf download {repo_id} {' '.join(files)}"
+    if need == "weights":
+        hint += " model.safetensors.index.json (plus the shards holding the embeddings)"
+    return hint
+
+
+def _hub_download(repo_id: str, need: str) -> Path:
+    """Fetch (or find in the cache) what ``need`` requires of a hub repo; returns the snapshot folder."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     offline = bool(constants.HF_HUB_OFFLINE)
+    state: dict[str, bool | None] = {"reachable": None}
+
+    def online() -> bool:
+        if offline:
+            return False
+        if state["reachable"] is None:
+            state["reachable"] = hub_reachable(constants.ENDPOINT)
+        return bool(state["reachable"])
 
     def get(filename: str, required: bool = True) -> Path | None:
-        for local_only in ([True] if offline else [True, False]):
+        for local_only in (True, False):
+            if not local_only and not online():
+                break
             try:
-                return Path(hf_hub_download(repo_id, filename, local_files_only=local_only))
+                return Path(hf_hub_download(repo_id, filename, local_files_only=local_only,
+                                            cache_dir=constants.HF_HUB_CACHE, endpoint=constants.ENDPOINT))
             except LocalEntryNotFoundError:
                 continue
             except EntryNotFoundError:
@@ -126,17 +191,21 @@ def _hub_download(repo_id: str, need_weights: bool) -> Path:
                                 "check the repo id and your HF token, or pass a local folder") from None
         if not required:
             return None
-        how = ("HF_HUB_OFFLINE=1 is set" if offline else "the hub could not be reached")
+        if offline:
+            how = "HF_HUB_OFFLINE=1 is set"
+        else:
+            how = f"the hub ({constants.ENDPOINT}) could not be reached within {HUB_CONNECT_TIMEOUT:g} s"
         raise SpecError(f"{repo_id} is not in the HF cache ({constants.HF_HUB_CACHE}) and {how}; "
-                        f"download it first with: hf download {repo_id} config.json tokenizer.json "
-                        "model.safetensors.index.json (plus the shards holding the embeddings), "
+                        f"download what this command needs with: {download_hint(repo_id, need)}, "
                         "or pass a local folder")
 
     config = get("config.json")
     snapshot = config.parent
+    if need == "config":
+        return snapshot
     for fname in TOKENIZER_FILES:
         get(fname, required=False)
-    if not need_weights:
+    if need != "weights":
         return snapshot
     index = get("model.safetensors.index.json", required=False)
     if index is None:
@@ -152,16 +221,32 @@ def _hub_download(repo_id: str, need_weights: bool) -> Path:
     return snapshot
 
 
+def _need(need: str | None, need_weights: bool) -> str:
+    if need is None:
+        return "weights" if need_weights else "tokenizer"
+    if need not in NEEDS:
+        raise ValueError(f"need must be one of {NEEDS}, not {need!r}")
+    return need
+
+
 def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
-            pickle_hint: str = "") -> Resolved:
+            need: str | None = None, pickle_hint: str = "") -> Resolved:
     """Turn a model spec into a :class:`Resolved` (see the module docstring for the forms).
 
-    ``pickle_hint`` ends the refusal of a ``.bin``-only folder; callers that offer a way to load
-    pickles pass it (the CLI: :data:`TRUST_PICKLE_HINT`), so no command suggests a flag it lacks.
+    ``need`` (``config``, ``tokenizer`` or ``weights``) says what the caller will read; it decides
+    what is fetched from the hub and what the offline hint names. ``need_weights=False`` is the
+    older spelling of ``need="tokenizer"``. ``pickle_hint`` ends the refusal of a ``.bin``-only
+    folder; callers that offer a way to load pickles pass it (the CLI: :data:`TRUST_PICKLE_HINT`),
+    so no command suggests a flag it lacks.
     """
     from embscope.assets import package_dir
 
-    if spec in ALIASES:
+    need = _need(need, need_weights)
+    path = Path(spec).expanduser()
+    if spec in ALIASES and path.exists():
+        log.warning("using the local %s %s, not the alias %r (%s); pass ./%s or the hub id to be explicit",
+                    "folder" if path.is_dir() else "file", path.resolve(), spec, ALIASES[spec].repo_id, spec)
+    elif spec in ALIASES:
         alias = ALIASES[spec]
         if alias.package is not None:
             module, rel = alias.package
@@ -169,33 +254,32 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
             if path.suffix == ".gguf":
                 return Resolved(spec, spec, "package", path, "gguf", alias)
             return _from_folder(spec, path, source="package", name=spec, alias=alias,
-                                trust_pickle=trust_pickle, need_weights=need_weights)
-        folder = _hub_download(alias.repo_id, need_weights)
+                                trust_pickle=trust_pickle, need_weights=need == "weights")
+        folder = _hub_download(alias.repo_id, need)
         return _from_folder(spec, folder, source="hub-cache", name=spec, alias=alias,
-                            trust_pickle=trust_pickle, need_weights=need_weights, pickle_hint=pickle_hint)
-    path = Path(spec).expanduser()
+                            trust_pickle=trust_pickle, need_weights=need == "weights", pickle_hint=pickle_hint)
     if path.exists():
         name = path.stem if path.is_file() else path.name
         if path.is_file():
             if path.suffix.lower() == ".gguf":
                 return Resolved(spec, name, "gguf", path, "gguf")
             if path.name == "config.json":
-                return resolve(str(path.parent), trust_pickle=trust_pickle, need_weights=need_weights,
+                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need,
                                pickle_hint=pickle_hint)
             raise SpecError(f"{spec!r} is a file but not a .gguf model; pass a .gguf file or a model folder")
         return _from_folder(spec, path, source="folder", name=name, trust_pickle=trust_pickle,
-                            need_weights=need_weights, pickle_hint=pickle_hint)
+                            need_weights=need == "weights", pickle_hint=pickle_hint)
     if _HUB_ID.match(spec) and not spec.startswith((".", "/")):
-        folder = _hub_download(spec, need_weights)
+        folder = _hub_download(spec, need)
         return _from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
-                            trust_pickle=trust_pickle, need_weights=need_weights, pickle_hint=pickle_hint)
+                            trust_pickle=trust_pickle, need_weights=need == "weights", pickle_hint=pickle_hint)
     raise SpecError(f"unknown model {spec!r}{did_you_mean(spec, ALIASES)}; pass an alias "
                     f"(see `embscope models`), a HF hub id (org/name), a model folder or a .gguf file")
 
 
 def resolve_config(spec: str) -> dict[str, Any]:
-    """The config of any model spec (reads no weights)."""
-    r = resolve(spec, need_weights=False)
+    """The config of any model spec (reads no weights; from the hub, fetches only config.json)."""
+    r = resolve(spec, need="config")
     if r.format == "tokenizer-only":
         r.format = "safetensors" if (r.path / "config.json").is_file() else _folder_format(r.path, True)
         if r.format == "gguf":

@@ -106,7 +106,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
         options: RunOptions | None = None, scan: bool = True, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
-        warnings: Sequence[str] = ()) -> RunResult:
+        warnings: Sequence[str] = (), required: Sequence[str] = ()) -> RunResult:
     """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
 
     Args:
@@ -125,6 +125,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         kind: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit).
         tokens: a tokens table from an earlier run (``flagged`` rows are left out of extension means).
         warnings: things the caller already knows the user should hear (listed with the run's own).
+        required: sections without which the run means nothing (a command's only section): their
+            failure ends the run with its error and writes nothing, instead of being skipped.
     Returns:
         :class:`RunResult`.
     Example:
@@ -177,6 +179,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             try:
                 res = fns[name](state)
             except (EmbscopeError, MemoryError) as err:  # only a model that cannot load ends a run
+                if name in required:
+                    raise
                 reason = str(err) if isinstance(err, EmbscopeError) else "not enough memory for this section"
                 res = SectionOutput(skipped=reason, warnings=[f"{name}: {reason}"])
             outputs[name] = res
@@ -184,6 +188,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                 steps.timings[name] = round(time.perf_counter() - t0, 3)
             if res.record is not None:
                 records[name] = res.record
+            if res.skipped and name in required:
+                raise SpecError(f"nothing to report: {res.skipped}")
             if res.skipped:
                 skipped[name] = res.skipped
                 steps.skip(name, res.skipped)

@@ -44,6 +44,8 @@ spreadsheet (`embscope.report.display_token` shows control and bidi characters a
 
 
 def _records():
+    from embscope.context.params import ParamEstimate
+    from embscope.context.rope import RopeSummary
     from embscope.context.summary import ContextSummary
     from embscope.sections.base import RunOptions
     from embscope.sections.extension import ExtensionRecord
@@ -52,7 +54,7 @@ def _records():
     from embscope.summary import ModelRecord, Sections, Summary
 
     return [("summary.json", Summary), ("parameters", RunOptions), ("model", ModelRecord),
-            ("sections", Sections), ("sections.context", ContextSummary), ("sections.tokens", TokensRecord),
+            ("sections", Sections), ("sections.context", ContextSummary), ("sections.context.rope", RopeSummary), ("sections.context.params", ParamEstimate), ("sections.tokens", TokensRecord),
             ("sections.tokens.geometry", GeometryRecord), ("sections.languages", LanguagesRecord),
             ("sections.extension", ExtensionRecord)]
 

@@ -24,7 +24,7 @@ def test_audit_writes_every_table(smollm2_audit):
     raw = json.loads((out / "summary.json").read_text())
     s = read_summary(raw)
     assert s.model.rows == 49152 and s.model.tied is True
-    assert s.sections.context.rope_theta == pytest.approx(1e5)
+    assert s.sections.context.rope.theta == pytest.approx(1e5)
     assert {"load", "tokens", "geometry", "extension", "report"} <= set(s.timings)
     assert s.embscope["version"] and s.parameters.k == 10
     assert {"torch", "polars", "numpy", "transformers"} <= set(s.versions)

@@ -536,14 +536,7 @@ ROPE_CONFIG_CASES: dict[str, str] = {
 }
 
 
-#: cases the RoPE/config validation (another branch) fixes; drop a mark once its case passes
-_ROPE_OWNER = pytest.mark.xfail(reason="rope config validation (context owner)", strict=False)
-_ROPE_PENDING = {"rope_theta 'x'", "max_position_embeddings Infinity", "rope_scaling [1, 2]", "rope factor 'abc'",
-                 "rope factor 0"}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_ROPE_OWNER) if c in _ROPE_PENDING else c
-                                  for c in ROPE_CONFIG_CASES])
+@pytest.mark.parametrize("case", list(ROPE_CONFIG_CASES))
 def test_malformed_config_rope(case, tmp_path, capsys):
     folder = model_folder(tmp_path, safetensors_bytes(good_header(), DATA), raw_config=ROPE_CONFIG_CASES[case])
     assert_one_line_error(["rope", "--model", str(folder)], capsys)

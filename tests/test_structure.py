@@ -15,7 +15,7 @@ PKG = ROOT / "embscope"
 
 #: import layers, lowest first: a module may import only from its own layer or lower ones
 LAYERS = [
-    ("errors", "records", "registry", "assets", "progress", "provenance", "output"),
+    ("errors", "records", "registry", "assets", "progress", "provenance", "output", "config"),
     ("loaders",),
     ("resolve",),
     ("tokenizer",),

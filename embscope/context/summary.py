@@ -29,76 +29,67 @@ layer instead (512 + 64 = 576). Sliding-window layers (Mistral-7B v0.1, Gemma-2)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from embscope.records import Record
-from embscope.errors import ModelFileError
-from embscope.context.rope import risk_band, rope_parameters, rope_wavelengths, scaled_wavelengths
+from embscope.config import dims, first, positive_int, text_config
+from embscope.context.params import ABSOLUTE_POSITIONS, ALIBI, ParamEstimate, estimate_parameters, tied
+from embscope.context.rope import RopeSummary, extension_band, rope_parameters, rope_summary
 from embscope.context.rope import rope_type as rope_type_of
+from embscope.errors import ModelFileError
 
-#: context lengths the KV table always shows (tokens); the claimed maximum is added to them
+#: context lengths the KV table always shows (tokens); the maximum context is added to them
 KV_CONTEXTS = (4096, 8192, 32768, 131072)
 #: bytes per cached element for the two cache dtypes shown
 KV_DTYPES = {"bf16": 2, "fp8": 1}
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1}
-#: model types whose position information is a learned/absolute table, not RoPE
-_ABSOLUTE_POSITIONS = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "gpt2",
-                       "opt", "gpt_neo", "bloom", "mpt", "deberta", "deberta-v2"}
 #: encoder-only model types: bidirectional attention, no KV cache at inference
 _ENCODERS = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "deberta", "deberta-v2"}
-#: model types whose MLP is two matrices (up, down) instead of gated (gate, up, down)
-_PLAIN_MLP = _ABSOLUTE_POSITIONS | {"gpt_neox", "falcon", "phi", "gptj", "starcoder2"}
-#: model types whose config omits ``tie_word_embeddings`` yet are untied (transformers' defaults)
-_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-                      "phi3", "deepseek_v2", "deepseek_v3", "gpt_neox", "falcon", "olmo", "olmo2"}
-#: model types with q/k/v biases although their config has no ``attention_bias`` key
-_QKV_BIAS = {"qwen2", "qwen2_moe"}
+#: RoPE types whose maths is relative to an original length; transformers takes
+#: ``max_position_embeddings`` for it when the config states none
+_SCALED_TYPES = {"llama3", "yarn", "longrope", "dynamic"}
 
 
 @dataclass
 class ContextSummary(Record):
-    """RoPE reach, KV-cache budget and embedding share of one model config."""
+    """Position encoding, context lengths, KV-cache budget and parameter share of one config.
+
+    Every field is explained, with a worked example, in docs/context.md.
+    """
 
     #: architecture (``model_type``), e.g. ``qwen2``; ``None`` when the config does not say
     model_type: str | None
-    #: ``rope`` or ``absolute`` (learned position table: no RoPE fields apply)
+    #: ``rope``, ``absolute`` (learned position table) or ``alibi`` (attention biases)
     position_encoding: str
-    #: RoPE scaling type: default, linear, dynamic, yarn, longrope, llama3 (``none`` for absolute)
-    rope_type: str
-    #: RoPE base theta (larger = longer wavelengths)
-    rope_theta: float | None
-    #: scaling factor from the config (1.0 when unscaled)
-    rope_factor: float
-    #: rotary dimensions per head (``head_dim`` unless partial rotary / MLA)
-    rotary_dim: int
-    #: context the model was pre-trained at (tokens)
-    original_max_positions: int | None
-    #: context the config claims (tokens): max_position_embeddings, or for linear/dynamic/yarn
-    #: max(max_position_embeddings, original * factor) (Qwen2.5 keeps 32768 and adds yarn x4)
-    claimed_max_positions: int | None
-    #: claimed / original; 1.0 = no extension
-    extension_ratio: float
-    #: none, minor, moderate, significant, high (higher = more risk past the trained context)
-    risk: str
-    #: what to do about ``risk``
-    risk_advice: str
-    #: wavelength of each rotary pair in tokens, unscaled: 2*pi*theta**(2i/d)
-    wavelengths: list[float]
-    #: the same after the scaling type's frequency adjustment (equal to ``wavelengths`` for default)
-    wavelengths_scaled: list[float]
-    #: pairs that turn at least once within the original context (raw wavelengths), higher = more
-    #: dims trained on full periods
-    pairs_full_turn_original: int
-    #: pairs whose *adjusted* wavelength fits in the original context (their angles at the claimed
-    #: length stay inside what training saw)
-    pairs_full_turn_scaled: int
-    #: layers, attention heads, KV heads, head_dim
+    #: the rotary encoding; ``None`` when there is none (``rope_absent_reason`` says why)
+    rope: RopeSummary | None
+    #: why ``rope`` is ``None``, e.g. ``learned absolute positions``
+    rope_absent_reason: str | None
+    #: context the model was pre-trained at (tokens), only when the config or GGUF states it
+    trained_context: int | None
+    #: where ``trained_context`` comes from (a config key), or why it is unknown
+    trained_context_source: str
+    #: longest context the config allows (tokens): max_position_embeddings, or for yarn/dynamic
+    #: max(max_position_embeddings, original * factor)
+    max_context: int | None
+    #: ``max_position_embeddings`` as written (the configured maximum, not the trained context)
+    max_position_embeddings: int | None
+    #: max_context / trained_context; ``None`` when the trained context is unknown
+    extension_ratio: float | None
+    #: none, up to 2x, up to 4x, up to 8x, over 8x, unknown (see :func:`extension_band`)
+    extension_band: str
+    #: what the band means for this config
+    extension_note: str
+    #: True when max_position_embeddings covers max_context (the config declares the length)
+    extension_declared: bool | None
+    #: layers, attention heads, KV heads
     layers: int
     heads: int
     kv_heads: int
+    #: query/key width per head (MLA: qk_nope_head_dim + qk_rope_head_dim) and value width
     head_dim: int
-    #: ``gqa`` (incl. MHA/MQA) or ``mla`` (compressed latent cache)
+    v_head_dim: int
+    #: ``mha``, ``gqa``, ``mqa`` or ``mla`` (compressed latent cache)
     kv_scheme: str
     #: cached elements per token per full-attention layer (2*kv_heads*head_dim, or MLA latent)
     kv_elements_per_layer: int
@@ -123,47 +114,19 @@ class ContextSummary(Record):
     embedding_bytes: int
     #: bytes of the untied output head (0 when tied)
     output_head_bytes: int
-    #: estimated total parameters (see :func:`estimate_parameters`), ``None`` if not estimable
-    params_estimate: int | None
-    #: (embedding + output head) parameters / total; the vocabulary's share of the model
+    #: estimated parameters: total, active per token, embedding (``None`` if not estimable)
+    params: ParamEstimate | None
+    #: (embedding + output head rows) / total parameters; the vocabulary's share of the model
     embedding_share: float | None
     #: caveats (estimates, assumptions) in plain words
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable dict; byte counts are plain ints, context keys strings."""
-        out = asdict(self)
-        out["kv_bytes"] = {dt: {str(n): int(b) for n, b in row.items()} for dt, row in self.kv_bytes.items()}
-        return out
+    @property
+    def params_estimate(self) -> int | None:
+        """Total parameters (``params.total``)."""
+        return self.params.total if self.params else None
 
 
-# --------------------------------------------------------------------------------------- config
-
-
-def _text_config(config: dict) -> dict:
-    """The language-model part of multimodal configs (``text_config``), else ``config``."""
-    inner = config.get("text_config")
-    if isinstance(inner, dict) and "hidden_size" not in config:
-        return {**config, **inner}
-    return config
-
-
-def _first(config: dict, *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if config.get(key) is not None:
-            return config[key]
-    return default
-
-
-def _positive_int(config: dict, name: str, *keys: str, default: Any = None, required: bool = True) -> int | None:
-    value = _first(config, *keys, default=default)
-    if value is None:
-        if required:
-            raise ModelFileError(f"config has no {name} ({' / '.join(keys)}); pass a full config.json")
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or int(value) != value:
-        raise ModelFileError(f"config {keys[0]}={value!r} is not a positive integer; fix the config")
-    return int(value)
 
 
 # ------------------------------------------------------------------------------------------ KV
@@ -174,7 +137,8 @@ def _layer_windows(config: dict, layers: int) -> list[int | None]:
 
     Sources, first match wins: ``layer_types`` (v5, Gemma-3, Qwen3); Qwen2's
     ``use_sliding_window`` + ``max_window_layers`` (layers i >= max_window_layers slide);
-    Gemma-2 (even layers slide); Gemma-3 v4 (``sliding_window_pattern``: every n-th is global);
+    Gemma-2 (even layers slide); Gemma-3 v4 (``sliding_window_pattern``, default 6 as in
+    transformers and llama.cpp: every n-th layer is global);
     otherwise a set ``sliding_window`` applies to all layers (Mistral-7B v0.1).
     """
     window = config.get("sliding_window")
@@ -186,12 +150,13 @@ def _layer_windows(config: dict, layers: int) -> list[int | None]:
     if "use_sliding_window" in config:
         if not config.get("use_sliding_window"):
             return [None] * layers
-        first = int(config.get("max_window_layers") or 0)
-        return [window if i >= first else None for i in range(layers)]
+        first_slide = positive_int(config, "max_window_layers", "max_window_layers", required=False,
+                                   allow_zero=True) or 0
+        return [window if i >= first_slide else None for i in range(layers)]
     kind = config.get("model_type")
     if kind == "gemma2":
         return [window if i % 2 == 0 else None for i in range(layers)]
-    pattern = config.get("sliding_window_pattern")
+    pattern = config.get("sliding_window_pattern") or (6 if kind in ("gemma3", "gemma3_text") else None)
     if kind in ("gemma3", "gemma3_text") and isinstance(pattern, int) and pattern > 0:
         return [None if (i + 1) % pattern == 0 else window for i in range(layers)]
     return [window] * layers
@@ -207,57 +172,6 @@ def kv_cache_bytes(elements_per_layer: int, windows: list[int | None], tokens: i
     return int(cached * elements_per_layer * bytes_per_element)
 
 
-# ------------------------------------------------------------------------------------ parameters
-
-
-def estimate_parameters(config: dict) -> int | None:
-    """Parameter count of a decoder (or BERT-like encoder) from its config — an estimate.
-
-    embeddings V*d + layers * (q d*H*hd + k,v 2*d*KV*hd + o H*hd*d [+ q/k/v biases]
-    + MLP 3*d*I (gated) or 2*d*I [*experts] + 2 norms * d) + final norm d + head V*d when untied
-    (+ position table for absolute-position models). Qwen2-7B -> 7,615,616,512 (published 7.62 B).
-    Ignores MLA projections, MoE shared experts and other special blocks; ``None`` when the config
-    lacks ``intermediate_size``.
-    """
-    cfg = _text_config(config)
-    d = int(cfg["hidden_size"])
-    inter = _first(cfg, "intermediate_size", "n_inner", "ffn_dim")
-    if inter is None and cfg.get("model_type") == "gpt2":
-        inter = 4 * d
-    if not inter:
-        return None
-    layers = int(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-    heads = int(_first(cfg, "num_attention_heads", "n_head"))
-    kv = int(_first(cfg, "num_key_value_heads", default=heads))
-    hd = int(_first(cfg, "head_dim", default=d // heads))
-    vocab = int(cfg.get("vocab_size") or 0)
-    kind = cfg.get("model_type")
-    plain = kind in _PLAIN_MLP
-    attn = d * heads * hd + 2 * d * kv * hd + heads * hd * d
-    if cfg.get("attention_bias") or kind in _QKV_BIAS or plain:
-        attn += heads * hd + 2 * kv * hd + (d if plain else 0)
-    mlp = (2 if plain else 3) * d * int(inter) + (int(inter) + d if plain else 0)
-    experts = int(_first(cfg, "num_local_experts", "num_experts", default=1) or 1)
-    if experts > 1:
-        mlp = mlp * experts + d * experts  # experts + router
-    per_layer = attn + mlp + 2 * d * (2 if plain else 1)  # norms (LayerNorm has a bias too)
-    total = vocab * d + layers * per_layer + d
-    if not _tied(cfg):
-        total += vocab * d
-    if kind in _ABSOLUTE_POSITIONS:
-        total += int(_first(cfg, "max_position_embeddings", "n_positions", default=0)) * d
-    return int(total)
-
-
-def _tied(cfg: dict) -> bool:
-    if "tie_word_embeddings" in cfg:
-        return bool(cfg["tie_word_embeddings"])
-    return cfg.get("model_type") not in _UNTIED_BY_DEFAULT
-
-
-# --------------------------------------------------------------------------------------- summary
-
-
 def _kv_scheme(mla: bool, heads: int | None, kv_heads: int | None) -> str:
     """``mla`` (latent cache), ``mha`` (a K/V head per query head), ``mqa`` (one), else ``gqa``."""
     if mla:
@@ -267,8 +181,54 @@ def _kv_scheme(mla: bool, heads: int | None, kv_heads: int | None) -> str:
     return "mqa" if kv_heads == 1 else "gqa"
 
 
+# ------------------------------------------------------------------------------------ positions
+
+
+def _position_encoding(cfg: dict) -> tuple[str, str | None]:
+    """(encoding, reason there is no RoPE or ``None``)."""
+    kind = cfg.get("model_type")
+    has_rope = any(cfg.get(k) is not None for k in ("rope_theta", "rope_scaling", "rope_parameters",
+                                                    "rotary_dim", "rotary_pct", "qk_rope_head_dim"))
+    if has_rope:
+        return "rope", None
+    attn_config = cfg.get("attn_config")
+    if kind in ALIBI or cfg.get("alibi") or (isinstance(attn_config, dict) and attn_config.get("alibi")):
+        return "alibi", "ALiBi attention biases (no RoPE, no position table)"
+    if kind in ABSOLUTE_POSITIONS or cfg.get("position_embedding_type") == "absolute" or (
+            kind is None and "n_positions" in cfg and "n_embd" in cfg):
+        return "absolute", "learned absolute positions"
+    return "rope", None
+
+
+def _lengths(cfg: dict, params: dict | None, kind: str, max_pos: int | None
+             ) -> tuple[int | None, str, int | None, int | None]:
+    """(trained context, its source, reference length for the scaling maths, max context)."""
+    stated = None
+    source = "unknown: the config states no original_max_position_embeddings"
+    if params is not None and params.get("original_max_position_embeddings") is not None:
+        stated = int(params["original_max_position_embeddings"])
+        source = "rope_scaling.original_max_position_embeddings"
+    elif cfg.get("original_max_position_embeddings") is not None:
+        stated = positive_int(cfg, "original context", "original_max_position_embeddings")
+        source = "original_max_position_embeddings"
+    if stated is None and kind in _SCALED_TYPES and max_pos:
+        # transformers computes these scalings relative to max_position_embeddings when no original is given
+        stated, source = max_pos, f"max_position_embeddings (the length {kind} scaling is relative to)"
+    reference = stated or max_pos
+    factor = float(params.get("factor") or 1.0) if params else 1.0
+    claimed = max_pos
+    if kind in ("dynamic", "yarn") and reference and factor > 1:
+        claimed = max(max_pos or 0, int(round(reference * factor)))
+    elif kind == "linear" and not max_pos and stated and factor > 1:
+        claimed = int(round(stated * factor))
+    return stated, source, reference, claimed
+
+
+# --------------------------------------------------------------------------------------- summary
+
+
 def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> ContextSummary:
-    """Read RoPE, KV-cache and embedding-size facts from an HF config (v4 or v5) or GGUF metadata.
+    """Read position, KV-cache and embedding-size facts from an HF config (v4 or v5) or GGUF metadata.
 
     Args:
         config: ``config.json`` as a dict (may be ``{}`` when ``gguf_metadata`` is given).
@@ -276,7 +236,8 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
     Returns:
         :class:`ContextSummary`.
     Raises:
-        ModelFileError: missing ``hidden_size``/layers/heads, or non-positive sizes.
+        ModelFileError: a missing or malformed key (one line naming it), e.g. no hidden size,
+            ``rope_theta: "x"``, ``max_position_embeddings: Infinity``, ``rope_scaling: [1, 2]``.
     Example:
         >>> s = context_summary({"hidden_size": 3584, "num_hidden_layers": 28,
         ...     "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064})
@@ -287,93 +248,85 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         from embscope.loaders.gguf_config import config_from_gguf_metadata
 
         config = {**config_from_gguf_metadata(gguf_metadata), **(config or {})}
-    if not isinstance(config, dict):
-        raise ModelFileError("config is not a JSON object; pass the model's config.json")
-    cfg = _text_config(config)
+    cfg = text_config(config)
     notes: list[str] = []
-    hidden = _positive_int(cfg, "hidden size", "hidden_size", "n_embd", "d_model")
-    layers = _positive_int(cfg, "layer count", "num_hidden_layers", "n_layer", "num_layers")
-    heads = _positive_int(cfg, "attention head count", "num_attention_heads", "n_head")
-    kv_heads = _positive_int(cfg, "KV head count", "num_key_value_heads", default=1 if cfg.get("multi_query") else heads)
-    if cfg.get("head_dim") is None and hidden < heads:
-        raise ModelFileError(f"config hidden_size={hidden} is smaller than num_attention_heads={heads} "
-                             "and there is no head_dim; fix the config")
-    head_dim = _positive_int(cfg, "head_dim", "head_dim", default=hidden // heads)
-    vocab = _positive_int(cfg, "vocab size", "vocab_size", required=False)
-    max_pos = _positive_int(cfg, "max positions", "max_position_embeddings", "n_positions",
-                            "max_sequence_length", "seq_length", required=False)
+    dm = dims(cfg)
+    max_pos = positive_int(cfg, "max positions", "max_position_embeddings", "n_positions",
+                           "max_sequence_length", "seq_length", required=False)
     kind = cfg.get("model_type")
 
-    # -- RoPE
-    params = rope_parameters(cfg)
-    absolute = kind in _ABSOLUTE_POSITIONS and params.get("rope_theta") is None
-    rope_type = "none" if absolute else rope_type_of(params)
-    theta = None if absolute else float(params.get("rope_theta") or 10000.0)
-    if theta is not None and theta <= 1:
-        raise ModelFileError(f"config rope_theta={theta!r} must be > 1; fix the config")
-    factor = float(params.get("factor") or 1.0)
-    if factor <= 0:
-        raise ModelFileError(f"config rope factor={factor!r} must be positive; fix the config")
-    mla = cfg.get("kv_lora_rank") is not None and cfg.get("qk_rope_head_dim") is not None
-    rotary = int(cfg["qk_rope_head_dim"]) if mla else int(head_dim * float(
-        _first(cfg, "partial_rotary_factor", "rotary_pct", default=params.get("partial_rotary_factor") or 1.0)))
-    original = _positive_int(params, "original max positions", "original_max_position_embeddings",
-                             required=False) or _positive_int(cfg, "original max positions",
-                             "original_max_position_embeddings", required=False) or max_pos
-    claimed = max_pos
-    if rope_type in ("linear", "dynamic", "yarn") and original and factor > 1:
-        claimed = max(claimed or 0, int(round(original * factor)))
-    ratio = (claimed / original) if (claimed and original) else 1.0
-    band, advice = risk_band(ratio)
-    lam = scaled = []
-    full_orig = full_scaled = 0
-    if theta is not None and rotary >= 2:
-        lam = rope_wavelengths(theta, rotary)
-        scaled = scaled_wavelengths(lam, rope_type, params, theta=theta, rotary_dim=rotary,
-                                    original=original or claimed or 1, claimed=claimed or original or 1)
-        limit = original or claimed or 0
-        full_orig = sum(1 for x in lam if x <= limit)
-        full_scaled = sum(1 for x in scaled if x <= limit)
-    if absolute:
-        notes.append("learned absolute positions: no RoPE; the position table caps context at max positions")
+    # -- positions
+    encoding, reason = _position_encoding(cfg)
+    rope = None
+    params = None
+    rtype = "none"
+    if encoding == "rope":
+        params = rope_parameters(cfg)
+        rtype = rope_type_of(params)
+    trained, source, reference, claimed = _lengths(cfg, params, rtype, max_pos)
+    if encoding == "rope":
+        partial = first(cfg, "partial_rotary_factor", "rotary_pct", default=params.get("partial_rotary_factor") or 1.0)
+        if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < partial <= 1:
+            raise ModelFileError(f"config partial_rotary_factor={partial!r} must be in (0, 1]; fix it in config.json")
+        rotary = int(cfg["qk_rope_head_dim"]) if dm.mla else int(dm.head_dim * float(partial))
+        rope = rope_summary(params, rotary, trained=trained, reference=reference, claimed=claimed)
+        if rtype == "linear" and rope.factor > 1 and max_pos:
+            notes.append(f"linear RoPE factor {rope.factor:g}: max_position_embeddings ({max_pos:,}) already "
+                         "includes it (transformers divides the frequencies by the factor and keeps "
+                         "max_position_embeddings as the limit), so the maximum is not multiplied again")
+    elif encoding == "absolute":
+        if max_pos:
+            trained, source = max_pos, "the position table size"
+        notes.append("learned absolute positions: no RoPE; the position table caps the context at its size")
+    ratio = (claimed / trained) if (claimed and trained) else None
+    declared = (claimed <= max_pos) if (ratio and claimed and max_pos) else None
+    band, meaning = extension_band(ratio, declared)
     if kind in _ENCODERS:
         notes.append(f"encoder-only model ({kind}): attention is bidirectional and no KV cache is kept; "
                      "the KV figures are what a decoder of this shape would need")
 
     # -- KV cache
-    if mla:
+    if dm.mla:
         per_layer = int(cfg["kv_lora_rank"]) + int(cfg["qk_rope_head_dim"])
         notes.append("MLA: KV figures are the compressed latent cache (kv_lora_rank + qk_rope_head_dim "
                      "per layer), as served by MLA-aware engines")
     else:
-        per_layer = 2 * kv_heads * head_dim
-    windows = _layer_windows(cfg, layers)
+        per_layer = 2 * dm.kv_heads * dm.head_dim
+    windows = _layer_windows(cfg, dm.layers)
     n_sliding = sum(1 for w in windows if w is not None)
     contexts = sorted(set(KV_CONTEXTS) | ({claimed} if claimed else set()))
+    if encoding == "absolute" and claimed:  # a position table has no positions past its size
+        contexts = [n for n in contexts if n <= claimed]
     kv = {dt: {n: kv_cache_bytes(per_layer, windows, n, b) for n in contexts} for dt, b in KV_DTYPES.items()}
 
-    # -- embeddings
-    tied = _tied(cfg)
-    dtype = str(_first(cfg, "torch_dtype", "dtype", default="unknown")).replace("torch.", "")
+    # -- embeddings and parameters
+    is_tied = tied(cfg)
+    dtype = str(first(cfg, "torch_dtype", "dtype", default="unknown")).replace("torch.", "")
     if dtype not in _DTYPE_BYTES:
         notes.append(f"weight dtype {dtype}: embedding bytes assume bf16 (2 B per weight)")
     wbytes = _DTYPE_BYTES.get(dtype, 2)
-    emb = (vocab or 0) * hidden * wbytes
-    head = 0 if tied else emb
-    total = estimate_parameters(cfg)
-    share = ((vocab or 0) * hidden * (1 if tied else 2) / total) if total else None
-    if total:
-        notes.append("parameter total is an estimate from the config (dense llama-like formula)")
+    vocab = dm.vocab or 0
+    emb = vocab * dm.hidden * wbytes
+    est = estimate_parameters(cfg)
+    share = (vocab * dm.hidden * (1 if is_tied else 2) / est.total) if est and est.total else None
+    if est:
+        notes.append("parameter counts are estimated from the config (see docs/context.md)")
+        if est.experts:
+            notes.append(f"mixture of experts: {est.experts_per_token} of {est.experts} routed experts per token "
+                         f"in {est.moe_layers} layers; active parameters per token {est.active:,}")
+        if cfg.get("num_nextn_predict_layers"):
+            notes.append("multi-token-prediction layers (num_nextn_predict_layers) are not counted")
 
     return ContextSummary(
-        model_type=kind, position_encoding="absolute" if absolute else "rope", rope_type=rope_type,
-        rope_theta=theta, rope_factor=factor, rotary_dim=rotary, original_max_positions=original,
-        claimed_max_positions=claimed, extension_ratio=round(ratio, 4), risk=band, risk_advice=advice,
-        wavelengths=lam, wavelengths_scaled=scaled, pairs_full_turn_original=full_orig,
-        pairs_full_turn_scaled=full_scaled, layers=layers, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, kv_scheme=_kv_scheme(mla, heads, kv_heads), kv_elements_per_layer=per_layer,
-        sliding_layers=n_sliding, sliding_window=next((w for w in windows if w), None),
-        kv_bytes_per_token=per_layer * layers * KV_DTYPES["bf16"],
-        kv_bytes_per_token_fp8=per_layer * layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=vocab,
-        hidden_size=hidden, tied=tied, weight_bytes_per_element=wbytes, embedding_bytes=emb,
-        output_head_bytes=head, params_estimate=total, embedding_share=share, notes=notes)
+        model_type=kind, position_encoding=encoding, rope=rope, rope_absent_reason=reason,
+        trained_context=trained, trained_context_source=source, max_context=claimed,
+        max_position_embeddings=max_pos, extension_ratio=round(ratio, 4) if ratio else None,
+        extension_band=band, extension_note=meaning, extension_declared=declared,
+        layers=dm.layers, heads=dm.heads, kv_heads=dm.kv_heads, head_dim=dm.head_dim,
+        v_head_dim=dm.v_head_dim, kv_scheme=_kv_scheme(dm.mla, dm.heads, dm.kv_heads),
+        kv_elements_per_layer=per_layer, sliding_layers=n_sliding,
+        sliding_window=next((w for w in windows if w), None),
+        kv_bytes_per_token=per_layer * dm.layers * KV_DTYPES["bf16"],
+        kv_bytes_per_token_fp8=per_layer * dm.layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=dm.vocab,
+        hidden_size=dm.hidden, tied=is_tied, weight_bytes_per_element=wbytes, embedding_bytes=emb,
+        output_head_bytes=0 if is_tied else emb, params=est, embedding_share=share, notes=notes)

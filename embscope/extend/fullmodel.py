@@ -24,14 +24,15 @@ _CACHE: dict[str, object] = {}
 
 
 def _param_bytes(model: "LoadedModel") -> int:
-    """Rough float32 size: 12·L·h² (attention + MLP of a standard block) + embedding rows."""
-    cfg = model.config.get("text_config") or model.config
-    h = int(cfg.get("hidden_size") or model.dim)
-    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or 0)
-    inter = int(cfg.get("intermediate_size") or 4 * h)
-    per_layer = 4 * h * h + 3 * h * inter
-    emb = model.n_rows * h * (1 if model.tied else 2)
-    return 4 * (layers * per_layer + emb)
+    """float32 bytes of the whole model: 4 × :func:`embscope.context.params.estimate_parameters`
+    (attention, MLP or experts, norms, embeddings), with the loaded matrix's rows for the vocabulary."""
+    from embscope.config import text_config
+    from embscope.context.params import estimate_parameters
+
+    est = estimate_parameters({**text_config(model.config), "vocab_size": model.n_rows})
+    if est is None:  # no feed-forward width in the config: count the embedding rows only
+        return 4 * model.n_rows * model.dim * (1 if model.tied else 2)
+    return 4 * est.total
 
 
 def why_not_loadable(model: "LoadedModel") -> str | None:

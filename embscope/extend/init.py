@@ -12,8 +12,8 @@ Strategies (``--init NAME``):
 
 - ``mean``: μ = mean of the trained rows. Every new token gets the same row.
 - ``hewitt``: a sample from N(μ, εΣ), Σ the covariance of the trained rows, ε = 1e-5 (Hewitt 2021,
-  "Initializing New Word Embeddings for Pretrained Language Models"; what HF
-  ``resize_token_embeddings(mean_resizing=True)`` does). With tied embeddings a new row e gets logit
+  "Initializing New Word Embeddings for Pretrained Language Models"; HF
+  ``resize_token_embeddings(mean_resizing=True)`` samples the same way with ε = 1e-9). With tied embeddings a new row e gets logit
   h·e ≈ h·μ, so it takes about the average token's probability — the next-token distribution of
   old text barely moves (KL ≈ 0).
 - ``subword-mean``: the mean of the rows of the pieces the old tokenizer produces for the term
@@ -49,8 +49,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
 
-#: Hewitt's ε: the covariance is scaled down so samples stay within ~1e-2.5 σ of the mean (the value
-#: HF transformers uses for ``mean_resizing``)
+#: Hewitt's ε: the covariance is scaled down so samples stay within ~1e-2.5 σ of the mean (HF
+#: transformers' ``mean_resizing`` uses 1e-9, which makes the new rows practically equal to μ)
 HEWITT_EPS = 1e-5
 #: rows per chunk when scanning a (V, d) matrix: 8192 × 4096 float32 = 128 MiB at most
 CHUNK_ROWS = 8192

@@ -4,8 +4,9 @@ Metrics (counts are summed over every text of the language that was read):
 
 - ``fertility`` = tokens / words — Rust et al. 2021, "How Good is Your Tokenizer? On the
   Monolingual Performance of Multilingual Language Models". Words follow
-  :mod:`embscope.languages.segment` (whitespace, Ethiopic ``፡``; one word per character for Han, Kana,
-  Thai, Lao, Khmer, Myanmar — there fertility is tokens per character). Example: "human rights"
+  :mod:`embscope.languages.segment`; each row's ``unit`` names what a word is there: ``word``
+  (whitespace, Ethiopic ``፡``), ``syllable`` (Tibetan), ``char`` (Han, kana) or ``cluster`` (Thai,
+  Lao, Khmer, Myanmar: a base character with its marks). Example: "human rights"
   → ``[human][ rights]`` = 2 tokens / 2 words = 1.0 with gpt2; gpt2 on Amharic "ሰው፡ልጅ" = 15
   tokens / 2 words = 7.5 (byte-level BPE without Ethiopic merges: ~one token per byte).
   Lower is cheaper; 1.0 is one token per word.
@@ -52,7 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embscope.languages.corpus import CorpusReport, iter_corpus
-from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, word_counts
+from embscope.languages.script import label as script_label
+from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, unit_of, word_counts
 from embscope.tokenizer.base import Vocabulary
 
 #: bytes of text per language whose words are tokenised one by one (continued-word rates):
@@ -259,7 +261,7 @@ def _rows(vocabs, acc, langs, reference) -> list[dict]:
             la = langs[lang]
             if a is None:
                 continue
-            script = la.script.most_common(1)[0][0] if la.script else "none"
+            script = script_label(la.script)
             parity = units = None
             if ref is not None and a.units and ref.units:
                 shared = a.units.keys() & ref.units.keys()
@@ -275,6 +277,7 @@ def _rows(vocabs, acc, langs, reference) -> list[dict]:
                 "language": lang,
                 "script": script,
                 "segmentation": "characters" if script in CHAR_SCRIPTS else "words",
+                "unit": unit_of(script),
                 "texts": a.texts,
                 "words": la.words,
                 "chars": la.chars,

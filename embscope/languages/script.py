@@ -1,102 +1,118 @@
-"""Unicode script of a string: ``script_of("日本") == "Han"``.
+"""Unicode script of a string, from the Unicode Character Database: ``script_of("日本") == "Han"``.
 
-Each code point gets the script named by the first word(s) of its Unicode character name
-(``"CYRILLIC SMALL LETTER A"`` → Cyrillic, ``"CJK UNIFIED IDEOGRAPH-4E00"`` → Han, ``"THAI
-CHARACTER MAI EK"`` → Thai). Characters whose name starts with no script word (digits, spaces,
-punctuation, symbols, ``COMBINING …`` marks) are *common* and ignored. The table is built once, on
-first use, as a ``numpy.uint8`` array over code points ``0 … 0x323AF`` (about 0.2 s), so later
-lookups are an array index.
+Each code point gets its ``Script`` property (UAX #24) as the ``regex`` module's Unicode tables
+give it (``\\p{Script=Latin}``; Unicode 16/17 with current ``regex``, newer than Python's own
+``unicodedata``). ``Common`` and ``Inherited`` characters (digits, spaces, punctuation, symbols,
+combining marks) carry no script of their own and are ignored — unless their
+``Script_Extensions`` name exactly one script (then they count for it) or only Hiragana,
+Katakana and Han (the prolonged sound mark ``ー``: they count as ``Japanese``).
 
-This follows the spirit of the Unicode ``Script`` property (UAX #24) without its data file; it
-differs on a few punctuation marks that carry a script word in their name (``DEVANAGARI DANDA`` is
-Devanagari here, Common in UAX #24).
+Japanese writing mixes three scripts, so a text or token whose letters are Han, Hiragana and
+Katakana together, with kana among them, is labelled ``Japanese`` (ISO 15924 ``Jpan``) rather than
+whichever of the three is most frequent; all-Han text stays ``Han``.
+
+The table is built once, on first use: one ``bytes`` object over code points ``0 … 0x3FFFF`` (every
+script lives there), filled by one C-speed regular-expression pass per run of scripted
+characters (about 0.1 s). Later lookups are an index per character.
 
 >>> script_of("hello"), script_of("Привет"), script_of("日本"), script_of("123 !"), script_of("aб")
 ('Latin', 'Cyrillic', 'Han', 'none', 'mixed')
+>>> script_of("\\u1720"), script_of("テスト"), script_of("日本語のテキスト")
+('Hanunoo', 'Katakana', 'Japanese')
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections import Counter
 
-#: first word of a character name → script. ``CJK``/``KANGXI``/``IDEOGRAPHIC`` are handled apart.
-_SCRIPT_WORDS = {
-    "LATIN": "Latin", "GREEK": "Greek", "COPTIC": "Coptic", "CYRILLIC": "Cyrillic",
-    "ARMENIAN": "Armenian", "HEBREW": "Hebrew", "ARABIC": "Arabic", "SYRIAC": "Syriac",
-    "THAANA": "Thaana", "NKO": "Nko", "DEVANAGARI": "Devanagari", "BENGALI": "Bengali",
-    "GURMUKHI": "Gurmukhi", "GUJARATI": "Gujarati", "ORIYA": "Oriya", "TAMIL": "Tamil",
-    "TELUGU": "Telugu", "KANNADA": "Kannada", "MALAYALAM": "Malayalam", "SINHALA": "Sinhala",
-    "THAI": "Thai", "LAO": "Lao", "TIBETAN": "Tibetan", "MYANMAR": "Myanmar",
-    "GEORGIAN": "Georgian", "HANGUL": "Hangul", "ETHIOPIC": "Ethiopic", "CHEROKEE": "Cherokee",
-    "CANADIAN": "Canadian_Aboriginal", "OGHAM": "Ogham", "RUNIC": "Runic", "KHMER": "Khmer",
-    "MONGOLIAN": "Mongolian", "HIRAGANA": "Hiragana", "KATAKANA": "Katakana",
-    "BOPOMOFO": "Bopomofo", "YI": "Yi", "TIFINAGH": "Tifinagh", "JAVANESE": "Javanese",
-    "BALINESE": "Balinese", "SUNDANESE": "Sundanese", "TAGALOG": "Tagalog", "VAI": "Vai",
-    "SAMARITAN": "Samaritan", "MANDAIC": "Mandaic", "LIMBU": "Limbu", "BUGINESE": "Buginese",
-    "BAMUM": "Bamum", "ADLAM": "Adlam", "OL": "Ol_Chiki", "MEETEI": "Meetei_Mayek",
-    "TAI": "Tai", "CHAM": "Cham", "LEPCHA": "Lepcha", "SYLOTI": "Syloti_Nagri",
-}
-#: second word decides for ``FULLWIDTH LATIN …``, ``HALFWIDTH KATAKANA …``
-_WIDTH_WORDS = {"FULLWIDTH", "HALFWIDTH"}
+#: Unicode Script property values (long names, UCD ``PropertyValueAliases.txt``), Common,
+#: Inherited and Unknown left out. Names the installed ``regex`` does not know are skipped.
+SCRIPTS = (
+    "Latin Greek Coptic Cyrillic Armenian Hebrew Arabic Syriac Thaana Nko Samaritan Mandaic "
+    "Devanagari Bengali Gurmukhi Gujarati Oriya Tamil Telugu Kannada Malayalam Sinhala Thai Lao "
+    "Tibetan Myanmar Georgian Hangul Ethiopic Cherokee Canadian_Aboriginal Ogham Runic Tagalog "
+    "Hanunoo Buhid Tagbanwa Khmer Mongolian Limbu Tai_Le New_Tai_Lue Buginese Tai_Tham Balinese "
+    "Sundanese Batak Lepcha Ol_Chiki Braille Glagolitic Tifinagh Han Hiragana Katakana Bopomofo Yi "
+    "Lisu Vai Bamum Syloti_Nagri Phags_Pa Saurashtra Kayah_Li Rejang Javanese Cham Tai_Viet "
+    "Meetei_Mayek Linear_B Lycian Carian Old_Italic Gothic Old_Permic Ugaritic Old_Persian Deseret "
+    "Shavian Osmanya Osage Elbasan Caucasian_Albanian Vithkuqi Todhri Linear_A Cypriot "
+    "Imperial_Aramaic Palmyrene Nabataean Hatran Phoenician Lydian Sidetic Meroitic_Hieroglyphs "
+    "Meroitic_Cursive Kharoshthi Old_South_Arabian Old_North_Arabian Manichaean Avestan "
+    "Inscriptional_Parthian Inscriptional_Pahlavi Psalter_Pahlavi Old_Turkic Old_Hungarian "
+    "Hanifi_Rohingya Garay Yezidi Old_Sogdian Sogdian Old_Uyghur Chorasmian Elymaic Brahmi Kaithi "
+    "Sora_Sompeng Chakma Mahajani Sharada Khojki Multani Khudawadi Grantha Tulu_Tigalari Newa "
+    "Tirhuta Siddham Modi Takri Ahom Dogra Warang_Citi Dives_Akuru Nandinagari Zanabazar_Square "
+    "Soyombo Pau_Cin_Hau Sunuwar Bhaiksuki Marchen Masaram_Gondi Gunjala_Gondi Tolong_Siki Makasar "
+    "Kawi Cuneiform Cypro_Minoan Egyptian_Hieroglyphs Anatolian_Hieroglyphs Gurung_Khema Mro Tangsa "
+    "Bassa_Vah Pahawh_Hmong Kirat_Rai Medefaidrin Beria_Erfe Miao Tangut Nushu Khitan_Small_Script "
+    "Duployan SignWriting Nyiakeng_Puachue_Hmong Toto Wancho Nag_Mundari Ol_Onal Tai_Yo "
+    "Mende_Kikakui Adlam"
+).split()
+#: the label of mixed Han/Hiragana/Katakana writing (ISO 15924 Jpan)
+JAPANESE = "Japanese"
+_JAPANESE_PARTS = frozenset({"Han", "Hiragana", "Katakana", JAPANESE})
+_KANA = ("Hiragana", "Katakana", JAPANESE)
+#: a text counts as Japanese when kana are at least this share of its Han + kana characters
+#: (Japanese prose runs 30–70 % kana; Chinese text has none, or a stray loanword's worth)
+KANA_SHARE = 0.1
+#: code points covered by the table; everything above is Common/Inherited/unassigned
+_LIMIT = 0x40000
 
-#: last code point in the table: end of CJK Unified Ideographs Extension H (Unicode 15).
-_MAX_CP = 0x323AF
-
-_NAMES: list[str] = ["common"]  # id 0 = common / unassigned
-_TABLE = None
-
-
-def _script_for_name(name: str) -> str | None:
-    if not name:
-        return None
-    words = name.split(" ", 2)
-    first = words[0]
-    if first in _WIDTH_WORDS and len(words) > 1:
-        first = words[1]
-    if first == "CJK" and ("IDEOGRAPH" in name):
-        return "Han"
-    if first == "KANGXI" or name.startswith("IDEOGRAPHIC ITERATION") or name == "IDEOGRAPHIC NUMBER ZERO":
-        return "Han"
-    return _SCRIPT_WORDS.get(first)
+_NAMES: list[str] = ["common"]  # id 0 = common / inherited / unassigned
+_TABLE: bytes | None = None
 
 
-def _table():
-    """``uint8`` array: code point → index into ``_NAMES`` (0 = common). Built once."""
+def _build() -> bytes:
+    import regex
+
+    names = []
+    for name in SCRIPTS:
+        try:
+            regex.compile(rf"\p{{Script={name}}}")
+        except regex.error:  # an older regex without this (newer) script
+            continue
+        names.append(name)
+    _NAMES[1:] = names + [JAPANESE]
+    japanese = len(_NAMES) - 1
+    text = "".join(chr(c) if not 0xD800 <= c <= 0xDFFF else "\x00" for c in range(_LIMIT))
+    table = bytearray(_LIMIT)
+    one_of = regex.compile("|".join(rf"(\p{{Script={n}}}+)" for n in names))
+    scripted = regex.compile(r"[^\p{Script=Common}\p{Script=Inherited}\p{Script=Unknown}]+")
+    for run in scripted.finditer(text):
+        for m in one_of.finditer(text, run.start(), run.end()):
+            table[m.start():m.end()] = bytes([m.lastindex]) * (m.end() - m.start())
+    # Common/Inherited characters used by one script only (Script_Extensions), or by Japanese only
+    shared = regex.compile(r"[\p{Script=Common}\p{Script=Inherited}]")
+    cps = [m.start() for m in shared.finditer(text)]
+    common = "".join(text[c] for c in cps)
+    users: dict[int, list[int]] = {}
+    for sid, name in enumerate(names, 1):
+        for m in regex.finditer(rf"\p{{Script_Extensions={name}}}", common):
+            users.setdefault(cps[m.start()], []).append(sid)
+    for cp, sids in users.items():
+        if len(sids) == 1:
+            table[cp] = sids[0]
+        elif {_NAMES[s] for s in sids} <= _JAPANESE_PARTS:
+            table[cp] = japanese
+    return bytes(table)
+
+
+def _table() -> bytes:
+    """``bytes``: code point → index into ``_NAMES`` (0 = common). Built once."""
     global _TABLE
     if _TABLE is None:
-        import numpy as np
-
-        table = np.zeros(_MAX_CP + 1, dtype=np.uint8)
-        ids: dict[str, int] = {"Latin": 1}
-        _NAMES[1:] = ["Latin"]
-        for cp in range(0x80, _MAX_CP + 1):
-            if 0xD800 <= cp <= 0xDFFF:
-                continue
-            if 0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp:
-                script = "Han" if unicodedata.category(chr(cp)) == "Lo" else None
-            elif 0xAC00 <= cp <= 0xD7A3:
-                script = "Hangul"
-            else:
-                script = _script_for_name(unicodedata.name(chr(cp), ""))
-            if script is None:
-                continue
-            if script not in ids:
-                ids[script] = len(_NAMES)
-                _NAMES.append(script)
-            table[cp] = ids[script]
-        for cp in range(0x41, 0x5B):
-            table[cp] = table[cp + 0x20] = ids["Latin"]
-        _TABLE = table
+        _TABLE = _build()
     return _TABLE
 
 
 def char_script(ch: str) -> str:
-    """Script of one character, ``"common"`` for digits, punctuation, spaces, marks."""
+    """Script of one character, ``"common"`` for digits, punctuation, spaces, marks.
+
+    >>> char_script("ᜠ"), char_script("5")
+    ('Hanunoo', 'common')
+    """
     cp = ord(ch)
-    if cp > _MAX_CP:
-        return "common"
-    return _NAMES[_table()[cp]]
+    return _NAMES[_table()[cp]] if cp < _LIMIT else "common"
 
 
 def script_counts(text: str) -> Counter:
@@ -107,38 +123,68 @@ def script_counts(text: str) -> Counter:
     """
     import numpy as np
 
-    table = _table()
+    table = np.frombuffer(_table(), dtype=np.uint8)
     cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    cps = cps[cps <= _MAX_CP]
+    cps = cps[cps < _LIMIT]
     counts = np.bincount(table[cps], minlength=len(_NAMES))
     return Counter({_NAMES[i]: int(c) for i, c in enumerate(counts) if i and c})
 
 
-def dominant_script(text: str) -> str:
-    """The script with the most characters (``"none"`` when there is none): the script of a text.
+def label(counts: Counter) -> str:
+    """The script of a text from its :func:`script_counts`: the most frequent one, except that Han
+    mixed with kana (at least :data:`KANA_SHARE` of the Han + kana characters) is ``Japanese``.
 
-    >>> dominant_script("日本語のテキストです")
-    'Katakana'
+    >>> label(Counter({"Han": 6, "Hiragana": 3, "Katakana": 4})), label(Counter({"Han": 50, "Katakana": 1}))
+    ('Japanese', 'Han')
     """
-    counts = script_counts(text)
-    return counts.most_common(1)[0][0] if counts else "none"
+    if not counts:
+        return "none"
+    top = counts.most_common(1)[0]
+    kana = sum(counts.get(k, 0) for k in _KANA)
+    cjk = kana + counts.get("Han", 0)
+    parts = sum(1 for k in ("Han", "Hiragana", "Katakana") if counts.get(k))
+    if parts >= 2 and kana >= KANA_SHARE * cjk and cjk >= top[1]:
+        return JAPANESE
+    return top[0]
+
+
+def dominant_script(text: str) -> str:
+    """The script of a text (``"none"`` when it has no letters); see :func:`label`.
+
+    >>> dominant_script("日本語のテキストです"), dominant_script("人人生而自由")
+    ('Japanese', 'Han')
+    """
+    return label(script_counts(text))
 
 
 def script_of(text: str) -> str:
-    """The one script of ``text``'s letters, ``"mixed"`` when several, ``"none"`` when none.
+    """The one script of ``text``'s letters, ``"mixed"`` when several (``"Japanese"`` when they are
+    Han, Hiragana and Katakana together), ``"none"`` when none.
 
     Fast for short strings such as token texts: ASCII is decided without the table (letters →
-    ``Latin``), other strings index a precomputed table per character.
+    ``Latin``), other strings index the table once per character.
     """
     if text.isascii():
         return "Latin" if any(c.isalpha() for c in text) else "none"
-    table = _table()
+    table = _TABLE if _TABLE is not None else _table()
     found = 0
+    others = None
     for ch in text:
         cp = ord(ch)
-        sid = table[cp] if cp <= _MAX_CP else 0
-        if sid:
-            if found and sid != found:
-                return "mixed"
-            found = sid
-    return _NAMES[found] if found else "none"
+        sid = table[cp] if cp < _LIMIT else 0
+        if sid and sid != found:
+            if not found:
+                found = sid
+            else:
+                others = others or set()
+                others.add(sid)
+    if not found:
+        return "none"
+    if others is None:
+        return _NAMES[found]
+    names = {_NAMES[found]} | {_NAMES[s] for s in others}
+    if not names <= _JAPANESE_PARTS:
+        return "mixed"
+    if len(names) == 2 and JAPANESE in names and "Han" not in names:  # コーヒー: Katakana + ー
+        return next(n for n in names if n != JAPANESE)
+    return JAPANESE

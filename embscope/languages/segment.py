@@ -6,13 +6,16 @@ Rules, in order:
 2. The Ethiopic word separator ``፡`` (U+1361), full stop ``።`` (U+1362) and the other Ethiopic
    punctuation U+1363–U+1368 separate words too (Amharic and Tigrinya write ``ሰው፡ልጅ`` for
    "human being", with no space). Likewise the Tibetan tsheg ``་`` (U+0F0B) and its
-   non-breaking form U+0F0C, which end every syllable: Tibetan words here are syllables.
-3. Scripts written without word spaces count one *character* per word, as tokka-bench does:
-   Han, Hiragana, Katakana, Thai, Lao, Khmer and Myanmar. A character here is a base letter plus
-   the combining marks that follow it (``ကမ္ဘာ`` is 3 words: ``က``, ``မ္``, ``ဘာ``), so vowel
-   signs are not words of their own. This is a crude stand-in for real word segmentation
-   (dictionary or ML based); it makes fertility of these languages a *tokens per character*
-   figure, which is said in every output.
+   non-breaking form U+0F0C, which end every syllable: Tibetan "words" here are syllables
+   (unit ``syllable``).
+3. Scripts written without word spaces count one *character* per word: Han, Hiragana and
+   Katakana one code point each (unit ``char``); Thai, Lao, Khmer and Myanmar one *cluster*, a
+   base letter plus the combining marks that follow it (``ကမ္ဘာ`` is 3 words: ``က``, ``မ္``,
+   ``ဘာ``), so vowel signs are not words of their own (unit ``cluster``). This is a crude stand-in
+   for real word segmentation (dictionary or ML based); it makes fertility of these languages a
+   *tokens per character* (or per cluster) figure, which every output says through its ``unit``.
+   tokka-bench (bgub/tokka-bench, ``metrics.calculate_word_metrics``) differs: for such languages
+   it counts every printable non-space code point, combining marks and punctuation included.
 4. Punctuation: a whitespace-separated chunk made only of punctuation and symbols (``—``, ``:``,
    ``(1)`` is not one: it has a digit) is not a word. Punctuation attached to a word stays part
    of it (``rights,`` is one word), so the word count is simply "chunks that hold a letter,
@@ -51,15 +54,30 @@ _CHAR_SCRIPT_RANGES = (
     (0xFF66, 0xFF9F),  # halfwidth Katakana
     (0x20000, 0x323AF),  # CJK extensions B–H
 )
-CHAR_SCRIPTS = ("Han", "Hiragana", "Katakana", "Thai", "Lao", "Khmer", "Myanmar")
+CHAR_SCRIPTS = ("Han", "Hiragana", "Katakana", "Japanese", "Thai", "Lao", "Khmer", "Myanmar")
+#: the unit a word is, per script (``unit`` column of the languages table); ``word`` otherwise
+UNITS = {"Han": "char", "Hiragana": "char", "Katakana": "char", "Japanese": "char", "Thai": "cluster",
+         "Lao": "cluster", "Khmer": "cluster", "Myanmar": "cluster", "Tibetan": "syllable"}
 #: rule 2: Ethiopic wordspace, full stop, comma, semicolon, colon, preface colon, question mark,
 #: paragraph separator; then the Tibetan tsheg and non-breaking tsheg.
 ETHIOPIC_SEPARATORS = "\u1361\u1362\u1363\u1364\u1365\u1366\u1367\u1368\u0f0b\u0f0c"
 
-SEGMENTATION_NOTE = ("words = chunks delimited by whitespace, Ethiopic separators or the Tibetan tsheg, holding a letter, "
-                     "digit or mark; Han, Kana, Thai, Lao, Khmer and Myanmar count one character "
-                     "(base + combining marks) per word, as tokka-bench does, so their fertility "
-                     "is tokens per character")
+SEGMENTATION_NOTE = ("words = chunks delimited by whitespace or Ethiopic separators that hold a letter, digit "
+                     "or mark (unit word); Tibetan counts tsheg-delimited syllables (unit syllable); Han and "
+                     "kana count one character per word (unit char); Thai, Lao, Khmer and Myanmar one "
+                     "cluster, a base character with its combining marks (unit cluster), so fertility there "
+                     "is tokens per character or cluster. tokka-bench instead counts every printable "
+                     "non-space code point of such languages, marks and punctuation included")
+
+
+def unit_of(script: str) -> str:
+    """The segmentation unit of a language written in ``script``: ``word``, ``syllable``
+    (Tibetan), ``char`` (Han, kana) or ``cluster`` (Thai, Lao, Khmer, Myanmar).
+
+    >>> unit_of("Latin"), unit_of("Tibetan"), unit_of("Japanese"), unit_of("Thai")
+    ('word', 'syllable', 'char', 'cluster')
+    """
+    return UNITS.get(script, "word")
 
 
 def _class(ranges) -> str:

@@ -46,7 +46,11 @@ def config_from_gguf_metadata(meta: dict, *, tensor_names: list[str] | None = No
                "intermediate_size": "feed_forward_length", "max_position_embeddings": "context_length",
                "rope_theta": "rope.freq_base", "rms_norm_eps": "attention.layer_norm_rms_epsilon",
                "sliding_window": "attention.sliding_window", "kv_lora_rank": "attention.kv_lora_rank",
-               "vocab_size": "vocab_size"}
+               "q_lora_rank": "attention.q_lora_rank", "vocab_size": "vocab_size",
+               # mixture of experts (Mixtral, Qwen-MoE, DeepSeek-V2/V3 conversions)
+               "num_experts": "expert_count", "num_experts_per_tok": "expert_used_count",
+               "moe_intermediate_size": "expert_feed_forward_length", "n_shared_experts": "expert_shared_count",
+               "first_k_dense_replace": "leading_dense_block_count"}
     for hf_key, gguf_key in mapping.items():
         if get(gguf_key) is not None:
             value = get(gguf_key)
@@ -54,24 +58,40 @@ def config_from_gguf_metadata(meta: dict, *, tensor_names: list[str] | None = No
     if "vocab_size" not in cfg and isinstance(meta.get("tokenizer.ggml.tokens"), list):
         cfg["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
     cfg.setdefault("num_key_value_heads", cfg.get("num_attention_heads"))
+    # Values pass through unchanged; embscope.config checks them and names a bad key.
     heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    head_dim = _scalar(get("attention.key_length")) or (hidden // heads if heads and hidden else None)
-    if head_dim:
-        cfg["head_dim"] = int(head_dim)
+    sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, hidden))
+    if cfg.get("q_lora_rank") == 0:  # llama.cpp writes 0 for "no query compression"
+        cfg["q_lora_rank"] = None
+    if get("expert_shared_feed_forward_length") and not get("expert_shared_count"):
+        cfg["shared_expert_intermediate_size"] = get("expert_shared_feed_forward_length")
+    head_dim = _scalar(get("attention.key_length")) or (hidden // heads if sizes_ok else None)
     rot = _scalar(get("rope.dimension_count"))
     if cfg.get("kv_lora_rank") is not None and rot:
-        cfg["qk_rope_head_dim"] = int(rot)
-    elif rot and head_dim and int(rot) != int(head_dim):
-        cfg["partial_rotary_factor"] = int(rot) / int(head_dim)
+        # MLA: newer conversions write key_length = kv_lora_rank + rope dims (the cached width) and
+        # the per-head q/k and v widths as key_length_mla / value_length_mla; older ones write the
+        # per-head widths as key_length / value_length.
+        qk = get("attention.key_length_mla") or head_dim
+        cfg["qk_rope_head_dim"] = rot
+        if isinstance(qk, int) and isinstance(rot, int) and qk > rot:
+            cfg["qk_nope_head_dim"] = qk - rot
+        value = get("attention.value_length_mla") or get("attention.value_length")
+        if value is not None:
+            cfg["v_head_dim"] = value
+    elif head_dim is not None:
+        cfg["head_dim"] = head_dim
+    partial = isinstance(rot, int) and isinstance(head_dim, int) and 0 < rot < head_dim
+    if cfg.get("kv_lora_rank") is None and partial:
+        cfg["partial_rotary_factor"] = rot / head_dim
     kind = get("rope.scaling.type")
     if kind and kind != "none":
-        scaling = {"rope_type": kind, "factor": float(get("rope.scaling.factor", 1.0))}
+        scaling = {"rope_type": kind, "factor": get("rope.scaling.factor", 1.0)}
         if get("rope.scaling.original_context_length"):
-            scaling["original_max_position_embeddings"] = int(get("rope.scaling.original_context_length"))
+            scaling["original_max_position_embeddings"] = get("rope.scaling.original_context_length")
         cfg["rope_scaling"] = scaling
     for hf_key, key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
         if meta.get(f"tokenizer.ggml.{key}") is not None:
-            cfg[hf_key] = int(meta[f"tokenizer.ggml.{key}"])
+            cfg[hf_key] = meta[f"tokenizer.ggml.{key}"]
     if tensor_names is not None:
         cfg["tie_word_embeddings"] = "output.weight" not in set(tensor_names)
     return cfg

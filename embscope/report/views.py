@@ -20,21 +20,25 @@ def context_view(ctx) -> dict[str, Any]:
     for dtype, row in ctx.kv_bytes.items():
         for n, b in row.items():
             at.setdefault(str(n), {})[dtype] = b
+    rope = ctx.rope
     return {
         "position_encoding": ctx.position_encoding,
-        "rope_type": ctx.rope_type,
-        "theta": ctx.rope_theta,
-        "factor": ctx.rope_factor,
-        "rotary_dim": ctx.rotary_dim,
-        "original_max_positions": ctx.original_max_positions,
-        "max_positions": ctx.claimed_max_positions,
+        "rope_type": rope.rope_type if rope else None,
+        "theta": rope.theta if rope else None,
+        "factor": rope.factor if rope else None,
+        "rotary_dim": rope.rotary_dim if rope else None,
+        "rope_absent_reason": ctx.rope_absent_reason,
+        "original_max_positions": ctx.trained_context,
+        "trained_context_source": ctx.trained_context_source,
+        "max_positions": ctx.max_context,
         "extension_ratio": ctx.extension_ratio,
-        "risk_band": ctx.risk,
-        "risk_advice": ctx.risk_advice,
-        "wavelengths": ctx.wavelengths,
-        "wavelengths_scaled": ctx.wavelengths_scaled,
-        "pairs_full_turn": ctx.pairs_full_turn_original,
-        "pairs_full_turn_scaled": ctx.pairs_full_turn_scaled,
+        "risk_band": ctx.extension_band,
+        "band_class": _band_class(ctx.extension_band, ctx.extension_declared),
+        "risk_advice": ctx.extension_note,
+        "wavelengths": rope.wavelengths if rope else [],
+        "wavelengths_scaled": rope.wavelengths_scaled if rope else [],
+        "pairs_full_turn": rope.pairs_full_turn_trained if rope else None,
+        "pairs_in_trained_range": rope.pairs_in_trained_range if rope else None,
         "attention": {k: getattr(ctx, k) for k in ("layers", "heads", "kv_heads", "head_dim", "kv_scheme",
                                                    "sliding_layers", "sliding_window")
                       if getattr(ctx, k) is not None},
@@ -43,9 +47,17 @@ def context_view(ctx) -> dict[str, Any]:
         "embedding_bytes": ctx.embedding_bytes,
         "output_bytes": ctx.output_head_bytes,
         "embedding_share": ctx.embedding_share,
-        "params_estimate": ctx.params_estimate,
+        "params_estimate": ctx.params.total if ctx.params else None,
+        "params_active": ctx.params.active if ctx.params else None,
         "notes": list(ctx.notes),
     }
+
+
+def _band_class(band: str, declared: bool | None) -> str:
+    """Colour of the extension-band card: stretched positions the model was not trained at are red."""
+    if band in ("none", "up to 2x") or declared:
+        return "low"
+    return "moderate" if band == "up to 4x" else "high"
 
 
 def extension_view(ext) -> dict[str, Any]:
