@@ -98,7 +98,8 @@ class HFVocabulary(Vocabulary):
                 self._pieces[i] = piece
         self._added = {a["id"]: a["content"] for a in added}
         self.byte_ids = frozenset(i for i, p in enumerate(self._pieces)
-                                  if p is not None and self.metaspace and _BYTE_PIECE.match(p))
+                                  if self.metaspace and p is not None and len(p) == 6 and p[:3] == "<0x"
+                                  and _BYTE_PIECE.match(p)) if self.metaspace else frozenset()
         unk = model.get("unk_token")
         self.unk_id = tok.token_to_id(unk) if isinstance(unk, str) else None
 
