@@ -159,6 +159,10 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True)
 
     if spec in ALIASES:
         alias = ALIASES[spec]
+        if alias.chunked is not None:
+            from embscope.assets import assembled_file
+
+            return Resolved(spec, spec, "package", assembled_file(alias.chunked), "gguf", alias)
         if alias.package is not None:
             module, rel = alias.package
             path = package_dir(module, spec) / rel
