@@ -70,7 +70,8 @@ def cache_dir(kind: str) -> Path:
     return Path(base) / kind
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 4 MiB blocks."""
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
@@ -94,7 +95,7 @@ def _verified(path: Path, sha: str) -> bool:
             return True
     except (OSError, ValueError):
         pass
-    if _sha256(path) != sha:
+    if file_sha256(path) != sha:
         return False
     try:
         _stamp(path).write_text(json.dumps(want))

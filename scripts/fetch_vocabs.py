@@ -14,7 +14,6 @@ Usage: python3 scripts/fetch_vocabs.py [--dest DIR] [--sdist FILE]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import subprocess
 import sys
@@ -22,23 +21,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from embscope.assets import cache_dir, file_sha256  # noqa: E402
+
 PACKAGE = "llama-cpp-python==0.3.36"
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 MARKER = "/vendor/llama.cpp/models/ggml-vocab-"
-
-
-def default_dest() -> Path:
-    base = os.environ.get("EMBSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "embscope")
-    return Path(base) / "vocabs"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def download(tmp: Path) -> Path:
@@ -71,7 +60,7 @@ def extract(sdist: Path, dest: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dest", type=Path, default=default_dest(), help="target folder (default: %(default)s)")
+    ap.add_argument("--dest", type=Path, default=cache_dir("vocabs"), help="target folder (default: %(default)s)")
     ap.add_argument("--sdist", type=Path, help="an already downloaded llama_cpp_python-0.3.36.tar.gz")
     args = ap.parse_args(argv)
     stamp = args.dest / ".sha256"
@@ -80,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         sdist = args.sdist or download(Path(tmp))
-        got = sha256(sdist)
+        got = file_sha256(sdist)
         if got != SHA256:
             print(f"error: {sdist.name} has sha256 {got}, expected {SHA256}; not extracting", file=sys.stderr)
             return 1

@@ -18,16 +18,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from embscope.assets import cache_dir
+
 log = logging.getLogger(__name__)
 
 #: bump when a builder in :mod:`embscope.tokenizer.gguf` changes what it produces
 BUILD_VERSION = 1
-
-
-def cache_root() -> Path:
-    """``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``."""
-    base = os.environ.get("EMBSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "embscope")
-    return Path(base)
 
 
 def _default(o):
@@ -74,7 +70,7 @@ def cached_tokenizer(fields: dict, build: Callable[[], object], *, cache_dir: Pa
     """
     from tokenizers import Tokenizer
 
-    folder = Path(cache_dir) if cache_dir is not None else cache_root() / "tokenizers"
+    folder = Path(cache_dir) if cache_dir is not None else cache_dir("tokenizers")
     key = metadata_key(fields)
     path, spec_path = folder / f"{key}.json", folder / f"{key}.spec.json"
     if path.is_file() and spec_path.is_file():
