@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from embscope.assets import cache_dir
+from embscope.assets import cache_dir as user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def cached_tokenizer(fields: dict, build: Callable[[], object], *, cache_dir: Pa
     """
     from tokenizers import Tokenizer
 
-    folder = Path(cache_dir) if cache_dir is not None else cache_dir("tokenizers")
+    folder = Path(cache_dir) if cache_dir is not None else user_cache_dir("tokenizers")
     key = metadata_key(fields)
     path, spec_path = folder / f"{key}.json", folder / f"{key}.spec.json"
     if path.is_file() and spec_path.is_file():
