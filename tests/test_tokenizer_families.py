@@ -188,3 +188,86 @@ def test_rebuilt_tokenizer_is_cached(tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 2
     text = " Hello  world 😀"
     assert a.encode(text, add_special_tokens=False).ids == b.encode(text, add_special_tokens=False).ids
+
+
+# --- the gemma3-270m demo model and SentencePiece-style vocabularies in extension -------------------
+
+
+def test_chunked_file_assembled_atomically_and_checked(tmp_path, monkeypatch):
+    import hashlib
+
+    import embscope.assets as assets
+    from embscope.errors import ModelFileError
+
+    parts = tmp_path / "pkg"
+    parts.mkdir()
+    (parts / "a").write_bytes(b"GGUF" + b"x" * 1000)
+    (parts / "b").write_bytes(b"y" * 777)
+    monkeypatch.setattr(assets, "package_dir", lambda module, what=None: parts)
+    good = assets.ChunkedFile("m.gguf", (("p1", "a"), ("p2", "b")),
+                              hashlib.sha256(b"GGUF" + b"x" * 1000 + b"y" * 777).hexdigest())
+    out = assets.assembled_file(good, folder=tmp_path / "models")
+    assert out.read_bytes().endswith(b"y" * 777) and out.stat().st_size == 1781
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.gguf", "m.gguf.sha256.json"]
+    out.write_bytes(b"damaged")  # a changed file is re-hashed, found wrong and rebuilt
+    assert assets.assembled_file(good, folder=tmp_path / "models").stat().st_size == 1781
+    bad = assets.ChunkedFile("n.gguf", good.chunks, "0" * 64)
+    with pytest.raises(ModelFileError, match="sha256"):
+        assets.assembled_file(bad, folder=tmp_path / "models")
+    assert not any(p.name.startswith("n.gguf") for p in (tmp_path / "models").iterdir())  # no half file
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory):
+    """The demo alias, assembled into a test cache from the installed chunk packages."""
+    from embscope.resolve import resolve
+
+    os.environ["EMBSCOPE_CACHE"] = str(tmp_path_factory.mktemp("gemma-cache"))
+    try:
+        resolved = resolve("gemma3-270m")
+    except Exception as exc:  # chunk packages missing
+        pytest.skip(f"gemma3-270m chunk packages not installed: {exc}")
+    from embscope.tokenizer.load import model_vocabulary
+
+    return resolved, model_vocabulary(resolved)
+
+
+@pytest.mark.slow
+def test_gemma3_demo_alias_and_vocabulary(gemma3):
+    from embscope.assets import file_sha256
+    from embscope.registry import ALIASES
+
+    resolved, vocab = gemma3
+    assert file_sha256(resolved.path) == ALIASES["gemma3-270m"].chunked.sha256
+    assert resolved.format == "gguf" and "embscope" in str(resolved.path.parent.parent)  # the cache
+    assert len(vocab) == ALIASES["gemma3-270m"].facts["rows"] == 262144
+    # no dummy prefix in Gemma: " " is the piece "▁" itself, "Hello" has no leading ▁
+    assert vocab.encode(" ") == [vocab.tok.token_to_id("▁")]
+    assert vocab.tok.id_to_token(vocab.encode("Hello world")[0]) == "Hello"
+    assert all(vocab.decode(vocab.encode(t)) == t for t in HARD)
+
+
+@pytest.mark.slow
+def test_gemma3_candidates_are_medical_terms_with_measured_savings(gemma3):
+    from embscope.extend.candidates import count_tokens, extended_tokenizer, find_candidates, space_twins
+    from embscope.extend.extension import read_texts
+
+    _, vocab = gemma3
+    tok = vocab.tok
+    texts = read_texts(Path(__file__).resolve().parent.parent / "corpora" / "medical")
+    cands = find_candidates(tok, texts, max_ngram=1, min_freq=5)
+    assert len(cands) > 100
+    terms = [c.term for c in cands[:50]]
+    assert all(c.frequency >= 5 and c.n_pieces >= 2 for c in cands[:50])
+    # real words, not whole lines: one word each, in the ▁ convention or line-initial
+    assert all(t.lstrip("▁").isalpha() and " " not in t for t in terms)
+    assert {"Laceration", "Malignant"} <= {t.lstrip("▁") for t in terms}
+    twins = space_twins(tok, terms)
+    assert twins and all(t.startswith("▁") and t[1:] in terms for t, _ in twins)
+    before = count_tokens(tok, texts)
+    ext = extended_tokenizer(tok, terms + [t for t, _ in twins])
+    after = count_tokens(ext, texts)
+    assert before - after > 0.03 * before
+    twin = twins[0][0]  # the spaced form is one token mid-sentence, the bare form at line start
+    assert ext.encode("Patients with" + twin.replace("▁", " "), add_special_tokens=False).tokens[-1] == twin
+    assert ext.encode(twin[1:] + " of", add_special_tokens=False).tokens[0] == twin[1:]

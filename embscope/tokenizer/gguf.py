@@ -218,4 +218,7 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
     if fields.get("tokenizer.ggml.model") is None or "tokenizer.ggml.tokens" not in fields:
         return None
     tok, spec = cached_tokenizer(fields, lambda: rebuild(path, fields))
-    return HFVocabulary(tok, name, spec=spec)
+    model = (spec.get("model") or {}).get("type")
+    # GGUF token strings are the tokenizer's pieces, except WordPiece's (``▁w``/``w`` vs ``w``/``##w``)
+    pieces = fields["tokenizer.ggml.tokens"] if model == "BPE" else None
+    return HFVocabulary(tok, name, spec=spec, pieces=pieces)
