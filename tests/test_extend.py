@@ -26,21 +26,21 @@ def smol():
 
 @pytest.fixture(scope="module")
 def texts():
-    from embscope.extend.extension import read_texts
+    from embscope.extension.extension import read_texts
 
     return read_texts(CORPUS)
 
 
 @pytest.fixture(scope="module")
 def result(smol):
-    from embscope.extend import suggest
+    from embscope.extension import suggest
 
     return suggest(smol, CORPUS, top=TOP, init=("subword-mean", "hewitt", "knn-pull"))
 
 
 @pytest.fixture(scope="module")
 def applied(smol, result, tmp_path_factory):
-    from embscope.extend import apply
+    from embscope.extension import apply
 
     out = tmp_path_factory.mktemp("ext") / "smollm2-med"
     manifest = apply(smol, result, out, init="subword-mean")
@@ -124,9 +124,9 @@ def test_kl_on_held_out_text_is_small_and_matches_the_diagnostic(smol, result, e
     the diagnostic's closed form −ln(1 − new-token mass)."""
     import torch
 
-    from embscope.extend.candidates import extended_tokenizer
-    from embscope.extend.diagnostics import held_out_ids
-    from embscope.extend.fullmodel import load_causal_lm, load_hf_tokenizer
+    from embscope.extension.candidates import extended_tokenizer
+    from embscope.extension.diagnostics import held_out_ids
+    from embscope.extension.fullmodel import load_causal_lm, load_hf_tokenizer
 
     tok = load_hf_tokenizer(smol)
     ids = held_out_ids(tok, extended_tokenizer(tok, result.terms))
@@ -161,8 +161,8 @@ def test_strategy_diagnostics(result):
 def test_hewitt_samples_around_the_mean(smol, result):
     import torch
 
-    from embscope.extend.extension import init_contexts, reference_mask
-    from embscope.extend.init import HEWITT_EPS, init_hewitt, trained_mean
+    from embscope.extension.extension import init_contexts, reference_mask
+    from embscope.extension.init import HEWITT_EPS, init_hewitt, trained_mean
 
     ctx = init_contexts(smol, result.pieces, reference_mask(smol, None))["embed"]
     mu = trained_mean(ctx)
@@ -179,7 +179,7 @@ def test_flagged_rows_are_left_out_of_means(smol, result):
     import polars as pl
     import torch
 
-    from embscope.extend.extension import new_rows, reference_mask
+    from embscope.extension.extension import new_rows, reference_mask
 
     k = next(j for j, p in enumerate(result.pieces) if len(set(p)) >= 2)
     first, rest = result.pieces[k][0], [i for i in result.pieces[k] if i != result.pieces[k][0]]
@@ -193,7 +193,7 @@ def test_rows_only_output(smol, result, tmp_path):
     from safetensors.torch import load_file
     from transformers import PreTrainedTokenizerFast
 
-    from embscope.extend import apply
+    from embscope.extension import apply
 
     out = tmp_path / "rows"
     manifest = apply(smol, result, out, init="knn-pull", mode="rows")
@@ -207,7 +207,7 @@ def test_rows_only_output(smol, result, tmp_path):
 
 def test_unknown_strategy_says_did_you_mean():
     from embscope.errors import SpecError
-    from embscope.extend.init import parse_init
+    from embscope.extension.init import parse_init
 
     with pytest.raises(SpecError, match=r"did you mean 'subword-mean'"):
         parse_init("subword-men")

@@ -632,17 +632,25 @@ def _answer_yes(monkeypatch) -> list:
     return asked
 
 
-def test_gguf_tokenizer_never_runs_folder_code(tmp_path, out, corpus, capsys, monkeypatch):
-    """A SentencePiece GGUF next to tokenizer_config.json with auto_map and evil.py: before the fix
-    transformers asked on stdin, and "y" ran evil.py. Now nothing is asked and nothing runs."""
+@pytest.mark.parametrize("tokenizer_model", ["llama", "unknown-kind"])
+def test_gguf_tokenizer_never_runs_folder_code(tokenizer_model, tmp_path, out, corpus, capsys, monkeypatch):
+    """A GGUF next to tokenizer_config.json with auto_map and evil.py: before the fix transformers
+    asked on stdin, and "y" ran evil.py. Now nothing is asked and nothing runs: a SentencePiece
+    vocabulary is rebuilt without transformers, any other kind goes through transformers with
+    trust_remote_code=False and fails in one line."""
+    from embscope.cli import main
+
     folder = tmp_path / "m"
     folder.mkdir()
-    (folder / "model.gguf").write_bytes(gguf_bytes(base_kv(**SPM_KV)))
+    kv = {**SPM_KV, "tokenizer.ggml.model": (STR, tokenizer_model)}
+    (folder / "model.gguf").write_bytes(gguf_bytes(base_kv(**kv)))
     _evil_folder(folder)
     asked = _answer_yes(monkeypatch)
-    msg = assert_one_line_error(["fertility", "--tokenizer", str(folder / "model.gguf"), "--corpus", str(corpus),
-                                 "--out", str(out)], capsys, out.parent)
-    assert "custom code" in msg
+    argv = ["fertility", "--tokenizer", str(folder / "model.gguf"), "--corpus", str(corpus), "--out", str(out)]
+    if tokenizer_model == "llama":
+        assert main(argv) == 0
+    else:
+        assert_one_line_error(argv, capsys, out.parent)
     assert not asked and not (folder / "PWNED").exists()
 
 
@@ -703,7 +711,7 @@ def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path,
     random values (only a warning). Now the full path is refused with the reason in the manifest
     (auto mode: rows only), and ``mode="full"`` is a one-line error."""
     from embscope.errors import SpecError
-    from embscope.extend import apply, suggest
+    from embscope.extension import apply, suggest
     from embscope.load import load_model
     from tests.conftest import write_checkpoint
 

@@ -20,7 +20,7 @@ LAYERS = [
     ("resolve",),
     ("tokenizer",),
     ("model", "load"),
-    ("tables", "schema", "context", "geometry", "languages", "extend"),
+    ("tables", "schema", "context", "geometry", "languages", "extension"),
     ("sections",),
     ("summary", "report"),
     ("runner",),

@@ -63,7 +63,7 @@ class RunOptions(Record):
         import math
 
         from embscope.errors import SpecError
-        from embscope.extend.init import parse_init
+        from embscope.extension.init import parse_init
 
         for name in ("k", "top", "max_ngram", "min_freq"):
             if getattr(self, name) < 1:

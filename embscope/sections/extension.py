@@ -1,7 +1,7 @@
 """The extension section: which domain terms deserve new tokens, what they save (measured by
 re-tokenising the corpus), and how each initialisation strategy behaves.
 
-Runs :func:`embscope.extend.suggest`; the table (``candidates.parquet``) has one row per term.
+Runs :func:`embscope.extension.suggest`; the table (``candidates.parquet``) has one row per term.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ExtensionRecord(Record):
 def extension_section(inputs: Inputs) -> SectionOutput:
     """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
     from embscope.errors import CorpusError
-    from embscope.extend import suggest
+    from embscope.extension import suggest
 
     if inputs.model is None:
         return SectionOutput(skipped="no model")

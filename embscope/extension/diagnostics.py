@@ -149,7 +149,7 @@ def held_out_ids(old_tok, new_tok, text: str = HELD_OUT_TEXT) -> list[int]:
 def row_diagnostics(name: str, new_rows: "torch.Tensor", ctx, terms: Sequence[str],
                     token_strings: Sequence[str], n_examples: int = 8) -> StrategyDiagnostics:
     """Norm percentiles and nearest trained tokens of ``new_rows`` (n, d) against ``ctx.matrix``."""
-    from embscope.extend.init import nearest_trained, trained_norms
+    from embscope.extension.init import nearest_trained, trained_norms
 
     pct = norm_percentiles(new_rows, trained_norms(ctx))
     sims, ids = nearest_trained(ctx, new_rows, TOP_K)

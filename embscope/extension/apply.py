@@ -1,6 +1,6 @@
 """``apply``: write the extended model — a full transformers folder, or only the new rows.
 
-Full folder (the whole model loads, see :mod:`embscope.extend.fullmodel`): the tokenizer with the
+Full folder (the whole model loads, see :mod:`embscope.extension.fullmodel`): the tokenizer with the
 new terms added, the embeddings resized (``resize_token_embeddings``) and the new rows set by the
 chosen strategy, ``config.vocab_size`` updated, saved as safetensors. It loads with
 ``AutoTokenizer.from_pretrained(out)`` and ``AutoModelForCausalLM.from_pretrained(out)``.
@@ -24,7 +24,7 @@ from embscope.errors import SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.model import LoadedModel
-    from embscope.extend.extension import ExtensionResult
+    from embscope.extension.extension import ExtensionResult
 
 MODES = ("auto", "full", "rows")
 
@@ -77,10 +77,10 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
     """
     from embscope.output import claim, write_json
     from embscope.provenance import run_stamp
-    from embscope.extend.candidates import extended_tokenizer
-    from embscope.extend.fullmodel import load_hf_tokenizer, why_not_loadable
-    from embscope.extend.init import parse_init
-    from embscope.extend.extension import new_rows, reference_mask
+    from embscope.extension.candidates import extended_tokenizer
+    from embscope.extension.fullmodel import load_hf_tokenizer, why_not_loadable
+    from embscope.extension.init import parse_init
+    from embscope.extension.extension import new_rows, reference_mask
 
     if mode not in MODES:
         raise SpecError(f"unknown apply mode {mode!r}; choose from {', '.join(MODES)}")
@@ -157,7 +157,7 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
 
     import torch
 
-    from embscope.extend.fullmodel import load_causal_lm
+    from embscope.extension.fullmodel import load_causal_lm
 
     lm = copy.deepcopy(load_causal_lm(model))
     size = max(lm.get_input_embeddings().weight.shape[0], max(ids) + 1)

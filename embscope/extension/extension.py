@@ -1,9 +1,9 @@
 """``suggest``: which terms to add, what that saves (measured), and how each initialisation behaves.
 
 Data flow: corpus texts (:func:`embscope.languages.corpus.iter_corpus`) → candidates ranked by estimated
-savings (:mod:`embscope.extend.candidates`) → the top N added to a copy of the tokenizer and the
+savings (:mod:`embscope.extension.candidates`) → the top N added to a copy of the tokenizer and the
 corpus re-tokenized (tokens saved, measured) → rows initialised per strategy
-(:mod:`embscope.extend.init`) → diagnostics per strategy (:mod:`embscope.extend.diagnostics`).
+(:mod:`embscope.extension.init`) → diagnostics per strategy (:mod:`embscope.extension.diagnostics`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def read_texts(corpus_path: str | Path, max_bytes: int = MAX_CORPUS_BYTES) -> li
 
 def reference_mask(model: "LoadedModel", tokens: "pl.DataFrame | None"):
     """(V,) bool trained rows: not special/padding/unreachable, not flagged in ``tokens``."""
-    from embscope.extend.init import trained_mask
+    from embscope.extension.init import trained_mask
 
     flagged: list[int] = []
     if tokens is not None and "flagged" in tokens.columns:
@@ -67,7 +67,7 @@ def reference_mask(model: "LoadedModel", tokens: "pl.DataFrame | None"):
 
 def init_contexts(model: "LoadedModel", pieces: Sequence[Sequence[int]], trained, piece_counts=None):
     """``{"embed": ctx, "output": ctx}`` (output only for untied models)."""
-    from embscope.extend.init import InitContext
+    from embscope.extension.init import InitContext
 
     # The matrices stay in their stored dtype (memory-mapped bf16 for most checkpoints); every
     # strategy converts the row chunks it reads.
@@ -79,7 +79,7 @@ def init_contexts(model: "LoadedModel", pieces: Sequence[Sequence[int]], trained
 
 def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=None) -> dict[str, Any]:
     """Rows for ``result.terms`` by ``spec`` (``NAME`` or ``INPUT/OUTPUT``): ``{"embed", "output"?}``."""
-    from embscope.extend.init import initialise, parse_init
+    from embscope.extension.init import initialise, parse_init
 
     names = dict(zip(("embed", "output"), parse_init(spec)))
     trained = reference_mask(model, None) if trained is None else trained
@@ -110,10 +110,10 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         >>> r = suggest(load_model("smollm2-135m"), "corpora/medical", top=50)  # doctest: +SKIP
         >>> r.summary["tokens_saved"], r.table["term"][:3].to_list()  # doctest: +SKIP
     """
-    from embscope.extend.candidates import (candidates_table, count_tokens, extended_tokenizer,
+    from embscope.extension.candidates import (candidates_table, count_tokens, extended_tokenizer,
                                            find_candidates, space_twins, token_counts)
-    from embscope.extend.fullmodel import load_hf_tokenizer
-    from embscope.extend.init import parse_init
+    from embscope.extension.fullmodel import load_hf_tokenizer
+    from embscope.extension.init import parse_init
 
     if top < 1 or max_ngram < 1 or min_freq < 1:
         raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
@@ -166,8 +166,8 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
 
 
 def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext):
-    from embscope.extend.diagnostics import held_out_ids, hidden_and_logits, kl_and_mass, row_diagnostics
-    from embscope.extend.fullmodel import load_causal_lm, why_not_loadable
+    from embscope.extension.diagnostics import held_out_ids, hidden_and_logits, kl_and_mass, row_diagnostics
+    from embscope.extension.fullmodel import load_causal_lm, why_not_loadable
 
     reason = why_not_loadable(model)
     h = logits = None

@@ -12,6 +12,13 @@ pre-token, so mid-sentence "hypertension" is the pre-token " hypertension" (stor
 ``Ġhypertension``) while a line-initial "Hypertension" has no space. The two forms are different
 tokens, so they are counted, ranked and added apart, each as it occurs.
 
+SentencePiece-style vocabularies (Llama 2, Mistral, Gemma) have no pre-tokenizer: the normalizer
+turns every space into ``▁`` and the model sees a whole line at once. Words are then cut from the
+raw text (a word keeps the space in front of it) and each is counted in the form the model sees,
+``▁hypertension``; that is also the term's name and the content of the token to add. A text's first
+word is seen as ``▁Word`` when the tokenizer prepends a ``▁`` (Llama 2's dummy prefix) and as
+``Word`` otherwise (Gemma), so there the spaced twin of ``Hypertension`` is ``▁Hypertension``.
+
 Multi-word terms (``max_ngram > 1``) are runs of adjacent word pre-tokens (" diabetes mellitus").
 
 The estimate double-counts overlaps (a unigram inside an added bigram) and ignores that an added
@@ -21,6 +28,7 @@ with the extended tokenizer and reports what is really saved.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -56,14 +64,43 @@ class Candidate:
         return self.frequency * (self.n_pieces - 1)
 
 
-def _is_word(surface: str) -> bool:
-    """A word pre-token: letters only after an optional leading space; numbers are excluded.
+SPACE = "▁"
 
-    >>> _is_word(" hypertension"), _is_word("Cholera"), _is_word(" 2"), _is_word(" A01"), _is_word(",")
+
+def _is_word(surface: str) -> bool:
+    """A word pre-token: letters only after an optional leading space (or ``▁``); no numbers.
+
+    >>> _is_word(" hypertension"), _is_word("▁Cholera"), _is_word(" 2"), _is_word(" A01"), _is_word(",")
     (True, True, False, False, False)
     """
-    core = surface[1:] if surface[:1] == " " else surface
+    core = surface[1:] if surface[:1] in (" ", SPACE) else surface
     return len(core) >= 2 and core.isalpha()
+
+
+def _starts_spaced(surface: str) -> bool:
+    return surface[:1] in (" ", SPACE)
+
+
+def metaspace_style(tok: "Tokenizer") -> tuple[bool, bool]:
+    """``(metaspace, prepends)``: does the normalizer turn spaces into ``▁``, and does it add one in
+    front of the text (SentencePiece's dummy prefix)?
+
+    >>> # Llama 2 (normalizer Prepend("▁") + Replace(" ", "▁")): (True, True); Gemma: (True, False)
+    """
+    if tok.normalizer is None:
+        return False, False
+    probe = tok.normalizer.normalize_str("a b")
+    metaspace = SPACE in probe and " " not in probe
+    return metaspace, metaspace and probe.startswith(SPACE)
+
+
+#: raw-text words for SentencePiece-style tokenizers: a letter run with the space in front of it,
+#: or one other non-space character (so "hypertension," gives "▁hypertension" and ",")
+_RAW_WORD = re.compile(r" ?[^\W\d_]+| ?\S")
+
+
+def _raw_words(text: str):
+    return _RAW_WORD.finditer(text)
 
 
 def pretokens(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
@@ -71,8 +108,20 @@ def pretokens(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
 
     ``surface`` is the slice of the (normalized) text the pre-token covers, ``pretoken`` the string
     the BPE model receives (``Ġhypertension`` for byte-level BPE). Tokenizers without a
-    pre-tokenizer are split on whitespace, keeping the space in front of each word.
+    pre-tokenizer are split on whitespace, keeping the space in front of each word. For
+    SentencePiece-style tokenizers (:func:`metaspace_style`) the words are cut from the raw text
+    and ``surface`` and ``pretoken`` are both the ``▁`` form (``▁hypertension``); offsets are the
+    raw text's.
     """
+    metaspace, prepends = metaspace_style(tok)
+    if metaspace:
+        out = []
+        for m in _raw_words(text):
+            w = m.group().replace(" ", SPACE)
+            if m.start() == 0 and prepends:
+                w = SPACE + w
+            out.append((w, w, m.start(), m.end()))
+        return out
     if tok.normalizer is not None:
         text = tok.normalizer.normalize_str(text)
     if tok.pre_tokenizer is None:
@@ -98,7 +147,7 @@ def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
     for text in track(texts, total=total, description="counting terms"):
         run: list[tuple[str, str, int, int]] = []  # current run of adjacent word pre-tokens
         for surface, pre, s, e in pretokens(tok, text):
-            if not _is_word(surface) or (run and (run[-1][3] != s or surface[:1] != " ")):
+            if not _is_word(surface) or (run and (run[-1][3] != s or not _starts_spaced(surface))):
                 run = []
             if not _is_word(surface):
                 continue
@@ -167,11 +216,24 @@ def extended_tokenizer(tok: "Tokenizer", terms: Sequence[str]) -> "Tokenizer":
 
     Added tokens are matched in the raw text before pre-tokenization, longest match first, and not
     normalized, so " hypertension" (with its space) becomes one token wherever it occurs.
+
+    SentencePiece-style tokenizers get their terms in the ``▁`` form, matched in the normalized
+    text. HF normalizes such a token's own text too, so a dummy-prefix normalizer
+    (``Prepend("▁")``) would turn ``▁term`` into ``▁▁term``; the copy then does the prefix in a
+    ``Metaspace`` pre-tokenizer instead (same ids, except that a text starting with a space gets
+    no second ``▁``).
     """
-    from tokenizers import AddedToken, Tokenizer
+    from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers
 
     ext = Tokenizer.from_str(tok.to_str())
-    ext.add_tokens([AddedToken(t, normalized=False, special=False) for t in terms])
+    metaspace, prepends = metaspace_style(tok)
+    if not metaspace:
+        ext.add_tokens([AddedToken(t, normalized=False, special=False) for t in terms])
+        return ext
+    if prepends and ext.pre_tokenizer is None:
+        ext.normalizer = normalizers.Replace(" ", SPACE)
+        ext.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first", split=False)
+    ext.add_tokens([AddedToken(t.replace(" ", SPACE), normalized=True, special=False) for t in terms])
     return ext
 
 
@@ -202,11 +264,22 @@ def space_twins(tok: "Tokenizer", terms: Sequence[str]) -> list[tuple[str, list[
     would turn mid-sentence " Laceration" (old: [" L", "ac", "eration"]) into [" ", "Laceration"]:
     a bare-space token before a word, a sequence the model never saw in training. Adding the twin
     " Laceration" as well keeps the spaced form whole. Only for tokenizers whose pre-tokenizer keeps
-    the space inside the word's pre-token (byte-level BPE). Returns ``[(twin, piece_ids), ...]``.
+    the space inside the word's pre-token (byte-level BPE), and for SentencePiece-style ones, whose
+    twin is ``▁Laceration``. Returns ``[(twin, piece_ids), ...]``.
     """
     chosen = set(terms)
     existing = set(tok.get_vocab(with_added_tokens=True))
     out = []
+    if metaspace_style(tok)[0]:
+        for term in terms:
+            twin = SPACE + term
+            if _starts_spaced(term) or twin in chosen or twin in existing:
+                continue
+            ids = piece_ids(tok, [twin])
+            if len(ids) > 1:
+                out.append((twin, ids))
+                chosen.add(twin)
+        return out
     for term in terms:
         twin = " " + term
         if term.startswith(" ") or twin in chosen or twin in existing:

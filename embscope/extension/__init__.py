@@ -1,6 +1,6 @@
 """Vocabulary extension: which domain terms to add, what that saves, how to initialise new rows.
 
-    from embscope.extend import suggest, apply
+    from embscope.extension import suggest, apply
     result = suggest(model, "corpora/medical", top=200, init=("subword-mean", "hewitt"))
     apply(model, result, "out/smollm2-medical", init="subword-mean")
 
@@ -12,8 +12,8 @@ functions, so importing this package is cheap.
 
 from __future__ import annotations
 
-from embscope.extend.apply import apply
-from embscope.extend.extension import ExtensionResult, suggest
-from embscope.extend.init import STRATEGIES
+from embscope.extension.apply import apply
+from embscope.extension.extension import ExtensionResult, suggest
+from embscope.extension.init import STRATEGIES
 
 __all__ = ["suggest", "apply", "ExtensionResult", "STRATEGIES"]
