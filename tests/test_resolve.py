@@ -34,6 +34,12 @@ def test_local_folder_wins_over_alias(tmp_path, monkeypatch, caplog):
     assert any("using the local folder" in m and "openai-community/gpt2" in m for m in caplog.messages)
 
 
+def test_a_plain_file_does_not_hide_an_alias(tmp_path, monkeypatch):
+    (tmp_path / "minilm-l6").write_text("notes")
+    monkeypatch.chdir(tmp_path)
+    assert resolve("minilm-l6", need="config").source == "package"
+
+
 def test_local_folder_log_line_reaches_stderr(tmp_path):
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps(GPT2))
