@@ -243,9 +243,9 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
 
     need = _need(need, need_weights)
     path = Path(spec).expanduser()
-    if spec in ALIASES and path.exists():
-        log.warning("using the local %s %s, not the alias %r (%s); pass ./%s or the hub id to be explicit",
-                    "folder" if path.is_dir() else "file", path.resolve(), spec, ALIASES[spec].repo_id, spec)
+    if spec in ALIASES and path.is_dir():
+        log.warning("using the local folder %s, not the alias %r (%s); pass ./%s or the hub id to be explicit",
+                    path.resolve(), spec, ALIASES[spec].repo_id, spec)
     elif spec in ALIASES:
         alias = ALIASES[spec]
         if alias.chunked is not None:

@@ -4,6 +4,7 @@ is pointed at a closed local port."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -33,6 +34,12 @@ def test_local_folder_wins_over_alias(tmp_path, monkeypatch, caplog):
     assert any("using the local folder" in m and "openai-community/gpt2" in m for m in caplog.messages)
 
 
+def test_a_plain_file_does_not_hide_an_alias(tmp_path, monkeypatch):
+    (tmp_path / "minilm-l6").write_text("notes")
+    monkeypatch.chdir(tmp_path)
+    assert resolve("minilm-l6", need="config").source == "package"
+
+
 def test_local_folder_log_line_reaches_stderr(tmp_path):
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps(GPT2))
@@ -45,7 +52,11 @@ def test_local_folder_log_line_reaches_stderr(tmp_path):
 
 @pytest.fixture
 def unreachable_hub(tmp_path, monkeypatch):
-    """huggingface_hub as if online, its endpoint a closed local port, its cache empty."""
+    """huggingface_hub as if online, its endpoint a closed local port, its cache empty. Its download
+    module is imported first: the 2 s are for noticing the hub is down, not for a one-time import
+    (about 0.5 s on an idle machine, several seconds on a loaded one)."""
+    importlib.import_module("huggingface_hub.file_download")
+
     for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
