@@ -12,8 +12,10 @@ HF ``tokenizers``) and/or the term-counting pass
 - ``ray local``: ``Engine("ray", workers=N)`` on a Ray started here (its start-up is timed apart).
 
 Each run's result is checked equal to the one-process result. MB/s is corpus MB (uncompressed
-UTF-8 text bytes) per wall second; the load average is printed beside every row. The corpus is
-deleted at the end.
+UTF-8 text bytes) per wall second; the load average is printed beside every row. On a shared
+machine wall time says little, so the CPU seconds of this process and its worker processes are
+printed too: MB per CPU-second is the per-core rate, whatever the load (not for Ray, whose
+workers are not this process's children). The corpus is deleted at the end.
 
     python bench/corpus.py --mb 2000          # the full bench (long on a 2-core machine)
     python bench/corpus.py --mb 16            # a quick check
@@ -84,13 +86,16 @@ def run(kind: str, corpus: Path, engine, vocab, tok):
     from embscope.extend.candidates import corpus_candidates
     from embscope.languages.fertility import measure
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), os.times()
     if kind == "fertility":
         res = measure([vocab], corpus, engine=engine)
         out = (res.table, res.token_counts)
     else:
         out = corpus_candidates(tok, corpus, max_ngram=2, min_freq=5, engine=engine)[0]
-    return out, time.perf_counter() - t
+    e = os.times()
+    cpu = (e.user - c.user) + (e.system - c.system) + (e.children_user - c.children_user) + \
+        (e.children_system - c.children_system)
+    return out, time.perf_counter() - t, cpu
 
 
 def same(kind, a, b) -> bool:
@@ -132,18 +137,23 @@ def main() -> None:
             init(Engine("ray", workers=args.workers))
             print(f"ray: import + local start {time.perf_counter() - t:.1f} s (load {load()})")
             engines.append(("ray local", Engine("ray", workers=args.workers)))
-        print("\n| pass | input | engine | wall s | MB/s | vs one process | equal | load |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("\n| pass | input | engine | wall s | MB/s | vs one process | CPU s | MB per CPU-s | equal | load |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for kind in args.passes.split(","):
             for variant in ("plain", "zst"):
                 ref = ref_s = None
                 for name, engine in engines:
-                    out, secs = run(kind, base / variant, engine, vocab, tok)
+                    out, secs, cpu = run(kind, base / variant, engine, vocab, tok)
                     if ref is None:
                         ref, ref_s = out, secs
                     label = "jsonl" if variant == "plain" else "jsonl.zst"
+                    # CPU time of this process and its reaped children; Ray's workers are not ours
+                    ray = engine.kind == "ray"
+                    cpu_s = "n/a" if ray else f"{cpu:.1f}"
+                    per_cpu = "n/a" if ray else f"{nbytes / 1e6 / cpu:.2f}"
                     print(f"| {kind} | {label} | {name} | {secs:.1f} | {nbytes / 1e6 / secs:.2f} | "
-                          f"{ref_s / secs:.2f}× | {same(kind, ref, out)} | {load()} |", flush=True)
+                          f"{ref_s / secs:.2f}× | {cpu_s} | {per_cpu} | {same(kind, ref, out)} | {load()} |",
+                          flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
