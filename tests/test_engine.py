@@ -61,6 +61,7 @@ def test_engine_options_are_checked():
         Engine("local", ray_address="auto")
 
 
+@pytest.mark.slow
 def test_fertility_local_workers_equal_one_process(gpt2, udhr_one, tmp_path):
     two = measure([gpt2], UDHR, engine=Engine(workers=2))
     same_fertility(udhr_one, two)
@@ -106,6 +107,7 @@ def test_merge_replays_order_dependent_samples(gpt2):
         F.WORD_SAMPLE_BYTES = monkey
 
 
+@pytest.mark.slow
 def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monkeypatch):
     monkeypatch.setattr(E, "MERGE_FAN_IN", 3)  # force merge rounds
     got, report = C.corpus_candidates(llama3, MEDICAL, max_ngram=2, min_freq=5,
