@@ -256,3 +256,19 @@ def test_sampling_is_deterministic_per_language(tmp_path):
     copy = sharded_copy(UDHR, tmp_path / "copy", parts=3, kinds=("gz", "zst"))
     c, _ = read_all(copy, sample_bytes=5000)
     assert texts_units(c) == texts_units(a)  # same records in the same order: the same sample
+
+
+def test_jsonl_text_and_lang_fields(tmp_path):
+    import gzip
+
+    rows = [{"body": "Aspirin lowers fever.", "language": "eng", "lang": "xxx"},
+            {"body": "Le paracétamol aussi.", "language": "fra"}, {"text": "no body here"}]
+    (tmp_path / "notes.jsonl.gz").write_bytes(gzip.compress(
+        "".join(json.dumps(r) + "\n" for r in rows).encode()))
+    with pytest.warns(CorpusWarning, match="1 missing text records"):
+        got, _ = read_all(tmp_path, options=ReadOptions(text_field="body", lang_field="language"))
+    assert [(b.lang, b.texts) for b in got] == [("eng", ["Aspirin lowers fever."]),
+                                                ("fra", ["Le paracétamol aussi."])]
+    with pytest.warns(CorpusWarning):
+        got, report = read_all(tmp_path, options=ReadOptions(text_field="body", lang_field=None))
+    assert {b.lang for b in got} == {"und_latn"} and report.lang_source == {"und_latn": "script guess"}
