@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from embscope.languages.corpus import MAX_LINE_BYTES, CorpusReport, CorpusWarning, iter_corpus
+from embscope.languages.corpus import (MAX_LINE_BYTES, CorpusReport, CorpusWarning, ReadOptions,
+                                       iter_corpus)
 from embscope.errors import CorpusError
 from embscope.languages.script import dominant_script, script_of
 from embscope.languages.segment import count_words, words
@@ -122,15 +123,21 @@ def test_bad_inputs_warn_with_counts_and_keep_good_text(tmp_path):
     (tmp_path / "blob.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "latin1.txt").write_bytes("ok line\ncaf\xe9 au lait\n".encode("latin-1"))
-    (tmp_path / "broken.jsonl").write_text('{"text": "ok"}\nnot json\n{"no_text": 1}\n', encoding="utf-8")
+    (tmp_path / "broken.jsonl").write_text('{"text": "ok"}\nnot json\n{"no_text": 1}\n[1]\n'
+                                           '{"text": 5}\n{"text": "  "}\n', encoding="utf-8")
     with pytest.warns(CorpusWarning) as rec:
         batches, report = read_all(tmp_path)
     texts = sorted(t for b in batches for t in b.texts)
     assert texts == ["fine text here", "ok", "ok line"]
     assert report.skipped == {"binary_files": 1, "empty_files": 1, "invalid_utf8_lines": 1,
-                              "bad_jsonl_lines": 2}
+                              "invalid_json_lines": 1, "missing_text_records": 1,
+                              "wrong_type_records": 2, "empty_text_records": 1}
+    per_file = report.as_dict()["per_file"]
+    assert per_file[str(tmp_path / "broken.jsonl")] == {
+        "empty_text_records": 1, "invalid_json_lines": 1, "missing_text_records": 1, "wrong_type_records": 2}
+    assert per_file[str(tmp_path / "latin1.txt")] == {"invalid_utf8_lines": 1}
     msg = str(rec[0].message)
-    assert "1 binary files" in msg and "1 invalid utf8 lines" in msg
+    assert "1 binary files" in msg and "1 invalid utf8 lines" in msg and "broken.jsonl: 5" in msg
 
 
 @pytest.mark.slow
@@ -174,3 +181,94 @@ def test_nothing_usable_raises(tmp_path):
     (tmp_path / "c.json").write_text("{}")
     with pytest.warns(CorpusWarning), pytest.raises(CorpusError, match="no usable text"):
         list(iter_corpus(tmp_path))
+
+
+# ------------------------------------------------------------------ compressed, HF, globs, fields
+
+
+def texts_units(batches):
+    return [(b.lang, t, u) for b in batches for t, u in zip(b.texts, b.units)]
+
+
+def test_compressed_parquet_and_hf_shards_read_the_same_records(tmp_path):
+    from tests.corpus_copies import sharded_copy
+
+    copy = sharded_copy(UDHR, tmp_path / "copy", parts=5)  # gz, zst, bz2, parquet, hf per language
+    want, _ = read_all(UDHR / "fra.jsonl")
+    got, report = read_all(copy / "fra")
+    assert texts_units(got) == texts_units(want) and not report.skipped
+    assert report.files_read == 5
+    assert report.lang_source["fra"] == "lang field"
+    kinds = sorted(p.name for p in (copy / "fra").iterdir())
+    assert kinds[:3] == ["00.jsonl.gz", "01.jsonl.zst", "02.jsonl.bz2"] and "03.parquet" in kinds
+    assert (copy / "fra" / "04" / "cache-123.arrow").exists()  # present, and not read twice
+
+
+def test_hf_dataset_dict_folder_with_fields(tmp_path):
+    from tests.corpus_copies import write_hf_dataset
+
+    root = tmp_path / "ds"
+    write_hf_dataset(root / "train", [{"abstract": "Aspirin lowers fever.", "language": "eng"},
+                                      {"abstract": "Le paracétamol aussi.", "language": "fra"}])
+    write_hf_dataset(root / "test", [{"abstract": "Ibuprofen too.", "language": "eng"}])
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    opts = ReadOptions(text_field="abstract", lang_field="language")
+    report = CorpusReport()
+    got = [(b.lang, b.texts) for b in iter_corpus(root, options=opts, report=report)]
+    assert got == [("eng", ["Ibuprofen too."]), ("eng", ["Aspirin lowers fever."]),
+                   ("fra", ["Le paracétamol aussi."])]  # splits in sorted order: test, train
+    assert report.files_read == 2 and report.ignored_files == 0
+    with pytest.warns(CorpusWarning), pytest.raises(CorpusError, match="no usable text"):
+        list(iter_corpus(root))  # no column "text": counted per file, then a one-line error
+
+
+def test_globs_and_several_paths(tmp_path):
+    got, _ = read_all(str(UDHR / "[ef]*.jsonl"))
+    assert sorted({b.lang for b in got}) == ["ell", "eng", "eus", "fin", "fra"]
+    both, _ = read_all([UDHR / "eng.jsonl", str(UDHR / "fr*.jsonl")])
+    assert [b.lang for b in both][0] == "eng" and {b.lang for b in both} == {"eng", "fra"}
+    with pytest.raises(CorpusError, match="matches no file"):
+        list(iter_corpus(str(tmp_path / "*.jsonl")))
+
+
+def test_corrupt_compressed_file_keeps_what_was_read(tmp_path):
+    import gzip
+
+    data = gzip.compress("".join(f"line {i}\n" for i in range(20000)).encode())
+    (tmp_path / "eng.txt.gz").write_bytes(data[: len(data) // 2])
+    import zstandard
+
+    (tmp_path / "deu.txt.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"garbage" * 10)
+    with pytest.warns(CorpusWarning, match="corrupt compressed files"):
+        got, report = read_all(tmp_path)
+    n = sum(len(b.texts) for b in got if b.lang == "eng")
+    assert 0 < n < 20000
+    assert report.skipped["corrupt_compressed_files"] == 2
+    assert zstandard  # the dependency is installed
+
+
+def test_sampling_is_deterministic_per_language(tmp_path):
+    from tests.corpus_copies import sharded_copy
+
+    a, _ = read_all(UDHR, sample_bytes=5000)
+    b, _ = read_all(UDHR, sample_bytes=5000)
+    assert texts_units(a) == texts_units(b)
+    copy = sharded_copy(UDHR, tmp_path / "copy", parts=3, kinds=("gz", "zst"))
+    c, _ = read_all(copy, sample_bytes=5000)
+    assert texts_units(c) == texts_units(a)  # same records in the same order: the same sample
+
+
+def test_jsonl_text_and_lang_fields(tmp_path):
+    import gzip
+
+    rows = [{"body": "Aspirin lowers fever.", "language": "eng", "lang": "xxx"},
+            {"body": "Le paracétamol aussi.", "language": "fra"}, {"text": "no body here"}]
+    (tmp_path / "notes.jsonl.gz").write_bytes(gzip.compress(
+        "".join(json.dumps(r) + "\n" for r in rows).encode()))
+    with pytest.warns(CorpusWarning, match="1 missing text records"):
+        got, _ = read_all(tmp_path, options=ReadOptions(text_field="body", lang_field="language"))
+    assert [(b.lang, b.texts) for b in got] == [("eng", ["Aspirin lowers fever."]),
+                                                ("fra", ["Le paracétamol aussi."])]
+    with pytest.warns(CorpusWarning):
+        got, report = read_all(tmp_path, options=ReadOptions(text_field="body", lang_field=None))
+    assert {b.lang for b in got} == {"und_latn"} and report.lang_source == {"und_latn": "script guess"}

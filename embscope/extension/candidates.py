@@ -131,6 +131,21 @@ def pretokens(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
     return [(text[s:e], p, s, e) for p, (s, e) in tok.pre_tokenizer.pre_tokenize_str(text)]
 
 
+def _terms_of(tok: "Tokenizer", text: str, max_ngram: int):
+    """``(term, words)`` for every word n-gram (n ≤ max_ngram) of one text, in text order."""
+    run: list[tuple[str, str, int, int]] = []  # current run of adjacent word pre-tokens
+    for surface, pre, s, e in pretokens(tok, text):
+        if not _is_word(surface) or (run and (run[-1][3] != s or not _starts_spaced(surface))):
+            run = []
+        if not _is_word(surface):
+            continue
+        run.append((surface, pre, s, e))
+        run = run[-max_ngram:]
+        for n in range(1, len(run) + 1):  # every n-gram ending at this word
+            gram = run[-n:]
+            yield "".join(g[0] for g in gram), gram
+
+
 def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
                 total: int | None = None) -> tuple[Counter, dict[str, list[str]]]:
     """Count word terms (1..max_ngram adjacent word pre-tokens) in their surface form.
@@ -145,21 +160,10 @@ def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
     counts: Counter = Counter()
     parts: dict[str, list[str]] = {}
     for text in track(texts, total=total, description="counting terms"):
-        run: list[tuple[str, str, int, int]] = []  # current run of adjacent word pre-tokens
-        for surface, pre, s, e in pretokens(tok, text):
-            if not _is_word(surface) or (run and (run[-1][3] != s or not _starts_spaced(surface))):
-                run = []
-            if not _is_word(surface):
-                continue
-            run.append((surface, pre, s, e))
-            run = run[-max_ngram:]
-            # every n-gram ending at this word
-            for n in range(1, len(run) + 1):
-                gram = run[-n:]
-                key = "".join(g[0] for g in gram)
-                counts[key] += 1
-                if key not in parts:
-                    parts[key] = [g[1] for g in gram]
+        for key, gram in _terms_of(tok, text, max_ngram):
+            counts[key] += 1
+            if key not in parts:
+                parts[key] = [g[1] for g in gram]
     return counts, parts
 
 
@@ -179,16 +183,21 @@ def find_candidates(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 
     and terms that already are an added token of the tokenizer.
     """
     counts, parts = count_terms(tok, texts, max_ngram=max_ngram, total=total)
+    return _ranked(tok, ((t, f, parts[t]) for t, f in counts.items()), min_freq)
+
+
+def _ranked(tok: "Tokenizer", terms, min_freq: int) -> list[Candidate]:
+    """Candidates from ``(term, frequency, pre-token parts)``, best estimated savings first."""
     existing = set(tok.get_vocab(with_added_tokens=True))
     out: list[Candidate] = []
-    for term, freq in counts.items():
+    for term, freq, parts in terms:
         if freq < min_freq or term in existing:
             continue
-        ids = piece_ids(tok, parts[term])
+        ids = piece_ids(tok, parts)
         if len(ids) < 2:
             continue
         pieces = [tok.decode([i], skip_special_tokens=False) for i in ids]
-        out.append(Candidate(term, freq, pieces, ids, len(parts[term])))
+        out.append(Candidate(term, freq, pieces, ids, len(parts)))
     out.sort(key=lambda c: (-c.savings_tokens, -c.frequency, c.term))
     return out
 
@@ -292,3 +301,87 @@ def space_twins(tok: "Tokenizer", terms: Sequence[str]) -> list[tuple[str, list[
             out.append((twin, ids))
             chosen.add(twin)
     return out
+
+
+# ------------------------------------------------------------------ corpus passes on an engine
+
+#: distinct terms one shard counts in memory before it hands them out as a chunk (a sorted run on
+#: disk, or rows of a Ray Dataset); ~150 bytes each, so ~75 MB per worker. Exact either way: a
+#: term in several chunks has its counts added by the merge.
+CHUNK_TERMS = 500_000
+_POS = 22  # width of the zero-padded "shard index + first position" prefix of a term's first key
+
+
+def term_chunks(tok: "Tokenizer", batches, shard: int, *, max_ngram: int = 1,
+                chunk_terms: int = CHUNK_TERMS):
+    """Map step of term counting: chunks of ``(term, count, first)`` for one shard's batches.
+
+    ``first`` = shard index (10 digits), position of the term's first occurrence in the shard
+    (12 digits), then the JSON list of its pre-token parts; the least ``first`` over all shards is
+    the corpus's first occurrence, whose parts :func:`count_terms` keeps too.
+    """
+    import json
+
+    counts: Counter = Counter()
+    first: dict[str, str] = {}
+    pos = 0
+    for batch in batches:
+        for text in batch.texts:
+            for key, gram in _terms_of(tok, text, max_ngram):
+                if key not in first:
+                    first[key] = f"{shard:010d}{pos:012d}" + json.dumps([g[1] for g in gram])
+                    pos += 1
+                counts[key] += 1
+        if len(counts) >= chunk_terms:
+            yield [(k, n, first[k]) for k, n in counts.items()]
+            counts, first = Counter(), {}
+    if counts:
+        yield [(k, n, first[k]) for k, n in counts.items()]
+
+
+def corpus_candidates(tok: "Tokenizer", corpus, *, max_ngram: int = 1, min_freq: int = 5,
+                      engine=None, sample_bytes: int | None = None, options=None,
+                      chunk_terms: int = CHUNK_TERMS):
+    """:func:`find_candidates` over a corpus on an engine: ``(candidates, corpus report)``.
+
+    Equal to ``find_candidates(tok, texts)`` over the same texts (same terms, frequencies, pieces
+    and order) on every engine (:class:`embscope.languages.engine.Engine`).
+    """
+    import functools
+    import json
+
+    from embscope.languages.engine import count_keys
+
+    chunker = functools.partial(term_chunks, tok, max_ngram=max_ngram, chunk_terms=chunk_terms)
+    counts, report = count_keys(corpus, chunker, min_count=min_freq, engine=engine,
+                                sample_bytes=sample_bytes, options=options)
+    terms = ((t, n, json.loads(first[_POS:])) for t, (n, first) in counts.items())
+    return _ranked(tok, terms, min_freq), report
+
+
+def shard_token_counts(tok: "Tokenizer", batches):
+    """Map step of token counting: (V,) int64 occurrences per token id over one shard's batches."""
+    import numpy as np
+
+    counts = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=np.int64)
+    for batch in batches:
+        counts += token_counts(tok, batch.texts)[1]
+    return counts
+
+
+def _add(a, b):
+    a += b
+    return a
+
+
+def corpus_token_counts(tok: "Tokenizer", corpus, *, engine=None, sample_bytes: int | None = None,
+                        options=None):
+    """:func:`token_counts` over a corpus on an engine: ``(total, counts, corpus report)``."""
+    import functools
+
+    from embscope.languages.engine import run_pass
+
+    counts, report = run_pass(corpus, functools.partial(shard_token_counts, tok), _add, engine=engine,
+                              sample_bytes=sample_bytes, options=options,
+                              description="counting tokens")
+    return int(counts.sum()), counts, report

@@ -1,21 +1,20 @@
 """Read a corpus as a stream of per-language batches of texts, in bounded memory.
 
-A corpus is a file or a folder (walked recursively, sorted, hidden entries skipped) of:
-
-- ``.txt``, ``.md``: one text per non-blank line;
-- ``.jsonl``: one JSON object per line, field ``text``; optional ``lang`` and ``unit`` (the
-  alignment key of parallel text: records of different languages with the same ``unit`` say the
-  same thing, e.g. UDHR article numbers in ``corpora/udhr``);
-- ``.parquet``: column ``text``, optional ``lang`` and ``unit``, read in record batches.
-
-Other extensions are ignored (counted in the report, e.g. ``languages.json``).
+A corpus is one or more paths: files, folders (walked recursively, sorted, hidden entries
+skipped) or globs, of ``.txt``/``.md`` (one text per non-blank line), ``.jsonl`` (one object per
+line, field ``text``), ``.parquet`` or ``.arrow`` (column ``text``), each optionally ``.gz``,
+``.zst`` or ``.bz2`` compressed, and folders saved by HF ``datasets``. Formats, field options and
+the bad-record counts are in :mod:`embscope.languages.readers`. Records may carry ``lang`` and
+``unit`` (the alignment key of parallel text: records of different languages with the same
+``unit`` say the same thing, e.g. UDHR article numbers in ``corpora/udhr``). Other files are
+ignored (counted in the report, e.g. ``languages.json``).
 
 Language of a text, first that applies:
 
-1. the jsonl ``lang`` field / parquet ``lang`` column;
+1. the record's ``lang`` field (``--lang-field`` names another);
 2. the name of the file's folder below the corpus root when it looks like a language code;
-3. the file name without extension when it looks like a language code (``eng.txt``,
-   ``cmn_hans.jsonl``);
+3. the file name without its suffixes when it looks like a language code (``eng.txt``,
+   ``cmn_hans.jsonl.zst``);
 4. a guess from the writing system of the file's first 64 KiB: ``und_<script>`` with the ISO
    15924 code in lower case (Latin text → ``und_latn``, Cyrillic → ``und_cyrl``, Han →
    ``und_hani``), where ``und`` is ISO 639's "undetermined".
@@ -24,21 +23,20 @@ Language of a text, first that applies:
 or 2-letter region (``eng``, ``en``, ``cmn_hans``, ``pt-BR``), and not one of a few common file
 words (``all``, ``doc``, ``out``, …).
 
-Bounded memory: files are read line by line with a cap of :data:`MAX_LINE_BYTES` per read, texts
-are yielded in batches of at most ``batch_size`` texts and :data:`BATCH_BYTES` bytes, and
-``sample_bytes`` caps the bytes read per language. A 1 GB corpus is never held whole.
+Bounded memory: records are streamed (see :mod:`~embscope.languages.readers`), texts are yielded
+in batches of at most ``batch_size`` texts and :data:`BATCH_BYTES` bytes, and a batch never spans
+two files. A 1 GB corpus is never held whole.
 
-Bad input never crashes the reader; it is counted in :class:`CorpusReport` and summed up in one
-:class:`CorpusWarning` at the end:
+Sampling (``sample_bytes``) is deterministic: per language, texts are taken in corpus order (files
+in the order above, records in file order) while the language's total stays within
+``sample_bytes``; a text that would pass it is skipped (a record with its own ``lang``: later,
+shorter ones of that language may still fit) or ends the file (a file whose language comes from
+its path). The same corpus and budget always give the same sample, on any engine.
 
-- binary files (a NUL byte in the first 8 KiB), empty files, unreadable files: skipped;
-- lines that are not valid UTF-8: skipped;
-- text lines longer than :data:`MAX_LINE_BYTES`: **split** into pieces of at most that size (at a
-  UTF-8 character boundary), so the text is kept and memory stays bounded; jsonl records longer
-  than that are skipped (they cannot be parsed in pieces);
-- jsonl lines that are not JSON objects with a string ``text``: skipped.
-
-A path that yields no text at all raises :class:`~embscope.errors.CorpusError`.
+Bad input never crashes the reader and is never dropped silently: it is counted in
+:class:`CorpusReport` (``skipped`` totals, ``per_file`` counts) and summed up in one
+:class:`CorpusWarning` at the end. A path that yields no text at all raises
+:class:`~embscope.errors.CorpusError`.
 
 >>> from pathlib import Path
 >>> for batch in iter_corpus(Path("corpora/udhr/eng.jsonl")):  # doctest: +SKIP
@@ -48,7 +46,6 @@ eng 31 [0, 1, 2]
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections import Counter
@@ -57,17 +54,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embscope.errors import CorpusError
+from embscope.languages.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions,
+                                        SourceFile, is_glob, iter_records, list_files, sniff, stem)
 
-#: longest text read at once: longer lines are split (text) or skipped (jsonl). 1 MiB is far
-#: above any natural paragraph and keeps one read's memory small.
-MAX_LINE_BYTES = 1 << 20
+__all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarning", "ReadOptions",
+           "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang"]
+
 #: a batch is flushed when its texts reach this many bytes (bounds memory with long lines)
 BATCH_BYTES = 4 << 20
-#: bytes sniffed for NUL (binary) and for the script guess
-SNIFF_BYTES = 8 << 10
+#: bytes of text looked at for the script guess
 GUESS_BYTES = 64 << 10
-TEXT_SUFFIXES = {".txt", ".md"}
-SUFFIXES = TEXT_SUFFIXES | {".jsonl", ".parquet"}
 
 _LANG_CODE = re.compile(r"^[a-z]{2,3}(?:[_-](?:[A-Za-z]{4}|[A-Za-z]{2}))?$")
 #: 2–3 letter file/folder names that are common words, not language codes
@@ -75,7 +71,7 @@ _NOT_LANG = {"all", "doc", "docs", "out", "new", "old", "raw", "tmp", "dev", "va
              "lib", "log", "var", "run", "set", "web", "www", "img", "etc", "misc"}
 #: Unicode script name → ISO 15924 code (for ``und_<script>``)
 _ISO15924 = {"Latin": "latn", "Cyrillic": "cyrl", "Greek": "grek", "Arabic": "arab",
-             "Hebrew": "hebr", "Han": "hani", "Hiragana": "jpan", "Katakana": "jpan",
+             "Hebrew": "hebr", "Han": "hani", "Hiragana": "jpan", "Katakana": "jpan", "Japanese": "jpan",
              "Hangul": "hang", "Devanagari": "deva", "Bengali": "beng", "Gurmukhi": "guru",
              "Gujarati": "gujr", "Oriya": "orya", "Tamil": "taml", "Telugu": "telu",
              "Kannada": "knda", "Malayalam": "mlym", "Sinhala": "sinh", "Thai": "thai",
@@ -104,19 +100,38 @@ class CorpusReport:
     files_read: int = 0  # files that gave at least one text
     texts: int = 0  # texts yielded
     bytes: int = 0  # UTF-8 bytes of the texts yielded
-    skipped: Counter = field(default_factory=Counter)  # reason → count (see module docstring)
-    ignored_files: int = 0  # files with an extension the reader does not read
+    issues: FileIssues = field(default_factory=FileIssues)  # bad records: totals and per file
+    ignored_files: int = 0  # files with a suffix the reader does not read
     capped_languages: list[str] = field(default_factory=list)  # languages cut by sample_bytes
     lang_source: dict[str, str] = field(default_factory=dict)  # lang → how it was decided
 
+    @property
+    def skipped(self) -> Counter:
+        """reason → count, over all files (see :mod:`~embscope.languages.readers`)."""
+        return self.issues.totals
+
     def summary(self) -> str:
-        """One line: ``skipped 1 binary file, 3 invalid-UTF-8 lines; split 2 long lines``."""
+        """One line: ``1 binary files, 3 invalid utf8 lines``."""
         parts = [f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(self.skipped.items())]
         return ", ".join(parts)
 
+    def merge(self, later: "CorpusReport") -> None:
+        """Add the report of files read after this one's (order matters for ``lang_source``)."""
+        self.files_read += later.files_read
+        self.texts += later.texts
+        self.bytes += later.bytes
+        self.issues.update(later.issues)
+        self.ignored_files += later.ignored_files
+        self.capped_languages += [c for c in later.capped_languages if c not in self.capped_languages]
+        for lang, src in later.lang_source.items():
+            self.lang_source.setdefault(lang, src)
+
     def as_dict(self) -> dict:
+        """JSON-able; ``per_file`` lists only files with a bad record or that were skipped."""
         return {"files_read": self.files_read, "texts": self.texts, "bytes": self.bytes,
-                "skipped": dict(sorted(self.skipped.items())), "ignored_files": self.ignored_files,
+                "skipped": dict(sorted(self.skipped.items())),
+                "per_file": {f: dict(sorted(c.items())) for f, c in sorted(self.issues.per_file.items())},
+                "ignored_files": self.ignored_files,
                 "capped_languages": self.capped_languages, "lang_source": self.lang_source}
 
 
@@ -139,224 +154,139 @@ def guess_lang(text: str) -> str:
     return "und_" + _ISO15924.get(script, script.lower()[:4])
 
 
-def _files(root: Path, report: CorpusReport) -> list[Path]:
-    if root.is_file():
-        return [root]
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).parts
-        if any(part.startswith(".") for part in rel) or not p.is_file():
-            continue
-        if p.suffix.lower() in SUFFIXES:
-            out.append(p)
-        else:
-            report.ignored_files += 1
-    return out
-
-
-def _path_lang(root: Path, path: Path) -> tuple[str | None, str]:
+def _path_lang(file: SourceFile) -> tuple[str | None, str]:
+    root, path = Path(file.root), Path(file.path)
     if root.is_dir() and path.parent != root and looks_like_lang(path.parent.name):
         return path.parent.name, "folder name"
-    if looks_like_lang(path.stem):
-        return path.stem, "file name"
+    name = stem(path)
+    if looks_like_lang(name):
+        return name, "file name"
     return None, ""
 
 
-def _split_utf8(data: bytes) -> tuple[bytes, bytes]:
-    """Split ``data`` before a trailing incomplete UTF-8 sequence: ``(complete, rest)``."""
-    cut = len(data)
-    for k in range(1, min(4, len(data)) + 1):
-        b = data[-k]
-        if b & 0xC0 != 0x80:  # a lead byte (or ASCII)
-            need = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4
-            cut = len(data) - k if need > k else len(data)
-            break
-    return data[:cut], data[cut:]
+def corpus_files(paths, options: ReadOptions | None = None,
+                 report: CorpusReport | None = None) -> list[SourceFile]:
+    """The readable files of a corpus, in corpus order (the shards the engines hand out).
+
+    Raises:
+        CorpusError: a path that does not exist, or a glob that matches nothing.
+    """
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    for p in paths:
+        text = str(Path(p).expanduser()) if not is_glob(str(p)) else str(p)
+        if not is_glob(text) and not Path(text).exists():
+            raise CorpusError(f"corpus path {text!r} does not exist; pass a folder, a glob or a "
+                              f"{READABLE} file")
+    ignored: list[str] = []
+    files = list_files(paths, ignored)
+    if report is not None:
+        report.ignored_files += len(ignored)
+    if not files and any(is_glob(str(p)) for p in paths) and not ignored:
+        raise CorpusError(f"corpus glob {', '.join(map(str, paths))!r} matches no file; check the "
+                          "pattern (quote it so the shell does not expand it)")
+    return files
 
 
-def _lines(path: Path, report: CorpusReport, *, jsonl: bool) -> Iterator[str]:
-    """Decoded lines of a text file; long lines split (text) or skipped (jsonl), bad ones counted."""
-    with path.open("rb") as f:
-        carry = b""
-        while True:
-            raw = f.readline(MAX_LINE_BYTES)
-            if not raw:
-                break
-            if not raw.endswith(b"\n") and len(raw) >= MAX_LINE_BYTES:
-                # Part of a long line. jsonl: drain and skip; text: yield pieces.
-                if jsonl:
-                    while raw and not raw.endswith(b"\n"):
-                        raw = f.readline(MAX_LINE_BYTES)
-                    report.skipped["jsonl_records_over_1MiB"] += 1
-                    continue
-                report.skipped["long_line_pieces_split"] += 1
-                raw, carry_next = _split_utf8(carry + raw)
-                carry = carry_next
-            else:
-                raw, carry = carry + raw, b""
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError:
-                report.skipped["invalid_utf8_lines"] += 1
+def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_size: int = 512,
+              report: CorpusReport | None = None, sample_bytes: int | None = None,
+              used: Counter | None = None) -> Iterator[Batch]:
+    """Batches of one file (a shard), languages decided as in the module docstring.
 
-
-def _records(path: Path, report: CorpusReport) -> Iterator[tuple[str, str | None, object]]:
-    """``(text, lang or None, unit or None)`` per record of one file."""
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        yield from _parquet_records(path, report)
+    ``used`` (bytes taken per language so far) carries the sampling state across files; the
+    engines read whole files and pass neither it nor ``sample_bytes``.
+    """
+    options = options or ReadOptions()
+    report = report if report is not None else CorpusReport()
+    used = used if used is not None else Counter()
+    if not sniff(file, report.issues):
         return
-    jsonl = suffix == ".jsonl"
-    for line in _lines(path, report, jsonl=jsonl):
-        if not jsonl:
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield line, None, None
+    path_lang, how = _path_lang(file)
+    it = iter_records(file, options, report.issues)
+    guessed = None
+    if path_lang is None:
+        # Look ahead up to GUESS_BYTES of text without a lang field to guess the script.
+        pending, size = [], 0
+        for rec in it:
+            pending.append(rec)
+            if rec[1] is None:
+                size += len(rec[0])
+                if size >= GUESS_BYTES:
+                    break
+        sample = "\n".join(t for t, lang, _ in pending if lang is None)[:GUESS_BYTES]
+        guessed = guess_lang(sample) if sample else None
+        it = _chain(pending, it)
+    batch: Batch | None = None
+    batch_bytes = file_texts = 0
+    for text, rec_lang, unit in it:
+        if rec_lang:
+            lang, src = rec_lang, "lang field"
+        elif path_lang:
+            lang, src = path_lang, how
+        else:
+            lang, src = guessed or "und", "script guess"
+        report.lang_source.setdefault(lang, src)
+        nbytes = len(text.encode("utf-8"))
+        if sample_bytes is not None and used[lang] + nbytes > sample_bytes:
+            if lang not in report.capped_languages:
+                report.capped_languages.append(lang)
+            if rec_lang is None:
+                break  # the whole rest of this file is the same language
             continue
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            report.skipped["bad_jsonl_lines"] += 1
-            continue
-        text = rec.get("text") if isinstance(rec, dict) else None
-        if not isinstance(text, str):
-            report.skipped["bad_jsonl_lines"] += 1
-            continue
-        if text.strip():
-            lang = rec.get("lang")
-            yield text, lang if isinstance(lang, str) and lang else None, rec.get("unit")
+        used[lang] += nbytes
+        if batch is not None and (batch.lang != lang or len(batch.texts) >= batch_size
+                                  or batch_bytes + nbytes > BATCH_BYTES):
+            yield batch
+            batch, batch_bytes = None, 0
+        if batch is None:
+            batch = Batch(lang=lang, texts=[], units=[], source=file.path)
+        batch.texts.append(text)
+        batch.units.append(unit)
+        batch_bytes += nbytes
+        report.texts += 1
+        report.bytes += nbytes
+        file_texts += 1
+    if batch is not None:
+        yield batch
+    if file_texts:
+        report.files_read += 1
 
 
-def _parquet_records(path: Path, report: CorpusReport):
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception:
-        report.skipped["unreadable_files"] += 1
-        return
-    names = set(pf.schema_arrow.names)
-    if "text" not in names:
-        report.skipped["parquet_files_without_text_column"] += 1
-        return
-    cols = ["text"] + [c for c in ("lang", "unit") if c in names]
-    for rb in pf.iter_batches(batch_size=1024, columns=cols):
-        d = rb.to_pydict()
-        langs = d.get("lang") or [None] * rb.num_rows
-        units = d.get("unit") or [None] * rb.num_rows
-        for text, lang, unit in zip(d["text"], langs, units):
-            if not isinstance(text, str) or not text.strip():
-                continue
-            if len(text) > MAX_LINE_BYTES // 4 and len(text.encode("utf-8")) > MAX_LINE_BYTES:
-                report.skipped["long_line_pieces_split"] += 1
-                for i in range(0, len(text), MAX_LINE_BYTES // 4):
-                    yield text[i:i + MAX_LINE_BYTES // 4], lang, None
-                continue
-            yield text, lang, unit
+def _chain(first, rest):
+    yield from first
+    yield from rest
 
 
-def _sniff(path: Path, report: CorpusReport) -> bool:
-    """False (and counted) for empty, binary or unreadable files."""
-    try:
-        with path.open("rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError:
-        report.skipped["unreadable_files"] += 1
-        return False
-    if not head:
-        report.skipped["empty_files"] += 1
-        return False
-    if path.suffix.lower() != ".parquet" and b"\x00" in head:
-        report.skipped["binary_files"] += 1
-        return False
-    return True
+def finish(paths, report: CorpusReport, *, stacklevel: int = 3) -> None:
+    """After a whole corpus was read: warn once about skipped input, raise if no text was read."""
+    name = ", ".join(Path(str(p)).name for p in ([paths] if isinstance(paths, (str, Path)) else paths))
+    if report.skipped:
+        worst = sorted(report.issues.per_file.items(), key=lambda kv: -sum(kv[1].values()))[:3]
+        where = "; ".join(f"{Path(f).name}: {sum(c.values())}" for f, c in worst)
+        warnings.warn(CorpusWarning(f"corpus {name}: {report.summary()} (most in {where}; every "
+                                    "file is listed in the report's per_file)"), stacklevel=stacklevel)
+    if not report.texts:
+        why = f" (skipped: {report.summary()})" if report.skipped else ""
+        raise CorpusError(f"corpus {name!r} holds no usable text{why}; pass {READABLE} files in "
+                          "UTF-8 (--text-field names the text field of jsonl/Parquet/Arrow)")
 
 
-def iter_corpus(path: str | Path, *, sample_bytes: int | None = None, batch_size: int = 512,
-                report: CorpusReport | None = None) -> Iterator[Batch]:
-    """Yield :class:`Batch` es of texts from ``path`` (file or folder), per file and language.
+def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,
+                report: CorpusReport | None = None, options: ReadOptions | None = None) -> Iterator[Batch]:
+    """Yield :class:`Batch` es of texts from ``path``, per file and language, in corpus order.
 
     Args:
-        path: corpus file or folder (see the module docstring for formats and language rules).
+        path: a corpus file, folder or glob, or a list of them (see the module docstring).
         sample_bytes: read at most this many UTF-8 bytes of text per language (None: all).
         batch_size: most texts per batch (batches also stop at :data:`BATCH_BYTES`).
         report: filled with counts of what was read and skipped.
+        options: field names (``ReadOptions(text_field="abstract", lang_field="language")``).
 
     Raises:
         CorpusError: the path does not exist or holds no usable text.
     """
-    root = Path(path).expanduser()
-    if not root.exists():
-        raise CorpusError(f"corpus path {str(root)!r} does not exist; pass a folder or a "
-                          ".txt/.md/.jsonl/.parquet file")
     report = report if report is not None else CorpusReport()
     used: Counter = Counter()  # bytes read per language
-    yielded = 0
-    for file in _files(root, report):
-        if not _sniff(file, report):
-            continue
-        path_lang, how = _path_lang(root, file)
-        guessed: str | None = None
-        pending: list[tuple[str, str | None, object]] = []  # texts held until the guess is made
-        file_texts = 0
-        batch: Batch | None = None
-        batch_bytes = 0
-
-        def records():
-            nonlocal guessed
-            it = _records(file, report)
-            if path_lang is None:
-                # Look ahead up to GUESS_BYTES of text without a lang field to guess the script.
-                size = 0
-                for rec in it:
-                    pending.append(rec)
-                    if rec[1] is None:
-                        size += len(rec[0])
-                        if size >= GUESS_BYTES:
-                            break
-                sample = "\n".join(t for t, lang, _ in pending if lang is None)[:GUESS_BYTES]
-                guessed = guess_lang(sample) if sample else None
-                yield from pending
-            yield from it
-
-        for text, rec_lang, unit in records():
-            if rec_lang:
-                lang, src = rec_lang, "lang field"
-            elif path_lang:
-                lang, src = path_lang, how
-            else:
-                lang, src = guessed or "und", "script guess"
-            report.lang_source.setdefault(lang, src)
-            nbytes = len(text.encode("utf-8"))
-            if sample_bytes is not None and used[lang] + nbytes > sample_bytes:
-                if lang not in report.capped_languages:
-                    report.capped_languages.append(lang)
-                if rec_lang is None:
-                    break  # the whole rest of this file is the same language
-                continue
-            used[lang] += nbytes
-            if batch is not None and (batch.lang != lang or len(batch.texts) >= batch_size
-                                      or batch_bytes + nbytes > BATCH_BYTES):
-                yield batch
-                batch, batch_bytes = None, 0
-            if batch is None:
-                batch = Batch(lang=lang, texts=[], units=[], source=str(file))
-            batch.texts.append(text)
-            batch.units.append(unit)
-            batch_bytes += nbytes
-            report.texts += 1
-            report.bytes += nbytes
-            file_texts += 1
-        if batch is not None:
-            yield batch
-        if file_texts:
-            report.files_read += 1
-            yielded += file_texts
-    if report.skipped:
-        warnings.warn(CorpusWarning(f"corpus {root.name}: {report.summary()}"), stacklevel=2)
-    if not yielded:
-        why = f" (skipped: {report.summary()})" if report.skipped else ""
-        raise CorpusError(f"corpus path {str(root)!r} holds no usable text{why}; pass .txt, .md, "
-                          ".jsonl (field 'text') or .parquet (column 'text') files in UTF-8")
+    for file in corpus_files(path, options, report):
+        yield from iter_file(file, options=options, batch_size=batch_size, report=report,
+                             sample_bytes=sample_bytes, used=used)
+    finish(path, report)

@@ -45,6 +45,7 @@ token's share of the language's tokens:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Sequence
@@ -52,10 +53,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embscope.languages.corpus import CorpusReport, iter_corpus
+from typing import TYPE_CHECKING
+
 from embscope.languages.script import label as script_label
 from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, unit_of, word_counts
 from embscope.tokenizer.base import Vocabulary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.languages.engine import Engine
+    from embscope.languages.readers import ReadOptions
 
 #: bytes of text per language whose words are tokenised one by one (continued-word rates):
 #: ~40k words, plenty for a stable share (UDHR is 10–40 KB per language) at a bounded cost.
@@ -84,23 +90,160 @@ class _Acc:
 
     texts: int = 0
     tokens: int = 0
-    counts: object = None  # numpy uint32 (V,): occurrences of each token id
+    counts: object = None  # numpy int64 (V,): occurrences of each token id
     units: dict = field(default_factory=dict)  # unit → tokens
-    rt_ok: int = 0
-    rt_n: int = 0
+    rt: list = field(default_factory=list)  # decode(encode(t)) == t for the first texts, in order
+
+    @property
+    def rt_ok(self) -> int:
+        return sum(self.rt)
+
+    @property
+    def rt_n(self) -> int:
+        return len(self.rt)
+
+    def merge(self, later: "_Acc") -> None:
+        """Add the sums of texts that come after this accumulator's in corpus order."""
+        self.texts += later.texts
+        self.tokens += later.tokens
+        self.counts += later.counts
+        for unit, n in later.units.items():
+            self.units[unit] = self.units.get(unit, 0) + n
+        self.rt += later.rt[:ROUNDTRIP_TEXTS - len(self.rt)]
+
+
+def _replay(samples: list, used: int, later: list, limit: int) -> int:
+    """Append the per-batch ``(size, counter)`` samples of ``later`` that a single pass would have
+    taken: a batch is taken while the bytes taken before it are under ``limit``."""
+    for size, c in later:
+        if used >= limit:
+            break
+        samples.append((size, c))
+        used += size
+    return used
 
 
 @dataclass
 class _LangAcc:
-    """Running sums for one language, independent of the tokenizer."""
+    """Running sums for one language, independent of the tokenizer.
+
+    The word and script samples are kept per batch, so that accumulators of consecutive parts of a
+    corpus merge into exactly what one pass over the whole corpus gives (see :func:`merge_counts`).
+    """
 
     words: int = 0
     chars: int = 0
     bytes: int = 0
     word_bytes: int = 0  # bytes whose words went into word_freq
-    word_freq: Counter = field(default_factory=Counter)  # (word, after_space) → count
-    script: Counter = field(default_factory=Counter)
+    word_batches: list = field(default_factory=list)  # [(bytes, Counter((word, after_space)))]
     script_chars: int = 0
+    script_batches: list = field(default_factory=list)  # [(chars, Counter(script))]
+
+    @property
+    def word_freq(self) -> Counter:
+        """(word, after_space) → count over the first :data:`WORD_SAMPLE_BYTES` of the language."""
+        return sum((c for _, c in self.word_batches), Counter())
+
+    @property
+    def script(self) -> Counter:
+        """Unicode script → characters, over the first :data:`SCRIPT_SAMPLE_CHARS`."""
+        return sum((c for _, c in self.script_batches), Counter())
+
+    def merge(self, later: "_LangAcc") -> None:
+        self.words += later.words
+        self.chars += later.chars
+        self.bytes += later.bytes
+        self.word_bytes = _replay(self.word_batches, self.word_bytes, later.word_batches, WORD_SAMPLE_BYTES)
+        self.script_chars = _replay(self.script_batches, self.script_chars, later.script_batches,
+                                    SCRIPT_SAMPLE_CHARS)
+
+
+@dataclass
+class FertilityCounts:
+    """Everything :func:`measure` counts over a run of batches: the partial result of one shard.
+
+    ``acc[(k, lang)]`` for tokenizer ``vocabs[k]``, ``langs[lang]`` per language. Partials of
+    consecutive shards merge (:func:`merge_counts`) into exactly the counts of one pass.
+    """
+
+    acc: dict = field(default_factory=dict)
+    langs: dict = field(default_factory=dict)
+
+
+def count_batches(vocabs: Sequence[Vocabulary], batches) -> FertilityCounts:
+    """The map step: tokenise every batch with every tokenizer and count (see the module doc)."""
+    import numpy as np
+
+    from embscope.languages.script import script_counts
+
+    out = FertilityCounts()
+    acc, langs = out.acc, out.langs
+
+    def account(batch, all_ids):
+        la = langs.setdefault(batch.lang, _LangAcc())
+        texts = batch.texts
+        joined = "\n".join(texts)  # one regex pass per batch: "\n" is whitespace to the rules
+        la.words += count_words(joined)
+        la.chars += len(joined) - (len(texts) - 1)
+        la.bytes += len(joined.encode("utf-8")) - (len(texts) - 1)
+        if la.word_bytes < WORD_SAMPLE_BYTES:
+            la.word_batches.append((len(joined), word_counts(joined)))
+            la.word_bytes += len(joined)
+        if la.script_chars < SCRIPT_SAMPLE_CHARS:
+            sample = "".join(texts)[:SCRIPT_SAMPLE_CHARS]
+            la.script_batches.append((len(sample), Counter(script_counts(sample))))
+            la.script_chars += len(sample)
+        for k, (vocab, ids) in enumerate(zip(vocabs, all_ids)):
+            a = acc.get((k, batch.lang))
+            if a is None:
+                a = acc[(k, batch.lang)] = _Acc(counts=np.zeros(len(vocab), dtype=np.int64))
+            lens = list(map(len, ids))
+            a.texts += len(ids)
+            a.tokens += sum(lens)
+            flat = _flatten(ids)
+            if flat.size:
+                a.counts += np.bincount(flat, minlength=len(vocab))[:len(vocab)]
+            if any(u is not None for u in batch.units):
+                for unit, n in zip(batch.units, lens):
+                    if unit is not None:
+                        a.units[unit] = a.units.get(unit, 0) + n
+            if a.rt_n < ROUNDTRIP_TEXTS:
+                take = min(ROUNDTRIP_TEXTS - a.rt_n, len(ids))
+                a.rt += [vocab.decode(i) == t for i, t in zip(ids[:take], texts[:take])]
+
+    def encode_all(batch):
+        return [v.encode_batch(batch.texts) for v in vocabs]
+
+    # Encode batch n+1 (Rust, GIL released) while Python accounts for batch n.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for batch in batches:
+            fut = pool.submit(encode_all, batch)
+            if pending is not None:
+                account(*pending)
+            pending = (batch, fut.result())
+        if pending is not None:
+            account(*pending)
+    return out
+
+
+def merge_counts(earlier: FertilityCounts, later: FertilityCounts) -> FertilityCounts:
+    """The reduce step: ``later`` counted the batches right after ``earlier``'s (mutates ``earlier``).
+
+    Sums add; the order-dependent samples (round-trip texts, word and script samples) are replayed
+    in corpus order, so merging the shards' partials in shard order equals one pass exactly.
+    """
+    for key, a in later.acc.items():
+        if key in earlier.acc:
+            earlier.acc[key].merge(a)
+        else:
+            earlier.acc[key] = a
+    for lang, la in later.langs.items():
+        if lang in earlier.langs:
+            earlier.langs[lang].merge(la)
+        else:
+            earlier.langs[lang] = la
+    return earlier
 
 
 def space_prefix(vocab: Vocabulary) -> bool:
@@ -121,7 +264,8 @@ def _flatten(ids: list[list[int]]):
 
 def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference: str = "eng",
             sample_bytes: int | None = None, embed=None, tokens=None,
-            batch_size: int = 512) -> LanguageResult:
+            batch_size: int = 512, engine: "Engine | None" = None,
+            options: "ReadOptions | None" = None) -> LanguageResult:
     """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
 
     Args:
@@ -133,6 +277,9 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         tokens: optional polars DataFrame with ``token_id``, ``in_norm`` (and maybe
             ``isolation``, ``flagged``) for ``vocabs[0]``.
         batch_size: texts per encode call.
+        engine: where the pass runs (:class:`embscope.languages.engine.Engine`: one process,
+            local worker processes, or Ray); every engine gives the same numbers.
+        options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).
 
     Returns:
         :class:`LanguageResult`.
@@ -144,65 +291,15 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         >>> res.table.filter(language="eng")["parity"][0]  # doctest: +SKIP
         1.0
     """
-    import numpy as np
-
-    from embscope.progress import track
-    from embscope.languages.script import script_counts
+    from embscope.languages.engine import Engine, run_pass
 
     vocabs = list(vocabs)
     names = [v.name for v in vocabs]
-    report = CorpusReport()
-    acc: dict[tuple[int, str], _Acc] = {}
-    langs: dict[str, _LangAcc] = {}
-
-    def account(batch, all_ids):
-        la = langs.setdefault(batch.lang, _LangAcc())
-        texts = batch.texts
-        joined = "\n".join(texts)  # one regex pass per batch: "\n" is whitespace to the rules
-        la.words += count_words(joined)
-        la.chars += len(joined) - (len(texts) - 1)
-        la.bytes += len(joined.encode("utf-8")) - (len(texts) - 1)
-        if la.word_bytes < WORD_SAMPLE_BYTES:
-            la.word_freq.update(word_counts(joined))
-            la.word_bytes += len(joined)
-        if la.script_chars < SCRIPT_SAMPLE_CHARS:
-            sample = "".join(texts)[:SCRIPT_SAMPLE_CHARS]
-            la.script.update(script_counts(sample))
-            la.script_chars += len(sample)
-        for k, (vocab, ids) in enumerate(zip(vocabs, all_ids)):
-            a = acc.get((k, batch.lang))
-            if a is None:
-                a = acc[(k, batch.lang)] = _Acc(counts=np.zeros(len(vocab), dtype=np.uint32))
-            lens = list(map(len, ids))
-            a.texts += len(ids)
-            a.tokens += sum(lens)
-            flat = _flatten(ids)
-            if flat.size:
-                a.counts += np.bincount(flat, minlength=len(vocab))[:len(vocab)].astype(np.uint32)
-            if any(u is not None for u in batch.units):
-                for unit, n in zip(batch.units, lens):
-                    if unit is not None:
-                        a.units[unit] = a.units.get(unit, 0) + n
-            if a.rt_n < ROUNDTRIP_TEXTS:
-                take = min(ROUNDTRIP_TEXTS - a.rt_n, len(ids))
-                a.rt_ok += sum(vocab.decode(i) == t for i, t in zip(ids[:take], texts[:take]))
-                a.rt_n += take
-
-    def encode_all(batch):
-        return [v.encode_batch(batch.texts) for v in vocabs]
-
-    # Encode batch n+1 (Rust, GIL released) while Python accounts for batch n.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = None
-        for batch in track(iter_corpus(corpus_path, sample_bytes=sample_bytes,
-                                       batch_size=batch_size, report=report),
-                           description="tokenising corpus"):
-            fut = pool.submit(encode_all, batch)
-            if pending is not None:
-                account(*pending)
-            pending = (batch, fut.result())
-        if pending is not None:
-            account(*pending)
+    engine = engine or Engine()
+    counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs), merge_counts,
+                              engine=engine, sample_bytes=sample_bytes, batch_size=batch_size,
+                              options=options, description="tokenising corpus")
+    acc, langs = counts.acc, counts.langs
 
     rows = _rows(vocabs, acc, langs, reference)
     if tokens is not None or embed is not None:
@@ -225,6 +322,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         "word_sample_bytes": WORD_SAMPLE_BYTES,
         "roundtrip_texts": ROUNDTRIP_TEXTS,
         "corpus": report.as_dict(),
+        "engine": engine.as_dict(),
     }
     counts = {(names[k], lang): a.counts for (k, lang), a in acc.items()}
     return LanguageResult(table=table, summary=summary, token_counts=counts)

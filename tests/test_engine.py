@@ -1,0 +1,148 @@
+"""Engines: one process, local worker processes and Ray give the same numbers, exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embscope.extension import candidates as C
+from embscope.languages import engine as E
+from embscope.languages.engine import Engine, EngineError
+from embscope.languages.fertility import measure
+from tests.corpus_copies import sharded_copy
+
+ROOT = Path(__file__).resolve().parent.parent
+UDHR = ROOT / "corpora" / "udhr"
+MEDICAL = ROOT / "corpora" / "medical"
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    from embscope.tokenizer.load import load_vocabulary
+
+    return load_vocabulary("gpt2")
+
+
+@pytest.fixture(scope="module")
+def llama3():
+    from embscope.tokenizer.load import load_vocabulary
+
+    return load_vocabulary("llama3").tok
+
+
+@pytest.fixture(scope="module")
+def udhr_one(gpt2):
+    return measure([gpt2], UDHR, engine=Engine(workers=1))
+
+
+@pytest.fixture(scope="module")
+def medical_ref(llama3):
+    """find_candidates over the texts in memory: the single-process reference."""
+    from embscope.extension.extension import read_texts
+
+    return C.find_candidates(llama3, read_texts(MEDICAL), max_ngram=2, min_freq=5)
+
+
+def same_fertility(a, b):
+    assert a.table.equals(b.table)
+    assert a.token_counts.keys() == b.token_counts.keys()
+    for k in a.token_counts:
+        assert np.array_equal(a.token_counts[k], b.token_counts[k]), k
+
+
+def test_engine_options_are_checked():
+    with pytest.raises(EngineError, match="unknown engine"):
+        Engine("spark")
+    with pytest.raises(EngineError, match="at least 1"):
+        Engine(workers=0)
+    with pytest.raises(EngineError, match="needs --engine ray"):
+        Engine("local", ray_address="auto")
+
+
+@pytest.mark.slow
+def test_fertility_local_workers_equal_one_process(gpt2, udhr_one, tmp_path):
+    two = measure([gpt2], UDHR, engine=Engine(workers=2))
+    same_fertility(udhr_one, two)
+    assert two.summary["corpus"] == udhr_one.summary["corpus"]
+    # a sharded copy (gz, zst, bz2, Parquet, HF dataset folders) gives the same table
+    copy = sharded_copy(UDHR, tmp_path / "udhr")
+    sharded = measure([gpt2], copy, engine=Engine(workers=2))
+    same_fertility(udhr_one, sharded)
+    assert sharded.summary["corpus"]["files_read"] == 3 * udhr_one.summary["corpus"]["files_read"]
+
+
+def test_sampled_pass_is_the_same_on_workers(gpt2):
+    one = measure([gpt2], UDHR, sample_bytes=3000, engine=Engine(workers=1))
+    two = measure([gpt2], UDHR, sample_bytes=3000, engine=Engine(workers=2))
+    same_fertility(one, two)
+    assert one.table["bytes"].max() <= 3000
+
+
+def test_merge_replays_order_dependent_samples(gpt2):
+    """Merging partials of consecutive batches = counting them in one go (round-trips, samples)."""
+    from embscope.languages import fertility as F
+    from embscope.languages.corpus import iter_corpus
+
+    batches = list(iter_corpus(UDHR / "eng.jsonl", batch_size=2))
+    whole = F.count_batches([gpt2], batches)
+    merged = F.count_batches([gpt2], batches[:5])
+    for i in range(5, len(batches), 3):
+        merged = F.merge_counts(merged, F.count_batches([gpt2], batches[i:i + 3]))
+    a, b = whole.acc[(0, "eng")], merged.acc[(0, "eng")]
+    assert (a.texts, a.tokens, a.rt, a.units) == (b.texts, b.tokens, b.rt, b.units)
+    assert whole.langs["eng"].word_freq == merged.langs["eng"].word_freq
+    monkey = F.WORD_SAMPLE_BYTES
+    try:  # a word sample that stops inside the corpus is replayed at the same batch
+        F.WORD_SAMPLE_BYTES = 1500
+        whole = F.count_batches([gpt2], batches)
+        parts = [F.count_batches([gpt2], batches[i:i + 4]) for i in range(0, len(batches), 4)]
+        merged = parts[0]
+        for p in parts[1:]:
+            merged = F.merge_counts(merged, p)
+        assert whole.langs["eng"].word_batches == merged.langs["eng"].word_batches
+        assert whole.langs["eng"].word_bytes < sum(len("\n".join(b.texts)) for b in batches)
+    finally:
+        F.WORD_SAMPLE_BYTES = monkey
+
+
+@pytest.mark.slow
+def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monkeypatch):
+    monkeypatch.setattr(E, "MERGE_FAN_IN", 3)  # force merge rounds
+    got, report = C.corpus_candidates(llama3, MEDICAL, max_ngram=2, min_freq=5,
+                                      engine=Engine(workers=2), chunk_terms=2000)
+    assert got == medical_ref and len(got) > 1000
+    assert report.texts == 26084
+    total, counts, _ = C.corpus_token_counts(llama3, MEDICAL, engine=Engine(workers=2))
+    from embscope.extension.extension import read_texts
+
+    ref_total, ref_counts = C.token_counts(llama3, read_texts(MEDICAL))
+    assert total == ref_total and np.array_equal(counts, ref_counts)
+
+
+# ------------------------------------------------------------------ Ray (a local Ray, 2 CPUs)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    yield Engine("ray", workers=2)
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_fertility_equals_local(gpt2, udhr_one, ray_local):
+    on_ray = measure([gpt2], UDHR, engine=ray_local)
+    same_fertility(udhr_one, on_ray)
+    assert on_ray.summary["corpus"] == udhr_one.summary["corpus"]
+    assert on_ray.summary["engine"]["kind"] == "ray"
+
+
+@pytest.mark.slow
+def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_local, tmp_path):
+    copy = sharded_copy(MEDICAL, tmp_path / "medical")
+    got, report = C.corpus_candidates(llama3, copy, max_ngram=2, min_freq=5, engine=ray_local,
+                                      chunk_terms=3000)
+    assert got == medical_ref
+    assert report.texts == 26084 and report.files_read == 6 and not report.skipped
