@@ -714,7 +714,6 @@ def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path,
     from embscope.load import load_model
     from tests.conftest import write_checkpoint
 
-    (tmp_path / "tok.json").parent.mkdir(exist_ok=True)
     rows = tiny_tokenizer(tmp_path / "tok.json")
     write_checkpoint(tmp_path / "m", rows=rows, hidden=8, tokenizer_json=tmp_path / "tok.json", untied=False)
     manifest = _extend(tmp_path / "m", tmp_path, capsys)
@@ -728,6 +727,17 @@ def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path,
     with pytest.raises(SpecError, match="lacks .* weights"):
         apply(model, result, tmp_path / "full", mode="full")
     assert not (tmp_path / "full").exists()
+
+
+@pytest.mark.parametrize("bad", [{"num_hidden_layers": "x"}, {"intermediate_size": -1}, {"text_config": "x"},
+                                 {"model_type": 5}])
+def test_apply_with_nonsense_config_falls_back_to_rows(bad, tmp_path, capsys):
+    from tests.conftest import write_checkpoint
+
+    rows = tiny_tokenizer(tmp_path / "tok.json")
+    write_checkpoint(tmp_path / "m", rows=rows, hidden=8, tokenizer_json=tmp_path / "tok.json", config_extra=bad)
+    manifest = _extend(tmp_path / "m", tmp_path, capsys)
+    assert manifest["format"] == "rows" and manifest["note"]
 
 
 def test_apply_drops_auto_map_and_runs_no_folder_code(tmp_path, capsys, monkeypatch):

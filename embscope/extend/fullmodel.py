@@ -25,13 +25,27 @@ _CACHE: dict[str, object] = {}
 
 def _param_bytes(model: "LoadedModel") -> int:
     """Rough float32 size: 12·L·h² (attention + MLP of a standard block) + embedding rows."""
-    cfg = model.config.get("text_config") or model.config
-    h = int(cfg.get("hidden_size") or model.dim)
-    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or 0)
-    inter = int(cfg.get("intermediate_size") or 4 * h)
+    cfg = _text_config(model)
+    h = _positive(cfg, "hidden_size") or model.dim
+    layers = _positive(cfg, "num_hidden_layers", "n_layer") or 0
+    inter = _positive(cfg, "intermediate_size") or 4 * h
     per_layer = 4 * h * h + 3 * h * inter
     emb = model.n_rows * h * (1 if model.tied else 2)
     return 4 * (layers * per_layer + emb)
+
+
+def _text_config(model: "LoadedModel") -> dict:
+    sub = model.config.get("text_config")
+    return sub if isinstance(sub, dict) else model.config
+
+
+def _positive(cfg: dict, *keys: str) -> int | None:
+    """The first of ``keys`` that holds a positive integer (configs are untrusted: "x", -1, true)."""
+    for key in keys:
+        v = cfg.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
 def why_not_loadable(model: "LoadedModel") -> str | None:
@@ -72,8 +86,7 @@ def missing_weights(model: "LoadedModel") -> list[str]:
     path = Path(model.path)
     stored = _stored_names(path)
     if path.suffix == ".gguf":
-        cfg = model.config.get("text_config") or model.config
-        layers = int(cfg.get("num_hidden_layers") or 0)
+        layers = _positive(_text_config(model), "num_hidden_layers") or 0
         return [f"blk.{i}.*" for i in range(layers) if not any(n.startswith(f"blk.{i}.") for n in stored)]
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
