@@ -70,5 +70,7 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
 
 
 def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):  # transformers' converter looks up fields by name
+        return f"the tokenizer metadata lacks {exc}"
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
