@@ -30,7 +30,7 @@ def _options(options: RunOptions | None, kw: dict[str, Any]) -> RunOptions:
 def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
           languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
           force: bool = False, scan: bool = True, options: RunOptions | None = None,
-          verbose: bool | None = None, **kw: Any) -> RunResult:
+          verbose: bool | None = None, pickle_hint: str | None = None, **kw: Any) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -53,18 +53,20 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
     return run(model, corpora=[*langs, *corpora], out=out, force=force, scan=scan,
-               options=_options(options, kw), command="audit", verbose=verbose, warnings=notes)
+               options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
+               pickle_hint=pickle_hint)
 
 
 def scan(model: str, *, out: str | Path | None = None, force: bool = False,
-         options: RunOptions | None = None, verbose: bool | None = None, **kw: Any) -> RunResult:
+         options: RunOptions | None = None, verbose: bool | None = None, pickle_hint: str | None = None,
+         **kw: Any) -> RunResult:
     """Under-trained and isolated rows: indicators, kNN graph, 2-D map (tokens section only).
 
     Example:
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
     return run(model, sections=["tokens"], out=out, force=force, options=_options(options, kw),
-               command="scan", kind="scan", verbose=verbose, required=["tokens"])
+               command="scan", kind="scan", verbose=verbose, required=["tokens"], pickle_hint=pickle_hint)
 
 
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
@@ -116,7 +118,7 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
         table = pl.read_parquet(tokens)
     res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
               options=_options(options, kw), command="extend", kind="extend", verbose=verbose,
-              required=["extension"])
+              required=["extension"], pickle_hint="")
     manifest = None
     live = res.outputs["extension"].live
     if apply_to is not None and live is not None:

@@ -179,10 +179,14 @@ def _same_rows(a, b, sample: int = 64) -> bool:
 
 
 def _arch(config: dict) -> str | None:
+    """``model_type``, else the first of ``architectures``; only text counts (configs are untrusted)."""
     arch = config.get("model_type")
-    if not arch and config.get("architectures"):
-        arch = str(config["architectures"][0])
-    return arch
+    if isinstance(arch, str) and arch:
+        return arch
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    return None
 
 
 __all__ = ["load_model", "pick_device", "hidden_size", "SpecError"]

@@ -106,7 +106,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
         options: RunOptions | None = None, scan: bool = True, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
-        warnings: Sequence[str] = (), required: Sequence[str] = ()) -> RunResult:
+        warnings: Sequence[str] = (), required: Sequence[str] = (), pickle_hint: str | None = None) -> RunResult:
     """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
 
     Args:
@@ -127,6 +127,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         warnings: things the caller already knows the user should hear (listed with the run's own).
         required: sections without which the run means nothing (a command's only section): their
             failure ends the run with its error and writes nothing, instead of being skipped.
+        pickle_hint: how the caller can allow ``.bin`` checkpoints, ending the refusal message
+            (default: the library's ``trust_pickle=True``; the CLI names its flag).
     Returns:
         :class:`RunResult`.
     Example:
@@ -145,7 +147,10 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    resolved = resolve(model, trust_pickle=opts.trust_pickle) if model is not None else None
+    from embscope.load import PICKLE_HINT
+
+    hint = PICKLE_HINT if pickle_hint is None else pickle_hint
+    resolved = resolve(model, trust_pickle=opts.trust_pickle, pickle_hint=hint) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
 
@@ -211,6 +216,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             inputs=fingerprints, parameters=opts, timings=dict(steps.timings),
             model=_model_record(loaded) if loaded is not None else None,
             sections=Sections(**records), skipped=skipped, warnings=warnings)
+        Summary.from_dict(summary.to_dict())  # what the report will read back must check out now
         meta = {"embscope.schema_version": str(SCHEMA_VERSION)}
         for stem, frame in tables.items():
             write_parquet(tmp / f"{stem}.parquet", conform(stem, frame), meta)

@@ -35,11 +35,13 @@ def audit(
     """Run the whole review and write an HTML report plus Parquet tables."""
     from embscope.api import audit as run_audit
 
+    from embscope.resolve import TRUST_PICKLE_HINT
+
     setup(quiet, verbose)
     res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,
                     scan=not no_scan, k=k, layout=not no_map, unused_ids=parse_ids(unused_ids),
                     threshold=check_threshold(threshold), reference=reference, sample_bytes=sample_bytes,
-                    top=top, trust_pickle=trust_pickle, device=device.value)
+                    top=top, trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT, device=device.value)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})

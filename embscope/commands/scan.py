@@ -26,10 +26,12 @@ def scan(
     """Find under-trained and isolated token rows; write tokens.parquet, summary.json, index.html."""
     from embscope.api import scan as run_scan
 
+    from embscope.resolve import TRUST_PICKLE_HINT
+
     setup(quiet, verbose)
     res = run_scan(model, out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),
                    threshold=check_threshold(threshold), layout=not no_map, device=device.value,
-                   trust_pickle=trust_pickle)
+                   trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})

@@ -29,10 +29,29 @@ def _param_bytes(model: "LoadedModel") -> int:
     from embscope.config import text_config
     from embscope.context.params import estimate_parameters
 
-    est = estimate_parameters({**text_config(model.config), "vocab_size": model.n_rows})
+    from embscope.errors import EmbscopeError
+
+    try:
+        est = estimate_parameters({**text_config(model.config), "vocab_size": model.n_rows})
+    except EmbscopeError:  # nonsense config values: count the embedding rows only
+        est = None
     if est is None:  # no feed-forward width in the config: count the embedding rows only
         return 4 * model.n_rows * model.dim * (1 if model.tied else 2)
     return 4 * est.total
+
+
+def _text_config(model: "LoadedModel") -> dict:
+    sub = model.config.get("text_config")
+    return sub if isinstance(sub, dict) else model.config
+
+
+def _positive(cfg: dict, *keys: str) -> int | None:
+    """The first of ``keys`` that holds a positive integer (configs are untrusted: "x", -1, true)."""
+    for key in keys:
+        v = cfg.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
 def why_not_loadable(model: "LoadedModel") -> str | None:
@@ -73,8 +92,7 @@ def missing_weights(model: "LoadedModel") -> list[str]:
     path = Path(model.path)
     stored = _stored_names(path)
     if path.suffix == ".gguf":
-        cfg = model.config.get("text_config") or model.config
-        layers = int(cfg.get("num_hidden_layers") or 0)
+        layers = _positive(_text_config(model), "num_hidden_layers") or 0
         return [f"blk.{i}.*" for i in range(layers) if not any(n.startswith(f"blk.{i}.") for n in stored)]
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
