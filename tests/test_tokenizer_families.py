@@ -20,8 +20,15 @@ from embscope.tokenizer.load import load_tokenizer_file, load_vocabulary
 
 
 def _vocab_dir() -> Path:
-    base = os.environ.get("EMBSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "embscope")
-    return Path(base) / "vocabs"
+    """Where scripts/fetch_vocabs.py put the files: ``$EMBSCOPE_VOCABS``, ``$EMBSCOPE_CACHE/vocabs``
+    or ``~/.cache/embscope/vocabs`` (the first that holds them)."""
+    places = [os.environ.get("EMBSCOPE_VOCABS"),
+              os.environ.get("EMBSCOPE_CACHE") and os.path.join(os.environ["EMBSCOPE_CACHE"], "vocabs"),
+              os.path.join(os.path.expanduser("~"), ".cache", "embscope", "vocabs")]
+    for place in filter(None, places):
+        if (Path(place) / "ggml-vocab-gpt-2.gguf").is_file():
+            return Path(place)
+    return Path(places[-1])
 
 
 VOCABS = _vocab_dir()
@@ -239,7 +246,8 @@ def test_gemma3_demo_alias_and_vocabulary(gemma3):
 
     resolved, vocab = gemma3
     assert file_sha256(resolved.path) == ALIASES["gemma3-270m"].chunked.sha256
-    assert resolved.format == "gguf" and "embscope" in str(resolved.path.parent.parent)  # the cache
+    assert resolved.format == "gguf"
+    assert resolved.path.parent == Path(os.environ["EMBSCOPE_CACHE"]) / "models"  # the cache, not the repo
     assert len(vocab) == ALIASES["gemma3-270m"].facts["rows"] == 262144
     # no dummy prefix in Gemma: " " is the piece "▁" itself, "Hello" has no leading ▁
     assert vocab.encode(" ") == [vocab.tok.token_to_id("▁")]
@@ -271,3 +279,13 @@ def test_gemma3_candidates_are_medical_terms_with_measured_savings(gemma3):
     twin = twins[0][0]  # the spaced form is one token mid-sentence, the bare form at line start
     assert ext.encode("Patients with" + twin.replace("▁", " "), add_special_tokens=False).tokens[-1] == twin
     assert ext.encode(twin[1:] + " of", add_special_tokens=False).tokens[0] == twin[1:]
+
+
+@needs_vocabs
+def test_unigram_gguf_loads_with_xlmr_ids():
+    """``t5`` (SentencePiece Unigram) GGUF: nomic's XLM-R vocabulary; "Hello world" gives XLM-R's
+    published ids (▁Hello 35378, ▁world 8999) and extra spaces collapse as its normalizer says."""
+    v = load_tokenizer_file(VOCABS / "ggml-vocab-nomic-bert-moe.gguf")
+    assert len(v) == 250048
+    assert v.encode("Hello world") == v.encode("  Hello   world") == [35378, 8999]
+    assert v.decode(v.encode("naïve café 日本語")) == "naïve café 日本語"

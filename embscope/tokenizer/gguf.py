@@ -13,6 +13,8 @@ rebuilds the same segmentation with HF ``tokenizers`` parts:
 - ``gemma4``: BPE on raw UTF-8 with ``▁`` for spaces, split only at newlines;
 - ``bert`` (WordPiece): GGUF marks word-initial pieces with ``▁`` and continuations bare, the
   reverse of BERT's ``##``; lower-casing, accent stripping and punctuation splits as BERT's;
+- ``t5`` (SentencePiece Unigram): the file's precompiled normalization map, then Viterbi over the
+  piece scores (no llama.cpp reference ids ship for it; see docs/families.md);
 - anything else goes through transformers' GGUF conversion, or fails with a one-line error.
 
 The rebuilt ``tokenizer.json`` is cached (:mod:`embscope.tokenizer.cache`) by a hash of the
@@ -174,8 +176,40 @@ def build_wordpiece(fields: dict):
     return tok
 
 
+def build_unigram(fields: dict):
+    """``tokenizer.ggml.model == "t5"``: SentencePiece Unigram (T5, XLM-R); Viterbi over piece scores.
+
+    The text goes through the file's precompiled normalization map (``precompiled_charsmap``),
+    runs of spaces collapse when ``remove_extra_whitespaces`` is set, and spaces become ``▁`` with a
+    leading one when ``add_space_prefix`` is set, as in HF's XLM-R/T5 conversion.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tokens = fields["tokenizer.ggml.tokens"]
+    n = len(tokens)
+    types = fields.get("tokenizer.ggml.token_type") or [NORMAL] * n
+    scores = fields.get("tokenizer.ggml.scores") or [0.0] * n
+    unk_id = fields.get("tokenizer.ggml.unknown_token_id")
+    tok = Tokenizer(models.Unigram([(t, float(sc)) for t, sc in zip(tokens, scores)],
+                                   unk_id=unk_id if isinstance(unk_id, int) and 0 <= unk_id < n else None,
+                                   byte_fallback=any(t == BYTE for t in types)))
+    norm = []
+    charsmap = fields.get("tokenizer.ggml.precompiled_charsmap")
+    if charsmap:
+        norm.append(normalizers.Precompiled(bytes(b & 0xFF for b in charsmap)))
+    if fields.get("tokenizer.ggml.remove_extra_whitespaces", True):
+        norm.append(normalizers.Replace(Regex(" {2,}"), " "))
+    if norm:
+        tok.normalizer = normalizers.Sequence(norm)
+    prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always" if prefix else "never")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always" if prefix else "never")
+    tok.add_tokens(_added(tokens, types))
+    return tok
+
+
 BUILDERS = {"gpt2": build_byte_level_bpe, "llama": build_sentencepiece, "gemma4": build_gemma4,
-            "bert": build_wordpiece}
+            "bert": build_wordpiece, "t5": build_unigram}
 
 
 def _via_transformers(path: Path):
