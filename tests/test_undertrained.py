@@ -226,3 +226,17 @@ def test_repair_full_folder_smollm2(smollm2, tmp_path):
     w = lm.get_input_embeddings().weight.detach()
     torch.testing.assert_close(w[rows[0]], w[rows[1]])  # both got the trained mean
     assert not torch.allclose(w[rows[0]], smollm2.embed[rows[0]].float())
+
+
+def test_repair_rows_are_the_used_flagged_rows_without_specials():
+    from embscope.geometry.scan import ScanResult
+    from embscope.geometry.usage import Usage
+
+    u = Usage(texts=2, corpus_tokens=10, template="rendered", corpus={5: 3, 7: 1}, in_template={1: 4},
+              flagged_ids=[1, 5, 7, 9])
+    cats = ["normal"] * 10
+    cats[1] = "special"
+    r = ScanResult(columns={}, summary={}, usage=u)
+    assert r.repair_rows(cats) == [5, 7]
+    assert r.repair_rows(cats, include_special=True) == [5, 7, 1]
+    assert u.columns(10)["corpus_count"][9] == 0 and u.columns(10)["corpus_count"][0] is None

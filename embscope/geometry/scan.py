@@ -69,6 +69,8 @@ from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indi
 from embscope.geometry.reference import no_reference_note
 
 if TYPE_CHECKING:  # pragma: no cover
+    from embscope.geometry.usage import Usage
+    from embscope.geometry.verify import Verification
     from embscope.model import LoadedModel
 
 #: how many of the most under-trained normal tokens the summary lists
@@ -85,6 +87,18 @@ class ScanResult:
     summary: dict[str, Any]
     #: step name -> seconds
     timings: dict[str, float] = field(default_factory=dict)
+    #: the prompting record (None without ``verify``)
+    verification: "Verification | None" = None
+    #: corpus/template counts (None without ``corpus_texts``); ``usage.used_ids()`` feeds repair
+    usage: "Usage | None" = None
+
+    def repair_rows(self, categories: Sequence[str], *, include_special: bool = False) -> list[int]:
+        """Flagged rows the corpus or template uses, most used first — what ``--repair`` rewrites.
+        Special tokens are left out unless ``include_special`` (a chat model's own
+        ``<|im_end|>`` can sit among never-used specials and still be predicted)."""
+        if self.usage is None:
+            return []
+        return [i for i in self.usage.used_ids() if include_special or categories[i] != "special"]
 
 
 def _script_fn():
@@ -199,7 +213,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     summary["verification"] = verification.to_dict() if verification is not None else None
     summary["usage"] = usage.to_dict() if usage is not None else None
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return ScanResult(columns=columns, summary=summary, timings=timings)
+    return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
 
 
 def _by_reason(ind) -> dict[str, int]:
