@@ -160,7 +160,9 @@ def why_not_causal(model: "LoadedModel") -> str | None:
         reason = why_not_loadable(model)
     except Exception as exc:  # noqa: BLE001 - an unknown config is a note, not a failure
         return f"{model.name}: {exc}"
-    archs = [str(a) for a in model.config.get("architectures") or []]
+    # a GGUF's synthesised config names its llama.cpp architecture (``gguf:llama``); its class is
+    # chosen by why_not_loadable from model_type
+    archs = [str(a) for a in model.config.get("architectures") or [] if not str(a).startswith("gguf:")]
     if reason is None and archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
         return f"{model.name} is not a causal language model ({' '.join(archs)})"
     return reason
