@@ -30,7 +30,8 @@ def _options(options: RunOptions | None, kw: dict[str, Any]) -> RunOptions:
 def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
           languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
           force: bool = False, scan: bool = True, options: RunOptions | None = None,
-          verbose: bool | None = None, pickle_hint: str | None = None, **kw: Any) -> RunResult:
+          verbose: bool | None = None, pickle_hint: str | None = None, repair_to: str | Path | None = None,
+          repair_init: str = "subword-mean", **kw: Any) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -39,6 +40,8 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
             extension candidates, and each adds its languages to the language table.
         languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
             ``None`` or ``"none"`` for none.
+        repair_to: also write the model with the flagged rows that ``corpora`` use re-initialised
+            (:func:`embscope.extension.repair.repair`), with strategy ``repair_init``.
         **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, …).
     Example:
         >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
@@ -52,21 +55,63 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
-    return run(model, corpora=[*langs, *corpora], out=out, force=force, scan=scan,
-               options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
-               pickle_hint=pickle_hint)
+    if repair_to is not None:
+        _check_repair(repair_to, force, corpora)
+    res = run(model, corpora=[*langs, *corpora], data=corpora, out=out, force=force, scan=scan,
+              options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
+              pickle_hint=pickle_hint)
+    if repair_to is not None:
+        _repair(res, repair_to, repair_init, force)
+    return res
 
 
-def scan(model: str, *, out: str | Path | None = None, force: bool = False,
-         options: RunOptions | None = None, verbose: bool | None = None, pickle_hint: str | None = None,
-         **kw: Any) -> RunResult:
+def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | None = None,
+         force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
+         pickle_hint: str | None = None, repair_to: str | Path | None = None,
+         repair_init: str = "subword-mean", **kw: Any) -> RunResult:
     """Under-trained and isolated rows: indicators, kNN graph, 2-D map (tokens section only).
+
+    ``corpora`` (the user's data) lists which flagged rows the text and the model's chat template
+    produce; ``repair_to`` then writes the model with those rows re-initialised; ``verify=N`` checks
+    the top N flagged rows by prompting the whole model.
 
     Example:
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
-    return run(model, sections=["tokens"], out=out, force=force, options=_options(options, kw),
-               command="scan", kind="scan", verbose=verbose, required=["tokens"], pickle_hint=pickle_hint)
+    if repair_to is not None:
+        _check_repair(repair_to, force, corpora)
+    res = run(model, sections=["tokens"], data=corpora, out=out, force=force, options=_options(options, kw),
+              command="scan", kind="scan", verbose=verbose, required=["tokens"], pickle_hint=pickle_hint)
+    if repair_to is not None:
+        _repair(res, repair_to, repair_init, force)
+    return res
+
+
+def _check_repair(repair_to, force: bool, corpora) -> None:
+    from embscope.errors import SpecError
+    from embscope.output import check_target
+
+    if not corpora:
+        raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
+    check_target(repair_to, force=force, inputs=[corpus_path(c) for c in corpora])
+
+
+def _repair(res: RunResult, repair_to, init: str, force: bool) -> None:
+    """Re-initialise the flagged rows the corpus uses; the manifest goes into ``res.repair``."""
+    import numpy as np
+
+    from embscope.extension.repair import repair
+
+    live = res.outputs["tokens"].live
+    if live is None:
+        return
+    model, scan_result = live
+    rows = scan_result.repair_rows(model.categories)
+    if not rows:
+        res.summary.warnings.append("repair: none of the flagged rows occurs in the corpus; nothing was written")
+        return
+    res.repair = repair(model, rows, repair_to, init=init, force=force,
+                        flagged=np.flatnonzero(np.asarray(scan_result.columns["flagged"])))
 
 
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,

@@ -40,6 +40,8 @@ class RunResult:
     summary: Summary
     #: live section outputs (e.g. the extension result, for ``extend --apply``); not written
     outputs: dict[str, SectionOutput] = field(default_factory=dict, repr=False)
+    #: the manifest of a ``--repair`` folder written after the run, if any
+    repair: dict[str, Any] | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -102,7 +104,7 @@ def check_sections(sections: Sequence[str]) -> list[str]:
 
 
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
-        corpora: Sequence[str | Path] = (), domain: str | Path | None = None,
+        corpora: Sequence[str | Path] = (), domain: str | Path | None = None, data: Sequence[str | Path] = (),
         tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
         options: RunOptions | None = None, scan: bool = True, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
@@ -115,6 +117,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         corpora: corpora for per-language figures (paths, or shipped names ``medical``, ``udhr``).
         domain: the corpus that extension candidates come from (default: the first corpus with one
             language, found after the languages section ran).
+        data: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
+            template) produces.
         tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
         out: the output folder (default ``reports/<name>[-<kind>]-<UTC time>``).
         force: replace an earlier embscope folder at ``out``.
@@ -146,6 +150,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     steps = Steps(verbose=verbose)
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None
+    data_paths = [corpus_path(c) for c in data]
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
     from embscope.load import PICKLE_HINT
 
@@ -159,7 +164,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     extra_vocabs = [load_vocabulary(t) for t in tokenizers]
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
     target = Path(out) if out is not None else default_out(label, kind)
-    inputs_paths = [p for p in [resolved.path if resolved else None, *corpus_paths, domain_path,
+    inputs_paths = [p for p in [resolved.path if resolved else None, *corpus_paths, domain_path, *data_paths,
                                 *(t for t in tokenizers if Path(t).exists())] if p is not None]
 
     # The folder is claimed before the heavy work, so a bad --out fails in a second.
@@ -170,7 +175,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                 loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle)
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, corpora=corpus_paths,
-                       domain=domain_path, tokens=tokens)
+                       domain=domain_path, tokens=tokens, data=data_paths)
         fns = _section_fns(scan)
         records: dict[str, Any] = {}
         skipped: dict[str, str] = {}

@@ -290,7 +290,7 @@ def _tamper(summary: dict, path: list, value) -> dict:
     (["schema_version"], 1, "schema version 1"),
     (["model", "rows"], "many", "model.rows must be an integer"),
     (["model", "rows"], 10**400, "model.rows must be an integer"),
-    (["sections", "context", "rope_theta"], "x", "sections.context.rope_theta"),
+    (["sections", "context", "rope", "theta"], "x", "sections.context.rope.theta"),
     (["sections", "tokens", "categories"], [1, 2], "sections.tokens.categories must be an object"),
     (["sections", "tokens", "geometry", "threshold"], True, "threshold must be a number"),
     (["sections", "extension", "tokens_saved"], 1.5, "tokens_saved must be an integer"),

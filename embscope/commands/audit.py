@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
+from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
                                        Threshold, TrustPickle, UnusedIds, Verbose, check_threshold,
                                        parse_ids, print_json, print_warnings, setup)
 
@@ -23,7 +23,10 @@ def audit(
     no_scan: Annotated[bool, typer.Option("--no-scan", help="skip indicators and the kNN graph")] = False,
     no_map: NoMap = False,
     unused_ids: UnusedIds = None,
-    threshold: Threshold = 2.5,
+    threshold: Threshold = THRESHOLD,
+    verify: Verify = 0,
+    repair: Repair = None,
+    repair_init: RepairInit = "subword-mean",
     reference: Reference = "eng",
     sample_bytes: SampleBytes = None,
     top: Annotated[int, typer.Option("--top", min=1, help="vocabulary-extension candidates to add")] = 200,
@@ -40,13 +43,15 @@ def audit(
     setup(quiet, verbose)
     res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,
                     scan=not no_scan, k=k, layout=not no_map, unused_ids=parse_ids(unused_ids),
-                    threshold=check_threshold(threshold), reference=reference, sample_bytes=sample_bytes,
+                    threshold=check_threshold(threshold), verify=verify, repair_to=repair, repair_init=repair_init, reference=reference, sample_bytes=sample_bytes,
                     top=top, trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT, device=device.value)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
     else:
         typer.echo(f"report: {res.folder / 'index.html'}")
+        if res.repair is not None:
+            typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {repair}")
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,12 @@ Json = Annotated[bool, typer.Option("--json", help="print the result as JSON on 
 TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="allow PyTorch .bin checkpoints (loaded with weights_only=True)")]
 Corpus = Annotated[Path, typer.Option("--corpus", "-c", help="corpus: a folder or .txt/.md/.jsonl/.parquet file, or a shipped name (medical, udhr)")]
 K = Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours per row in the kNN graph")]
-Threshold = Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score is at least this")]
+Threshold = Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score (robust sigmas of the strongest indicator) is at least this")]
+#: the default of --threshold (embscope.geometry.indicators.DEFAULT_THRESHOLD)
+THRESHOLD = 4.0
+Verify = Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on the top N flagged rows and N trained controls (causal LMs that fit in memory)")]
+Repair = Annotated[Optional[Path], typer.Option("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]
+RepairInit = Annotated[str, typer.Option("--repair-init", help="strategy for --repair: NAME or INPUT/OUTPUT (mean, subword-mean, ...)")]
 UnusedIds = Annotated[Optional[str], typer.Option("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")]
 NoMap = Annotated[bool, typer.Option("--no-map", help="skip the 2-D UMAP map")]
 Reference = Annotated[str, typer.Option("--reference", help="language that parity divides by")]

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
 
-from embscope.commands.options import (Device, DeviceOpt, Force, Json, K, ModelOpt, NoMap, Out, Quiet, Threshold,
+from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, ModelOpt, NoMap, Out, Quiet, Threshold,
                                        TrustPickle, UnusedIds, Verbose, check_threshold, parse_ids,
                                        print_json, print_warnings, setup)
 
 
 def scan(
     model: ModelOpt,
+    corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="your data (folder/file or shipped name); repeat for several: lists the flagged rows it produces")] = None,
     out: Out = None,
     force: Force = False,
     device: DeviceOpt = Device.auto,
     k: K = 10,
     unused_ids: UnusedIds = None,
-    threshold: Threshold = 2.5,
+    threshold: Threshold = THRESHOLD,
+    verify: Verify = 0,
+    repair: Repair = None,
+    repair_init: RepairInit = "subword-mean",
     no_map: NoMap = False,
     trust_pickle: TrustPickle = False,
     as_json: Json = False,
@@ -29,8 +36,8 @@ def scan(
     from embscope.resolve import TRUST_PICKLE_HINT
 
     setup(quiet, verbose)
-    res = run_scan(model, out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),
-                   threshold=check_threshold(threshold), layout=not no_map, device=device.value,
+    res = run_scan(model, corpora=corpus or [], out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),
+                   threshold=check_threshold(threshold), verify=verify, repair_to=repair, repair_init=repair_init, layout=not no_map, device=device.value,
                    trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT)
     print_warnings(res.warnings)
     if as_json:
@@ -42,6 +49,8 @@ def scan(
 
     Console().print(format_scan_summary(res.summary.sections.tokens.geometry.to_dict()))
     typer.echo(f"wrote {res.folder}/tokens.parquet, summary.json, index.html")
+    if res.repair is not None:
+        typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {repair}")
 
 
 def register(app: typer.Typer) -> None:

@@ -155,20 +155,12 @@ def _hf_tokenizer(model: "LoadedModel", ext, config: dict):
 def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     import copy
 
-    import torch
-
-    from embscope.extension.fullmodel import load_causal_lm
+    from embscope.extension.fullmodel import load_causal_lm, set_rows
 
     lm = copy.deepcopy(load_causal_lm(model))
     size = max(lm.get_input_embeddings().weight.shape[0], max(ids) + 1)
     lm.resize_token_embeddings(size, mean_resizing=False)
-    idx = torch.tensor(ids)
-    with torch.no_grad():
-        emb = lm.get_input_embeddings().weight
-        emb[idx] = rows["embed"].to(emb.dtype)
-        if "output" in rows:
-            head = lm.get_output_embeddings().weight
-            head[idx] = rows["output"].to(head.dtype)
+    set_rows(lm, ids, rows)
     lm.config.vocab_size = size
     if hasattr(lm.config, "auto_map"):  # never point a written model at code from the source folder
         del lm.config.auto_map

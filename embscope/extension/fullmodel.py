@@ -194,6 +194,18 @@ def _refuse_missing(missing, path: Path) -> None:
                              "transformers would fill them with random values; use the rows-only output")
 
 
+def set_rows(lm, ids, rows: dict) -> None:
+    """Write ``rows["embed"]`` (and ``rows["output"]``, untied models) into ``lm`` at ``ids``, in place."""
+    import torch
+
+    idx = torch.as_tensor(list(ids))
+    layers = {"embed": lm.get_input_embeddings(), "output": lm.get_output_embeddings()}
+    with torch.no_grad():
+        for name, layer in layers.items():
+            if name in rows:
+                layer.weight[idx] = rows[name].to(layer.weight.dtype)
+
+
 def load_hf_tokenizer(model: "LoadedModel"):
     """The model's ``tokenizers.Tokenizer`` (Rust), needed to add tokens and pre-tokenize."""
     from tokenizers import Tokenizer

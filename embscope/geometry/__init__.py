@@ -2,6 +2,8 @@
 
 Modules: :mod:`~embscope.geometry.knn` (cosine kNN graph: dispatch, recall, cache),
 :mod:`~embscope.geometry.exact` (tiled exact search), :mod:`~embscope.geometry.ivf` (inverted file),
-:mod:`~embscope.geometry.indicators` (norms, Magikarp reference similarity, isolation, score),
+:mod:`~embscope.geometry.indicators` (evidence per indicator, Magikarp's indicator, score, flags),
+:mod:`~embscope.geometry.reference` (known-unused rows), :mod:`~embscope.geometry.verify`
+(prompting the model), :mod:`~embscope.geometry.usage` (flagged rows a corpus uses),
 :mod:`~embscope.geometry.layout` (UMAP map), :mod:`~embscope.geometry.scan` (all of it per model).
 """

@@ -1,81 +1,78 @@
-"""Per-row indicators of under-trained token rows, and one score that combines them.
+"""Per-row evidence of under-training, each indicator with its side, and one score that any of them raises.
 
 A row that the training never (or rarely) updated keeps traces of that: it is small (weight decay
-shrank it), it points where the other never-seen rows point, and it sits apart from the trained
-rows or in a tight knot of other untrained ones. The indicators, one value per matrix row:
+shrank it and no gradient grew it back), it points where the other never-seen rows point, and it
+sits in a tight knot with other untrained rows. One value per matrix row:
 
-``in_norm``, ``out_norm``
-    ``|E_i|`` and ``|U_i|`` (L2) of the input embedding and, when untied, the output matrix.
-``zero_row``
-    every entry ``|x| ≤ 1e-16`` (in the input row, or in the output row when untied).
-``ref_sim``
-    the Magikarp reference indicator (Land & Bartolo 2024, "Fishing for Magikarp: Automatically
-    Detecting Under-trained Tokens in Large Language Models", §3.1): remove the first principal
-    component ``c`` from every row of ``M`` (the output matrix when untied, else the tied matrix),
-    ``m'_i = m_i − (m_i·c) c``, take the mean ``r`` of ``m'`` over rows known to be unused, and
-    report ``cos(m'_i, r)``. Example: rows (1, 0.1), (1, 0.2), (1, −0.2) with c = (1, 0) and the
-    last row as reference: ``m'`` = (0, 0.1), (0, 0.2), (0, −0.2), so ref_sim = −1, −1, 1.
-    ``c`` is the top right-singular vector of the normal rows (no centring: it is the shared
-    component that all rows carry, which would otherwise make every cosine close to 1).
-``isolation``, ``knn_sim_k``
-    ``1 − mean_j cos(x_i, x_j)`` over the k nearest neighbours, and the similarity to the k-th.
+``in_norm`` — side **low**
+    ``‖E_i‖₂`` of the input embedding (tied and untied models). Evidence ``z_in_norm`` is the robust
+    z of ``−log ‖E_i‖``: a row at half the typical norm has ``−log`` larger by 0.69.
+``out_norm`` — side **low**, untied models only
+    ``‖U_i‖₂`` of the output (LM-head) row; ``z_out_norm`` as above.
+``magikarp_sim`` — side **high**, needs a reference set (:mod:`embscope.geometry.reference`)
+    Magikarp's indicator exactly as published (Land & Bartolo 2024, "Fishing for Magikarp:
+    Automatically Detecting Under-trained Tokens in Large Language Models", §3.1; the
+    ``cosine_distance_without_first_pc`` of ``cohere-ai/magikarp``): on the unembedding ``U`` (the
+    tied matrix when tied), ``c`` = first principal component of the *centred* matrix (all rows,
+    as a PCA fit), every row loses its component along ``c``: ``u'_i = u_i − (u_i·c) c`` (the rows
+    themselves are not centred), ``r`` = mean of ``u'_j`` over the reference rows, and
+    ``magikarp_sim_i = cos(u'_i, r)``. Magikarp reports ``1 − magikarp_sim`` (a distance).
+    Example: rows (1, 0.1), (1, 0.2), (1, −0.2), (1, −0.1) have c = (0, 1) (the spread is along y),
+    so u' = (1, 0) for all and every similarity is 1: the indicator sees only what varies.
+``knot`` — side **high**
+    mean cosine ``s`` to the k nearest rows of the input embedding (the kNN graph): never-seen rows
+    get the same gradient (only the softmax denominator's push) and collapse together — MiniLM's
+    ``[unusedN]`` rows sit at s ≈ 0.87 (median row 0.40), SmolLM2's code-artifact merges such as
+    ``MetaInfoClass`` at s = 1.000. The evidence is the robust z of ``−log(1 − s)``: cosine is capped
+    at 1, so on an anisotropic matrix (SmolLM2: median s = 0.70, robust sd 0.08) a raw z could never
+    pass 3.9; the log spreads the last few hundredths (0.99 → 4.6, 0.999 → 6.9).
+``isolation`` — side **high**, its own flag (``isolated``), not part of the score
+    ``1 − cos`` to the single nearest row: far from every row. On SmolLM2 the most isolated rows
+    are frequent short word-starts, well trained and merely distinctive, so isolation alone says
+    "look at this row", not "under-trained".
 
-Reference set (``reference_ids``): given ids, else padding rows past the tokenizer, tokens named
-like placeholders (``<|reserved_special_token_3|>``, ``[unused7]``, ``<|extra_12|>``,
-``<unused5>``) and zero rows. With none, ``ref_sim`` is NaN and the score uses the others.
+Every evidence value is a robust z against the *trained* rows (category ``normal`` and not in the
+reference set): ``z = (v − median) / max(1.4826·MAD, floor)``, signed so that positive means
+"more like an untrained row". 1.4826·MAD estimates a normal distribution's standard deviation
+without letting a few hundred outliers move it; the floor (:data:`MIN_SCALE`) keeps a matrix whose
+rows all have nearly the same norm (Gemma-3: median 1.0311, IQR 0.0005) from turning a 0.1 %
+difference into "ten sigmas".
 
-Score (``undertrained_score``, higher = more under-trained): the mean of robust z-scores
-``z(v) = (v − median) / (1.4826 · MAD)`` fitted on *normal* rows, of
-
-- ``−log ‖m_i − μ‖``, the distance from the mean trained row ``μ`` (of the output matrix when
-  untied, else the tied matrix): rows training barely moved stay near the common centre;
-- the *knot* term ``1 − isolation`` = mean cosine to the k nearest rows: never-seen rows receive
-  the same gradient (only the softmax denominator's push) and collapse together — MiniLM's
-  ``[unusedN]`` rows have neighbour cosine ≈ 0.99, SmolLM2's code-artifact merges likewise;
-- ``ref_sim`` when a reference set exists.
-
-Far-isolated rows (high ``isolation``) are reported but do not raise the score: on SmolLM2 they
-are frequent short word-starts (`` Le``, `` co``), well trained and merely distinctive.
-1.4826·MAD estimates the standard deviation of a normal distribution, so z = 3 is "three
-sigmas" while a few hundred outliers do not move the scale. Zero rows are always flagged.
+Score: ``undertrained_score = max(z_in_norm, z_out_norm, z_magikarp, z_knot)`` over the
+indicators that exist: one strong signal is enough (a mean would dilute it: a row that only has a
+weak input row, with a normal head and neighbourhood, would average to a third of its evidence).
+``flagged`` = score ≥ threshold, or a zero row. ``flag_reason`` names what fired, e.g.
+``"in_norm+knot"``, ``"zero"``, ``"isolated"``. What the cut means on each run (scale, share of
+trained rows flagged per indicator) is measured and written into :attr:`Indicators.note`.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embscope.geometry.reference import Reference, discover_reference
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from embscope.tokenizer.base import Vocabulary
+
 #: zero-row tolerance: exact zeros and denormal dust (a trained fp32/bf16 weight is never this small)
 ZERO_TOL = 1e-16
-#: names of placeholder tokens that tokenizers reserve and training data never contains
-UNUSED_NAME = re.compile(r"^(<\|reserved_special_token_\d+\|>|\[unused\d+\]|<\|extra_\d+\|>|<unused\d+>"
-                         r"|<\|reserved_\d+\|>|<\|unused_?\d+\|>)$")
-#: default flag threshold on ``undertrained_score`` (see :data:`THRESHOLD_NOTE`)
-DEFAULT_THRESHOLD = 2.5
-THRESHOLD_NOTE = ("score ≥ 2.5: the indicators' mean robust z-score is 2.5 sigmas above the typical normal row. "
-                  "Measured: MiniLM flags 993 of its 994 [unusedN] rows, plus 5.6 % of other normal rows, mostly "
-                  "CJK, Hangul jamo and Tamil pieces of this English model; SmolLM2 flags 17 of 48 822 normal "
-                  "rows, all code-artifact merges such as 'MetaInfoClass', ' InstancePreprocess', 'swigfaiss'")
+#: default flag threshold on ``undertrained_score``, in robust sigmas of the trained rows
+DEFAULT_THRESHOLD = 4.0
+#: smallest robust scale per indicator: 0.02 in log-norm (a 2 % norm difference is never more than one
+#: sigma), 0.01 in cosine, 0.05 in −log(1 − knot)
+MIN_SCALE = {"in_norm": 0.02, "out_norm": 0.02, "magikarp": 0.01, "knot": 0.05, "isolation": 0.01}
+#: evidence columns that raise the score, in report order
+SCORED = ("in_norm", "out_norm", "magikarp", "knot")
 #: rows per block when scanning a matrix (keeps temporaries to ~ block × d floats)
 BLOCK = 16384
-
-
-@dataclass
-class Reference:
-    """The rows taken as known-unused for the Magikarp indicator."""
-
-    #: row ids (sorted)
-    ids: list[int]
-    #: where they came from: ``given``, ``padding``, ``unused-names``, ``zero-rows`` (joined by
-    #: ``+``), or ``none``
-    source: str
 
 
 @dataclass
@@ -86,19 +83,30 @@ class Indicators:
     #: NaN everywhere when tied
     out_norm: np.ndarray
     zero_row: np.ndarray
-    #: Magikarp reference similarity, higher = more like the unused rows; NaN without reference
-    ref_sim: np.ndarray
-    #: 1 − mean cosine to the k nearest rows, higher = more isolated
+    #: Magikarp's indicator, higher = more like the reference rows; NaN without reference
+    magikarp_sim: np.ndarray
+    #: mean cosine to the k nearest rows (higher = collapsed neighbourhood)
+    knot: np.ndarray
+    #: 1 − cosine to the nearest row (higher = farther from every row)
     isolation: np.ndarray
-    #: cosine to the k-th nearest row, lower = more isolated
+    #: cosine to the k-th nearest row
     knn_sim_k: np.ndarray
-    #: combined robust z-score, higher = more under-trained
+    #: evidence name (``in_norm``, ``out_norm``, ``magikarp``, ``knot``, ``isolation``) -> robust z,
+    #: positive toward "untrained"; only the indicators that exist on this model
+    z: dict[str, np.ndarray]
+    #: max of the scored evidence, higher = more under-trained
     undertrained_score: np.ndarray
     flagged: np.ndarray
+    #: z_isolation ≥ threshold (its own flag, not part of ``flagged``)
+    isolated: np.ndarray
+    #: what fired per row (``"knot+magikarp"``, ``"zero"``, ``"isolated"``), None where nothing did
+    flag_reason: list[str | None]
     threshold: float
     reference: Reference
-    #: median and scale per component (fitted on normal rows), for the summary
+    #: median and scale per evidence (fitted on trained rows), rows fitted, per-indicator shares
     fit: dict[str, Any] = field(default_factory=dict)
+    #: what the cut means on this run (one paragraph)
+    note: str = ""
 
 
 def zero_rows(m: "torch.Tensor", tol: float = ZERO_TOL) -> np.ndarray:
@@ -109,58 +117,44 @@ def zero_rows(m: "torch.Tensor", tol: float = ZERO_TOL) -> np.ndarray:
     return torch.cat(out).cpu().numpy()
 
 
-def reference_ids(categories: list[str], strings: list[str], zero: np.ndarray,
-                  unused_ids: list[int] | None = None) -> Reference:
-    """Find the known-unused rows (see the module docstring); ``unused_ids`` overrides."""
-    n = len(categories)
-    if unused_ids is not None:
-        ids = sorted({int(i) for i in unused_ids if 0 <= int(i) < n})
-        return Reference(ids, "given" if ids else "none")
-    found: dict[str, set[int]] = {
-        "padding": {i for i, c in enumerate(categories) if c == "padding"},
-        "unused-names": {i for i, s in enumerate(strings) if s and UNUSED_NAME.match(s)},
-        "zero-rows": {int(i) for i in np.flatnonzero(zero)},
-    }
-    ids = sorted(set().union(*found.values()))
-    source = "+".join(k for k, v in found.items() if v) or "none"
-    return Reference(ids, source)
+def row_norms(m: "torch.Tensor") -> np.ndarray:
+    """``‖m_i‖₂`` per row, float64, in row blocks."""
+    import torch
+
+    return np.concatenate([torch.linalg.vector_norm(m[s:s + BLOCK].float(), dim=1).double().cpu().numpy()
+                           for s in range(0, m.shape[0], BLOCK)])
 
 
-#: rows sampled to estimate the first principal direction (the shared component of an uncentred
-#: embedding matrix is carried by every row; 32k rows pin it down to ~1e-3 in angle)
-DIRECTION_SAMPLE = 32768
+def first_principal_component(m: "torch.Tensor") -> "torch.Tensor":
+    """Unit top eigenvector of the covariance of all rows, ``C = MᵀM/n − μμᵀ`` (a centred PCA fit).
 
-
-def first_direction(m: "torch.Tensor", rows: np.ndarray, iters: int = 30, seed: int = 0) -> "torch.Tensor":
-    """Top right-singular vector of ``m[rows]`` by power iteration on ``MᵀM``.
-
-    At most :data:`DIRECTION_SAMPLE` rows (a seeded sample) are converted to float32 once; the
-    iteration then costs two (s, d) mat-vecs per step. The sign is fixed so that the mean row
-    projects positively (reproducible output).
+    ``MᵀM`` is accumulated over row blocks (float32 products summed in float64), then ``C`` is
+    decomposed exactly (``eigh``, d × d). Example: rows (1, 0.1), (1, 0.2), (1, −0.2), (1, −0.1)
+    vary only along y, so c = ±(0, 1) — an uncentred fit would return ≈ (1, 0) instead.
     """
     import torch
 
-    g = torch.Generator().manual_seed(seed)
-    rows = np.asarray(rows)
-    if len(rows) > DIRECTION_SAMPLE:
-        rows = np.sort(rows[torch.randperm(len(rows), generator=g)[:DIRECTION_SAMPLE].numpy()])
-    x = m[torch.as_tensor(rows, device=m.device)].float()                   # (s, d)
-    v = torch.randn(m.shape[1], generator=g).to(m.device)
-    for _ in range(iters):
-        w = x.T @ (x @ v)
-        v = w / torch.linalg.vector_norm(w).clamp_min(1e-30)
-    v = v.double()
-    return v if float(x.double().sum(0) @ v) >= 0 else -v
+    d = m.shape[1]
+    gram = torch.zeros(d, d, dtype=torch.float64, device=m.device)
+    total = torch.zeros(d, dtype=torch.float64, device=m.device)
+    for s in range(0, m.shape[0], BLOCK):
+        blk = m[s:s + BLOCK].float()
+        gram += (blk.T @ blk).double()
+        total += blk.double().sum(0)
+    n = m.shape[0]
+    mu = total / n
+    cov = gram / n - torch.outer(mu, mu)
+    _, vecs = torch.linalg.eigh(cov.cpu())
+    return vecs[:, -1].to(m.device)
 
 
-def reference_similarity(m: "torch.Tensor", ref: list[int], direction: "torch.Tensor") -> np.ndarray | None:
-    """``cos(m'_i, mean_{j∈ref} m'_j)`` with ``m' = m − (m·c) c`` (Magikarp, see module docstring)."""
+def magikarp_similarity(m: "torch.Tensor", ref: Sequence[int]) -> np.ndarray | None:
+    """``cos(u'_i, mean_{j∈ref} u'_j)`` with ``u' = u − (u·c) c`` (see the module docstring)."""
     import torch
 
-    c = direction
-    r = m[torch.as_tensor(ref, device=m.device)].double()
-    r = r - (r @ c).unsqueeze(1) * c
-    r = r.mean(0)
+    c = first_principal_component(m)
+    r = m[torch.as_tensor(list(ref), device=m.device)].double()
+    r = (r - (r @ c).unsqueeze(1) * c).mean(0)
     if float(torch.linalg.vector_norm(r)) < 1e-12:
         return None  # the reference rows are all zero (or cancel out): no direction to compare to
     r = r / torch.linalg.vector_norm(r)
@@ -173,99 +167,139 @@ def reference_similarity(m: "torch.Tensor", ref: list[int], direction: "torch.Te
     return torch.cat(out).cpu().numpy()
 
 
-def centre_distances(m: "torch.Tensor", fit_rows: np.ndarray) -> np.ndarray:
-    """``‖m_i − μ‖₂`` per row, ``μ`` the mean of ``fit_rows``; float32 in row blocks.
-
-    >>> import torch; centre_distances(torch.tensor([[1.0, 0.0], [3.0, 0.0]]), np.array([0, 1])).tolist()
-    [1.0, 1.0]
-    """
-    import torch
-
-    idx = torch.from_numpy(np.asarray(fit_rows))
-    mu = torch.zeros(m.shape[1], dtype=torch.float64)
-    for s in range(0, len(idx), BLOCK):
-        mu += m[idx[s:s + BLOCK].to(m.device)].double().sum(0).cpu()
-    mu = (mu / max(len(idx), 1)).float().to(m.device)
-    out = np.empty(m.shape[0], dtype=np.float64)
-    for s in range(0, m.shape[0], BLOCK):
-        out[s:s + BLOCK] = torch.linalg.vector_norm(m[s:s + BLOCK].float() - mu, dim=1).cpu().numpy()
-    return out
-
-
-def robust_z(values: np.ndarray, fit: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """``(v − median) / (1.4826 · MAD)`` with median and MAD over ``values[fit]``.
+def robust_z(values: np.ndarray, fit: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, float, float]:
+    """``(v − median) / max(1.4826 · MAD, floor)`` with median and MAD over ``values[fit]``.
 
     Example: fit values [1, 2, 3, 4, 100] → median 3, MAD 1, so 100 ↦ (100 − 3) / 1.4826 ≈ 65.4.
-    Returns (z, median, scale). A zero MAD falls back to the standard deviation, then to 1.
+    Returns (z, median, scale). A zero scale (and no floor) falls back to the standard deviation,
+    then to 1.
     """
     v = values[fit]
     v = v[np.isfinite(v)]
     if len(v) == 0:
         return np.full_like(values, np.nan, dtype=np.float64), math.nan, math.nan
     med = float(np.median(v))
-    scale = 1.4826 * float(np.median(np.abs(v - med)))
+    scale = max(1.4826 * float(np.median(np.abs(v - med))), floor)
     if not scale > 0:
         scale = float(np.std(v)) or 1.0
     return (values - med) / scale, med, scale
 
 
-def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", categories: list[str],
-                       strings: list[str], neighbor_sims: np.ndarray, *, unused_ids: list[int] | None = None,
-                       threshold: float = DEFAULT_THRESHOLD) -> Indicators:
-    """All indicator columns for one model. ``neighbor_sims`` (n, k) from the kNN graph of ``embed``.
+def _back(name: str, med: float) -> float:
+    """The fitted median on the indicator's own scale (norm, cosine)."""
+    if not math.isfinite(med):
+        return med
+    if name.endswith("_norm"):
+        return math.exp(-med)
+    return 1.0 - math.exp(-med) if name == "knot" else med
 
-    ``categories`` one per row (``normal`` rows fit the z-scores); ``strings`` the display string
-    per row (for placeholder names).
+
+def evidence(raw: dict[str, np.ndarray], fit_rows: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Robust z per indicator, signed toward "untrained" (norms: low side, via ``−log``)."""
+    zs: dict[str, np.ndarray] = {}
+    fit: dict[str, Any] = {}
+    for name, v in raw.items():
+        low = name.endswith("_norm")
+        if low:
+            x = -np.log(np.maximum(v, 1e-30))
+        elif name == "knot":
+            x = -np.log(np.maximum(1.0 - v, 1e-6))
+        else:
+            x = v
+        z, med, scale = robust_z(x, fit_rows, MIN_SCALE.get(name, 0.0))
+        zs[name] = z
+        fit[name] = {"side": "low" if low else "high",
+                     "median": _back(name, med), "scale": scale,
+                     "scale_of": "-log(norm)" if low else "-log(1-knot)" if name == "knot" else "value"}
+    return zs, fit
+
+
+def reasons(zs: dict[str, np.ndarray], zero: np.ndarray, threshold: float) -> list[str | None]:
+    """Per row: the indicators at or above ``threshold`` joined by ``+`` (``zero``, ``isolated`` too)."""
+    n = len(zero)
+    names = [k for k in (*SCORED, "isolation") if k in zs]
+    hits = {k: np.nan_to_num(zs[k], nan=-np.inf) >= threshold for k in names}
+    any_hit = zero.copy()
+    for h in hits.values():
+        any_hit |= h
+    out: list[str | None] = [None] * n
+    for i in np.flatnonzero(any_hit):
+        parts = ["zero"] if zero[i] else []
+        parts += ["isolated" if k == "isolation" else k for k in names if hits[k][i]]
+        out[i] = "+".join(parts)
+    return out
+
+
+def threshold_note(zs: dict[str, np.ndarray], fit_rows: np.ndarray, flagged: np.ndarray,
+                   threshold: float) -> tuple[str, dict[str, Any]]:
+    """What ``score ≥ threshold`` means on this run: the scale and the share of trained rows per
+    indicator and in all (the max of several z-scores flags more than any single one)."""
+    n_fit = int(fit_rows.sum())
+    shares = {k: float((np.nan_to_num(zs[k][fit_rows], nan=-np.inf) >= threshold).mean()) if n_fit else 0.0
+              for k in zs}
+    share = float(flagged[fit_rows].mean()) if n_fit else 0.0
+    gauss = 0.5 * math.erfc(threshold / math.sqrt(2))
+    scored = [k for k in SCORED if k in zs]
+    per = ", ".join(f"{k} {100 * shares[k]:.2f} %" for k in scored)
+    iso = f"; isolation (own flag) {100 * shares['isolation']:.2f} %" if "isolation" in shares else ""
+    note = (f"score ≥ {threshold:g}: at least one of {', '.join(scored)} lies {threshold:g} robust sigmas "
+            f"(1.4826·MAD of the {n_fit} trained rows, floored) beyond the trained median on its side. "
+            f"On this run it flags {int(flagged[fit_rows].sum())} of {n_fit} trained rows "
+            f"({100 * share:.2f} %; per indicator: {per}{iso}); a Gaussian would put "
+            f"{100 * gauss:.3f} % beyond {threshold:g} sigmas per indicator")
+    return note, {"trained_rows": n_fit, "trained_flagged_share": round(share, 5),
+                  "per_indicator_share": {k: round(v, 5) for k, v in shares.items()},
+                  "gaussian_tail": gauss}
+
+
+def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Sequence[str],
+                       strings: Sequence[str], neighbor_sims: np.ndarray, *, vocab: "Vocabulary | None" = None,
+                       unused_ids: Sequence[int] | None = None,
+                       threshold: float = DEFAULT_THRESHOLD) -> Indicators:
+    """All indicator columns for one model. ``neighbor_sims`` (n, k), sorted descending, from the
+    kNN graph of ``embed``; ``categories`` one per row (``normal`` rows not in the reference fit the
+    z-scores); ``strings`` the display string per row (placeholder names); ``vocab`` finds byte
+    tokens for the reference set.
     """
     n = embed.shape[0]
     cats = np.asarray(categories)
-    normal = cats == "normal"
-    if not normal.any():
-        normal = np.ones(n, dtype=bool)
-    from embscope.tables import row_norms
-
-    in_norm = row_norms(embed).astype(np.float64)
+    in_norm = row_norms(embed)
     zero = zero_rows(embed)
     if output is not None:
-        out_norm = row_norms(output).astype(np.float64)
+        out_norm = row_norms(output)
         zero |= zero_rows(output)
     else:
         out_norm = np.full(n, np.nan)
-    m = output if output is not None else embed
-    ref = reference_ids(categories, strings, zero, unused_ids)
+    ref = discover_reference(categories, strings, zero, vocab, unused_ids)
 
-    # The direction is fitted on normal, non-reference rows (the trained population).
-    fit_rows = normal.copy()
+    fit_rows = cats == "normal"
     fit_rows[ref.ids] = False
+    fit_rows &= ~zero
     if not fit_rows.any():
-        fit_rows = np.ones(n, dtype=bool)
-    if ref.ids:
-        c = first_direction(m, np.flatnonzero(fit_rows))
-        ref_sim = reference_similarity(m, ref.ids, c)
-    else:
-        ref_sim = None
-    has_ref = ref_sim is not None
-    if not has_ref:
-        ref_sim = np.full(n, np.nan)
+        fit_rows = ~zero if (~zero).any() else np.ones(n, dtype=bool)
+
+    mk = magikarp_similarity(output if output is not None else embed, ref.ids) if ref.ids else None
+    magikarp = np.full(n, np.nan) if mk is None else mk
 
     sims = np.asarray(neighbor_sims, dtype=np.float64)
-    isolation = 1.0 - sims.mean(axis=1)
-    knn_k = sims[:, -1].copy()
+    knot = sims.mean(axis=1)
+    isolation = 1.0 - sims[:, 0]
+    raw = {"in_norm": in_norm}
+    if output is not None:
+        raw["out_norm"] = out_norm
+    if mk is not None:
+        raw["magikarp"] = magikarp
+    raw["knot"] = knot
+    raw["isolation"] = isolation
+    zs, fit = evidence(raw, fit_rows)
 
-    # Distance from the trained centre, ‖m_i − μ‖ with μ the mean normal row: rows that training
-    # barely moved stay near where initialisation and weight decay left them, close to μ.
-    centre_dist = centre_distances(m, np.flatnonzero(fit_rows))
-    parts = {"neg_log_centre_dist": -np.log(np.maximum(centre_dist, 1e-30)),
-             "knot": -isolation}
-    if has_ref:
-        parts["ref_sim"] = ref_sim
-    zs, fit = [], {}
-    for name, v in parts.items():
-        z, med, scale = robust_z(v, fit_rows)
-        zs.append(z)
-        fit[name] = {"median": med, "scale": scale}
-    score = np.mean(np.vstack(zs), axis=0)
+    scored = np.vstack([np.nan_to_num(zs[k], nan=-np.inf) for k in SCORED if k in zs])
+    score = scored.max(axis=0)
     flagged = (score >= threshold) | zero
-    return Indicators(in_norm=in_norm, out_norm=out_norm, zero_row=zero, ref_sim=ref_sim,
-                      isolation=isolation, knn_sim_k=knn_k, undertrained_score=score, flagged=flagged,
-                      threshold=threshold, reference=ref, fit=fit)
+    isolated = np.nan_to_num(zs["isolation"], nan=-np.inf) >= threshold
+    note, shares = threshold_note(zs, fit_rows, flagged, threshold)
+    fit["run"] = shares
+    return Indicators(in_norm=in_norm, out_norm=out_norm, zero_row=zero, magikarp_sim=magikarp, knot=knot,
+                      isolation=isolation, knn_sim_k=sims[:, -1].copy(), z=zs, undertrained_score=score,
+                      flagged=flagged, isolated=isolated, flag_reason=reasons(zs, zero, threshold),
+                      threshold=threshold, reference=ref, fit=fit, note=note)

@@ -1,13 +1,57 @@
-"""The token-row scan: kNN graph + indicators + 2-D map for one loaded model, as table columns.
+"""The token-row scan: kNN graph + indicators (+ verification, corpus usage) + 2-D map, as table columns.
 
-:func:`scan` does no I/O except the kNN cache; the ``scan`` command and ``audit`` write the columns
-into ``tokens.parquet`` and the summary into ``summary.json``.
+:func:`scan` does no I/O except the kNN cache (and, with ``verify``, loading the whole model); the
+``scan`` command and ``audit`` write the columns into ``tokens.parquet`` and the summary into
+``summary.json`` (``geometry``).
 
-Columns (one value per matrix row): ``in_norm``, ``out_norm`` (null when tied), ``zero_row``,
-``ref_sim`` (Magikarp reference similarity, null without reference), ``isolation``, ``knn_sim_k``,
-``script``, ``undertrained_score`` (higher = more under-trained), ``flagged``, ``neighbors``,
-``neighbor_sims``, ``x``, ``y`` (null when ``layout=False``). See
-:mod:`embscope.geometry.indicators` for the formulas.
+Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicators`):
+
+- raw indicators: ``in_norm``, ``out_norm`` (null when tied), ``zero_row``, ``magikarp_sim`` (null
+  without reference), ``knot`` (mean cosine to the k nearest rows), ``isolation`` (1 − cosine to the
+  nearest row), ``knn_sim_k``;
+- evidence, robust z against the trained rows, positive toward "untrained": ``z_in_norm``,
+  ``z_out_norm``, ``z_magikarp``, ``z_knot``, ``z_isolation`` (null where the indicator does not exist);
+- ``undertrained_score`` (max of the scored evidence), ``flagged``, ``isolated`` (own flag),
+  ``flag_reason`` (``"in_norm+knot"``, ``"zero"``, ``"isolated"``; null where nothing fired);
+- ``verify_max_prob`` (null where not checked, see :mod:`embscope.geometry.verify`);
+- ``corpus_count``, ``template_count`` (occurrences of flagged rows in the corpus and in the
+  rendered chat template; null for unflagged rows or without ``corpus_texts``, see
+  :mod:`embscope.geometry.usage`);
+- ``script``, ``neighbors``, ``neighbor_sims``, ``x``, ``y`` (null when ``layout=False``).
+
+Summary keys (``summary.json`` → ``geometry``):
+
+``rows``, ``categories``
+    matrix rows and rows per category.
+``flagged``
+    ``normal`` (flagged normal rows), ``normal_share``, ``by_category``, ``by_reason`` (each
+    indicator and ``zero``: flagged rows it fired on, all categories), ``zero_rows``, ``isolated``
+    (normal rows with the isolation flag).
+``threshold``, ``threshold_note``
+    the cut and what it means on this run (scale, share of trained rows flagged, per indicator).
+``indicators``
+    per evidence name: ``side``, ``median`` (norms: of the norm), ``scale`` (robust, of −log norm
+    for norms), ``scale_of``; ``run``: ``trained_rows``, ``trained_flagged_share``,
+    ``per_indicator_share``, ``gaussian_tail``.
+``reference``
+    ``size``, ``source``, ``by_source`` (rule → rows), ``note`` (what still works without one).
+``top_undertrained``
+    the :data:`TOP_N` highest-scoring normal rows: ``id``, ``token``, ``score``, ``reason``.
+``top_isolated``
+    the :data:`TOP_N` most isolated normal rows: ``id``, ``token``, ``z``.
+``per_script``
+    per script of normal rows: ``rows``, ``flagged``, ``flagged_share``, ``mean_norm``.
+``knn``
+    the kNN graph record (method, k, recall, seconds, cached).
+``verification``
+    ``None`` without ``verify``; else :meth:`~embscope.geometry.verify.Verification.to_dict`:
+    ``n_checked``, ``n_verified_undertrained``, ``precision``, ``controls_checked``,
+    ``controls_failed``, ``prompts``, ``max_prob_cut``, ``device``, ``seconds``, ``note``.
+``usage``
+    ``None`` without ``corpus_texts``; else :meth:`~embscope.geometry.usage.Usage.to_dict`:
+    ``texts``, ``corpus_tokens``, ``template``, ``flagged_used``, ``flagged_in_template``,
+    ``occurrences``, ``top`` (``id``, ``token``, ``reason``, ``corpus``, ``template``).
+``tied``, ``timings``
 """
 
 from __future__ import annotations
@@ -15,14 +59,18 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.geometry.indicators import DEFAULT_THRESHOLD, THRESHOLD_NOTE, compute_indicators
+from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators
+from embscope.geometry.reference import no_reference_note
 
 if TYPE_CHECKING:  # pragma: no cover
+    from embscope.geometry.usage import Usage
+    from embscope.geometry.verify import Verification
     from embscope.model import LoadedModel
 
 #: how many of the most under-trained normal tokens the summary lists
@@ -35,10 +83,22 @@ class ScanResult:
 
     #: column name -> list/array of length n_rows
     columns: dict[str, Any]
-    #: counts, flagged share, top tokens, per-script figures, kNN and reference records
+    #: see the module docstring for the keys
     summary: dict[str, Any]
     #: step name -> seconds
     timings: dict[str, float] = field(default_factory=dict)
+    #: the prompting record (None without ``verify``)
+    verification: "Verification | None" = None
+    #: corpus/template counts (None without ``corpus_texts``); ``usage.used_ids()`` feeds repair
+    usage: "Usage | None" = None
+
+    def repair_rows(self, categories: Sequence[str], *, include_special: bool = False) -> list[int]:
+        """Flagged rows the corpus or template uses, most used first — what ``--repair`` rewrites.
+        Special tokens are left out unless ``include_special`` (a chat model's own
+        ``<|im_end|>`` can sit among never-used specials and still be predicted)."""
+        if self.usage is None:
+            return []
+        return [i for i in self.usage.used_ids() if include_special or categories[i] != "special"]
 
 
 def _script_fn():
@@ -54,19 +114,29 @@ def _clean(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
+def _nullable(v: np.ndarray) -> Any:
+    """float32 array, or a list of None when the whole column is NaN."""
+    return [None] * len(v) if np.isnan(v).all() else np.asarray(v, dtype=np.float32)
+
+
 def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = None,
          threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
-         seed: int = 0, knn_method: str = "auto") -> ScanResult:
+         seed: int = 0, knn_method: str = "auto", verify: int = 0,
+         corpus_texts: Sequence[str] | None = None, chat_template: bool = True) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
 
     Args:
         model: a :class:`~embscope.model.LoadedModel`.
         k: neighbours per row in the kNN graph (of the input embedding).
-        unused_ids: rows known to be unused (the Magikarp reference); default: found automatically.
-        threshold: ``undertrained_score`` at or above which a row is flagged.
+        unused_ids: rows known to be unused (the Magikarp reference); default: discovered.
+        threshold: ``undertrained_score`` (robust sigmas) at or above which a row is flagged.
         cache_dir: kNN cache folder (default ``~/.cache/embscope/knn``).
         layout: compute the UMAP map (``x``, ``y``).
-        seed: seeds the kNN sample, k-means and UMAP.
+        seed: seeds the kNN sample, k-means, UMAP and the verification controls.
+        verify: check the top ``verify`` flagged rows (and as many trained controls) by prompting
+            the whole model; 0 skips it. A model that cannot load gets a note, not an error.
+        corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
+            chat template, when ``chat_template``) produce.
     Returns:
         :class:`ScanResult`.
     """
@@ -81,12 +151,31 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     strings = model.token_strings()
     cats = list(model.categories)
     t = time.perf_counter()
-    ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims,
+    ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
                              unused_ids=unused_ids, threshold=threshold)
     script_of = _script_fn()
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
     timings["indicators"] = time.perf_counter() - t
+
+    verification = None
+    verify_col: Any = [None] * n
+    if verify:
+        from embscope.geometry.verify import verify_rows
+
+        t = time.perf_counter()
+        verification = verify_rows(model, ind, verify, seed=seed)
+        verify_col = verification.column(n)
+        timings["verify"] = time.perf_counter() - t
+
+    usage = None
+    if corpus_texts is not None:
+        from embscope.geometry.usage import flagged_usage
+
+        t = time.perf_counter()
+        usage = flagged_usage(model, np.flatnonzero(ind.flagged), corpus_texts, reasons=ind.flag_reason,
+                              chat_template=chat_template)
+        timings["usage"] = time.perf_counter() - t
 
     if layout:
         from embscope.geometry.layout import umap_layout
@@ -100,22 +189,39 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     tied = model.output is None
     columns: dict[str, Any] = {
         "in_norm": ind.in_norm.astype(np.float32),
-        "out_norm": [None] * n if tied else ind.out_norm.astype(np.float32),
+        "out_norm": _nullable(ind.out_norm),
         "zero_row": ind.zero_row,
-        "ref_sim": [None] * n if np.isnan(ind.ref_sim).all() else ind.ref_sim.astype(np.float32),
+        "magikarp_sim": _nullable(ind.magikarp_sim),
+        "knot": ind.knot.astype(np.float32),
         "isolation": ind.isolation.astype(np.float32),
         "knn_sim_k": ind.knn_sim_k.astype(np.float32),
+        **{f"z_{name}": _nullable(ind.z[name]) if name in ind.z else [None] * n
+           for name in (*SCORED, "isolation")},
         "script": scripts,
         "undertrained_score": ind.undertrained_score.astype(np.float32),
         "flagged": ind.flagged,
+        "isolated": ind.isolated,
+        "flag_reason": ind.flag_reason,
+        "verify_max_prob": verify_col,
+        **(usage.columns(n) if usage is not None else {"corpus_count": [None] * n, "template_count": [None] * n}),
         "neighbors": graph.neighbors.tolist(),
         "neighbor_sims": [list(map(float, r)) for r in graph.sims],
         "x": xs,
         "y": ys,
     }
     summary = _summary(cats, strings, scripts, ind, graph, threshold, tied)
+    summary["verification"] = verification.to_dict() if verification is not None else None
+    summary["usage"] = usage.to_dict() if usage is not None else None
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return ScanResult(columns=columns, summary=summary, timings=timings)
+    return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
+
+
+def _by_reason(ind) -> dict[str, int]:
+    out: Counter = Counter()
+    for r, f in zip(ind.flag_reason, ind.flagged):
+        if r and f:
+            out.update(p for p in r.split("+") if p != "isolated")
+    return dict(out)
 
 
 def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, Any]:
@@ -125,8 +231,11 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
     counts = Counter(cats)
     flagged_by_cat = {c: int(ind.flagged[cats_a == c].sum()) for c in counts}
     order = np.argsort(-np.nan_to_num(score, nan=-np.inf))
-    top = [{"id": int(i), "token": strings[i], "score": round(float(score[i]), 3)}
+    top = [{"id": int(i), "token": strings[i], "score": round(float(score[i]), 3), "reason": ind.flag_reason[i]}
            for i in order if normal[i]][:TOP_N]
+    iso = ind.z["isolation"]
+    top_iso = [{"id": int(i), "token": strings[i], "z": round(float(iso[i]), 3)}
+               for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if normal[i]][:TOP_N]
     per_script: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[int]] = defaultdict(list)
     for i in np.flatnonzero(normal):
@@ -139,22 +248,24 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
                           "mean_norm": round(float(norm_col[ids_a].mean()), 4)}
     n_normal = int(normal.sum())
     ref = ind.reference
+    fit = {k: ({kk: _clean(vv) for kk, vv in v.items()} if k != "run" else v) for k, v in ind.fit.items()}
     return {
         "rows": len(cats),
         "categories": dict(counts),
         "flagged": {"normal": int(ind.flagged[normal].sum()),
                     "normal_share": round(float(ind.flagged[normal].mean()) if n_normal else 0.0, 5),
                     "by_category": flagged_by_cat,
-                    "zero_rows": int(ind.zero_row.sum())},
+                    "by_reason": _by_reason(ind),
+                    "zero_rows": int(ind.zero_row.sum()),
+                    "isolated": int(ind.isolated[normal].sum())},
         "threshold": threshold,
-        "threshold_note": THRESHOLD_NOTE,
+        "threshold_note": ind.note,
+        "indicators": fit,
         "top_undertrained": top,
+        "top_isolated": top_iso,
         "per_script": per_script,
         "knn": graph.record(),
-        "reference": {"size": len(ref.ids), "source": ref.source,
-                      "note": None if ref.ids else "no known-unused rows: ref_sim is empty and the "
-                      "score uses the distance from the trained centre and the knot term only"},
-        "fit": {k: {kk: _clean(vv) for kk, vv in v.items()} for k, v in ind.fit.items()},
+        "reference": {**ref.record(), "note": None if ref.ids else no_reference_note(tied)},
         "tied": tied,
     }
 
@@ -171,6 +282,9 @@ def format_scan_summary(summary: dict[str, Any]):
         head.add_row(f"  {c}", str(v))
     f = summary["flagged"]
     head.add_row("flagged normal", f"{f['normal']} ({100 * f['normal_share']:.2f} %)")
+    for r, v in f.get("by_reason", {}).items():
+        head.add_row(f"  {r} fired", str(v))
+    head.add_row("isolated normal", str(f.get("isolated", 0)))
     head.add_row("zero rows", str(f["zero_rows"]))
     head.add_row("threshold", str(summary["threshold"]))
     ref = summary["reference"]
@@ -178,12 +292,19 @@ def format_scan_summary(summary: dict[str, Any]):
     kn = summary["knn"]
     head.add_row("kNN", f"{kn['method']} k={kn['k']} recall@k={kn['recall_at_k']:.3f} "
                  f"{kn['seconds']:.1f} s{' (cached)' if kn['cached'] else ''}")
+    ver = summary.get("verification")
+    if ver:
+        head.add_row("verified", ver["note"] if ver.get("n_checked") is None else
+                     f"{ver['n_verified_undertrained']}/{ver['n_checked']} (precision {ver['precision']}); "
+                     f"controls failed {ver['controls_failed']}/{ver['controls_checked']}")
+    use = summary.get("usage")
+    if use:
+        head.add_row("flagged rows your data uses", f"{use['flagged_used']} ({use['occurrences']} occurrences)")
     top = Table(title=f"Most under-trained normal tokens (top {len(summary['top_undertrained'])})")
-    top.add_column("id", justify="right")
-    top.add_column("token")
-    top.add_column("score", justify="right")
+    for col in ("id", "token", "score", "why"):
+        top.add_column(col, justify="right" if col in ("id", "score") else "left")
     for r in summary["top_undertrained"]:
-        top.add_row(str(r["id"]), escape(repr(r["token"])), f"{r['score']:.2f}")
+        top.add_row(str(r["id"]), escape(repr(r["token"])), f"{r['score']:.2f}", r.get("reason") or "")
     scr = Table(title="Per script (normal tokens)")
     for col in ("script", "rows", "flagged", "share", "mean norm"):
         scr.add_column(col, justify="left" if col == "script" else "right")

@@ -73,8 +73,9 @@ def skip_reason(summary: Summary, *names: str) -> str | None:
 
 #: what the page needs each column to be; anything else in a table is a tampered or foreign file
 _KINDS = {
-    "token_id": "int", "in_norm": "num", "out_norm": "num", "ref_sim": "num", "isolation": "num",
+    "token_id": "int", "in_norm": "num", "out_norm": "num", "isolation": "num",
     "knn_sim_k": "num", "undertrained_score": "num", "x": "num", "y": "num", "flagged": "bool",
+    "magikarp_sim": "num", "knot": "num", "verify_max_prob": "num", "corpus_count": "int", "flag_reason": "text",
     "zero_row": "bool", "token": "text", "category": "text", "script": "text", "neighbors": "list",
     "neighbor_sims": "list", "pieces": "list", "term": "text", "frequency": "int", "savings_tokens": "int",
     "parity": "num", "fertility": "num", "language": "text", "tokenizer": "text",
@@ -173,8 +174,9 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
 
     path = Path(out_dir) / "tokens.parquet"
     df = _read_parquet(path, ["token_id", "token", "category", "in_norm", "out_norm", "zero_row",
-                              "ref_sim", "isolation", "knn_sim_k", "script", "undertrained_score",
-                              "flagged", "neighbors", "neighbor_sims", "x", "y"])
+                              "magikarp_sim", "knot", "isolation", "knn_sim_k", "script", "undertrained_score",
+                              "flagged", "flag_reason", "verify_max_prob", "corpus_count", "neighbors",
+                              "neighbor_sims", "x", "y"])
     if df is None:
         return {"reason": skip_reason(summary, "tokens") or "tokens.parquet not found"}
     if "token_id" not in df.columns:
@@ -229,9 +231,11 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
             ]).sort("undertrained_score", descending=True)
         else:
             top = scored.sort("undertrained_score", descending=True).head(TOP_N)
-        show = [c for c in ("token_id", "token", "category", "script", "undertrained_score",
-                            "in_norm", "out_norm", "ref_sim", "isolation", "knn_sim_k", "flagged")
-                if c in top.columns and not (c in ("out_norm", "ref_sim") and top[c].null_count() == top.height)]
+        show = [c for c in ("token_id", "token", "category", "script", "undertrained_score", "flag_reason",
+                            "in_norm", "out_norm", "magikarp_sim", "knot", "isolation", "verify_max_prob",
+                            "corpus_count", "flagged")
+                if c in top.columns and not (c in ("out_norm", "magikarp_sim", "verify_max_prob", "corpus_count")
+                                             and top[c].null_count() == top.height)]
         rows = []
         for rec in top.iter_rows(named=True):
             row = {c: _num(rec[c]) for c in show}

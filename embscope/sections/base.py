@@ -31,8 +31,11 @@ class RunOptions(Record):
     k: int = 10
     #: compute the 2-D UMAP map (the slowest part of the scan on large vocabularies)
     layout: bool = True
-    #: ``undertrained_score`` at or above which a row is flagged (see embscope.geometry.indicators)
-    threshold: float = 2.5
+    #: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row is
+    #: flagged (see embscope.geometry.indicators)
+    threshold: float = 4.0
+    #: check the top N flagged rows (and N trained controls) by prompting the whole model; 0: off
+    verify: int = 0
     #: token ids known to be unused (the Magikarp reference set); null finds them automatically
     unused_ids: list[int] | None = None
     #: kNN method: auto, exact or ivf
@@ -70,6 +73,8 @@ class RunOptions(Record):
                 raise SpecError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not math.isfinite(self.threshold):
             raise SpecError(f"--threshold must be a finite number, got {self.threshold}; the default is 2.5")
+        if self.verify < 0:
+            raise SpecError(f"--verify must be 0 or more, got {self.verify}")
         if self.sample_bytes is not None and self.sample_bytes < 1:
             raise SpecError(f"--sample-bytes must be at least 1, got {self.sample_bytes}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -97,6 +102,8 @@ class Inputs:
     domain: Path | None = None
     #: the tokens table as built so far (base columns + scan columns), or None
     tokens: "pl.DataFrame | None" = None
+    #: the user's own corpora: the scan lists which flagged rows their text produces
+    data: Sequence[Path] = ()
 
 
 @dataclass

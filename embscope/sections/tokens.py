@@ -23,26 +23,37 @@ class GeometryRecord(Record):
     rows: int
     #: rows per category
     categories: dict[str, int]
-    #: flagged rows: {normal, normal_share (fraction of normal rows), by_category {category: rows}, zero_rows}
+    #: flagged rows: {normal, normal_share (fraction of normal rows), by_category {category: rows},
+    #: by_reason {indicator or zero: rows it fired on}, zero_rows, isolated (normal rows flagged isolated)}
     flagged: dict[str, Any]
     #: the flag threshold on ``undertrained_score``
     threshold: float
-    #: what the threshold means on this run
+    #: what the threshold means on this run (robust scale, share of trained rows flagged, per indicator)
     threshold_note: str
-    #: the most under-trained normal tokens, [{id, token (raw text, untrusted), score}]
+    #: per evidence name {side, median, scale, scale_of}; run {trained_rows, trained_flagged_share,
+    #: per_indicator_share, gaussian_tail}
+    indicators: dict[str, Any]
+    #: the most under-trained normal tokens, [{id, token (raw text, untrusted), score, reason}]
     top_undertrained: list[dict[str, Any]]
+    #: the most isolated normal tokens, [{id, token, z}]
+    top_isolated: list[dict[str, Any]]
     #: {script: {rows, flagged, flagged_share, mean_norm}} over normal rows, largest first
     per_script: dict[str, dict[str, Any]]
     #: the kNN graph: {method, k, recall_at_k, recall_rows, seconds, cached, ...method parameters}
     knn: dict[str, Any]
-    #: the Magikarp reference set: {size, source, note}
+    #: the Magikarp reference set: {size, source, by_source {rule: rows}, note (what works without one)}
     reference: dict[str, Any]
-    #: {component: {median, scale}} of the robust z-scores
-    fit: dict[str, Any]
     #: the model's input and output matrices are one
     tied: bool
-    #: {knn, indicators, layout} seconds
+    #: {knn, indicators, verify, usage, layout} seconds
     timings: dict[str, float]
+    #: prompt verification (``--verify N``): {n_checked, n_verified_undertrained, precision,
+    #: controls_checked, controls_failed, prompts, max_prob_cut, device, seconds, note}; null when off
+    verification: dict[str, Any] | None = None
+    #: the flagged rows the user's corpus and chat template produce: {texts, corpus_tokens, template,
+    #: flagged_used, flagged_in_template, occurrences, top [{id, token, reason, corpus, template}]};
+    #: null without a corpus
+    usage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -76,13 +87,23 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
     if scan:
         from embscope.geometry.scan import scan as run_scan
 
+        texts = None
+        if inputs.data:
+            from embscope.extension.extension import read_texts
+
+            texts = [t for corpus in inputs.data for t in read_texts(corpus)]
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
-                              cache_dir=opts.cache_dir, layout=opts.layout, knn_method=opts.knn_method)
+                              cache_dir=opts.cache_dir, layout=opts.layout, knn_method=opts.knn_method,
+                              verify=opts.verify, corpus_texts=texts)
         columns.update(result.columns)
         geometry = GeometryRecord.from_dict(result.summary, strict=True)
+        out.live = (model, result)
         if geometry.reference.get("size") == 0:
             out.warnings.append(f"{model.name}: {geometry.reference.get('note')}")
+        note = (geometry.verification or {}).get("note")
+        if note:
+            out.warnings.append(f"verification: {note}")
     out.record = TokensRecord(rows=model.n_rows, n_tokens=model.n_tokens,
                               categories=dict(Counter(model.categories)), geometry=geometry)
     out.tables["tokens"] = tokens_frame(columns)

@@ -4,10 +4,12 @@
    textContent, after displayToken(). */
   /* ---- under-trained token table ---- */
   var TOP_LABELS = { token_id: "id", token: "token", category: "category", script: "script",
-    undertrained_score: "score", in_norm: "‖e‖ in", out_norm: "‖w‖ out", ref_sim: "ref sim",
-    isolation: "isolation", knn_sim_k: "kNN sim", flagged: "flag", neighbors: "nearest neighbours" };
+    undertrained_score: "score", flag_reason: "why", in_norm: "‖e‖ in", out_norm: "‖w‖ out",
+    magikarp_sim: "magikarp", knot: "knot", isolation: "isolation", knn_sim_k: "kNN sim",
+    verify_max_prob: "verified p", corpus_count: "in corpus", flagged: "flag", neighbors: "nearest neighbours" };
   /* decimals per column: scores and norms to 3, similarities (which sit near 0 or 1) to 4 */
-  var TOP_DIGITS = { undertrained_score: 3, in_norm: 3, out_norm: 3, ref_sim: 3, isolation: 4, knn_sim_k: 4 };
+  var TOP_DIGITS = { undertrained_score: 3, in_norm: 3, out_norm: 3, magikarp_sim: 3, knot: 4, isolation: 4,
+    knn_sim_k: 4, verify_max_prob: 4 };
   function topTable() {
     var tok = DATA.tokens || {}, top = tok.top, table = document.getElementById("top-table");
     if (!table) return;

@@ -1,0 +1,150 @@
+"""The flagged rows your data uses: which under-trained tokens a corpus and the chat template produce.
+
+A flagged row matters for a fine-tune only if the training data contains its token: then it gets
+large, badly scaled gradients (the "untrained tokens found" error some trainers raise, or a NaN
+loss). This module tokenizes the user's texts with the model's own tokenizer and counts every
+occurrence of a flagged id; separately it renders the model's chat template (GGUF metadata
+``tokenizer.chat_template`` or ``tokenizer_config.json``) on a short sample conversation
+(system, user, assistant, then the generation prompt) and counts the flagged ids the template
+itself inserts — those appear in *every* training example of a chat fine-tune.
+
+Special tokens in the rendered template are recognised by tokenizers that parse them in text
+(HF ``tokenizers``); tiktoken's ordinary encoding treats them as text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.model import LoadedModel
+
+#: the sample conversation the chat template is rendered on
+SAMPLE_CONVERSATION = (
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": "The capital of France is Paris."},
+)
+#: texts per tokenizer call
+BATCH = 512
+#: rows listed in the summary
+TOP_N = 50
+
+
+@dataclass
+class Usage:
+    """Counts of flagged ids in the corpus and the chat template (``summary.json`` ``geometry.usage``)."""
+
+    texts: int
+    corpus_tokens: int
+    #: ``rendered`` or why the template was not used (``none shipped``, ``render failed: …``, ``off``)
+    template: str
+    #: row id -> occurrences in the corpus (flagged ids only, zero counts omitted)
+    corpus: dict[int, int] = field(default_factory=dict)
+    #: row id -> occurrences in the rendered template
+    in_template: dict[int, int] = field(default_factory=dict)
+    #: flagged ids checked
+    flagged_ids: list[int] = field(default_factory=list, repr=False)
+    #: id -> (token string, flag reason) for the summary
+    labels: dict[int, tuple[str, str | None]] = field(default_factory=dict, repr=False)
+
+    def used_ids(self) -> list[int]:
+        """Flagged ids the data produces, most frequent first (template counts break ties)."""
+        ids = set(self.corpus) | set(self.in_template)
+        return sorted(ids, key=lambda i: (-self.corpus.get(i, 0), -self.in_template.get(i, 0), i))
+
+    def to_dict(self) -> dict[str, Any]:
+        top = [{"id": i, "token": self.labels.get(i, ("", None))[0], "reason": self.labels.get(i, ("", None))[1],
+                "corpus": self.corpus.get(i, 0), "template": self.in_template.get(i, 0)}
+               for i in self.used_ids()[:TOP_N]]
+        return {"texts": self.texts, "corpus_tokens": self.corpus_tokens, "template": self.template,
+                "flagged_checked": len(self.flagged_ids), "flagged_used": len(set(self.corpus) | set(self.in_template)),
+                "flagged_in_template": len(self.in_template), "occurrences": int(sum(self.corpus.values())),
+                "top": top}
+
+    def columns(self, n: int) -> dict[str, list[int | None]]:
+        """``corpus_count`` / ``template_count``: counts for flagged rows (0 when unused), None elsewhere."""
+        c: list[int | None] = [None] * n
+        t: list[int | None] = [None] * n
+        for i in self.flagged_ids:
+            c[i] = self.corpus.get(i, 0)
+            t[i] = self.in_template.get(i, 0)
+        return {"corpus_count": c, "template_count": t}
+
+
+def render_chat_template(model: "LoadedModel") -> tuple[str | None, str]:
+    """``(text, status)``: the model's chat template rendered on :data:`SAMPLE_CONVERSATION` in a
+    sandboxed Jinja environment (templates are untrusted text), or ``(None, why not)``."""
+    from embscope.extension.apply import _chat_template
+
+    template = _chat_template(model)
+    if not template:
+        return None, "none shipped"
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(msg):
+        raise TemplateError(msg)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    names = {}
+    for key in ("bos", "eos"):
+        i = model.config.get(f"{key}_token_id")
+        i = i[0] if isinstance(i, list) and i else i
+        names[f"{key}_token"] = model.vocab.token_bytes(i).decode("utf-8", "replace") \
+            if isinstance(i, int) and model.vocab is not None and model.vocab.token_bytes(i) is not None else ""
+    err = ""
+    for messages in (list(SAMPLE_CONVERSATION), list(SAMPLE_CONVERSATION[1:])):  # some refuse a system turn
+        try:
+            text = env.from_string(template).render(messages=messages, add_generation_prompt=True, **names)
+            return text, "rendered"
+        except Exception as exc:  # noqa: BLE001 - a template that does not render is reported, not fatal
+            err = f"{type(exc).__name__}: {str(exc)[:120]}"
+    return None, f"render failed: {err}"
+
+
+def count_ids(model: "LoadedModel", texts: Sequence[str], wanted: np.ndarray) -> tuple[Counter, int]:
+    """Occurrences of the ids where ``wanted`` (bool, n_rows) is true, and the total token count."""
+    from embscope.progress import track
+
+    counts: Counter = Counter()
+    total = 0
+    batches = range(0, len(texts), BATCH)
+    for s in track(batches, total=len(batches), description="counting flagged tokens in the corpus"):
+        for ids in model.vocab.encode_batch(list(texts[s:s + BATCH])):
+            a = np.asarray(ids, dtype=np.int64)
+            total += len(a)
+            a = a[(a >= 0) & (a < len(wanted))]
+            counts.update(a[wanted[a]].tolist())
+    return counts, total
+
+
+def flagged_usage(model: "LoadedModel", flagged_ids: Sequence[int], texts: Sequence[str], *,
+                  reasons: Sequence[str | None] | None = None, chat_template: bool = True) -> Usage:
+    """Count the flagged rows ``texts`` (and the rendered chat template) produce."""
+    from embscope.errors import VocabError
+
+    if model.vocab is None:
+        raise VocabError(f"{model.name} ships no tokenizer, so its corpus usage cannot be counted; "
+                         "pass a model with a tokenizer")
+    wanted = np.zeros(model.n_rows, dtype=bool)
+    ids = [int(i) for i in flagged_ids]
+    wanted[ids] = True
+    corpus, total = count_ids(model, texts, wanted)
+    in_template: Counter = Counter()
+    status = "off"
+    if chat_template:
+        text, status = render_chat_template(model)
+        if text is not None:
+            in_template, _ = count_ids(model, [text], wanted)
+    strings = model.token_strings()
+    used = set(corpus) | set(in_template)
+    labels = {i: (strings[i], reasons[i] if reasons is not None else None) for i in used}
+    return Usage(texts=len(texts), corpus_tokens=total, template=status, corpus=dict(corpus),
+                 in_template=dict(in_template), flagged_ids=ids, labels=labels)

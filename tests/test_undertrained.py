@@ -1,0 +1,242 @@
+"""Under-trained rows on real weights: Magikarp's recipe, reference discovery, an untied fixture built
+from MiniLM's rows, verification by prompting, corpus usage and repair."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import embscope
+from embscope.geometry.indicators import compute_indicators, magikarp_similarity
+from embscope.geometry.knn import knn_graph
+from embscope.geometry.reference import discover_reference, unused_byte_ids
+
+LLAMACPP = "/work/cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"
+WORD = re.compile(r"(##)?[a-z]{3,}")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return embscope.load_model("minilm-l6", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def minilm_graph(minilm, tmp_path_factory):
+    return knn_graph(minilm.embed, 10, cache_dir=tmp_path_factory.mktemp("knn"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return embscope.load_model("smollm2-135m", device="cpu")
+
+
+def test_magikarp_sim_is_the_published_recipe(minilm):
+    """Same numbers as Magikarp's own steps: sklearn PCA (centred) on the whole matrix, first
+    component removed from the uncentred rows, cosine to the mean of the known-unused rows."""
+    from sklearn.decomposition import PCA
+
+    m = minilm.embed[:6000].double().numpy()
+    ref = [i for i, s in enumerate(minilm.token_strings()[:6000]) if s.startswith("[unused")]
+    c = PCA(n_components=1).fit(m).components_[0]
+    w = m - np.outer(m @ c, c)
+    r = w[ref].mean(0)
+    expected = w @ r / (np.linalg.norm(w, axis=1) * np.linalg.norm(r))
+    got = magikarp_similarity(torch.from_numpy(m), ref)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    # the uncentred top direction would be a different indicator
+    top = np.linalg.svd(m, full_matrices=False)[2][0]
+    assert abs(float(top @ c)) < 0.99
+
+
+def test_reference_finds_unused_utf8_bytes_in_gpt2():
+    from embscope.tokenizer.load import load_vocabulary
+
+    v = load_vocabulary(f"{LLAMACPP}/ggml-vocab-gpt-2.gguf")
+    unused, dup = unused_byte_ids(v, len(v))
+    # Magikarp's GPT-2 list (bytes 0xF5–0xFF are ids 177–187) plus the overlong leads 0xC0, 0xC1
+    assert unused == [124, 125, *range(177, 188)]
+    assert dup == []
+    ref = discover_reference(["normal"] * len(v), [v.display(i) for i in range(len(v))],
+                             np.zeros(len(v), bool), v)
+    assert ref.source == "unused-utf8-bytes" and ref.by_source == {"unused-utf8-bytes": 13}
+
+
+@pytest.mark.slow
+def test_reference_finds_duplicate_byte_fallback_in_llama_spm():
+    from embscope.tokenizer.load import load_vocabulary
+
+    v = load_vocabulary(f"{LLAMACPP}/ggml-vocab-llama-spm.gguf")
+    unused, dup = unused_byte_ids(v, len(v))
+    assert unused == [195, 196, *range(248, 259)]  # <0xC0>, <0xC1>, <0xF5>…<0xFF>
+    # Magikarp's Llama-2 list is <0x37>…<0x7F> (ids 58–130); every one with an ordinary twin is found
+    assert set(range(58, 130)) <= set(dup) and 130 not in dup
+    assert all(v.display(i).startswith("<0x") or len(v.token_bytes(i)) == 1 for i in dup)
+
+
+def test_minilm_unused_auc_held_out(minilm, minilm_graph):
+    from sklearn.metrics import roc_auc_score
+
+    strings = minilm.token_strings()
+    unused = np.array([bool(re.fullmatch(r"\[unused\d+\]", s)) for s in strings])
+    uid = np.flatnonzero(unused)
+    cats = np.array(minilm.categories)
+    for ref in (uid[::2].tolist(), []):  # half the [unusedN] rows as reference, or none at all
+        ind = compute_indicators(minilm.embed, None, minilm.categories, strings, minilm_graph.sims,
+                                 vocab=minilm.vocab, unused_ids=ref)
+        ev = (cats == "normal") & ~np.isin(np.arange(len(cats)), ref)
+        auc = roc_auc_score(unused[ev], ind.undertrained_score[ev])
+        assert auc >= 0.95, (len(ref), auc)
+        assert ind.flagged[uid[1::2]].mean() >= 0.95
+        assert ("magikarp" in ind.z) == bool(ref)
+    # The note states this run's figures: the share it quotes is the share flagged (no reference
+    # in the last run, so every normal row is a trained row).
+    fit = cats == "normal"
+    share = ind.flagged[fit].mean()
+    assert f"({100 * share:.2f} %" in ind.note and f"of {fit.sum()} trained rows" in ind.note
+
+
+def _untied_fixture(minilm, n_plant=150, seed=0):
+    """MiniLM's real rows as the input, a rotated copy as the head; 3 × n_plant ordinary word rows
+    planted: weak input only (×0.05), head only (collapsed onto the unused direction), both."""
+    g = torch.Generator().manual_seed(seed)
+    emb = minilm.embed.float().clone()
+    q, _ = torch.linalg.qr(torch.randn(emb.shape[1], emb.shape[1], generator=g, dtype=torch.float64))
+    out = (emb.double() @ q).float()
+    strings = minilm.token_strings()
+    cats = np.array(minilm.categories)
+    words = np.flatnonzero(np.array([bool(WORD.fullmatch(s)) for s in strings]) & (cats == "normal"))
+    pick = np.random.default_rng(seed).choice(words, 3 * n_plant, replace=False)
+    inp, head, both = pick[:n_plant], pick[n_plant:2 * n_plant], pick[2 * n_plant:]
+    unused = [i for i, s in enumerate(strings) if s.startswith("[unused")]
+    centre = out[unused].mean(0)
+    for ids in (inp, both):
+        emb[ids] *= 0.05
+    for ids in (head, both):
+        noise = torch.randn(len(ids), emb.shape[1], generator=g) * 0.1 * centre.norm() / emb.shape[1] ** 0.5
+        out[ids] = centre + noise
+    return emb, out, {"input": inp, "head": head, "both": both}, words
+
+
+def test_untied_fixture_each_kind_is_found(minilm, minilm_graph):
+    emb, out, planted, words = _untied_fixture(minilm)
+    # the kNN graph is a cosine graph: scaling rows does not change it, so MiniLM's graph is reused
+    ind = compute_indicators(emb, out, minilm.categories, minilm.token_strings(), minilm_graph.sims,
+                             vocab=minilm.vocab)
+    assert ind.reference.source == "unused-names"
+    for kind, ids in planted.items():
+        recall = ind.flagged[ids].mean()
+        print(f"\n{kind}: recall {recall:.3f}")
+        assert recall >= 0.9, (kind, recall)
+    assert all("in_norm" in ind.flag_reason[i] for i in planted["input"] if ind.flagged[i])
+    assert all({"magikarp", "out_norm"} & set(ind.flag_reason[i].split("+")) for i in planted["head"]
+               if ind.flagged[i])
+    ordinary = np.setdiff1d(words, np.concatenate(list(planted.values())))
+    fp = ind.flagged[ordinary].mean()
+    print(f"ordinary word rows flagged: {fp:.4f}")
+    assert fp <= 0.01, fp
+
+
+def test_verify_notes_a_model_that_cannot_load(minilm):
+    from embscope.geometry.verify import verify_rows
+
+    ind = SimpleNamespace(undertrained_score=np.zeros(minilm.n_rows), flagged=np.zeros(minilm.n_rows, bool),
+                          reference=SimpleNamespace(ids=[]))
+    v = verify_rows(minilm, ind, 5)
+    assert v.n_checked is None and "not verified" in v.note and "causal" in v.note
+    assert v.column(3) == [None] * 3
+    json.dumps(v.to_dict())
+
+
+@pytest.mark.slow
+def test_verify_smollm2_flagged_rows_and_controls(smollm2):
+    """Code-artifact merges the scan flags on SmolLM2 cannot be repeated; trained controls can."""
+    from embscope.geometry.verify import verify_rows
+
+    strings = smollm2.token_strings()
+    bad = [strings.index(t) for t in ("MetaInfoClass", "swigfaiss", "kinesisfirehose", " InstancePreprocess")]
+    score = np.zeros(smollm2.n_rows)
+    score[bad] = 10.0
+    ind = SimpleNamespace(undertrained_score=score, flagged=score > 0, reference=SimpleNamespace(ids=[]))
+    v = verify_rows(smollm2, ind, 4, device="cpu")
+    print(v.to_dict())
+    assert v.n_checked == 4 and v.controls_checked == 4
+    assert v.n_verified_undertrained >= 3 and v.controls_failed <= 1
+    col = v.column(smollm2.n_rows)
+    assert all(col[i] is not None and col[i] < 0.01 for i in bad[:3])
+
+
+def test_usage_counts_corpus_and_chat_template(smollm2):
+    from embscope.geometry.usage import flagged_usage
+
+    strings = smollm2.token_strings()
+    im_start, im_end = strings.index("<|im_start|>"), strings.index("<|im_end|>")
+    texts = ["The patient had hypertension.", "No hypertension today."]
+    ids = smollm2.vocab.encode_batch(texts)
+    rare = ids[0][-2]  # a piece of " hypertension."
+    u = flagged_usage(smollm2, [im_start, im_end, rare], texts)
+    assert u.template == "rendered"
+    assert u.in_template[im_start] == 4 and u.in_template[im_end] == 3  # system, user, assistant + prompt
+    assert u.corpus[rare] == sum(x.count(rare) for x in ids) and im_start not in u.corpus
+    d = u.to_dict()
+    assert d["flagged_used"] == 3 and d["occurrences"] == u.corpus[rare]
+    cols = u.columns(smollm2.n_rows)
+    assert cols["template_count"][im_start] == 4 and cols["corpus_count"][0] is None
+
+
+def test_repair_rows_file_on_an_encoder(minilm, tmp_path):
+    from safetensors.torch import load_file
+
+    from embscope.extension.repair import other_pieces, repair
+
+    strings = minilm.token_strings()
+    rows = [strings.index(t) for t in ("endelle", "lucivar", "[unused5]")]
+    man = repair(minilm, rows, tmp_path / "rep", init="subword-mean")
+    assert man["format"] == "rows" and man["diagnostics"]["kl"] is None and "causal" in man["kl_note"]
+    t = load_file(str(tmp_path / "rep" / "repaired_rows.safetensors"))
+    assert t["token_ids"].tolist() == sorted(rows)
+    pieces = other_pieces(minilm.vocab, rows[0])
+    assert pieces and rows[0] not in pieces
+    expect = minilm.embed[pieces].double().mean(0).float()
+    k = sorted(rows).index(rows[0])
+    torch.testing.assert_close(t["embed"][k], expect, atol=1e-5, rtol=1e-5)
+    assert json.loads((tmp_path / "rep" / "embscope_repair.json").read_text())["n_repaired"] == 3
+
+
+@pytest.mark.slow
+def test_repair_full_folder_smollm2(smollm2, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from embscope.extension.repair import repair
+
+    strings = smollm2.token_strings()
+    rows = [strings.index("MetaInfoClass"), strings.index("swigfaiss")]
+    man = repair(smollm2, rows, tmp_path / "rep", init="mean")
+    assert man["format"] == "transformers"
+    d = man["diagnostics"]
+    assert d["kl"] is not None and d["kl"] < 0.05 and d["new_token_mass_max"] < 0.01
+    lm = AutoModelForCausalLM.from_pretrained(str(tmp_path / "rep"), trust_remote_code=False)
+    w = lm.get_input_embeddings().weight.detach()
+    torch.testing.assert_close(w[rows[0]], w[rows[1]])  # both got the trained mean
+    assert not torch.allclose(w[rows[0]], smollm2.embed[rows[0]].float())
+
+
+def test_repair_rows_are_the_used_flagged_rows_without_specials():
+    from embscope.geometry.scan import ScanResult
+    from embscope.geometry.usage import Usage
+
+    u = Usage(texts=2, corpus_tokens=10, template="rendered", corpus={5: 3, 7: 1}, in_template={1: 4},
+              flagged_ids=[1, 5, 7, 9])
+    cats = ["normal"] * 10
+    cats[1] = "special"
+    r = ScanResult(columns={}, summary={}, usage=u)
+    assert r.repair_rows(cats) == [5, 7]
+    assert r.repair_rows(cats, include_special=True) == [5, 7, 1]
+    assert u.columns(10)["corpus_count"][9] == 0 and u.columns(10)["corpus_count"][0] is None
