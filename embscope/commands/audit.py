@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
+from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
                                        Threshold, TrustPickle, UnusedIds, Verbose, check_threshold,
                                        parse_ids, print_json, print_warnings, setup)
 
@@ -29,6 +29,11 @@ def audit(
     repair_init: RepairInit = "subword-mean",
     reference: Reference = "eng",
     sample_bytes: SampleBytes = None,
+    engine: EngineOpt = EngineKind.local,
+    workers: Workers = None,
+    ray_address: RayAddress = None,
+    text_field: TextField = "text",
+    lang_field: LangField = "lang",
     top: Annotated[int, typer.Option("--top", min=1, help="vocabulary-extension candidates to add")] = 200,
     trust_pickle: TrustPickle = False,
     as_json: Json = False,
@@ -43,7 +48,10 @@ def audit(
     setup(quiet, verbose)
     res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,
                     scan=not no_scan, k=k, layout=not no_map, unused_ids=parse_ids(unused_ids),
-                    threshold=check_threshold(threshold), verify=verify, repair_to=repair, repair_init=repair_init, reference=reference, sample_bytes=sample_bytes,
+                    threshold=check_threshold(threshold), verify=verify, repair_to=repair, repair_init=repair_init,
+                    reference=reference, sample_bytes=sample_bytes,
+                    engine=engine.value, workers=workers, ray_address=ray_address, text_field=text_field,
+                    lang_field=lang_field,
                     top=top, trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT, device=device.value)
     print_warnings(res.warnings)
     if as_json:

@@ -10,15 +10,15 @@ from typing import Annotated
 
 import typer
 
-from embscope.commands.options import (Corpus, Force, Json, Out, Quiet, Reference, SampleBytes, Verbose,
+from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, Corpus, Force, Json, Out, Quiet, Reference, SampleBytes, Verbose,
                                        print_json, print_warnings, setup)
 
 
-def _run(specs: list[str], corpus, out, sample_bytes, reference, force, as_json, quiet, verbose) -> None:
+def _run(specs: list[str], corpus, out, sample_bytes, reference, force, as_json, quiet, verbose, **engine) -> None:
     from embscope.api import compare as run_compare
 
     setup(quiet, verbose)
-    res = run_compare(specs, corpus, out=out, force=force, sample_bytes=sample_bytes, reference=reference)
+    res = run_compare(specs, corpus, out=out, force=force, sample_bytes=sample_bytes, reference=reference, **engine)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
@@ -39,12 +39,18 @@ def fertility(
     force: Force = False,
     sample_bytes: SampleBytes = None,
     reference: Reference = "eng",
+    engine: EngineOpt = EngineKind.local,
+    workers: Workers = None,
+    ray_address: RayAddress = None,
+    text_field: TextField = "text",
+    lang_field: LangField = "lang",
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
     """Fertility, parity, continued-word rate and more per language, for one tokenizer."""
-    _run([tokenizer], corpus, out, sample_bytes, reference, force, as_json, quiet, verbose)
+    _run([tokenizer], corpus, out, sample_bytes, reference, force, as_json, quiet, verbose, engine=engine.value,
+         workers=workers, ray_address=ray_address, text_field=text_field, lang_field=lang_field)
 
 
 def compare(
@@ -54,12 +60,18 @@ def compare(
     force: Force = False,
     sample_bytes: SampleBytes = None,
     reference: Reference = "eng",
+    engine: EngineOpt = EngineKind.local,
+    workers: Workers = None,
+    ray_address: RayAddress = None,
+    text_field: TextField = "text",
+    lang_field: LangField = "lang",
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
     """Side-by-side parity and fertility of several tokenizers on the same (parallel) corpus."""
-    _run(list(tokenizer), corpus, out, sample_bytes, reference, force, as_json, quiet, verbose)
+    _run(list(tokenizer), corpus, out, sample_bytes, reference, force, as_json, quiet, verbose, engine=engine.value,
+         workers=workers, ray_address=ray_address, text_field=text_field, lang_field=lang_field)
 
 
 def register(app: typer.Typer) -> None:

@@ -40,6 +40,18 @@ Reference = Annotated[str, typer.Option("--reference", help="language that parit
 SampleBytes = Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]
 
 
+class EngineKind(str, enum.Enum):
+    local = "local"
+    ray = "ray"
+
+
+EngineOpt = Annotated[EngineKind, typer.Option("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")]
+Workers = Annotated[Optional[int], typer.Option("--workers", min=1, help="local: worker processes (default: all cores for corpora of 32 MB or more); ray: CPUs of a local Ray")]
+RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")]
+TextField = Annotated[str, typer.Option("--text-field", help="text field of .jsonl records and Parquet/Arrow/HF-dataset columns")]
+LangField = Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]
+
+
 def setup(quiet: bool = False, verbose: bool = False) -> None:
     """Progress mode for this process: quiet, normal or verbose."""
     from embscope.progress import set_mode

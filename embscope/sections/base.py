@@ -44,6 +44,16 @@ class RunOptions(Record):
     reference: str = "eng"
     #: cap on corpus bytes read per language (null: all)
     sample_bytes: int | None = None
+    #: where corpus passes run: local (processes on this machine) or ray (Ray Data, local or a cluster)
+    engine: str = "local"
+    #: local: worker processes (null: all cores for corpora of 32 MB or more); ray: CPUs of a local Ray
+    workers: int | None = None
+    #: an existing Ray cluster (null: $RAY_ADDRESS, else a local Ray started for the run)
+    ray_address: str | None = None
+    #: the text field of .jsonl records and Parquet/Arrow columns
+    text_field: str = "text"
+    #: the language field of records (an empty string: never read a language from records)
+    lang_field: str = "lang"
     #: extension candidates to add (best estimated savings first)
     top: int = 200
     #: longest multi-word extension term, in words
@@ -60,6 +70,18 @@ class RunOptions(Record):
     device: str = "auto"
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
+
+    def corpus_engine(self):
+        """The :class:`~embscope.languages.engine.Engine` these options ask for."""
+        from embscope.languages.engine import Engine
+
+        return Engine(kind=self.engine, workers=self.workers, ray_address=self.ray_address)
+
+    def read_options(self):
+        """The :class:`~embscope.languages.readers.ReadOptions` for record fields."""
+        from embscope.languages.readers import ReadOptions
+
+        return ReadOptions(text_field=self.text_field, lang_field=self.lang_field or None)
 
     def check(self) -> "RunOptions":
         """Refuse impossible values before any work (one-line :class:`SpecError`)."""
@@ -83,6 +105,9 @@ class RunOptions(Record):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
         for spec in self.init:
             parse_init(spec)  # unknown strategy names fail here, with "did you mean"
+        self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
+        if not self.text_field:
+            raise SpecError("--text-field must name a field, e.g. text")
         return self
 
 

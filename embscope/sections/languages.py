@@ -45,7 +45,8 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     for corpus in inputs.corpora:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
-                          sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens)
+                          sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
+                          engine=opts.corpus_engine(), options=opts.read_options())
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
         if res.table.height > 1 and not res.summary.get("reference_present"):
