@@ -16,6 +16,40 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def vocab_dir() -> Path:
+    """Where scripts/fetch_vocabs.py put llama.cpp's vocab files: ``$EMBSCOPE_VOCABS``,
+    ``$EMBSCOPE_CACHE/vocabs`` or ``~/.cache/embscope/vocabs`` (the first that holds them)."""
+    places = [os.environ.get("EMBSCOPE_VOCABS"),
+              os.environ.get("EMBSCOPE_CACHE") and os.path.join(os.environ["EMBSCOPE_CACHE"], "vocabs"),
+              os.path.join(os.path.expanduser("~"), ".cache", "embscope", "vocabs")]
+    for place in filter(None, places):
+        if (Path(place) / "ggml-vocab-gpt-2.gguf").is_file():
+            return Path(place)
+    return Path(places[-1])
+
+
+VOCABS = vocab_dir()
+#: tests that read llama.cpp's vocab GGUFs (scripts/install.sh --dev fetches them)
+needs_vocabs = pytest.mark.skipif(not (VOCABS / "ggml-vocab-gpt-2.gguf").is_file(),
+                                  reason=f"llama.cpp vocab files not in {VOCABS}; run scripts/fetch_vocabs.py")
+
+
+@pytest.fixture(scope="session")
+def smollm2_model():
+    """The demo SmolLM2 matrices and tokenizer, loaded once for the session."""
+    import embscope
+
+    return embscope.load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def minilm_model():
+    """The demo MiniLM matrices and tokenizer, loaded once for the session."""
+    import embscope
+
+    return embscope.load_model("minilm-l6", device="cpu")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _quiet_and_private_cache(tmp_path_factory):
     """No progress output, and a kNN/model cache under the session's tmp folder, undone at the end."""

@@ -18,10 +18,8 @@ KL_BOUND = 1e-3
 
 
 @pytest.fixture(scope="module")
-def smol():
-    import embscope
-
-    return embscope.load_model("smollm2-135m", device="cpu")
+def smol(smollm2_model):
+    return smollm2_model
 
 
 @pytest.fixture(scope="module")

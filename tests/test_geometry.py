@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 
 import numpy as np
@@ -11,20 +12,22 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import embscope
 from embscope.geometry.indicators import robust_z
 from embscope.geometry.scan import scan
 from embscope.model import LoadedModel
 
 
 @pytest.fixture(scope="module")
-def knn_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("knn")
+def knn_cache():
+    """The session's kNN cache (tests/conftest.py), so each demo model's graph is built once."""
+    import os
+
+    return Path(os.environ["EMBSCOPE_CACHE"]) / "knn"
 
 
 @pytest.fixture(scope="module")
-def minilm():
-    return embscope.load_model("minilm-l6", device="cpu")
+def minilm(minilm_model):
+    return minilm_model
 
 
 def test_robust_z_worked_example():
@@ -33,8 +36,8 @@ def test_robust_z_worked_example():
     assert z[-1] == pytest.approx(97 / 1.4826)
 
 
-def test_smollm2_flags_some_rows(knn_cache):
-    m = embscope.load_model("smollm2-135m", device="cpu")
+def test_smollm2_flags_some_rows(knn_cache, smollm2_model):
+    m = smollm2_model
     res = scan(m, cache_dir=knn_cache, layout=False)
     s = res.summary
     assert s["flagged"]["normal"] > 0 and set(s["flagged"]["by_reason"]) <= {"in_norm", "knot", "zero"}

@@ -17,13 +17,13 @@ from tests.conftest import write_checkpoint
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    return load_model("smollm2-135m", device="cpu")
+def smollm2(smollm2_model):
+    return smollm2_model
 
 
 @pytest.fixture(scope="module")
-def minilm():
-    return load_model("minilm-l6", device="cpu")
+def minilm(minilm_model):
+    return minilm_model
 
 
 def test_smollm2_gguf_is_tied_llama(smollm2):

@@ -19,21 +19,7 @@ import pytest
 from embscope.tokenizer.load import load_tokenizer_file, load_vocabulary
 
 
-def _vocab_dir() -> Path:
-    """Where scripts/fetch_vocabs.py put the files: ``$EMBSCOPE_VOCABS``, ``$EMBSCOPE_CACHE/vocabs``
-    or ``~/.cache/embscope/vocabs`` (the first that holds them)."""
-    places = [os.environ.get("EMBSCOPE_VOCABS"),
-              os.environ.get("EMBSCOPE_CACHE") and os.path.join(os.environ["EMBSCOPE_CACHE"], "vocabs"),
-              os.path.join(os.path.expanduser("~"), ".cache", "embscope", "vocabs")]
-    for place in filter(None, places):
-        if (Path(place) / "ggml-vocab-gpt-2.gguf").is_file():
-            return Path(place)
-    return Path(places[-1])
-
-
-VOCABS = _vocab_dir()
-needs_vocabs = pytest.mark.skipif(not (VOCABS / "ggml-vocab-gpt-2.gguf").is_file(),
-                                  reason=f"llama.cpp vocab files not in {VOCABS}; run scripts/fetch_vocabs.py")
+from tests.conftest import VOCABS, needs_vocabs  # noqa: E402
 
 #: families with llama.cpp reference ids; the big ones take > 20 s cold on 2 cores
 FAMILIES = ["bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2",

@@ -19,13 +19,15 @@ from embscope.geometry.indicators import compute_indicators, magikarp_similarity
 from embscope.geometry.knn import knn_graph
 from embscope.geometry.reference import discover_reference, unused_byte_ids
 
-LLAMACPP = "/work/cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"
+from tests.conftest import VOCABS, needs_vocabs  # noqa: E402
+
+LLAMACPP = str(VOCABS)
 WORD = re.compile(r"(##)?[a-z]{3,}")
 
 
 @pytest.fixture(scope="module")
-def minilm():
-    return embscope.load_model("minilm-l6", device="cpu")
+def minilm(minilm_model):
+    return minilm_model
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,8 @@ def minilm_graph(minilm, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    return embscope.load_model("smollm2-135m", device="cpu")
+def smollm2(smollm2_model):
+    return smollm2_model
 
 
 def test_magikarp_sim_is_the_published_recipe(minilm):
@@ -56,6 +58,7 @@ def test_magikarp_sim_is_the_published_recipe(minilm):
     assert abs(float(top @ c)) < 0.99
 
 
+@needs_vocabs
 def test_reference_finds_unused_utf8_bytes_in_gpt2():
     from embscope.tokenizer.load import load_vocabulary
 
@@ -70,6 +73,7 @@ def test_reference_finds_unused_utf8_bytes_in_gpt2():
 
 
 @pytest.mark.slow
+@needs_vocabs
 def test_reference_finds_duplicate_byte_fallback_in_llama_spm():
     from embscope.tokenizer.load import load_vocabulary
 
