@@ -96,3 +96,62 @@ def test_bad_inputs():
         knn_graph(np.ones(5, np.float32), 1, use_cache=False)
     with pytest.raises(KnnError, match="NaN"):
         knn_graph(np.full((6, 3), np.nan, np.float32), 2, use_cache=False)
+
+
+def test_key_sees_every_value(minilm_rows):
+    from embscope.geometry.knn_cache import matrix_key
+
+    a = torch.from_numpy(minilm_rows.copy())
+    b = a.clone()
+    b[3217, 101] += 1e-3  # one value the old strided sample never read
+    assert matrix_key(a, 10, "auto") != matrix_key(b, 10, "auto")
+    assert matrix_key(a, 10, "auto") == matrix_key(a.clone(), 10, "auto")
+    bf = a.to(torch.bfloat16)
+    bf2 = bf.clone()
+    bf2[-1, -1] = -bf2[-1, -1] if bf2[-1, -1] != 0 else 1.0
+    assert matrix_key(bf, 10, "auto") != matrix_key(bf2, 10, "auto") != matrix_key(a, 10, "auto")
+
+
+def _poison(path, **changes):
+    import json
+
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {name: z[name] for name in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    for name, fn in changes.items():
+        arrays[name] = fn(arrays[name])
+    arrays["meta"] = np.array(json.dumps(meta))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+@pytest.mark.parametrize("poison", [
+    {"neighbors": lambda a: np.where(a == a[0, 0], 10 ** 9, a)},           # ids out of range
+    {"neighbors": lambda a: -np.ones_like(a)},                              # negative ids
+    {"sims": lambda a: np.where(np.arange(a.size).reshape(a.shape) == 7, np.nan, a).astype(np.float32)},
+    {"sims": lambda a: a[:-1]},                                             # wrong shape
+    {"neighbors": lambda a: a.astype(np.int32)},                            # wrong dtype
+    {"neighbors": lambda a: np.broadcast_to(np.arange(len(a))[:, None], a.shape).copy()},  # self
+])
+def test_poisoned_cache_is_rebuilt(minilm_rows, tmp_path, caplog, poison):
+    minilm_rows = minilm_rows[:2000]
+    a = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    (path,) = tmp_path.glob("*.npz")
+    _poison(path, **poison)
+    with caplog.at_level("WARNING", logger="embscope.knn"):
+        b = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    assert not b.cached and "rebuilding" in caplog.text
+    np.testing.assert_array_equal(a.neighbors, b.neighbors)
+    assert knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False).cached  # rewritten, valid
+
+
+def test_folder_at_cache_path_leaks_nothing(minilm_rows, tmp_path):
+    minilm_rows = minilm_rows[:2000]
+    from embscope.geometry.knn_cache import matrix_key
+
+    key = matrix_key(torch.from_numpy(minilm_rows), 5, "auto")
+    (tmp_path / f"{key}.npz").mkdir()
+    for _ in range(2):
+        g = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+        assert not g.cached
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.npz"]

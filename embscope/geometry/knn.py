@@ -25,16 +25,12 @@ k-th exact similarity (minus 1e-6), so duplicated rows do not count as misses.
 Zero rows have no direction: their similarity to everything is 0 and their neighbours are
 arbitrary rows (callers flag zero rows separately).
 
-Results are cached as ``<cache_dir>/<key>.npz`` (no pickle) where the key hashes the matrix's
-shape, dtype, a strided sample of its values, ``k`` and the method.
+Results are cached as ``<cache_dir>/<key>.npz`` (no pickle), keyed by a hash of every byte of the
+matrix with ``k`` and the method, and validated when read (:mod:`embscope.geometry.knn_cache`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +42,8 @@ from embscope.errors import EmbscopeError
 from embscope.geometry.exact import (NORM_BLOCK, RERANK_EXTRA, TILE_ELEMENTS, all_finite,  # noqa: F401
                                       cpu_has_fast_bf16, exact_knn, normalize_rows, rerank, tile_dtype)
 from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa: F401
+from embscope.geometry.knn_cache import CACHE_VERSION, default_cache_dir, matrix_key  # noqa: F401
+from embscope.geometry import knn_cache
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -59,8 +57,6 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: CPU exact search is used when n·n·d is below this (≈10 s of bf16 matmul on 2 cores, ~3× more
 #: in fp32); above it the IVF is tuned and used unless it would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
-#: bumped when a method's output changes (2: IVF scan keeps self until the end)
-CACHE_VERSION = 2
 
 
 class KnnError(EmbscopeError):
@@ -115,53 +111,6 @@ def recall_at_k(xn, rows, found_ids, exact_sims) -> float:
     return ((s >= kth - 1e-6) & valid).double().mean().item()
 
 
-def matrix_key(x: "torch.Tensor", k: int, method: str) -> str:
-    """Hash of shape, dtype, ~1 M strided values, first and last rows, ``k`` and ``method``."""
-    import torch
-
-    h = hashlib.sha256()
-    h.update(json.dumps([list(x.shape), str(x.dtype), k, method, CACHE_VERSION]).encode())
-    flat = x.reshape(-1)
-    stride = max(1, flat.numel() // (1 << 20))
-    parts = [flat[::stride], x[0].reshape(-1), x[-1].reshape(-1)]
-    for p in parts:
-        p = p.detach()
-        if p.dtype == torch.bfloat16:
-            p = p.view(torch.int16)
-        h.update(np.ascontiguousarray(p.cpu().numpy()).tobytes())
-    return h.hexdigest()[:32]
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("EMBSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "embscope")
-    return Path(base) / "knn"
-
-
-def _load_cached(path: Path) -> KnnGraph | None:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            return KnnGraph(neighbors=z["neighbors"], sims=z["sims"], method=meta["method"],
-                            k=meta["k"], recall_at_k=meta["recall_at_k"],
-                            recall_rows=meta["recall_rows"], seconds=meta["seconds"],
-                            cached=True, params=meta.get("params", {}))
-    except (OSError, KeyError, ValueError):
-        return None  # unreadable or foreign cache file: rebuild
-
-
-def _save_cached(path: Path, g: KnnGraph) -> None:
-    meta = {"method": g.method, "k": g.k, "recall_at_k": g.recall_at_k, "recall_rows": g.recall_rows,
-            "seconds": g.seconds, "params": g.params}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, neighbors=g.neighbors, sims=g.sims, meta=np.array(json.dumps(meta)))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache that cannot be written only costs time on the next run
-
-
 def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "auto",
               device: str | None = None, cache_dir: str | Path | None = None, use_cache: bool = True,
               recall_sample: int = 1000, seed: int = 0, progress: bool = True) -> KnnGraph:
@@ -197,11 +146,17 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         x = x.to(device)
 
     path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    key_path = path / f"{matrix_key(x, k, method)}.npz"
-    if use_cache and key_path.exists():
-        g = _load_cached(key_path)
-        if g is not None and g.neighbors.shape == (n, k):
-            return g
+    if use_cache:
+        t_key = time.perf_counter()
+        key_path = path / f"{matrix_key(x, k, method)}.npz"
+        key_seconds = time.perf_counter() - t_key
+        hit = knn_cache.load(key_path, n, k)
+        if hit is not None:
+            nb, sm, meta = hit
+            return KnnGraph(neighbors=nb, sims=sm, method=str(meta.get("method")), k=k,
+                            recall_at_k=float(meta.get("recall_at_k", float("nan"))),
+                            recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
+                            cached=True, params={**meta.get("params", {}), "key_seconds": round(key_seconds, 3)})
 
     t0 = time.perf_counter()
     xn = normalize_rows(x)
@@ -237,5 +192,8 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
                      method=chosen, k=k, recall_at_k=rec, recall_rows=len(sample),
                      seconds=time.perf_counter() - t0, cached=False, params=params)
     if use_cache:
-        _save_cached(key_path, graph)
+        meta = {"method": graph.method, "k": k, "recall_at_k": graph.recall_at_k,
+                "recall_rows": graph.recall_rows, "seconds": graph.seconds, "params": params}
+        knn_cache.save(key_path, graph.neighbors, graph.sims, meta)
+        graph.params["key_seconds"] = round(key_seconds, 3)
     return graph
