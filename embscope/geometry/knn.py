@@ -4,7 +4,7 @@ For every row ``x_i`` of an (n, d) matrix we want the ``k`` rows ``j != i`` with
 cosine similarity ``cos(x_i, x_j) = x_i·x_j / (|x_i| |x_j|)``. Example: rows (1, 0), (1, 1),
 (0, 1) with k = 1 give neighbours [1, 0, 1] and similarities [0.707, 0.707, 0.707].
 
-Two methods:
+Methods:
 
 ``exact`` (:mod:`embscope.geometry.exact`)
     Tiled matmuls with a running top-k, device-agnostic (CPU or CUDA); 16-bit tiles on CUDA and
@@ -12,14 +12,20 @@ Two methods:
 
 ``ivf`` (:mod:`embscope.geometry.ivf`)
     An inverted file over spherical k-means lists, ``nprobe`` tuned on a sample to
-    ``IVF_TUNE_RECALL``, each list scanned by one BLAS ``faiss.knn`` call for all the rows that
-    probe it. Runs on the CPU (a CUDA matrix is copied there).
+    ``IVF_TUNE_RECALL``, each list scanned with BLAS for all the rows that probe it. CPU only
+    (a CUDA matrix is copied there). Fast when the rows form clusters.
 
-``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``, else the IVF, falling back to exact
-when the tuned IVF would scan more than ``IVF_MAX_SCAN`` of the matrix.
+``refined`` (:mod:`embscope.geometry.refine`)
+    A cheap IVF graph (recall ≈ 0.6) improved by "neighbours of neighbours" passes until the
+    tuning sample's recall reaches 0.95. Fast on diffuse rows (Gemma-3, GloVe), where the IVF
+    alone must scan half the matrix.
 
-Recall@k of the returned graph is measured on ``recall_sample`` random rows against float32
-exact search, tie-aware: a returned neighbour counts when its exact similarity is at least the
+``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; otherwise it estimates the work
+of ``ivf`` and ``refined`` from the tuning sample and runs the cheaper
+(:mod:`embscope.geometry.approx`), or exact search when both would cost more than a third of it.
+
+Recall@k of the returned graph is measured against float32 exact search on the held-out half of
+``recall_sample`` random rows (the other half tunes the approximate methods), tie-aware: a returned neighbour counts when its exact similarity is at least the
 k-th exact similarity (minus 1e-6), so duplicated rows do not count as misses.
 
 Zero rows have no direction: their similarity to everything is 0 and their neighbours are
@@ -57,6 +63,8 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: CPU exact search is used when n·n·d is below this (≈10 s of bf16 matmul on 2 cores, ~3× more
 #: in fp32); above it the IVF is tuned and used unless it would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
+#: the values ``method`` accepts
+METHODS = ("auto", "exact", "ivf", "refined")
 
 
 class KnnError(EmbscopeError):
@@ -71,7 +79,7 @@ class KnnGraph:
     neighbors: np.ndarray
     #: (n, k) float32 cosine similarity to each neighbour, descending (higher = closer)
     sims: np.ndarray
-    #: ``exact`` or ``ivf``
+    #: ``exact``, ``ivf`` or ``refined``
     method: str
     k: int
     #: recall@k against fp32 exact search on ``recall_rows`` random rows (1.0 = perfect)
@@ -119,11 +127,12 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     Args:
         x: (n, d) matrix (torch tensor on any device, or numpy array).
         k: neighbours per row.
-        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else tuned IVF with exact as
-            fallback), ``exact`` or ``ivf``.
+        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else the cheaper of the
+            tuned IVF and the refined IVF, or exact when both cost more), ``exact``, ``ivf`` or
+            ``refined``.
         device: where to compute (default: ``x``'s device).
         cache_dir: cache folder (default ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``).
-        recall_sample: rows on which recall@k is measured against fp32 exact search.
+        recall_sample: rows with fp32 exact neighbours: half tune, half (held out) measure recall.
     Returns:
         a :class:`KnnGraph`.
     Example:
@@ -140,8 +149,8 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     n, d = x.shape
     if not 1 <= k < n:
         raise KnnError(f"k={k} does not fit a matrix of {n} rows: choose 1 ≤ k < {n}")
-    if method not in ("auto", "exact", "ivf"):
-        raise KnnError(f"unknown kNN method {method!r}: use auto, exact or ivf")
+    if method not in METHODS:
+        raise KnnError(f"unknown kNN method {method!r}: use {', '.join(METHODS)}")
     if device is not None:
         x = x.to(device)
 
@@ -167,29 +176,36 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     g = torch.Generator().manual_seed(seed)
     sample = torch.randperm(n, generator=g)[:min(recall_sample, n)].to(dev)
     ex_v, ex_i = exact_knn(xn, k, rows=sample, dtype=torch.float32, progress=False)
+    # the first half tunes the approximate methods, the second (held-out) half measures recall
+    half = max(1, len(sample) // 2) if len(sample) > 1 else len(sample)
+    tune, held = sample[:half], sample[half:] if len(sample) > 1 else sample
 
     chosen = method
     if method == "auto":
-        chosen = "exact" if dev.type == "cuda" or n * n * d <= EXACT_BUDGET else "ivf"
+        chosen = "exact" if dev.type == "cuda" or n * n * d <= EXACT_BUDGET else "approx"
     params: dict[str, Any] = {"device": str(dev), "tile_dtype": str(dtype).replace("torch.", "")}
     sims = ids = None
-    if chosen == "ivf":
-        sims, ids, ivf_params = ivf_knn(xn, k, sample=sample, sample_ids=ex_i, seed=seed,
-                                        max_scan=IVF_MAX_SCAN if method == "auto" else 1.0,
-                                        progress=progress)
-        params.update(ivf_params)
+    if chosen in ("approx", "ivf", "refined"):
+        from embscope.geometry.approx import approx_knn
+
+        sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=ex_i[:half], tune_kth=ex_v[:half, -1],
+                                         method="auto" if chosen == "approx" else chosen, seed=seed,
+                                         progress=progress)
+        chosen = ap.pop("method")
+        params.update(ap)
         params["tile_dtype"] = "float32"
-        if sims is None:
+        if sims_np is None:
             chosen = "exact"
             params["tile_dtype"] = str(dtype).replace("torch.", "")
-            params["fallback"] = "ivf would scan too much; exact search used"
+            params["fallback"] = "approximate plans cost more than exact search; exact search used"
         else:
-            sims, ids = sims.to(dev), ids.to(dev)
+            sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
     if chosen == "exact":
         sims, ids = exact_knn(xn, k, dtype=dtype, progress=progress)
-    rec = recall_at_k(xn, sample, ids[sample], ex_v)
+    held_pos = slice(half, None) if len(sample) > 1 else slice(None)
+    rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])
     graph = KnnGraph(neighbors=ids.cpu().numpy().astype(np.int64), sims=sims.cpu().numpy().astype(np.float32),
-                     method=chosen, k=k, recall_at_k=rec, recall_rows=len(sample),
+                     method=chosen, k=k, recall_at_k=rec, recall_rows=len(held),
                      seconds=time.perf_counter() - t0, cached=False, params=params)
     if use_cache:
         meta = {"method": graph.method, "k": k, "recall_at_k": graph.recall_at_k,
