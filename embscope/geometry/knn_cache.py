@@ -1,10 +1,12 @@
 """The on-disk kNN graph cache: a key that identifies the matrix, validated loads, safe writes.
 
-Key: BLAKE2b (RFC 7693, 128-bit digest) over the shape, dtype, ``k``, method, cache version and
-*every byte* of the matrix, fed in row blocks of ``HASH_BLOCK_BYTES`` straight from the tensor's
-memory (bf16 is hashed as its raw 16-bit patterns; no float32 copy is made). Two matrices that
-differ in one value get different keys. Cost: ≈ 1 s per GB on one core (``hashlib`` drops the GIL,
-so the blocks are split over two threads and the two digests combined: a two-leaf hash tree).
+Key: a 128-bit hash over the shape, dtype, ``k``, method, cache version and *every byte* of the
+matrix — XXH3-128 when the optional ``xxhash`` package is installed (0.33 CPU-s for a 152064×3584
+bf16 matrix), else BLAKE2b (RFC 7693; 1.4–1.6 CPU-s for the same 1.09 GB); the hash's name is part
+of the key. It is fed in row blocks of ``HASH_BLOCK_BYTES`` straight from the tensor's memory (bf16 is hashed as its
+raw 16-bit patterns; no float32 copy is made). Two matrices that differ in one value get different
+keys. The rows are split in two halves hashed on two threads (both hashes drop the GIL on large
+blocks) and the two digests hashed together: a two-leaf hash tree.
 
 A cached file ``<key>.npz`` (no pickle) is used only if it passes :func:`validate`: ``neighbors``
 int64 of shape (n, k) with every id in ``[0, n)`` and never the row itself, ``sims`` float32 of
@@ -49,6 +51,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "knn"
 
 
+def _new_hash():
+    """(name, factory) of the fastest available 128-bit hash."""
+    try:
+        import xxhash
+
+        return "xxh3_128", xxhash.xxh3_128
+    except ImportError:
+        return "blake2b", lambda: hashlib.blake2b(digest_size=16)
+
+
 def _raw_rows(x: "torch.Tensor"):
     """A function ``block(s, e)`` giving rows s..e of ``x`` as a C-contiguous numpy array of its
     raw element bits (bf16/f16 as int16), plus the rows per block."""
@@ -69,17 +81,18 @@ def _raw_rows(x: "torch.Tensor"):
 
 
 def matrix_key(x: "torch.Tensor", k: int, method: str) -> str:
-    """32-hex BLAKE2b key of ``x``'s shape, dtype and all its bytes, with ``k`` and ``method``.
+    """32-hex key of ``x``'s shape, dtype and all its bytes, with ``k`` and ``method``.
 
     Example: two (1000, 8) matrices equal except for one entry get different keys.
     """
-    head = json.dumps([list(x.shape), str(x.dtype), k, method, CACHE_VERSION]).encode()
+    name, new = _new_hash()
+    head = json.dumps([list(x.shape), str(x.dtype), k, method, CACHE_VERSION, name]).encode()
     block, step = _raw_rows(x)
     n = x.shape[0]
     half = (n // 2 // step) * step or n  # each leaf hashes whole blocks
 
     def leaf(s: int, e: int) -> bytes:
-        h = hashlib.blake2b(digest_size=16)
+        h = new()
         for b0 in range(s, e, step):
             h.update(memoryview(block(b0, min(b0 + step, e))).cast("B"))
         return h.digest()
