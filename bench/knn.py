@@ -240,7 +240,7 @@ def table(args):
             print(f"{label} {meth}: {res} peak child RSS so far {rss:.2f} GB; load {os.getloadavg()[0]:.1f}",
                   file=sys.stderr, flush=True)
         del x
-    print(f"\n| matrix | method | wall s | CPU s | recall@10 | vs exact | vs faiss flat | details |")
+    print("\n| matrix | method | wall s | CPU s | recall@10 | vs exact | vs faiss flat | details |")
     print("|---|---|---|---|---|---|---|---|")
     base = {(r[0], r[1]): r[2] for r in results}
     for label, meth, secs, cpu, rec, ext, det, rss in results:

@@ -32,11 +32,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: recall of the IVF graph the refinement starts from
 REFINE_START_RECALL = 0.6
 #: candidates kept per row during refinement (the first k are returned)
-REFINE_KEEP = 16
+REFINE_KEEP = 24
 #: tuning-sample recall at which refinement stops (the 0.9 goal plus room for sampling error)
 REFINE_TARGET = 0.95
 #: expected passes, for the cost estimate
-REFINE_PASSES = 3
+REFINE_PASSES = 6
 #: random row reads cost this many times a BLAS multiply-add (measured order of magnitude)
 ACCESS_PENALTY = 4.0
 #: a plan estimated above this share of exact search's work falls back to exact search

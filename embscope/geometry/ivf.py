@@ -7,9 +7,9 @@ neighbours only in the ``nprobe`` lists whose centroids are closest to it. Work 
 
 The scan is turned inside out so that it runs as dense matmuls: for each list, every row that
 probes it is multiplied by the list's members in cache-sized blocks (one BLAS sgemm each), and a
-compiled pass (:func:`embscope.geometry.kernels.select_into`) inserts the few similarities above each row's current (k + 1)-th best into
-its running top-(k + 1); the tile is never sorted. The row itself is one of its
-own list's members (similarity 1) and is dropped at the end. Example: 400 000 rows, 632 lists,
+compiled pass (:func:`embscope.geometry.kernels.select_into`) inserts the few similarities above
+each row's current (k + 1)-th best into its running top-(k + 1); the tile is never sorted. The
+row itself is one of its own list's members (similarity 1) and is dropped at the end. Example: 400 000 rows, 632 lists,
 nprobe 55 → each list is scanned by ≈ 35 000 rows at once, 632 lists × ≈ 40 blocks of matmuls instead of
 400 000 × 55 small scans.
 

@@ -48,7 +48,7 @@ from embscope.errors import EmbscopeError
 from embscope.geometry.exact import (NORM_BLOCK, RERANK_EXTRA, TILE_ELEMENTS, all_finite,  # noqa: F401
                                       cpu_has_fast_bf16, exact_knn, normalize_rows, rerank, tile_dtype)
 from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa: F401
-from embscope.geometry.knn_cache import CACHE_VERSION, default_cache_dir, matrix_key  # noqa: F401
+from embscope.geometry.knn_cache import default_cache_dir, matrix_key  # noqa: F401
 from embscope.geometry import knn_cache
 
 if TYPE_CHECKING:  # pragma: no cover
