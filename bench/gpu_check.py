@@ -14,7 +14,11 @@ On a machine with a CUDA GPU (torch CUDA build; faiss-gpu optional):
    is removed by the fp32 re-rank);
 4. if faiss-gpu is installed, times ``faiss.GpuIndexFlatIP`` exact search as the baseline ratio;
 5. runs the audit indicators and the UMAP input on the GPU-loaded matrix and checks the score
-   against the CPU run on the same rows (``max |Δ score| ≤ 1e-3``).
+   against the CPU run on the same rows (``max |Δ score| ≤ 1e-3``);
+6. checks that the kNN cache key (BLAKE2b over every byte, copied to the host block by block) of
+   the CUDA matrix equals the key of its CPU copy, and times it;
+7. checks that ``method="auto"`` on CUDA picks exact search (the ``ivf``/``refined`` CPU methods
+   are only for CPU matrices).
 
 Prints one table; exits non-zero when a tolerance is missed. Without a GPU it says so and exits 0.
 """
@@ -110,7 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     if not d_score <= 1e-3:
         failures.append(f"score difference GPU vs CPU {d_score:.2e} > 1e-3")
 
+    from embscope.geometry.knn_cache import matrix_key
+
+    t0 = time.perf_counter()
+    key_gpu = matrix_key(x, 10, "auto")
+    t_key = time.perf_counter() - t0
+    if key_gpu != matrix_key(x_cpu, 10, "auto"):
+        failures.append("cache key of the CUDA matrix differs from its CPU copy's")
+    small = x[:20000]
+    g_auto = knn_graph(small, 10, method="auto", use_cache=False, progress=False)
+    if g_auto.method != "exact":
+        failures.append(f"auto on CUDA chose {g_auto.method}, expected exact")
+
     print(f"{'step':<42} {'seconds':>9}")
+    print(f"{'cache key (BLAKE2b, all bytes, from GPU)':<42} {t_key:>9.2f}")
     print(f"{'embscope exact kNN, GPU (fp16 tiles + fp32 re-rank)':<42} {t_gpu:>9.1f}")
     print(f"{'embscope exact kNN, CPU (fp32), extrapolated':<42} {t_cpu:>9.1f}")
     if t_faiss is not None:

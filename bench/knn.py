@@ -1,16 +1,37 @@
-"""Benchmark: embscope's kNN graph vs plain FAISS ``IndexFlatIP`` exact search, side by side.
+"""Benchmark: kNN graph methods side by side on real matrices, and the indicators they feed.
 
-    python bench/knn.py [--only glove,smollm2,minilm,synthetic]
+    python bench/knn.py table [--only gemma,glove,smollm2,minilm,synthetic] [--methods ...]
+    python bench/knn.py indicators [--model /work/cache/gguf/gemma-3-270m-q4_k_m.gguf]
 
-For each matrix: method, seconds, peak RSS growth, recall@10 vs exact (embscope measures it on
-1000 rows), and FAISS flat search time over all rows (for the 152064×3584 synthetic matrix it is
-timed on 2000 query rows and extrapolated linearly, as marked). Ratio = FAISS / embscope seconds.
+``table``: for each matrix and method, in one run: wall seconds, process CPU seconds (user + sys,
+all threads: less sensitive to other people's load than wall time), peak RSS of a fresh child
+process per method, and recall@10 on the same 500 random rows for every method (tie-aware, against
+FAISS ``IndexFlatIP``). Methods:
+
+- ``auto``, ``exact``, ``ivf``, ``refined``: :func:`embscope.geometry.knn.knn_graph`;
+- ``faiss-flat``: ``IndexFlatIP`` over unit rows (exact);
+- ``faiss-ivf``: ``IndexIVFFlat`` (√n lists, inner product), nprobe raised until recall ≥ 0.9 on
+  500 other rows;
+- ``faiss-hnsw``: ``IndexHNSWFlat`` (M 16, efConstruction 40, L2 on unit rows = cosine order),
+  efSearch raised until recall ≥ 0.9 on 500 other rows;
+- ``pynndescent``: ``NNDescent`` (cosine, n_neighbors 11, defaults).
+
+Searches over all rows by ``exact``, ``faiss-flat``, ``faiss-ivf`` and ``faiss-hnsw`` are timed on
+``--sample`` query rows and scaled to n (marked ``*``) on matrices above 100 000 rows.
+
+``indicators``: on a model (default Gemma-3-270M), the ``auto`` graph against exact neighbours:
+Spearman of the knot term (mean cosine to the k nearest) and of isolation on 2000 random rows,
+and the Jaccard index of the flagged rows, where exact neighbours are computed for every row whose
+score under the ``auto`` graph is ≥ 1.5 (a graph that misses neighbours can only *lower* the knot
+term, so rows below that cannot be flagged under exact search unless their knot rises by more than
+a whole robust sigma; the count of such rows in the random sample is printed as a check).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import multiprocessing as mp
 import os
 import resource
 import sys
@@ -20,9 +41,18 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+GEMMA = "/work/cache/gguf/gemma-3-270m-q4_k_m.gguf"
+TARGET = 0.9
+
 
 def _asset(pkg, *parts):
     return os.path.join(importlib.util.find_spec(pkg).submodule_search_locations[0], *parts)
+
+
+def gemma():
+    import embscope
+
+    return embscope.load_model(GEMMA, device="cpu").embed.numpy()
 
 
 def glove():
@@ -64,55 +94,218 @@ def synthetic(n=152064, d=3584, n_groups=400, n_clusters=3000, seed=0):
     return x.numpy()
 
 
-def rss_gb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+MAKERS = {"gemma": ("Gemma-3-270M 262144×640", gemma), "glove": ("GloVe 400000×50", glove),
+          "smollm2": ("SmolLM2 49152×576", smollm2), "minilm": ("MiniLM 30522×384", minilm),
+          "synthetic": ("synthetic 152064×3584", synthetic)}
 
 
-def faiss_flat(x, k, sample=None):
+def unit(x):
+    return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)).astype(np.float32)
+
+
+def truth(xn, rows):
+    """Exact k-th (10th) similarity of ``rows``, self excluded, by FAISS IndexFlatIP."""
     import faiss
-    import torch
 
-    from embscope.geometry.knn import normalize_rows
-
-    xn = normalize_rows(torch.from_numpy(x)).numpy()
-    index = faiss.IndexFlatIP(x.shape[1])
+    index = faiss.IndexFlatIP(xn.shape[1])
     index.add(xn)
-    q = xn if sample is None else xn[np.random.default_rng(0).choice(len(xn), sample, replace=False)]
+    s, i = index.search(xn[rows], 12)
+    out = []
+    for r, (sr, ir) in enumerate(zip(s, i)):
+        out.append(sr[ir != rows[r]][9])
+    return np.array(out, np.float32)
+
+
+def recall(xn, rows, kth, ids):
+    ids = ids[:, :10]
+    s = np.einsum("rd,rkd->rk", xn[rows], xn[np.maximum(ids, 0)])
+    return float(((s >= kth[:, None] - 1e-6) & (ids >= 0) & (ids != rows[:, None])).mean())
+
+
+def _search_rows(index, xn, qrows, k):
+    _, ids = index.search(xn[qrows], k + 1)
+    return np.array([[j for j in r if j != q][:k] for r, q in zip(ids, qrows)])
+
+
+def _tune_then_time(index, set_param, values, xn, tune_rows, tune_kth, sample):
+    """Smallest parameter value reaching TARGET on tune rows; then time a search of ``sample``
+    rows (or all) with it. Returns (value, search seconds over all rows, extrapolated)."""
+    for v in values:
+        set_param(v)
+        if recall(xn, tune_rows, tune_kth, _search_rows(index, xn, tune_rows, 10)) >= TARGET:
+            break
+    n = len(xn)
+    q = np.arange(n) if sample is None else np.random.default_rng(5).choice(n, sample, replace=False)
     t = time.perf_counter()
-    index.search(q, k + 1)
-    dt = time.perf_counter() - t
-    return dt * (len(xn) / len(q)), sample is not None
+    index.search(xn[q], 11)
+    return v, (time.perf_counter() - t) * n / len(q), sample is not None
+
+
+def run_method(name, x, rows, kth, tune_rows, tune_kth, sample, out):
+    """In a child process: build + search, report (seconds, cpu, recall, extrapolated, details)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    xn = unit(x)
+    det, ext = "", False
+    if name in ("auto", "exact", "ivf", "refined"):
+        from embscope.geometry.knn import knn_graph
+        from embscope.geometry.exact import exact_knn
+
+        if name == "exact" and sample is not None:
+            import torch
+
+            q = torch.from_numpy(np.random.default_rng(5).choice(len(x), sample, replace=False))
+            exact_knn(torch.from_numpy(xn), 10, rows=q, progress=False)
+            secs = (time.perf_counter() - t0) * len(x) / sample
+            cpu = (time.process_time() - c0) * len(x) / sample
+            out.put((secs, cpu, 1.0, True, "fp32 tiles, extrapolated"))
+            return
+        g = knn_graph(x, 10, method=name, use_cache=False, progress=False)
+        ids = g.neighbors
+        det = ", ".join(f"{k}={v}" for k, v in g.params.items()
+                        if k in ("method", "nlist", "nprobe", "scanned_share", "refine_passes", "refine_recall",
+                                 "estimated_cost", "fallback")) + f", own held-out recall {g.recall_at_k:.3f}"
+        det = f"[{g.method}] " + det
+    elif name == "faiss-flat":
+        import faiss
+
+        index = faiss.IndexFlatIP(x.shape[1])
+        index.add(xn)
+        if sample is None:
+            ids = _search_rows(index, xn, np.arange(len(x)), 10)
+        else:
+            q = np.random.default_rng(5).choice(len(x), sample, replace=False)
+            t = time.perf_counter()
+            index.search(xn[q], 11)
+            secs = (t - t0) + (time.perf_counter() - t) * len(x) / sample
+            out.put((secs, float("nan"), 1.0, True, "search extrapolated"))
+            return
+    elif name in ("faiss-ivf", "faiss-hnsw"):
+        import faiss
+
+        if name == "faiss-ivf":
+            nlist = int(round(np.sqrt(len(x))))
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(x.shape[1]), x.shape[1], nlist, faiss.METRIC_INNER_PRODUCT)
+            index.train(xn[np.random.default_rng(0).choice(len(x), min(len(x), 64 * nlist), replace=False)])
+            index.add(xn)
+            setter, values = (lambda v: setattr(index, "nprobe", v)), [1, 2, 4, 8, 16, 32, 64, 128, 256, nlist]
+        else:
+            index = faiss.IndexHNSWFlat(x.shape[1], 16)
+            index.hnsw.efConstruction = 40
+            index.add(xn)
+            setter, values = (lambda v: setattr(index.hnsw, "efSearch", v)), [16, 32, 64, 128, 256, 512, 1024]
+        built = time.perf_counter() - t0
+        v, s_all, ext = _tune_then_time(index, setter, values, xn, tune_rows, tune_kth, sample)
+        secs = built + s_all
+        ids = _search_rows(index, xn, rows, 10)
+        full = np.zeros((len(x), 10), np.int64)
+        full[rows] = ids
+        out.put((secs, float("nan") if ext else time.process_time() - c0, recall(xn, rows, kth, full), ext,
+                 f"{'nprobe' if name == 'faiss-ivf' else 'efSearch'}={v}, build {built:.1f} s"))
+        return
+    elif name == "pynndescent":
+        from pynndescent import NNDescent
+
+        nnd = NNDescent(xn, metric="cosine", n_neighbors=11, random_state=0, verbose=False)
+        ids, _ = nnd.neighbor_graph
+        ids = np.array([[j for j in r if j != q][:10] for q, r in enumerate(ids)])
+    else:
+        raise SystemExit(f"unknown method {name}")
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out.put((secs, cpu, recall(xn, rows, kth, ids), ext, det))
+
+
+def table(args):
+    ctx = mp.get_context("fork")
+    print(f"load: {os.getloadavg()}", flush=True)
+    results = []
+    for key in args.only.split(","):
+        label, make = MAKERS[key]
+        x = make()
+        n = len(x)
+        xn = unit(x)
+        rng = np.random.default_rng(11)
+        pick = rng.choice(n, 1000, replace=False)
+        rows, tune_rows = pick[:500], pick[500:]
+        kth, tune_kth = truth(xn, rows), truth(xn, tune_rows)
+        del xn
+        sample = args.sample if n > 100_000 else None
+        for meth in args.methods.split(","):
+            q = ctx.Queue()
+            p = ctx.Process(target=run_method, args=(meth, x, rows, kth, tune_rows, tune_kth, sample, q))
+            p.start()
+            res = q.get()
+            p.join()
+            rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
+            results.append((label, meth, *res, rss))
+            print(f"{label} {meth}: {res} peak child RSS so far {rss:.2f} GB; load {os.getloadavg()[0]:.1f}",
+                  file=sys.stderr, flush=True)
+        del x
+    print("\n| matrix | method | wall s | CPU s | recall@10 | vs exact | vs faiss flat | details |")
+    print("|---|---|---|---|---|---|---|---|")
+    base = {(r[0], r[1]): r[2] for r in results}
+    for label, meth, secs, cpu, rec, ext, det, rss in results:
+        ex, ff = base.get((label, "exact")), base.get((label, "faiss-flat"))
+        rx = f"{ex / secs:.1f}×" if ex else ""
+        rf = f"{ff / secs:.1f}×" if ff else ""
+        print(f"| {label} | {meth} | {secs:.1f}{'*' if ext else ''} | {cpu:.1f} | {rec:.3f} | {rx} | {rf} | {det} |")
+    print("\n* search timed on a sample of rows and scaled to all rows. Peak RSS: see stderr "
+          f"(RUSAGE_CHILDREN is a running maximum over the methods). Load at the end: {os.getloadavg()}")
+
+
+def indicators(args):
+    import torch
+    from scipy.stats import spearmanr
+
+    import embscope
+    from embscope.geometry.exact import exact_knn, normalize_rows
+    from embscope.geometry.indicators import compute_indicators
+    from embscope.geometry.knn import knn_graph
+
+    print(f"load: {os.getloadavg()}", flush=True)
+    m = embscope.load_model(args.model, device="cpu")
+    cats, strings = list(m.categories), m.token_strings()
+    t, c = time.perf_counter(), time.process_time()
+    g = knn_graph(m.embed, 10, method="auto", use_cache=False, progress=False)
+    print(f"auto graph: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU; {g.record()}",
+          flush=True)
+    ind_a = compute_indicators(m.embed, m.output, cats, strings, g.sims)
+    n = len(cats)
+    rnd = np.random.default_rng(3).choice(n, 2000, replace=False)
+    near = np.flatnonzero(np.nan_to_num(ind_a.undertrained_score, nan=-9) >= 1.5)
+    rows = np.unique(np.concatenate([rnd, near]))
+    xn = normalize_rows(m.embed)
+    t = time.perf_counter()
+    ex_s, ex_i = exact_knn(xn, 10, rows=torch.from_numpy(rows), dtype=torch.float32, progress=False)
+    print(f"exact neighbours of {len(rows)} rows ({len(near)} with score ≥ 1.5): {time.perf_counter() - t:.1f} s",
+          flush=True)
+    sims_e = g.sims.copy()
+    sims_e[rows] = ex_s.numpy()
+    ind_e = compute_indicators(m.embed, m.output, cats, strings, sims_e)
+    pos = np.searchsorted(rows, rnd)
+    knot_a, knot_e = g.sims[rnd].mean(1), ex_s.numpy()[pos].mean(1)
+    print(f"knot Spearman (2000 random rows): {spearmanr(knot_a, knot_e).statistic:.5f}")
+    print(f"isolation Spearman (2000 random rows): "
+          f"{spearmanr(ind_a.isolation[rnd], ind_e.isolation[rnd]).statistic:.5f}")
+    print(f"knot mean |Δ| {np.abs(knot_a - knot_e).mean():.5f}; max {np.abs(knot_a - knot_e).max():.5f}")
+    fa, fe = set(np.flatnonzero(ind_a.flagged)), set(np.flatnonzero(ind_e.flagged))
+    jac = len(fa & fe) / max(1, len(fa | fe))
+    print(f"flagged: auto {len(fa)}, exact {len(fe)}, Jaccard {jac:.4f}")
+    risky = int((ind_e.undertrained_score[rnd] - ind_a.undertrained_score[rnd] > 1.0).sum())
+    print(f"random rows whose exact score exceeds the auto score by > 1.0: {risky}")
+    print(f"load at the end: {os.getloadavg()}")
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="glove,smollm2,minilm,synthetic")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("--only", default="gemma,glove,smollm2,minilm,synthetic")
+    t.add_argument("--methods", default="auto,ivf,refined,exact,faiss-flat,faiss-ivf,faiss-hnsw,pynndescent")
+    t.add_argument("--sample", type=int, default=2000)
+    i = sub.add_parser("indicators")
+    i.add_argument("--model", default=GEMMA)
     args = ap.parse_args()
-    from embscope.geometry.knn import knn_graph
-
-    makers = {"glove": ("GloVe 400000×50", glove), "smollm2": ("SmolLM2 49152×576", smollm2),
-              "minilm": ("MiniLM 30522×384", minilm), "synthetic": ("synthetic 152064×3584", synthetic)}
-    rows = []
-    for key in args.only.split(","):
-        label, make = makers[key]
-        x = make()
-        before = rss_gb()
-        t = time.perf_counter()
-        g = knn_graph(x, 10, use_cache=False, progress=False)
-        ours = time.perf_counter() - t
-        peak = rss_gb() - before
-        base, extrapolated = faiss_flat(x, 10, sample=2000 if key == "synthetic" else None)
-        rows.append((label, g.method, ours, peak, g.recall_at_k, base, extrapolated, g.params))
-        print(f"{label}: {g.record()}", file=sys.stderr)
-        del x
-
-    print(f"\n{'matrix':<24} {'method':<7} {'seconds':>8} {'+RSS GB':>8} {'recall@10':>9} "
-          f"{'faiss flat s':>13} {'ratio':>6}  details")
-    for label, meth, s, peak, rec, base, ext, params in rows:
-        b = f"{base:.1f}{'*' if ext else ''}"
-        det = ", ".join(f"{k}={v}" for k, v in params.items() if k in ("nlist", "nprobe", "scanned_share", "tile_dtype"))
-        print(f"{label:<24} {meth:<7} {s:>8.1f} {peak:>8.2f} {rec:>9.4f} {b:>13} {base / s:>5.1f}×  {det}")
-    print("* FAISS time extrapolated from 2000 query rows; peak RSS is growth over the loaded matrix.")
+    table(args) if args.cmd == "table" else indicators(args)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 Every output folder records this in ``summary.json`` so a figure can be traced to the exact code,
 libraries and bytes that produced it (lm-evaluation-harness records the same for its results).
 
-Fingerprints are BLAKE2b-128 digests (Aumasson et al., RFC 7693). A matrix is hashed over its raw
-bytes in its stored dtype, so the fingerprint identifies the weights themselves, whichever file
-format carried them. Corpus files up to :data:`FULL_HASH_BYTES` are hashed whole; larger ones by
+Fingerprints are 128-bit digests: a matrix by XXH3-128 (xxhash) or, without it, BLAKE2b (Aumasson
+et al., RFC 7693), over its raw bytes in its stored dtype, so the fingerprint identifies the weights
+themselves, whichever file format carried them; files by BLAKE2b. Corpus files up to :data:`FULL_HASH_BYTES` are hashed whole; larger ones by
 size, modification time and their first and last MiB (marked ``"partial": true``).
 """
 
@@ -28,7 +28,7 @@ FULL_HASH_BYTES = 256 * 2**20
 #: bytes per hashing step (bounded memory for memory-mapped matrices)
 BLOCK = 64 * 2**20
 
-_TENSOR_DIGESTS: dict[tuple[int, int, str], str] = {}
+_TENSOR_DIGESTS: dict[tuple, str] = {}
 
 
 def git_hash() -> str | None:
@@ -64,31 +64,69 @@ def run_stamp(command: str) -> dict[str, Any]:
             "python": platform.python_version(), "command": command}
 
 
-def tensor_digest(t) -> str:
-    """BLAKE2b-128 of a tensor's raw bytes in its stored dtype, read in blocks.
+def _new_hash():
+    """(name, factory) of the fastest available 128-bit hash: XXH3-128 (xxhash), else BLAKE2b."""
+    try:
+        import xxhash
 
-    Cached per (storage address, size, dtype), so the runner and the kNN cache hash a matrix once.
+        return "xxh3_128", xxhash.xxh3_128
+    except ImportError:
+        return "blake2b", lambda: hashlib.blake2b(digest_size=16)
+
+
+def tensor_digest(t) -> str:
+    """``"<hash>:<32 hex>"`` over a tensor's shape, dtype and every byte in its stored dtype.
+
+    The rows are read in blocks of :data:`BLOCK` bytes straight from the tensor's memory (bf16 as
+    its raw 16-bit patterns; no float32 copy), in two halves hashed on two threads (both hashes drop
+    the GIL on large blocks) whose digests are hashed together: a two-leaf hash tree. XXH3-128 takes
+    about 0.3 CPU-s for a 152064×3584 bf16 matrix (1.09 GB), BLAKE2b about 1.5. The result is cached
+    per tensor storage, so the runner's fingerprint and the kNN cache key hash a matrix once.
 
     >>> import torch; tensor_digest(torch.zeros(2, 2)) == tensor_digest(torch.zeros(2, 2))
     True
     """
+    import numpy as np
     import torch
 
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    key = (t.data_ptr(), t.numel() * t.element_size(), str(t.dtype))
-    if key in _TENSOR_DIGESTS and key[0] != 0:
+    x = t.detach()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    x = x.contiguous()
+    key = (x.data_ptr(), x.numel() * x.element_size(), str(x.dtype), tuple(x.shape))
+    if key[0] and key in _TENSOR_DIGESTS:
         return _TENSOR_DIGESTS[key]
-    flat = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{tuple(t.shape)}|{t.dtype}|".encode())
-    mv = memoryview(flat)
-    for start in range(0, len(mv), BLOCK):
-        h.update(mv[start:start + BLOCK])
-    digest = h.hexdigest()
-    if key[0] != 0:
+    name, new = _new_hash()
+    n = x.shape[0] if x.ndim else 1
+    flat = x.reshape(n, -1) if x.numel() else x.reshape(0, 1)
+    row_bytes = max(1, flat.shape[1] * x.element_size()) if n else 1
+    step = max(1, BLOCK // row_bytes)
+
+    def block(s: int, e: int):
+        b = flat[s:e]
+        if b.dtype in (torch.bfloat16, torch.float16):
+            b = b.view(torch.int16)
+        return memoryview(np.ascontiguousarray(b.numpy())).cast("B")
+
+    def leaf(s: int, e: int) -> bytes:
+        h = new()
+        for b0 in range(s, e, step):
+            h.update(block(b0, min(b0 + step, e)))
+        return h.digest()
+
+    half = (n // 2 // step) * step or n  # each leaf hashes whole blocks
+    if 0 < half < n:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            leaves = list(pool.map(lambda se: leaf(*se), [(0, half), (half, n)]))
+    else:
+        leaves = [leaf(0, n)]
+    root = hashlib.blake2b(f"{tuple(x.shape)}|{x.dtype}|{name}".encode(), digest_size=16)
+    for lf in leaves:
+        root.update(lf)
+    digest = f"{name}:{root.hexdigest()}"
+    if key[0]:
         _TENSOR_DIGESTS[key] = digest
     return digest
 

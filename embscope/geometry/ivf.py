@@ -7,9 +7,9 @@ neighbours only in the ``nprobe`` lists whose centroids are closest to it. Work 
 
 The scan is turned inside out so that it runs as dense matmuls: for each list, every row that
 probes it is multiplied by the list's members in cache-sized blocks (one BLAS sgemm each), and a
-compiled pass (numba) inserts the few similarities above each row's current (k + 1)-th best into
-its running top-(k + 1); the tile is never sorted. The row itself is one of its
-own list's members (similarity 1) and is dropped at the end. Example: 400 000 rows, 632 lists,
+compiled pass (:func:`embscope.geometry.kernels.select_into`) inserts the few similarities above
+each row's current (k + 1)-th best into its running top-(k + 1); the tile is never sorted. The
+row itself is one of its own list's members (similarity 1) and is dropped at the end. Example: 400 000 rows, 632 lists,
 nprobe 55 → each list is scanned by ≈ 35 000 rows at once, 632 lists × ≈ 40 blocks of matmuls instead of
 400 000 × 55 small scans.
 
@@ -95,97 +95,79 @@ def _tune_nprobe(xn, cent, mu, assign, sample, sample_ids, tune_recall: float):
     return nprobe, found[nprobe - 1].item(), scanned
 
 
-_SELECT = None
+class IvfIndex:
+    """Spherical k-means lists over unit rows ``xn`` (CPU float32), ready to tune and scan.
 
-
-def _select_kernel():
-    """Compiled ``select(tile, rows, members, best_v, best_i)``: for each tile row ``a`` (query
-    ``rows[a]``), insert every similarity above the row's current m-th best into its sorted
-    top-m (``best_v`` descending, ``best_i`` the member ids). Rows run in parallel; each row's
-    top-m is touched by one thread only, and ties keep the earlier candidate, so the result does
-    not depend on the thread count. Example: best [0.9, 0.5], tile row [0.7, 0.2] → [0.9, 0.7].
-
-    The threshold test skips almost every element: in a random order only ≈ m·ln(N/m) of N
-    candidates ever enter a top-m (Knuth, TAOCP vol. 3, §5.1.1 on left-to-right maxima).
+    ``nlist`` defaults to √n: √n lists of ≈√n rows balance centroid scoring (n·nlist·d) and
+    k-means training against list scanning; finer lists scan less for the same recall but train
+    quadratically longer.
     """
-    global _SELECT
-    if _SELECT is None:
-        import numba
 
-        @numba.njit(parallel=True, fastmath=True, cache=False)
-        def select(tile, rows, members, best_v, best_i):  # pragma: no cover - compiled
-            b, n_cols = tile.shape
-            m = best_v.shape[1]
-            for a in numba.prange(b):
-                r = rows[a]
-                thr = best_v[r, m - 1]
-                for j in range(n_cols):
-                    v = tile[a, j]
-                    if v > thr:
-                        p = m - 1
-                        while p > 0 and best_v[r, p - 1] < v:
-                            best_v[r, p] = best_v[r, p - 1]
-                            best_i[r, p] = best_i[r, p - 1]
-                            p -= 1
-                        best_v[r, p] = v
-                        best_i[r, p] = members[j]
-                        thr = best_v[r, m - 1]
+    def __init__(self, xn: "torch.Tensor", *, nlist: int | None = None, seed: int = 0):
+        self.xn = xn.cpu().float().contiguous()
+        n = self.xn.shape[0]
+        self.nlist = nlist or max(16, int(round(math.sqrt(n))))
+        self.cent, self.mu = _kmeans(self.xn, self.nlist, seed)
+        self.assign = _rank_lists(self.xn, self.cent, self.mu, 1)[:, 0]                # (n,)
 
-        _SELECT = select
-    return _SELECT
+    def tune(self, sample, sample_ids, recall: float) -> tuple[int, float, float]:
+        """(nprobe, recall reached, mean scanned share) for the smallest nprobe reaching ``recall``
+        on ``sample`` rows with exact neighbour ids ``sample_ids``."""
+        return _tune_nprobe(self.xn, self.cent, self.mu, self.assign, sample.cpu(), sample_ids.cpu(), recall)
+
+    def scan(self, nprobe: int, keep: int, *, progress: bool = True):
+        """Each row's best ``keep`` others among the lists it probes: (sims, ids) (n, keep) numpy,
+        descending (-inf / -1 where fewer were scanned)."""
+        import torch
+
+        from embscope.geometry.kernels import select_into
+
+        xn, n, nlist = self.xn, self.xn.shape[0], self.nlist
+        probes = _rank_lists(xn, self.cent, self.mu, nprobe).numpy()                    # (n, nprobe)
+        assign_np = self.assign.numpy()
+        perm = np.argsort(assign_np, kind="stable")                                     # rows grouped by list
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(assign_np, minlength=nlist))])
+        flat = probes.reshape(-1)
+        qrows = np.argsort(flat, kind="stable") // nprobe                               # rows grouped by probed list
+        qbounds = np.concatenate([[0], np.cumsum(np.bincount(flat, minlength=nlist))])
+        del probes, flat
+        m = keep + 1                                                                    # self is kept, dropped below
+        best_v = np.full((n, m), -np.inf, dtype=np.float32)
+        best_i = np.full((n, m), -1, dtype=np.int64)
+        lists = range(nlist)
+        for li in track(lists, total=nlist, description="kNN ivf") if progress else lists:
+            members = perm[bounds[li]:bounds[li + 1]]
+            if len(members) == 0:
+                continue
+            mem_t = xn[torch.from_numpy(members)].T.contiguous()                        # (d, L)
+            step = max(64, min(1024, TILE_CACHE // len(members)))
+            for s in range(qbounds[li], qbounds[li + 1], step):
+                qs = qrows[s:min(s + step, qbounds[li + 1])]
+                tile = xn[torch.from_numpy(qs)] @ mem_t                                # (q, L) fp32
+                select_into(tile.numpy(), qs, members, best_v, best_i)
+        # Drop each row's own id (or, when a tie pushed it out, its (keep+1)-th candidate).
+        drop = best_i == np.arange(n)[:, None]
+        drop[~drop.any(1), -1] = True
+        return best_v[~drop].reshape(n, keep), best_i[~drop].reshape(n, keep)
 
 
 def ivf_knn(xn: "torch.Tensor", k: int, *, sample: "torch.Tensor", sample_ids, seed: int = 0,
             nlist: int | None = None, tune_recall: float = IVF_TUNE_RECALL,
-            max_scan: float = IVF_MAX_SCAN, progress: bool = True):
+            max_scan: float = IVF_MAX_SCAN, keep: int | None = None, progress: bool = True):
     """IVF search of unit rows ``xn`` (n, d) on the CPU (see the module docstring).
 
     ``sample`` (s,) row ids with exact neighbour ids ``sample_ids`` (s, k), used to tune nprobe.
-    Returns (sims (n, k) float32, ids (n, k) int64, params), or (None, None, params) when the
-    tuned ``nprobe`` would scan more than ``max_scan`` of the matrix (exact search is then cheaper).
+    Returns (sims (n, keep) float32, ids (n, keep) int64, params) as torch tensors, or
+    (None, None, params) when the tuned ``nprobe`` would scan more than ``max_scan`` of the matrix
+    (exact search is then cheaper). ``keep`` defaults to ``k``.
     """
     import torch
 
-    xn = xn.cpu().float().contiguous()
-    sample, sample_ids = sample.cpu(), sample_ids.cpu()
-    n, d = xn.shape
-    # √n lists of ≈√n rows balance centroid scoring (n·nlist·d) and k-means training against list
-    # scanning; finer lists scan less for the same recall but train quadratically longer.
-    nlist = nlist or max(16, int(round(math.sqrt(n))))
-    cent, mu = _kmeans(xn, nlist, seed)
-    assign = _rank_lists(xn, cent, mu, 1)[:, 0]                                         # (n,)
-    nprobe, tuned, scanned = _tune_nprobe(xn, cent, mu, assign, sample, sample_ids, tune_recall)
-    params: dict[str, Any] = {"nlist": nlist, "nprobe": nprobe, "scanned_share": round(scanned, 4),
+    index = IvfIndex(xn, nlist=nlist, seed=seed)
+    nprobe, tuned, scanned = index.tune(sample, sample_ids, tune_recall)
+    params: dict[str, Any] = {"nlist": index.nlist, "nprobe": nprobe, "scanned_share": round(scanned, 4),
                               "tuned_recall": round(tuned, 4), "scan": "blas+numba per list"}
     if scanned > max_scan:
         return None, None, params
-
-    probes = _rank_lists(xn, cent, mu, nprobe).numpy()                                  # (n, nprobe)
-    assign_np = assign.numpy()
-    perm = np.argsort(assign_np, kind="stable")                                         # rows grouped by list
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(assign_np, minlength=nlist))])
-    flat = probes.reshape(-1)
-    qrows = np.argsort(flat, kind="stable") // nprobe                                   # rows grouped by probed list
-    qbounds = np.concatenate([[0], np.cumsum(np.bincount(flat, minlength=nlist))])
-    del probes, flat
-    select = _select_kernel()
-    m = k + 1                                                                           # self is kept, dropped below
-    best_v = np.full((n, m), -np.inf, dtype=np.float32)
-    best_i = np.full((n, m), -1, dtype=np.int64)
-    lists = range(nlist)
-    for li in track(lists, total=nlist, description="kNN ivf") if progress else lists:
-        members = perm[bounds[li]:bounds[li + 1]]
-        if len(members) == 0:
-            continue
-        mem_t = xn[torch.from_numpy(members)].T.contiguous()                            # (d, L)
-        step = max(64, min(1024, TILE_CACHE // len(members)))
-        for s in range(qbounds[li], qbounds[li + 1], step):
-            qs = qrows[s:min(s + step, qbounds[li + 1])]
-            tile = xn[torch.from_numpy(qs)] @ mem_t                                    # (q, L) fp32
-            select(tile.numpy(), qs, members, best_v, best_i)
-    best_v, best_i = torch.from_numpy(best_v), torch.from_numpy(best_i)
-    # Drop each row's own id (or, when a tie pushed it out, its (k+1)-th candidate).
-    drop = best_i == torch.arange(n).unsqueeze(1)
-    drop[~drop.any(1), -1] = True
-    keep = ~drop
-    return best_v[keep].view(n, k), best_i[keep].view(n, k), params
+    v, i = index.scan(nprobe, keep or k, progress=progress)
+    return torch.from_numpy(v), torch.from_numpy(i), params

@@ -4,7 +4,7 @@ For every row ``x_i`` of an (n, d) matrix we want the ``k`` rows ``j != i`` with
 cosine similarity ``cos(x_i, x_j) = x_i·x_j / (|x_i| |x_j|)``. Example: rows (1, 0), (1, 1),
 (0, 1) with k = 1 give neighbours [1, 0, 1] and similarities [0.707, 0.707, 0.707].
 
-Two methods:
+Methods:
 
 ``exact`` (:mod:`embscope.geometry.exact`)
     Tiled matmuls with a running top-k, device-agnostic (CPU or CUDA); 16-bit tiles on CUDA and
@@ -12,29 +12,31 @@ Two methods:
 
 ``ivf`` (:mod:`embscope.geometry.ivf`)
     An inverted file over spherical k-means lists, ``nprobe`` tuned on a sample to
-    ``IVF_TUNE_RECALL``, each list scanned by one BLAS ``faiss.knn`` call for all the rows that
-    probe it. Runs on the CPU (a CUDA matrix is copied there).
+    ``IVF_TUNE_RECALL``, each list scanned with BLAS for all the rows that probe it. CPU only
+    (a CUDA matrix is copied there). Fast when the rows form clusters.
 
-``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``, else the IVF, falling back to exact
-when the tuned IVF would scan more than ``IVF_MAX_SCAN`` of the matrix.
+``refined`` (:mod:`embscope.geometry.refine`)
+    A cheap IVF graph (recall ≈ 0.6) improved by "neighbours of neighbours" passes until the
+    tuning sample's recall reaches 0.95. Fast on diffuse rows (Gemma-3, GloVe), where the IVF
+    alone must scan half the matrix.
 
-Recall@k of the returned graph is measured on ``recall_sample`` random rows against float32
-exact search, tie-aware: a returned neighbour counts when its exact similarity is at least the
+``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; otherwise it estimates the work
+of ``ivf`` and ``refined`` from the tuning sample and runs the cheaper
+(:mod:`embscope.geometry.approx`), or exact search when both would cost more than a third of it.
+
+Recall@k of the returned graph is measured against float32 exact search on the held-out half of
+``recall_sample`` random rows (the other half tunes the approximate methods), tie-aware: a returned neighbour counts when its exact similarity is at least the
 k-th exact similarity (minus 1e-6), so duplicated rows do not count as misses.
 
 Zero rows have no direction: their similarity to everything is 0 and their neighbours are
 arbitrary rows (callers flag zero rows separately).
 
-Results are cached as ``<cache_dir>/<key>.npz`` (no pickle) where the key hashes the matrix's
-shape, dtype, a strided sample of its values, ``k`` and the method.
+Results are cached as ``<cache_dir>/<key>.npz`` (no pickle), keyed by a hash of every byte of the
+matrix with ``k`` and the method, and validated when read (:mod:`embscope.geometry.knn_cache`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,8 @@ from embscope.errors import EmbscopeError
 from embscope.geometry.exact import (NORM_BLOCK, RERANK_EXTRA, TILE_ELEMENTS, all_finite,  # noqa: F401
                                       cpu_has_fast_bf16, exact_knn, normalize_rows, rerank, tile_dtype)
 from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa: F401
+from embscope.geometry.knn_cache import default_cache_dir, matrix_key  # noqa: F401
+from embscope.geometry import knn_cache
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -59,8 +63,8 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: CPU exact search is used when n·n·d is below this (≈10 s of bf16 matmul on 2 cores, ~3× more
 #: in fp32); above it the IVF is tuned and used unless it would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
-#: bumped when a method's output changes (2: IVF scan keeps self until the end)
-CACHE_VERSION = 2
+#: the values ``method`` accepts
+METHODS = ("auto", "exact", "ivf", "refined")
 
 
 class KnnError(EmbscopeError):
@@ -75,7 +79,7 @@ class KnnGraph:
     neighbors: np.ndarray
     #: (n, k) float32 cosine similarity to each neighbour, descending (higher = closer)
     sims: np.ndarray
-    #: ``exact`` or ``ivf``
+    #: ``exact``, ``ivf`` or ``refined``
     method: str
     k: int
     #: recall@k against fp32 exact search on ``recall_rows`` random rows (1.0 = perfect)
@@ -115,53 +119,6 @@ def recall_at_k(xn, rows, found_ids, exact_sims) -> float:
     return ((s >= kth - 1e-6) & valid).double().mean().item()
 
 
-def matrix_key(x: "torch.Tensor", k: int, method: str) -> str:
-    """Hash of shape, dtype, ~1 M strided values, first and last rows, ``k`` and ``method``."""
-    import torch
-
-    h = hashlib.sha256()
-    h.update(json.dumps([list(x.shape), str(x.dtype), k, method, CACHE_VERSION]).encode())
-    flat = x.reshape(-1)
-    stride = max(1, flat.numel() // (1 << 20))
-    parts = [flat[::stride], x[0].reshape(-1), x[-1].reshape(-1)]
-    for p in parts:
-        p = p.detach()
-        if p.dtype == torch.bfloat16:
-            p = p.view(torch.int16)
-        h.update(np.ascontiguousarray(p.cpu().numpy()).tobytes())
-    return h.hexdigest()[:32]
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("EMBSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "embscope")
-    return Path(base) / "knn"
-
-
-def _load_cached(path: Path) -> KnnGraph | None:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            return KnnGraph(neighbors=z["neighbors"], sims=z["sims"], method=meta["method"],
-                            k=meta["k"], recall_at_k=meta["recall_at_k"],
-                            recall_rows=meta["recall_rows"], seconds=meta["seconds"],
-                            cached=True, params=meta.get("params", {}))
-    except (OSError, KeyError, ValueError):
-        return None  # unreadable or foreign cache file: rebuild
-
-
-def _save_cached(path: Path, g: KnnGraph) -> None:
-    meta = {"method": g.method, "k": g.k, "recall_at_k": g.recall_at_k, "recall_rows": g.recall_rows,
-            "seconds": g.seconds, "params": g.params}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, neighbors=g.neighbors, sims=g.sims, meta=np.array(json.dumps(meta)))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache that cannot be written only costs time on the next run
-
-
 def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "auto",
               device: str | None = None, cache_dir: str | Path | None = None, use_cache: bool = True,
               recall_sample: int = 1000, seed: int = 0, progress: bool = True) -> KnnGraph:
@@ -170,11 +127,12 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     Args:
         x: (n, d) matrix (torch tensor on any device, or numpy array).
         k: neighbours per row.
-        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else tuned IVF with exact as
-            fallback), ``exact`` or ``ivf``.
+        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else the cheaper of the
+            tuned IVF and the refined IVF, or exact when both cost more), ``exact``, ``ivf`` or
+            ``refined``.
         device: where to compute (default: ``x``'s device).
         cache_dir: cache folder (default ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``).
-        recall_sample: rows on which recall@k is measured against fp32 exact search.
+        recall_sample: rows with fp32 exact neighbours: half tune, half (held out) measure recall.
     Returns:
         a :class:`KnnGraph`.
     Example:
@@ -191,17 +149,23 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     n, d = x.shape
     if not 1 <= k < n:
         raise KnnError(f"k={k} does not fit a matrix of {n} rows: choose 1 ≤ k < {n}")
-    if method not in ("auto", "exact", "ivf"):
-        raise KnnError(f"unknown kNN method {method!r}: use auto, exact or ivf")
+    if method not in METHODS:
+        raise KnnError(f"unknown kNN method {method!r}: use {', '.join(METHODS)}")
     if device is not None:
         x = x.to(device)
 
     path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    key_path = path / f"{matrix_key(x, k, method)}.npz"
-    if use_cache and key_path.exists():
-        g = _load_cached(key_path)
-        if g is not None and g.neighbors.shape == (n, k):
-            return g
+    if use_cache:
+        t_key = time.perf_counter()
+        key_path = path / f"{matrix_key(x, k, method)}.npz"
+        key_seconds = time.perf_counter() - t_key
+        hit = knn_cache.load(key_path, n, k)
+        if hit is not None:
+            nb, sm, meta = hit
+            return KnnGraph(neighbors=nb, sims=sm, method=str(meta.get("method")), k=k,
+                            recall_at_k=float(meta.get("recall_at_k", float("nan"))),
+                            recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
+                            cached=True, params={**meta.get("params", {}), "key_seconds": round(key_seconds, 3)})
 
     t0 = time.perf_counter()
     xn = normalize_rows(x)
@@ -212,30 +176,40 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     g = torch.Generator().manual_seed(seed)
     sample = torch.randperm(n, generator=g)[:min(recall_sample, n)].to(dev)
     ex_v, ex_i = exact_knn(xn, k, rows=sample, dtype=torch.float32, progress=False)
+    # the first half tunes the approximate methods, the second (held-out) half measures recall
+    half = max(1, len(sample) // 2) if len(sample) > 1 else len(sample)
+    tune, held = sample[:half], sample[half:] if len(sample) > 1 else sample
 
     chosen = method
     if method == "auto":
-        chosen = "exact" if dev.type == "cuda" or n * n * d <= EXACT_BUDGET else "ivf"
+        chosen = "exact" if dev.type == "cuda" or n * n * d <= EXACT_BUDGET else "approx"
     params: dict[str, Any] = {"device": str(dev), "tile_dtype": str(dtype).replace("torch.", "")}
     sims = ids = None
-    if chosen == "ivf":
-        sims, ids, ivf_params = ivf_knn(xn, k, sample=sample, sample_ids=ex_i, seed=seed,
-                                        max_scan=IVF_MAX_SCAN if method == "auto" else 1.0,
-                                        progress=progress)
-        params.update(ivf_params)
+    if chosen in ("approx", "ivf", "refined"):
+        from embscope.geometry.approx import approx_knn
+
+        sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=ex_i[:half], tune_kth=ex_v[:half, -1],
+                                         method="auto" if chosen == "approx" else chosen, seed=seed,
+                                         progress=progress)
+        chosen = ap.pop("method")
+        params.update(ap)
         params["tile_dtype"] = "float32"
-        if sims is None:
+        if sims_np is None:
             chosen = "exact"
             params["tile_dtype"] = str(dtype).replace("torch.", "")
-            params["fallback"] = "ivf would scan too much; exact search used"
+            params["fallback"] = "approximate plans cost more than exact search; exact search used"
         else:
-            sims, ids = sims.to(dev), ids.to(dev)
+            sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
     if chosen == "exact":
         sims, ids = exact_knn(xn, k, dtype=dtype, progress=progress)
-    rec = recall_at_k(xn, sample, ids[sample], ex_v)
+    held_pos = slice(half, None) if len(sample) > 1 else slice(None)
+    rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])
     graph = KnnGraph(neighbors=ids.cpu().numpy().astype(np.int64), sims=sims.cpu().numpy().astype(np.float32),
-                     method=chosen, k=k, recall_at_k=rec, recall_rows=len(sample),
+                     method=chosen, k=k, recall_at_k=rec, recall_rows=len(held),
                      seconds=time.perf_counter() - t0, cached=False, params=params)
     if use_cache:
-        _save_cached(key_path, graph)
+        meta = {"method": graph.method, "k": k, "recall_at_k": graph.recall_at_k,
+                "recall_rows": graph.recall_rows, "seconds": graph.seconds, "params": params}
+        knn_cache.save(key_path, graph.neighbors, graph.sims, meta)
+        graph.params["key_seconds"] = round(key_seconds, 3)
     return graph

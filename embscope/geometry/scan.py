@@ -51,6 +51,9 @@ Summary keys (``summary.json`` → ``geometry``):
     ``None`` without ``corpus_texts``; else :meth:`~embscope.geometry.usage.Usage.to_dict`:
     ``texts``, ``corpus_tokens``, ``template``, ``flagged_used``, ``flagged_in_template``,
     ``occurrences``, ``top`` (``id``, ``token``, ``reason``, ``corpus``, ``template``).
+``layout``
+    ``None`` without the map; else ``seconds``, ``n_epochs``, ``neighbor_preservation`` (share of
+    each sampled row's k graph neighbours among its k nearest points in 2-D), ``preservation_rows``.
 ``tied``, ``timings``
 """
 
@@ -177,12 +180,14 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
                               chat_template=chat_template)
         timings["usage"] = time.perf_counter() - t
 
+    layout_record = None
     if layout:
         from embscope.geometry.layout import umap_layout
 
-        lay = umap_layout(graph.neighbors, graph.sims, seed=seed)
+        lay = umap_layout(graph.neighbors, graph.sims, seed=seed)  # the graph above: no second search
         xs, ys = lay.x, lay.y
         timings["layout"] = lay.seconds
+        layout_record = lay.record()
     else:
         xs = ys = np.full(n, np.nan, np.float32)
 
@@ -212,6 +217,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     summary = _summary(cats, strings, scripts, ind, graph, threshold, tied)
     summary["verification"] = verification.to_dict() if verification is not None else None
     summary["usage"] = usage.to_dict() if usage is not None else None
+    summary["layout"] = layout_record
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
 
