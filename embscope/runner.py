@@ -173,6 +173,10 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         if resolved is not None:
             with steps.step("load", f"load {model}"):
                 loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle)
+            bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
+            if bad:
+                raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
+                                f"({loaded.n_rows - 1}); pass row ids of this model")
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, corpora=corpus_paths,
                        domain=domain_path, tokens=tokens, data=data_paths)

@@ -35,6 +35,9 @@ def leftovers(parent: Path, name: str) -> list[str]:
     (["audit", "--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["audit", "--model", "minilm-l6", "--corpus", "/nonexistent/corpus"], "corpus '/nonexistent/corpus' does not exist"),
     (["audit", "--model", "minilm-l6", "--unused-ids", "1,x"], "--unused-ids must be comma-separated integers"),
+    (["scan", "--model", "minilm-l6", "--unused-ids", "5,99999"], "--unused-ids 99999 is past the last row"),
+    (["scan", "--model", "minilm-l6", "--threshold", "nan"], "--threshold must be a finite number"),
+    (["audit", "--model", "minilm-l6", "--no-scan", "--corpus", "no-such-corpus"], "corpus 'no-such-corpus' does not exist"),
     (["rope", "--model", "/nonexistent/folder"], "unknown model"),
 ])
 def test_user_mistakes_are_one_line(capsys, argv, expected):
