@@ -28,7 +28,8 @@ def test_audit_writes_every_table(smollm2_audit):
     assert {"load", "tokens", "geometry", "extension", "report"} <= set(s.timings)
     assert s.embscope["version"] and s.parameters.k == 10
     assert {"torch", "polars", "numpy", "transformers"} <= set(s.versions)
-    assert len(s.inputs["model"]["tensors"]["embed"]) == 32 and s.inputs["model"]["tensors"]["output"] is None
+    name, digest = s.inputs["model"]["tensors"]["embed"].split(":")
+    assert name in ("xxh3_128", "blake2b") and len(digest) == 32 and s.inputs["model"]["tensors"]["output"] is None
     assert s.skipped == {}
 
     tokens = pl.read_parquet(out / "tokens.parquet")

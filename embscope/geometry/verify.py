@@ -156,16 +156,16 @@ def why_not_causal(model: "LoadedModel") -> str | None:
     weights are an encoder's)."""
     from embscope.extension.fullmodel import why_not_loadable
 
+    # a GGUF's synthesised config names its llama.cpp architecture (``gguf:llama``); its class is
+    # chosen by why_not_loadable from model_type. The architecture is checked first: an encoder's
+    # missing LM-head weights are a consequence, not the reason.
+    archs = [str(a) for a in model.config.get("architectures") or [] if not str(a).startswith("gguf:")]
+    if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return f"{model.name} is not a causal language model ({' '.join(archs)})"
     try:
-        reason = why_not_loadable(model)
+        return why_not_loadable(model)
     except Exception as exc:  # noqa: BLE001 - an unknown config is a note, not a failure
         return f"{model.name}: {exc}"
-    # a GGUF's synthesised config names its llama.cpp architecture (``gguf:llama``); its class is
-    # chosen by why_not_loadable from model_type
-    archs = [str(a) for a in model.config.get("architectures") or [] if not str(a).startswith("gguf:")]
-    if reason is None and archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
-        return f"{model.name} is not a causal language model ({' '.join(archs)})"
-    return reason
 
 
 def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, seed: int = 0,
