@@ -34,8 +34,9 @@ def test_audit_writes_every_table(smollm2_audit):
 
     tokens = pl.read_parquet(out / "tokens.parquet")
     assert tokens.height == 49152
-    for col in ["token_id", "token", "token_bytes", "category", "in_norm", "out_norm", "zero_row", "ref_sim",
-                "isolation", "knn_sim_k", "script", "undertrained_score", "flagged", "neighbors", "neighbor_sims"]:
+    for col in ["token_id", "token", "token_bytes", "category", "in_norm", "out_norm", "zero_row", "magikarp_sim",
+                "knot", "isolation", "knn_sim_k", "z_in_norm", "z_knot", "script", "undertrained_score", "flagged",
+                "isolated", "flag_reason", "verify_max_prob", "corpus_count", "neighbors", "neighbor_sims"]:
         assert col in tokens.columns, col
     assert tokens["out_norm"].null_count() == 49152  # tied
     # neighbours are real rows, never the row itself, most similar first
@@ -43,7 +44,12 @@ def test_audit_writes_every_table(smollm2_audit):
     assert len(row["neighbors"]) == 10 and 1000 not in row["neighbors"]
     assert row["neighbor_sims"] == sorted(row["neighbor_sims"], reverse=True)
     flagged = tokens.filter(pl.col("flagged") & (pl.col("category") == "normal"))
-    assert flagged.height > 0
+    assert flagged.height > 0 and flagged["flag_reason"].null_count() == 0
+    # the medical corpus is the user's data: the flagged rows it produces are counted
+    usage = s.sections.tokens.geometry.usage
+    assert usage is not None and usage["texts"] > 0
+    used = tokens.filter((pl.col("corpus_count") > 0) | (pl.col("template_count") > 0))
+    assert used.height == usage["flagged_used"]
 
     # UDHR by default: the report shows many languages besides the medical corpus's English
     langs = pl.read_parquet(out / "languages.parquet")
