@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
-                                       Threshold, TrustPickle, UnusedIds, Verbose, check_threshold,
+                                       Threshold, TrustPickle, UnusedIds, Verbose,
                                        parse_ids, print_json, print_warnings, setup)
 
 
@@ -48,7 +48,7 @@ def audit(
     setup(quiet, verbose)
     res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,
                     scan=not no_scan, k=k, layout=not no_map, unused_ids=parse_ids(unused_ids),
-                    threshold=check_threshold(threshold), verify=verify, repair_to=repair, repair_init=repair_init,
+                    threshold=threshold, verify=verify, repair_to=repair, repair_init=repair_init,
                     reference=reference, sample_bytes=sample_bytes,
                     engine=engine.value, workers=workers, ray_address=ray_address, text_field=text_field,
                     lang_field=lang_field,

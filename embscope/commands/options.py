@@ -67,17 +67,7 @@ def parse_ids(text: str | None) -> list[int] | None:
         ids = [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError:
         raise SpecError(f"--unused-ids must be comma-separated integers, got {text!r}") from None
-    if any(i < 0 for i in ids):
-        raise SpecError(f"--unused-ids must be row numbers (0 or more), got {text!r}")
     return ids
-
-
-def check_threshold(value: float) -> float:
-    import math
-
-    if not math.isfinite(value):
-        raise SpecError(f"--threshold must be a finite number, got {value}; the default is 2.5")
-    return value
 
 
 def print_json(data) -> None:

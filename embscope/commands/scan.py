@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, ModelOpt, NoMap, Out, Quiet, Threshold,
-                                       TrustPickle, UnusedIds, Verbose, check_threshold, parse_ids,
+                                       TrustPickle, UnusedIds, Verbose, parse_ids,
                                        print_json, print_warnings, setup)
 
 
@@ -37,7 +37,7 @@ def scan(
 
     setup(quiet, verbose)
     res = run_scan(model, corpora=corpus or [], out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),
-                   threshold=check_threshold(threshold), verify=verify, repair_to=repair, repair_init=repair_init, layout=not no_map, device=device.value,
+                   threshold=threshold, verify=verify, repair_to=repair, repair_init=repair_init, layout=not no_map, device=device.value,
                    trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT)
     print_warnings(res.warnings)
     if as_json:
