@@ -1,24 +1,30 @@
 """GPU check: the CUDA path gives the CPU path's answers, and how fast it is. One script, ≤ 5 min.
 
-    python bench/gpu_check.py [--rows 152064] [--dim 3584] [--cpu-sample 2000]
+    python bench/gpu_check.py [--shapes 152064x3584,262144x640] [--real rows.npy] [--cpu-sample 2000]
 
-On a machine with a CUDA GPU (torch CUDA build; faiss-gpu optional):
+On a machine with a CUDA GPU (torch CUDA build; faiss-gpu optional), for each matrix:
 
-1. builds a 152064 x 3584 bf16 matrix with planted cluster structure on the GPU (the shape of
-   Qwen2-7B's embedding);
-2. runs embscope's exact kNN (``embscope.geometry.knn.knn_graph(..., method="exact",
-   device="cuda")``: fp16 tiles, fp32 re-rank) over every row and times it;
-3. compares ``cpu_sample`` random rows against the CPU path (the same code with ``device="cpu"``,
-   fp32 tiles) — recall@10 of the GPU neighbours against the CPU ones, and the largest difference
-   in the similarities of shared neighbours (tolerance: 2e-3, the fp16 tile error before re-rank
-   is removed by the fp32 re-rank);
-4. if faiss-gpu is installed, times ``faiss.GpuIndexFlatIP`` exact search as the baseline ratio;
-5. runs the audit indicators and the UMAP input on the GPU-loaded matrix and checks the score
-   against the CPU run on the same rows (``max |Δ score| ≤ 1e-3``);
-6. checks that the kNN cache key (BLAKE2b over every byte, copied to the host block by block) of
-   the CUDA matrix equals the key of its CPU copy, and times it;
-7. checks that ``method="auto"`` on CUDA picks exact search (the ``ivf``/``refined`` CPU methods
-   are only for CPU matrices).
+1. synthetic matrices built on the GPU, bf16: ``152064x3584`` (Qwen2-7B's embedding shape) with 512
+   planted clusters, 1 % of rows scaled down (as bench/make_checkpoint.py); any other shape is
+   *diffuse* Gaussian rows (no clusters, like Gemma-3's real rows: high intrinsic dimension);
+   ``--real`` adds a real matrix saved as ``.npy`` (e.g. a random sample of Gemma-3-270M's rows);
+2. embscope's exact kNN on every row (``knn_graph(..., method="exact", device="cuda")``: fp16
+   tiles, fp32 re-rank), timed, with the peak GPU memory;
+3. ``cpu_sample`` random rows against the CPU path (the same code with ``device="cpu"``, fp32
+   tiles): recall@10 of the GPU neighbours against the CPU ones, tie-aware (a neighbour counts when
+   its similarity reaches the CPU's 10th: duplicate rows tie; ≥ 0.99), by id for information, and the largest difference in the
+   similarities of shared neighbours (≤ 2e-3);
+4. with faiss-gpu, ``faiss.GpuIndexFlatIP`` exact search as the baseline ratio;
+5. the audit indicators on the GPU matrix against the CPU copy (``max |Δ score| ≤ 1e-3``);
+6. the kNN cache key (XXH3-128 or BLAKE2b over every byte, copied to the host block by block) of
+   the CUDA matrix equals its CPU copy's;
+7. ``method="auto"`` on CUDA picks exact search (``ivf``/``refined`` are CPU methods);
+
+and once:
+
+8. verification by prompting (``embscope.geometry.verify.max_probs``, batched repetition
+   prompts with greedy steps) on CUDA against the CPU, on a small randomly initialised Llama built
+   from a config (no weights to download): ``max |Δ max_prob| ≤ 1e-4`` (fp32 on both).
 
 Prints one table; exits non-zero when a tolerance is missed. Without a GPU it says so and exits 0.
 """
@@ -29,12 +35,16 @@ import argparse
 import sys
 import time
 
+import numpy as np
 
-def planted(rows: int, dim: int, device: str, seed: int = 0):
-    """Rows = one of 512 cluster centres + noise, 1 % scaled down, bf16 — as bench/make_checkpoint.py."""
+
+def synthetic(rows: int, dim: int, device: str, seed: int = 0):
+    """Planted clusters at the 7B shape (as bench/make_checkpoint.py); diffuse Gaussian rows otherwise."""
     import torch
 
     g = torch.Generator(device=device).manual_seed(seed)
+    if (rows, dim) != (152064, 3584):
+        return (torch.randn(rows, dim, generator=g, device=device) * 0.02).to(torch.bfloat16)
     centres = torch.randn(512, dim, generator=g, device=device)
     assign = torch.randint(0, 512, (rows,), generator=g, device=device)
     x = centres[assign] + 0.7 * torch.randn(rows, dim, generator=g, device=device)
@@ -43,50 +53,45 @@ def planted(rows: int, dim: int, device: str, seed: int = 0):
     return (x * 0.02).to(torch.bfloat16)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import numpy as np
+def check_matrix(name: str, x, cpu_sample: int, failures: list[str]) -> dict:
+    """Steps 2–7 on one CUDA matrix; returns the row of the table."""
     import torch
 
-    from embscope.geometry.knn import exact_knn, knn_graph, normalize_rows
+    from embscope.geometry.exact import exact_knn, normalize_rows
+    from embscope.geometry.indicators import compute_indicators
+    from embscope.geometry.knn import knn_graph
+    from embscope.geometry.knn_cache import matrix_key
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=152064)
-    ap.add_argument("--dim", type=int, default=3584)
-    ap.add_argument("--cpu-sample", type=int, default=2000)
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA GPU visible to torch: nothing to check (install a CUDA build of torch)")
-        return 0
-
-    print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
-    failures = []
-    x = planted(args.rows, args.dim, "cuda")
+    n, d = x.shape
     torch.cuda.synchronize()
-
+    torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     g = knn_graph(x, 10, method="exact", device="cuda", use_cache=False, progress=False)
     torch.cuda.synchronize()
     t_gpu = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated() / 2**30
 
     rng = np.random.default_rng(0)
-    rows = torch.from_numpy(np.sort(rng.choice(args.rows, args.cpu_sample, replace=False)))
+    rows = torch.from_numpy(np.sort(rng.choice(n, min(cpu_sample, n), replace=False)))
     x_cpu = x.cpu()
     t0 = time.perf_counter()
-    cpu_sims, cpu_ids = exact_knn(normalize_rows(x_cpu), 10, rows=rows, dtype=torch.float32, progress=False)
-    t_cpu = (time.perf_counter() - t0) * args.rows / args.cpu_sample
-    gpu_ids = g.neighbors[rows.numpy()]
-    gpu_sims = g.sims[rows.numpy()]
+    cpu_sims, cpu_ids = exact_knn(normalize_rows(x_cpu), 10, rows=rows, progress=False)
+    t_cpu = (time.perf_counter() - t0) * n / len(rows)
+    gpu_ids, gpu_sims = g.neighbors[rows.numpy()], g.sims[rows.numpy()]
     cpu_ids, cpu_sims = cpu_ids.numpy(), cpu_sims.numpy()
-    recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(gpu_ids, cpu_ids)]))
+    recall_ids = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(gpu_ids, cpu_ids)]))
+    # Tie-aware: a GPU neighbour counts when its fp32 similarity reaches the CPU's k-th (rows that
+    # are exact duplicates, e.g. never-trained rows, tie and may come in any order).
+    recall = float(np.mean(gpu_sims >= cpu_sims[:, -1:] - 1e-5))
     diffs = []
     for a, sa, b, sb in zip(gpu_ids, gpu_sims, cpu_ids, cpu_sims):
-        common = {i: s for i, s in zip(b, sb)}
+        common = dict(zip(b, sb))
         diffs += [abs(float(s) - float(common[i])) for i, s in zip(a, sa) if i in common]
     max_diff = max(diffs) if diffs else float("nan")
     if recall < 0.99:
-        failures.append(f"recall@10 vs CPU {recall:.4f} < 0.99")
+        failures.append(f"{name}: recall@10 (tie-aware) vs CPU {recall:.4f} < 0.99")
     if not max_diff <= 2e-3:
-        failures.append(f"similarity difference {max_diff:.2e} > 2e-3")
+        failures.append(f"{name}: similarity difference {max_diff:.2e} > 2e-3")
 
     t_faiss = None
     try:
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(faiss, "StandardGpuResources"):
             res = faiss.StandardGpuResources()
             xn = normalize_rows(x).float().cpu().numpy()
-            index = faiss.GpuIndexFlatIP(res, args.dim)
+            index = faiss.GpuIndexFlatIP(res, d)
             index.add(xn)
             t0 = time.perf_counter()
             index.search(xn, 11)
@@ -103,37 +108,91 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
 
-    # Indicators on the GPU vs the CPU, same rows.
-    from embscope.geometry.indicators import compute_indicators
-
-    cats = ["normal"] * args.rows
-    strings = [""] * args.rows
+    cats, strings = ["normal"] * n, [""] * n
     ind_gpu = compute_indicators(x, None, cats, strings, g.sims)
     ind_cpu = compute_indicators(x_cpu, None, cats, strings, g.sims)
     d_score = float(np.nanmax(np.abs(ind_gpu.undertrained_score - ind_cpu.undertrained_score)))
     if not d_score <= 1e-3:
-        failures.append(f"score difference GPU vs CPU {d_score:.2e} > 1e-3")
-
-    from embscope.geometry.knn_cache import matrix_key
+        failures.append(f"{name}: score difference GPU vs CPU {d_score:.2e} > 1e-3")
 
     t0 = time.perf_counter()
     key_gpu = matrix_key(x, 10, "auto")
     t_key = time.perf_counter() - t0
     if key_gpu != matrix_key(x_cpu, 10, "auto"):
-        failures.append("cache key of the CUDA matrix differs from its CPU copy's")
-    small = x[:20000]
-    g_auto = knn_graph(small, 10, method="auto", use_cache=False, progress=False)
+        failures.append(f"{name}: cache key of the CUDA matrix differs from its CPU copy's")
+    g_auto = knn_graph(x[:20000], 10, method="auto", use_cache=False, progress=False)
     if g_auto.method != "exact":
-        failures.append(f"auto on CUDA chose {g_auto.method}, expected exact")
+        failures.append(f"{name}: auto on CUDA chose {g_auto.method}, expected exact")
+    return {"matrix": f"{name} {n}x{d}", "gpu_s": t_gpu, "peak_gib": peak, "cpu_s": t_cpu,
+            "faiss_s": t_faiss, "recall": recall, "recall_ids": recall_ids, "max_dsim": max_diff, "max_dscore": d_score, "key_s": t_key}
 
-    print(f"{'step':<42} {'seconds':>9}")
-    print(f"{'cache key (BLAKE2b, all bytes, from GPU)':<42} {t_key:>9.2f}")
-    print(f"{'embscope exact kNN, GPU (fp16 tiles + fp32 re-rank)':<42} {t_gpu:>9.1f}")
-    print(f"{'embscope exact kNN, CPU (fp32), extrapolated':<42} {t_cpu:>9.1f}")
-    if t_faiss is not None:
-        print(f"{'faiss GpuIndexFlatIP exact':<42} {t_faiss:>9.1f}")
-    print(f"recall@10 of GPU vs CPU on {args.cpu_sample} rows: {recall:.4f}; max |Δ sim| {max_diff:.2e}; "
-          f"max |Δ score| {d_score:.2e}")
+
+def check_verification(failures: list[str]) -> str:
+    """Step 8: ``max_probs`` on CUDA vs CPU on a seeded random Llama (fp32)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from embscope.geometry.verify import max_probs
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512)
+    lm = LlamaForCausalLM(cfg).eval()
+    prompts = [("echo", [1, 17, 99, 17, 23, 99, 17, 5], np.array([2, 5])),
+               ("repeat", [1, 40, 41, 99, 99, 99, 42], np.array([3, 4, 5]))]
+    rows = list(range(100, 164))
+    t0 = time.perf_counter()
+    cpu = max_probs(lm, prompts, rows, "cpu", description="verify (cpu)")
+    t_cpu = time.perf_counter() - t0
+    lm = lm.to("cuda")
+    t0 = time.perf_counter()
+    gpu = max_probs(lm, prompts, rows, "cuda", description="verify (cuda)")
+    torch.cuda.synchronize()
+    t_gpu = time.perf_counter() - t0
+    d = max(abs(cpu[r] - gpu[r]) for r in rows)
+    if not d <= 1e-4:
+        failures.append(f"verification: max |Δ max_prob| GPU vs CPU {d:.2e} > 1e-4")
+    return (f"verification, {len(rows)} rows × {len(prompts)} prompts on a random 4-layer Llama: "
+            f"CPU {t_cpu:.2f} s, CUDA {t_gpu:.2f} s, max |Δ max_prob| {d:.2e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="152064x3584,262144x640",
+                    help="synthetic matrices, ROWSxDIM, comma-separated (empty: none)")
+    ap.add_argument("--real", action="append", default=[], help="a real (rows, dim) matrix saved as .npy")
+    ap.add_argument("--cpu-sample", type=int, default=2000)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU visible to torch: nothing to check (install a CUDA build of torch)")
+        return 0
+
+    print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
+          f"CPU threads {torch.get_num_threads()}", flush=True)
+    failures: list[str] = []
+    table = []
+    for shape in filter(None, args.shapes.split(",")):
+        rows, dim = (int(v) for v in shape.lower().split("x"))
+        kind = "planted" if (rows, dim) == (152064, 3584) else "diffuse"
+        table.append(check_matrix(f"synthetic {kind}", synthetic(rows, dim, "cuda"), args.cpu_sample, failures))
+        print(table[-1], flush=True)
+        torch.cuda.empty_cache()
+    for path in args.real:
+        x = torch.from_numpy(np.load(path)).to("cuda", torch.bfloat16)
+        table.append(check_matrix(f"real {path.rsplit('/', 1)[-1]}", x, args.cpu_sample, failures))
+        print(table[-1], flush=True)
+    line = check_verification(failures)
+
+    print(f"\n| matrix | embscope exact kNN, GPU (s) | peak GPU GiB | embscope exact kNN, CPU (s, extrapolated) "
+          f"| faiss GpuIndexFlatIP (s) | recall@10 GPU vs CPU (tie-aware; by id) | max Δ sim | max Δ score | cache key (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in table:
+        faiss_s = f"{r['faiss_s']:.1f}" if r["faiss_s"] is not None else "no faiss-gpu"
+        print(f"| {r['matrix']} | {r['gpu_s']:.2f} | {r['peak_gib']:.1f} | {r['cpu_s']:.1f} | {faiss_s} | "
+              f"{r['recall']:.4f}; {r['recall_ids']:.4f} | {r['max_dsim']:.1e} | {r['max_dscore']:.1e} | {r['key_s']:.2f} |")
+    print(line)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

