@@ -235,3 +235,28 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
                  "--out", str(tmp_path / "bad")])
     assert code == 2 and "did you mean 'hewitt'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_memoised_gguf_reader_reads_the_same_fields():
+    """The whole-model GGUF load shares one reader and one name map; the reader slices a plain
+    view of the memory map. Every field it reads equals gguf's own reader's, and gguf is restored."""
+    import gguf
+    import numpy as np
+
+    from embscope.extension.fullmodel import _memoised_gguf
+    from tests.conftest import vocab_dir
+
+    path = vocab_dir() / "ggml-vocab-llama-spm.gguf"
+    plain = gguf.GGUFReader(path)
+    saved = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _memoised_gguf():
+        fast = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is fast
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == saved
+    assert not isinstance(fast.data, np.memmap)
+    assert list(fast.fields) == list(plain.fields)
+    for name, field in plain.fields.items():
+        other = fast.fields[name]
+        assert other.types == field.types and other.data == field.data, name
+        assert all(np.array_equal(a, b) for a, b in zip(other.parts, field.parts)), name

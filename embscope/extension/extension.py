@@ -161,11 +161,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     if diagnostics:
         with steps.step("diagnostics", "checking each initialisation"):
             result.summary["strategies"], result.summary["kl_note"] = _diagnose(
-                model, result, specs, reference_mask(model, tokens), tok, ext)
+                model, result, specs, reference_mask(model, tokens), tok, ext, steps)
     return result
 
 
-def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext):
+def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext, steps: Steps):
     from embscope.extension.diagnostics import held_out_ids, hidden_and_logits, kl_and_mass, row_diagnostics
     from embscope.extension.fullmodel import load_causal_lm, why_not_loadable
 
@@ -173,9 +173,11 @@ def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext):
     h = logits = None
     note = reason
     if reason is None:
-        lm = load_causal_lm(model)
-        ids = held_out_ids(tok, ext)
-        h, logits = hidden_and_logits(lm, ids)
+        with steps.step("whole model", "loading the whole model"):
+            lm = load_causal_lm(model)
+        with steps.step("held-out pass", "held-out text through the model"):
+            ids = held_out_ids(tok, ext)
+            h, logits = hidden_and_logits(lm, ids)
         note = f"held-out general English text, {len(ids)} tokens, none of them a new term"
     names = model.token_strings()
     out: dict[str, dict] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from embscope.progress import Steps
 from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput
 
@@ -66,12 +67,15 @@ def extension_section(inputs: Inputs) -> SectionOutput:
     if inputs.model.vocab is None:
         return SectionOutput(skipped="the model ships no tokenizer")
     opts = inputs.options
+    sub = Steps(verbose=False)  # its parts' times go into summary.json as extension:<part>
     with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}"):
         try:
             ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
                           min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
-                          diagnostics=opts.diagnostics)
+                          diagnostics=opts.diagnostics, steps=sub)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
+        finally:
+            inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
     record = ExtensionRecord.from_dict(ext.summary, strict=True)
     return SectionOutput(record=record, tables={"candidates": ext.table}, live=(inputs.model, ext))
