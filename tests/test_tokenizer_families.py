@@ -162,7 +162,7 @@ def test_every_llamacpp_pre_name_has_compiling_regexes():
 
 @needs_vocabs
 def test_rebuilt_tokenizer_is_cached(tmp_path):
-    """The second load reads the cached tokenizer.json and encodes the same."""
+    """The second load reads the cache entry back and gives the very same tokenizer.json."""
     from embscope.loaders.gguf import open_gguf
     from embscope.tokenizer.cache import cached_tokenizer
 
@@ -178,9 +178,14 @@ def test_rebuilt_tokenizer_is_cached(tmp_path):
     a, spec_a = cached_tokenizer(fields, build, cache_dir=tmp_path)
     b, spec_b = cached_tokenizer(fields, build, cache_dir=tmp_path)
     assert calls == [1] and spec_a == spec_b
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert sorted(p.name.split(".", 1)[1] for p in tmp_path.iterdir()) == ["json", "merges.npy", "spec.json",
+                                                                          "vocab.json"]
+    assert a.to_str() == b.to_str()  # rebuilt from the arrays, byte for byte the built tokenizer
     text = " Hello  world 😀"
     assert a.encode(text, add_special_tokens=False).ids == b.encode(text, add_special_tokens=False).ids
+    next(tmp_path.glob("*.merges.npy")).write_bytes(b"damaged")  # falls back to the tokenizer.json
+    c, _ = cached_tokenizer(fields, build, cache_dir=tmp_path)
+    assert calls == [1] and c.to_str() == a.to_str()
 
 
 # --- the gemma3-270m demo model and SentencePiece-style vocabularies in extension -------------------

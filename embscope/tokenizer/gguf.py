@@ -253,7 +253,7 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
     from embscope.tokenizer.cache import cached_tokenizer
 
     path = Path(path)
-    reader = reader if reader is not None else open_gguf(path)
+    reader = reader if reader is not None else open_gguf(path, tensors=False)
     fields = reader.fields
     if fields.get("tokenizer.ggml.model") is None or "tokenizer.ggml.tokens" not in fields:
         return None
