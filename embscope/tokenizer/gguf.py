@@ -6,7 +6,10 @@ GGUF keeps the vocabulary as arrays (``tokenizer.ggml.tokens``, ``.scores``, ``.
 rebuilds the same segmentation with HF ``tokenizers`` parts:
 
 - ``gpt2`` (byte-level BPE): the pre-tokenizer's regexes from :mod:`embscope.tokenizer.llamacpp_pre`,
-  then GPT-2's byte-to-character table, then the merges;
+  then GPT-2's byte-to-character table, then the merges. A file that names no pre-tokenizer (old
+  conversions: GPT-NeoX, Aquila) gets GPT-2's split, which their own tokenizers use (HF
+  ``ByteLevel``, GPT-NeoX's ``tokenizer.json``, Aquila's GPT-2-style BPE); llama.cpp instead falls
+  back to a split of its own there and warns that generation quality degrades;
 - ``llama`` (SentencePiece): ``" "`` → ``▁`` plus a leading ``▁`` (``add_space_prefix``, default on),
   then merges ranked by piece score — SentencePiece's BPE picks, among adjacent pairs whose join is
   a piece, the one with the highest score; byte fallback to ``<0xNN>`` pieces;
@@ -68,12 +71,13 @@ def build_byte_level_bpe(fields: dict):
     from tokenizers import Tokenizer, decoders, models
 
     name = fields.get("tokenizer.ggml.pre")
-    kind = pre_type(name)
+    kind = pre_type(name) if name else "gpt2"
     if kind is None or name in CUSTOM_PRE or kind in RAW_UTF8:
         raise Unsupported(f"pre-tokenizer {name!r}")
     if not name:
-        log.warning("the GGUF file names no pre-tokenizer (tokenizer.ggml.pre); using llama.cpp's "
-                    "'default' split, as llama.cpp does")
+        log.warning("the GGUF file names no pre-tokenizer (tokenizer.ggml.pre); using GPT-2's split, as "
+                    "the byte-level BPE tokenizers of such files do (llama.cpp falls back to its own "
+                    "'default' split and warns that quality degrades)")
     tokens = fields["tokenizer.ggml.tokens"]
     types = fields.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
     vocab = {t: i for i, t in enumerate(tokens)}
