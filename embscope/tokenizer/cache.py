@@ -38,7 +38,7 @@ from embscope.assets import cache_dir as user_cache_dir
 log = logging.getLogger(__name__)
 
 #: bump when a builder in :mod:`embscope.tokenizer.gguf` changes what it produces
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 
 #: BPE options copied from the spec into ``tokenizers.models.BPE``
 _BPE_OPTIONS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk",

@@ -16,8 +16,9 @@ rebuilds the same segmentation with HF ``tokenizers`` parts:
 - ``gemma4``: BPE on raw UTF-8 with ``▁`` for spaces, split only at newlines;
 - ``bert`` (WordPiece): GGUF marks word-initial pieces with ``▁`` and continuations bare, the
   reverse of BERT's ``##``; lower-casing, accent stripping and punctuation splits as BERT's;
-- ``t5`` (SentencePiece Unigram): the file's precompiled normalization map, then Viterbi over the
-  piece scores (no llama.cpp reference ids ship for it; see docs/families.md);
+- ``t5`` (SentencePiece Unigram): the file's precompiled normalization map and SentencePiece's
+  whitespace clean-up, then Viterbi over the piece scores (no llama.cpp reference ids ship for it;
+  see docs/families.md);
 - anything else goes through transformers' GGUF conversion, or fails with a one-line error.
 
 The rebuilt ``tokenizer.json`` is cached (:mod:`embscope.tokenizer.cache`) by a hash of the
@@ -183,9 +184,12 @@ def build_wordpiece(fields: dict):
 def build_unigram(fields: dict):
     """``tokenizer.ggml.model == "t5"``: SentencePiece Unigram (T5, XLM-R); Viterbi over piece scores.
 
-    The text goes through the file's precompiled normalization map (``precompiled_charsmap``),
-    runs of spaces collapse when ``remove_extra_whitespaces`` is set, and spaces become ``▁`` with a
-    leading one when ``add_space_prefix`` is set, as in HF's XLM-R/T5 conversion.
+    The text goes through the file's precompiled normalization map (``precompiled_charsmap``);
+    when ``remove_extra_whitespaces`` is set, whitespace at both ends goes and inner runs of spaces
+    collapse to one, as SentencePiece's normalizer does (so ``" "`` gives no token at all); spaces
+    then become ``▁``, with a leading one when ``add_space_prefix`` is set. Checked against
+    transformers' own XLM-R tokenizer class on the file's pieces, scores and map
+    (``tests/test_tokenizer_families.py``).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -201,8 +205,8 @@ def build_unigram(fields: dict):
     charsmap = fields.get("tokenizer.ggml.precompiled_charsmap")
     if charsmap:
         norm.append(normalizers.Precompiled(bytes(b & 0xFF for b in charsmap)))
-    if fields.get("tokenizer.ggml.remove_extra_whitespaces", True):
-        norm.append(normalizers.Replace(Regex(" {2,}"), " "))
+    if fields.get("tokenizer.ggml.remove_extra_whitespaces", True):  # SentencePiece: strip ends, collapse runs
+        norm += [normalizers.Strip(left=True, right=True), normalizers.Replace(Regex(" {2,}"), " ")]
     if norm:
         tok.normalizer = normalizers.Sequence(norm)
     prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
