@@ -122,6 +122,9 @@ def _bpe_from_arrays(spec: dict, pieces: list[str | None], merge_ids):
     from tokenizers import AddedToken, Tokenizer, models
 
     opts = spec["model"]
+    if merge_ids.ndim != 2 or merge_ids.shape[1] != 2 or merge_ids.dtype.kind != "i" or (
+            merge_ids.size and not (0 <= merge_ids.min() and merge_ids.max() < len(pieces))):
+        raise ValueError(f"merge ids of shape {merge_ids.shape} do not index the {len(pieces)} pieces")
     if None in pieces:
         vocab = {p: i for i, p in enumerate(pieces) if p is not None}
     else:
