@@ -178,14 +178,20 @@ def test_rebuilt_tokenizer_is_cached(tmp_path):
     a, spec_a = cached_tokenizer(fields, build, cache_dir=tmp_path)
     b, spec_b = cached_tokenizer(fields, build, cache_dir=tmp_path)
     assert calls == [1] and spec_a == spec_b
-    assert sorted(p.name.split(".", 1)[1] for p in tmp_path.iterdir()) == ["json", "merges.npy", "spec.json",
-                                                                          "vocab.json"]
+    # the pieces are the file's own tokens, so no separate piece list is stored
+    assert sorted(p.name.split(".", 1)[1] for p in tmp_path.iterdir()) == ["json", "merges.npy", "spec.json"]
     assert a.to_str() == b.to_str()  # rebuilt from the arrays, byte for byte the built tokenizer
     text = " Hello  world 😀"
     assert a.encode(text, add_special_tokens=False).ids == b.encode(text, add_special_tokens=False).ids
     next(tmp_path.glob("*.merges.npy")).write_bytes(b"damaged")  # falls back to the tokenizer.json
     c, _ = cached_tokenizer(fields, build, cache_dir=tmp_path)
     assert calls == [1] and c.to_str() == a.to_str()
+    # a token listed twice leaves a hole in the model vocabulary: the piece list is stored then
+    dup = dict(fields, **{"tokenizer.ggml.tokens": fields["tokenizer.ggml.tokens"][:-1]
+                          + [fields["tokenizer.ggml.tokens"][-2]]})
+    d, _ = cached_tokenizer(dup, lambda: build_sentencepiece(dup), cache_dir=tmp_path / "dup")
+    e, _ = cached_tokenizer(dup, lambda: 1 / 0, cache_dir=tmp_path / "dup")
+    assert len(list((tmp_path / "dup").glob("*.vocab.json"))) == 1 and d.to_str() == e.to_str()
 
 
 # --- vocab files without llama.cpp ids: independent references (tests/references.py) ---------------

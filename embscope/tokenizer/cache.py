@@ -10,12 +10,14 @@ model) share an entry and a change to the builders invalidates old entries. Entr
 - ``<key>.json``: the whole ``tokenizer.json``, readable by any HF ``tokenizers`` user;
 - ``<key>.spec.json``: the same without the model's vocabulary and merges (normalizer,
   pre-tokenizer, decoder, added tokens, model options);
-- for BPE models, ``<key>.vocab.json`` (the model's pieces by id, ``null`` for an id the model
-  vocabulary lacks) and ``<key>.merges.npy`` (each merge as the two ids of its parts, ``int32``).
+- for BPE models, ``<key>.merges.npy`` (each merge as the two ids of its parts, ``int32``) and,
+  unless the model's pieces by id are exactly the file's ``tokenizer.ggml.tokens`` (the usual
+  case), ``<key>.vocab.json`` (the pieces by id, ``null`` for an id the model vocabulary lacks).
 
 Reading back the ``tokenizer.json`` goes through ``serde_json`` values for ~10⁶ strings (about
 1.7 s for Gemma 3 on the development machine); the BPE model is instead rebuilt from the piece list
-and the merge id pairs, and the rest of the tokenizer from the small spec. The result serialises to
+and the merge id pairs (read without importing numpy), and the rest of the tokenizer from the small
+spec. The result serialises to
 the same ``tokenizer.json`` as the built one (``tests/test_tokenizer_families.py`` checks it); an
 entry that does not come back consistent is read from ``<key>.json`` instead.
 """
@@ -23,12 +25,14 @@ entry that does not come back consistent is read from ``<key>.json`` instead.
 from __future__ import annotations
 
 import array
+import ast
 import hashlib
 import json
 import logging
 import operator
 import os
 import struct
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -117,23 +121,48 @@ def _bpe_arrays(model: dict) -> tuple[list[str | None], bytes]:
     return pieces, buf.getvalue()
 
 
-def _bpe_from_arrays(spec: dict, pieces: list[str | None], merge_ids):
+def _read_pairs(path: Path) -> array.array:
+    """The int32 ``(M, 2)`` array ``np.save`` wrote to ``path``, flat (``a0, b0, a1, b1, …``).
+
+    Read by hand (magic, version, header dict, raw data; numpy's ``format.py`` documents the
+    layout) because importing numpy costs a warm load a tenth of a second or more."""
+    data = path.read_bytes()
+    if data[:6] != b"\x93NUMPY" or data[6] not in (1, 2, 3):
+        raise ValueError("not an .npy file")
+    start = 10 if data[6] == 1 else 12
+    size = int.from_bytes(data[8:start], "little")
+    header = ast.literal_eval(data[start:start + size].decode("latin-1"))
+    shape = header.get("shape")
+    if header.get("descr") != "<i4" or header.get("fortran_order") or not (
+            isinstance(shape, tuple) and len(shape) == 2 and shape[1] == 2):
+        raise ValueError(f"merge ids stored as {header}, not int32 pairs")
+    ids = array.array("i")
+    ids.frombytes(data[start + size:])
+    if sys.byteorder == "big":
+        ids.byteswap()
+    if len(ids) != 2 * shape[0]:
+        raise ValueError(f"{len(ids)} merge ids for shape {shape}")
+    return ids
+
+
+def _bpe_from_arrays(spec: dict, pieces: list[str | None], merge_ids: array.array):
     """A tokenizer equal to the cached one: the BPE model from its arrays, the rest from ``spec``."""
     from tokenizers import AddedToken, Tokenizer, models
 
     opts = spec["model"]
-    if merge_ids.ndim != 2 or merge_ids.shape[1] != 2 or merge_ids.dtype.kind != "i" or (
-            merge_ids.size and not (0 <= merge_ids.min() and merge_ids.max() < len(pieces))):
-        raise ValueError(f"merge ids of shape {merge_ids.shape} do not index the {len(pieces)} pieces")
+    if merge_ids and not (0 <= min(merge_ids) and max(merge_ids) < len(pieces)):
+        raise ValueError(f"merge ids do not index the {len(pieces)} pieces")
     if None in pieces:
         vocab = {p: i for i, p in enumerate(pieces) if p is not None}
     else:
         vocab = dict(zip(pieces, range(len(pieces))))
     merges = []
-    if len(merge_ids):  # two C-level gathers instead of 10⁶ Python indexings
-        left = operator.itemgetter(*merge_ids[:, 0].tolist())(pieces)
-        right = operator.itemgetter(*merge_ids[:, 1].tolist())(pieces)
-        merges = list(zip(left, right)) if len(merge_ids) > 1 else [(left, right)]
+    if len(merge_ids) > 2:  # two C-level gathers instead of 10⁶ Python indexings
+        left = operator.itemgetter(*merge_ids[0::2])(pieces)
+        right = operator.itemgetter(*merge_ids[1::2])(pieces)
+        merges = list(zip(left, right))
+    elif merge_ids:
+        merges = [(pieces[merge_ids[0]], pieces[merge_ids[1]])]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges,
                                **{k: opts[k] for k in _BPE_OPTIONS if opts.get(k) is not None}))
     shell = dict(spec, added_tokens=[], model={"type": "BPE", "vocab": {}, "merges": []})
@@ -150,16 +179,15 @@ def _bpe_from_arrays(spec: dict, pieces: list[str | None], merge_ids):
     return tok
 
 
-def _read_entry(path: Path, spec: dict):
+def _read_entry(path: Path, spec: dict, tokens: list | None):
     from tokenizers import Tokenizer
 
     vocab_path, merges_path = path.with_suffix(".vocab.json"), path.with_suffix(".merges.npy")
-    if (spec.get("model") or {}).get("type") == "BPE" and vocab_path.is_file() and merges_path.is_file():
-        import numpy as np
-
+    if (spec.get("model") or {}).get("type") == "BPE" and merges_path.is_file() and (
+            vocab_path.is_file() or isinstance(tokens, list)):
         try:
-            pieces = json.loads(vocab_path.read_text("utf-8"))
-            return _bpe_from_arrays(spec, pieces, np.load(merges_path, allow_pickle=False))
+            pieces = json.loads(vocab_path.read_text("utf-8")) if vocab_path.is_file() else tokens
+            return _bpe_from_arrays(spec, pieces, _read_pairs(merges_path))
         except Exception as exc:  # fall back to the whole tokenizer.json
             log.warning("tokenizer cache entry %s: arrays unusable (%s); reading the tokenizer.json", path, exc)
     return Tokenizer.from_file(str(path))
@@ -177,7 +205,7 @@ def cached_tokenizer(fields: dict, build: Callable[[], object], *, cache_dir: Pa
     if path.is_file() and spec_path.is_file():
         try:
             spec = json.loads(spec_path.read_text("utf-8"))
-            return _read_entry(path, spec), spec
+            return _read_entry(path, spec, fields.get("tokenizer.ggml.tokens")), spec
         except Exception as exc:  # a damaged entry is rebuilt, not fatal
             log.warning("ignoring damaged tokenizer cache entry %s (%s)", path, exc)
     tok = build()
@@ -188,7 +216,8 @@ def cached_tokenizer(fields: dict, build: Callable[[], object], *, cache_dir: Pa
         if model.get("type") == "BPE":
             pieces, merges = _bpe_arrays(model)
             _write_atomic(path.with_suffix(".merges.npy"), merges)
-            _write_atomic(path.with_suffix(".vocab.json"), json.dumps(pieces, ensure_ascii=False))
+            if pieces != fields.get("tokenizer.ggml.tokens"):  # else the file's own token list serves
+                _write_atomic(path.with_suffix(".vocab.json"), json.dumps(pieces, ensure_ascii=False))
         _write_atomic(path, text)
         _write_atomic(spec_path, json.dumps(spec, ensure_ascii=False))
     except OSError as exc:  # read-only home: still works, just slower next time
