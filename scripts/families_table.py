@@ -4,14 +4,20 @@ Columns:
 - **ids = reference**: strings whose ids equal the reference, ``n/n``. GGUF vocab files: llama.cpp's
   own test strings and ids (``.inp``/``.out``, from ``scripts/fetch_vocabs.py``); with ``+ n/n hard``
   our hard string set against the family's published tokenizer where one ships in a package
-  (tiktoken ranks, ``tokenizer.json``, sentencepiece, mistral-common). ``—`` where no reference exists.
+  (tiktoken ranks, ``tokenizer.json``, sentencepiece, mistral-common). GGUF files without llama.cpp
+  ids: llama.cpp's ids of another vocab file with the same tokens and merges, and the independent
+  references of ``tests/references.py`` on the hard set (transformers' GGUF conversion; for
+  SentencePiece files ``sentencepiece`` on a model rebuilt from the file; for Unigram files
+  transformers' XLM-R tokenizer class). ``⚠`` marks a reference that differs only on strings of a
+  kind it is known to get wrong (footnotes under the table; the kind is checked, string by string).
 - **load**: seconds to load the vocabulary, cold (rebuilt) / warm (from the tokenizer cache).
 - **categories**: ``normal/special/byte/unreachable/undecodable`` counts; "sane" means every id
   has a category, specials equal the file's control tokens, and byte-fallback vocabularies have
   their 256 byte pieces.
 - **candidates**: vocabulary-extension candidates on ``corpora/medical`` (frequency ≥ 5, ≥ 2
   pieces), the top three, and the tokens the top 50 (+ spaced twins) really save when the corpus is
-  re-tokenized.
+  re-tokenized; sentencepiece and tiktoken (Tekken) vocabularies through their HF tokenizers
+  rebuild (:func:`embscope.tokenizer.convert.hf_tokenizer`).
 - **context**: facts read from the GGUF metadata by :func:`embscope.context_summary`.
 
 Usage: python3 scripts/families_table.py [--out docs/families.md] [--only NAME ...]
@@ -78,10 +84,74 @@ def _llamacpp_reference(gguf: Path):
     return texts, [[int(x) for x in line.split()] for line in lines[:len(texts)]]
 
 
-def _score(got, want) -> str:
+#: known differences between transformers' GGUF conversion and the models' own tokenizers:
+#: footnote → (what it gets wrong, which strings those are, the vocab file whose llama.cpp ids —
+#: made with the model's own tokenizer — show it)
+FOOTNOTES = {
+    "¹": ("transformers' `LlamaTokenizer` adds no `▁` in front of text that starts with a space, "
+          "where SentencePiece and the model's own tokenizer do (`\" Hello\"` → `▁ ▁Hello`)",
+          "starts with a space", lambda text: text.startswith(" "), "llama-spm"),
+    "²": ("transformers' byte-level conversion turns the file's user-defined whitespace tokens "
+          "(GPT-NeoX's runs of 2–24 spaces, added tokens in its `tokenizer.json`) into ordinary pieces",
+          "holds a run of spaces", lambda text: "  " in text, "mpt"),
+}
+
+
+def _footnote(key: str, vocab_dir: Path) -> str:
+    """The footnote's text, with the evidence measured now on llama.cpp's ids."""
+    from tests.references import transformers_gguf
+
+    what, kind, test, family = FOOTNOTES[key]
+    path = vocab_dir / f"ggml-vocab-{family}.gguf"
+    texts, ids = _llamacpp_reference(path)
+    got = transformers_gguf(path)(texts)
+    wrong = [t for t, g, w in zip(texts, got, ids) if g != w]
+    verdict = f"every string it gets wrong {kind}" if all(test(t) for t in wrong) else \
+        f"not every string it gets wrong {kind}"
+    return (f"{key} {what}. On `{family}`, whose llama.cpp ids come from the model's own tokenizer, "
+            f"transformers' conversion gets {len(texts) - len(wrong)}/{len(texts)}, and {verdict}; in "
+            f"this row too, each differing string {kind}.")
+
+
+def _score(got, want, texts=None, note: str | None = None) -> str:
     ok = sum(g == w for g, w in zip(got, want))
-    mark = "✅" if ok == len(want) else "❌"
-    return f"{mark} {ok}/{len(want)}"
+    if ok == len(want):
+        return f"✅ {ok}/{len(want)}"
+    if note and texts is not None and all(FOOTNOTES[note][2](t) for t, g, w in zip(texts, got, want) if g != w):
+        return f"⚠ {ok}/{len(want)}{note}"
+    return f"❌ {ok}/{len(want)}"
+
+
+def _same_vocabulary_ids(vocab_dir: Path, path: Path, fields: dict):
+    """llama.cpp's test strings and ids of another vocab file with the very same tokens and merges."""
+    from embscope.loaders.gguf import open_gguf
+
+    for other in sorted(vocab_dir.glob("ggml-vocab-*.gguf")):
+        ref = _llamacpp_reference(other) if other != path else None
+        if ref is None:
+            continue
+        theirs = open_gguf(other, tensors=False).fields
+        if all(theirs.get(k) == fields.get(k) for k in ("tokenizer.ggml.model", "tokenizer.ggml.tokens",
+                                                          "tokenizer.ggml.merges", "tokenizer.ggml.token_type")):
+            return other.name[len("ggml-vocab-"):-len(".gguf")], ref
+    return None
+
+
+def _independent_references(path: Path, fields: dict):
+    """``(label, encode_batch, footnote)`` for a GGUF file without llama.cpp ids (tests/references.py)."""
+    from tests.references import sentencepiece_gguf, transformers_gguf, xlmr_transformers
+
+    model = fields.get("tokenizer.ggml.model")
+    out = []
+    if model == "t5":
+        out.append(("transformers `XLMRobertaTokenizer`", xlmr_transformers(fields), None))
+        return out
+    if model == "llama":
+        out.append(("sentencepiece (model rebuilt from the file)", sentencepiece_gguf(fields), None))
+    enc = transformers_gguf(path)
+    if enc is not None:
+        out.append(("transformers GGUF conversion", enc, {"llama": "¹", "gpt2": "²"}.get(model)))
+    return out
 
 
 def _load_timed(path: Path):
@@ -113,10 +183,9 @@ def _categories(vocab, fields: dict | None) -> str:
 
 def _candidates(vocab, texts) -> str:
     from embscope.extension.candidates import count_tokens, extended_tokenizer, find_candidates, space_twins
+    from embscope.tokenizer.convert import hf_tokenizer
 
-    tok = getattr(vocab, "tok", None)
-    if tok is None:
-        return "— (needs a HF tokenizers vocabulary)"
+    tok = hf_tokenizer(vocab)  # sentencepiece and tiktoken vocabularies rebuilt as HF tokenizers
     cands = find_candidates(tok, texts, max_ngram=1, min_freq=5)
     if not cands:
         return "❌ none"
@@ -135,8 +204,8 @@ def _context(meta: dict) -> str:
         s = context_summary({}, gguf_metadata=meta)
     except Exception as exc:  # a cell that fails says why
         return f"❌ {str(exc).splitlines()[0][:80]}"
-    theta = f", θ {s.rope_theta:g}" if s.rope_theta else ""
-    return (f"✅ {s.claimed_max_positions or '?'} positions, {s.position_encoding}{theta}, "
+    theta = f", θ {s.rope.theta:g}" if s.rope is not None else ""
+    return (f"✅ {s.max_context or s.max_position_embeddings or '?'} positions, {s.position_encoding}{theta}, "
             f"{s.layers}×{s.kv_heads} KV heads, {s.kv_bytes_per_token / 1024:.0f} KiB/token")
 
 
@@ -179,6 +248,15 @@ def rows(vocab_dir: Path, gemma3: Path | None, only: set[str] | None) -> list[li
             checks.append(f"{label} {_score(vocab.encode_batch(HARD), enc(HARD))} hard")
         if fields is None:
             checks.append(f"mistral-common {_score(vocab.encode_batch(HARD), _mistral_reference(path)(HARD))} hard")
+        if fields is not None and ref is None:
+            same = _same_vocabulary_ids(vocab_dir, path, fields)
+            if same is not None:
+                other, (texts_, ids_) = same
+                checks.append(f"llama.cpp ids of `{other}` (same vocabulary and merges) "
+                              f"{_score(vocab.encode_batch(texts_), ids_)}")
+            ours = vocab.encode_batch(HARD)
+            for label, enc, note in _independent_references(path, fields):
+                checks.append(f"{label} {_score(ours, enc(HARD), HARD, note)} hard")
         if not checks:
             rt = sum(vocab.decode(vocab.encode(t)) == t for t in HARD)
             checks.append(f"— no reference ids; decode∘encode round trip {rt}/{len(HARD)} hard")
@@ -219,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in table:
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in r) + " |")
     lines.append("")
+    used = [k for k in FOOTNOTES if any(k in c for r in table for c in r)]
+    for key in used:
+        lines.append(_footnote(key, args.vocabs))
+        lines.append("")
     lines.append(f"Generated by `python3 scripts/families_table.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
                  f"2 CPU cores, load average {load[0]:.1f}.")
     body = "\n".join(lines) + "\n"

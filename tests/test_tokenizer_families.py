@@ -162,7 +162,7 @@ def test_every_llamacpp_pre_name_has_compiling_regexes():
 
 @needs_vocabs
 def test_rebuilt_tokenizer_is_cached(tmp_path):
-    """The second load reads the cached tokenizer.json and encodes the same."""
+    """The second load reads the cache entry back and gives the very same tokenizer.json."""
     from embscope.loaders.gguf import open_gguf
     from embscope.tokenizer.cache import cached_tokenizer
 
@@ -178,9 +178,96 @@ def test_rebuilt_tokenizer_is_cached(tmp_path):
     a, spec_a = cached_tokenizer(fields, build, cache_dir=tmp_path)
     b, spec_b = cached_tokenizer(fields, build, cache_dir=tmp_path)
     assert calls == [1] and spec_a == spec_b
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    # the pieces are the file's own tokens, so no separate piece list is stored
+    assert sorted(p.name.split(".", 1)[1] for p in tmp_path.iterdir()) == ["json", "merges.npy", "spec.json"]
+    assert a.to_str() == b.to_str()  # rebuilt from the arrays, byte for byte the built tokenizer
     text = " Hello  world 😀"
     assert a.encode(text, add_special_tokens=False).ids == b.encode(text, add_special_tokens=False).ids
+    next(tmp_path.glob("*.merges.npy")).write_bytes(b"damaged")  # falls back to the tokenizer.json
+    c, _ = cached_tokenizer(fields, build, cache_dir=tmp_path)
+    assert calls == [1] and c.to_str() == a.to_str()
+    # a token listed twice leaves a hole in the model vocabulary: the piece list is stored then
+    dup = dict(fields, **{"tokenizer.ggml.tokens": fields["tokenizer.ggml.tokens"][:-1]
+                          + [fields["tokenizer.ggml.tokens"][-2]]})
+    d, _ = cached_tokenizer(dup, lambda: build_sentencepiece(dup), cache_dir=tmp_path / "dup")
+    e, _ = cached_tokenizer(dup, lambda: 1 / 0, cache_dir=tmp_path / "dup")
+    assert len(list((tmp_path / "dup").glob("*.vocab.json"))) == 1 and d.to_str() == e.to_str()
+
+
+# --- vocab files without llama.cpp ids: independent references (tests/references.py) ---------------
+
+
+@needs_vocabs
+def test_sentencepiece_reference_equals_llamacpp_ids():
+    """The SentencePiece model rebuilt from GGUF metadata is a sound reference: on the files that have
+    llama.cpp ids (made with Llama 2's and Phi-3's own tokenizers) it gives exactly those ids."""
+    from embscope.loaders.gguf import open_gguf
+    from tests.references import sentencepiece_gguf
+
+    for family in ("llama-spm", "phi-3"):
+        path = VOCABS / f"ggml-vocab-{family}.gguf"
+        texts, expected = read_reference(path)
+        assert sentencepiece_gguf(open_gguf(path, tensors=False).fields)(texts) == expected, family
+
+
+@needs_vocabs
+def test_gpt_neox_without_pre_name_equals_its_tokenizer():
+    """ggml-vocab-gpt-neox.gguf names no pre-tokenizer; it holds MPT's vocabulary and merges (both use
+    GPT-NeoX-20B's tokenizer), whose llama.cpp ids come from that tokenizer: GPT-2's split, not
+    llama.cpp's 'default' fallback, gives them all."""
+    from embscope.loaders.gguf import open_gguf
+
+    neox, mpt = (open_gguf(VOCABS / f"ggml-vocab-{f}.gguf", tensors=False).fields for f in ("gpt-neox", "mpt"))
+    assert "tokenizer.ggml.pre" not in neox
+    assert all(neox[k] == mpt[k] for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"))
+    texts, expected = read_reference(VOCABS / "ggml-vocab-mpt.gguf")
+    assert load_tokenizer_file(VOCABS / "ggml-vocab-gpt-neox.gguf").encode_batch(texts) == expected
+
+
+@needs_vocabs
+@pytest.mark.parametrize("family", ["aquila", "baichuan", "nomic-bert-moe"])
+def test_gguf_equals_independent_reference_on_hard_strings(family):
+    """aquila (byte-level BPE, no pre-tokenizer name): transformers' GGUF conversion, which splits as
+    Aquila's own GPT-2-style tokenizer; baichuan (SentencePiece BPE): sentencepiece on the rebuilt
+    model; nomic-bert-moe (XLM-R Unigram): transformers' XLM-R tokenizer class on the file's pieces,
+    scores and normalization map."""
+    from embscope.loaders.gguf import open_gguf
+    from tests.references import sentencepiece_gguf, transformers_gguf, xlmr_transformers
+
+    path = VOCABS / f"ggml-vocab-{family}.gguf"
+    fields = open_gguf(path, tensors=False).fields
+    ref = {"aquila": lambda: transformers_gguf(path), "baichuan": lambda: sentencepiece_gguf(fields),
+           "nomic-bert-moe": lambda: xlmr_transformers(fields)}[family]()
+    texts = HARD + ["  two  spaces  ", "tab\there", "\u3000wide\u3000space"]
+    assert load_tokenizer_file(path).encode_batch(texts) == ref(texts)
+
+
+# --- sentencepiece and tiktoken vocabularies rebuilt as HF tokenizers (for extension) --------------
+
+
+@pytest.mark.parametrize("spec", ["tekken_240911.json", "tokenizer.model.v1",
+                                  "mistral_instruct_tokenizer_241114.model.v7", "cl100k_base"])
+def test_hf_rebuild_encodes_as_the_vocabulary(spec):
+    """``hf_tokenizer`` gives the ids of the tiktoken / sentencepiece vocabulary it rebuilds, on the
+    hard strings and on the medical corpus (cl100k: its possessive ``\\p{N}{1,3}+`` digit triples)."""
+    from embscope.extension.extension import read_texts
+    from embscope.tokenizer.convert import hf_tokenizer
+
+    vocab = load_vocabulary(spec) if spec == "cl100k_base" else load_tokenizer_file(_pkg("mistral_common") / "data" / spec)
+    tok = hf_tokenizer(vocab)
+    texts = HARD + read_texts(Path(__file__).resolve().parent.parent / "corpora" / "medical")[:3000]
+    assert [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)] == vocab.encode_batch(texts)
+    assert max(tok.get_vocab(with_added_tokens=True).values()) + 1 == len(vocab)  # cl100k has holes
+
+
+def test_sentencepiece_settings_read_from_the_protobuf():
+    import sentencepiece as spm
+
+    from embscope.tokenizer.convert import sentencepiece_settings
+
+    sp = spm.SentencePieceProcessor(model_file=str(_pkg("mistral_common") / "data" / "tokenizer.model.v1"))
+    s = sentencepiece_settings(sp.serialized_model_proto())
+    assert s["model_type"] == 2 and s["add_dummy_prefix"] is True  # BPE, Llama-style dummy prefix
 
 
 # --- the gemma3-270m demo model and SentencePiece-style vocabularies in extension -------------------
@@ -242,6 +329,17 @@ def test_gemma3_demo_alias_and_vocabulary(gemma3):
 
 
 @pytest.mark.slow
+def test_gemma3_equals_sentencepiece_on_its_pieces(gemma3):
+    """sentencepiece on the SentencePiece model rebuilt from the GGUF (no dummy prefix, Gemma's
+    whitespace runs as user-defined pieces) gives our ids on the hard strings."""
+    from tests.references import sentencepiece_gguf
+
+    resolved, vocab = gemma3
+    texts = HARD + ["a  b   c", "   ", "\t\tx", "x\n\n\n"]
+    assert vocab.encode_batch(texts) == sentencepiece_gguf(resolved.gguf_reader().fields)(texts)
+
+
+@pytest.mark.slow
 def test_gemma3_candidates_are_medical_terms_with_measured_savings(gemma3):
     from embscope.extension.candidates import count_tokens, extended_tokenizer, find_candidates, space_twins
     from embscope.extension.extension import read_texts
@@ -273,5 +371,6 @@ def test_unigram_gguf_loads_with_xlmr_ids():
     published ids (▁Hello 35378, ▁world 8999) and extra spaces collapse as its normalizer says."""
     v = load_tokenizer_file(VOCABS / "ggml-vocab-nomic-bert-moe.gguf")
     assert len(v) == 250048
-    assert v.encode("Hello world") == v.encode("  Hello   world") == [35378, 8999]
+    assert v.encode("Hello world") == v.encode("  Hello   world  ") == [35378, 8999]
+    assert v.encode(" ") == v.encode("\r\n") == []  # SentencePiece strips whitespace at both ends
     assert v.decode(v.encode("naïve café 日本語")) == "naïve café 日本語"

@@ -17,6 +17,7 @@ from embscope.loaders.files import open_regular
 
 # GGUF value types (ggml's gguf.h): id → struct format; 8 = string, 9 = array.
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_U64 = struct.Struct("<Q")
 # Sanity caps for untrusted headers: far above any real model, far below what would exhaust memory.
 _MAX_COUNT = 1 << 24
 _MAX_STR = 1 << 24
@@ -45,8 +46,11 @@ class GGUFFile:
     generic reader builds one memory view per token string (seconds for a 50k vocabulary).
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, tensors: bool = True):
+        """``tensors=False`` reads the metadata only (the tokenizer needs nothing else); the tensor
+        table is then empty and ``matrix`` cannot be used."""
         self.path = Path(path)
+        self._want_tensors = tensors
         with open_regular(self.path, what="GGUF file", min_bytes=0) as fh:
             if fh.read(4) != b"GGUF":
                 raise ModelFileError(f"{self.path.name} is not a GGUF file; pass a .gguf model file")
@@ -74,6 +78,23 @@ class GGUFFile:
         self._pos += n
         return s
 
+    def _strings(self, count: int) -> list[str]:
+        """``count`` strings in a row (the token array), as :meth:`_str` reads them, in one tight loop."""
+        buf, pos, end = self._buf, self._pos, len(self._buf)
+        length = _U64.unpack_from
+        out: list[str] = []
+        append = out.append
+        for _ in range(count):
+            (n,) = length(buf, pos)
+            pos += 8
+            if n > _MAX_STR or pos + n > end:
+                raise ModelFileError(f"{self.path.name}: a string claims {n} bytes past the end of the file; "
+                                     "re-download it")
+            append(str(buf[pos:pos + n], "utf-8", "replace"))
+            pos += n
+        self._pos = pos
+        return out
+
     def _value(self, vtype: int, depth: int = 0):
         if vtype in _SCALAR:
             return self._take(_SCALAR[vtype])
@@ -83,6 +104,13 @@ class GGUFFile:
             etype, count = self._take("<I"), self._take("<Q")
             if count > _MAX_COUNT or count > len(self._buf) - self._pos:  # every item takes >= 1 byte
                 raise ModelFileError(f"{self.path.name}: an array claims {count} items; the file is damaged")
+            if etype in _SCALAR:  # one unpack for the whole array (token scores, types: 10^5 items)
+                fmt = _SCALAR[etype]
+                values = list(struct.unpack_from(f"<{count}{fmt[1]}", self._buf, self._pos))
+                self._pos += count * struct.calcsize(fmt)
+                return values
+            if etype == 8:
+                return self._strings(count)
             if etype == 9 and depth >= _MAX_DEPTH:
                 raise ModelFileError(f"{self.path.name}: metadata arrays nested deeper than {_MAX_DEPTH}; "
                                      "the file is damaged or hostile")
@@ -90,8 +118,6 @@ class GGUFFile:
         raise ModelFileError(f"{self.path.name}: unknown GGUF value type {vtype}; the file is damaged or too new")
 
     def _parse(self) -> None:
-        import gguf
-
         self._pos = 4
         self.version = self._take("<I")
         if self.version not in (2, 3):
@@ -104,7 +130,7 @@ class GGUFFile:
             key = self._str()
             self.fields[key] = self._value(self._take("<I"))
         infos = []
-        for _ in range(n_tensors):
+        for _ in range(n_tensors if self._want_tensors else 0):
             name = self._str()
             ndim = self._take("<I")
             if ndim > 8:
@@ -115,6 +141,8 @@ class GGUFFile:
         align = self.fields.get("general.alignment", 32)
         data_start = (self._pos + align - 1) // align * align
         self.tensors: dict[str, TensorInfo] = {}
+        if infos:
+            import gguf  # ggml's block sizes; a second or so to import, so only when tensors are read
         for name, shape, gtype, off in infos:
             try:
                 block, tsize = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(gtype)]
@@ -237,8 +265,9 @@ def _check_fields(fields: dict[str, Any], where: str) -> None:
             raise bad(key, "a string")
 
 
-def open_gguf(path: Path) -> GGUFFile:
-    return GGUFFile(path)
+def open_gguf(path: Path, *, tensors: bool = True) -> GGUFFile:
+    """Open a GGUF file; ``tensors=False`` reads only its metadata (see :class:`GGUFFile`)."""
+    return GGUFFile(path, tensors=tensors)
 
 
 def metadata(reader: GGUFFile) -> dict[str, Any]:

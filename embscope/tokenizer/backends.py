@@ -19,6 +19,8 @@ from functools import lru_cache
 from embscope.tokenizer.base import Vocabulary
 
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+#: every string ``_BYTE_PIECE`` matches (a set lookup per piece beats a regex on 10⁵ pieces)
+_BYTE_PIECES = frozenset(f"<0x{h}{l}>" for h in "0123456789ABCDEFabcdef" for l in "0123456789ABCDEFabcdef")
 
 
 @lru_cache(maxsize=1)
@@ -103,8 +105,7 @@ class HFVocabulary(Vocabulary):
                     self._pieces[i] = piece
         self._added = {a["id"]: a["content"] for a in added}
         self.byte_ids = frozenset(i for i, p in enumerate(self._pieces)
-                                  if self.metaspace and p is not None and len(p) == 6 and p[:3] == "<0x"
-                                  and _BYTE_PIECE.match(p)) if self.metaspace else frozenset()
+                                  if p in _BYTE_PIECES) if self.metaspace else frozenset()
         unk = model.get("unk_token")
         self.unk_id = tok.token_to_id(unk) if isinstance(unk, str) else None
 

@@ -6,15 +6,19 @@ GGUF keeps the vocabulary as arrays (``tokenizer.ggml.tokens``, ``.scores``, ``.
 rebuilds the same segmentation with HF ``tokenizers`` parts:
 
 - ``gpt2`` (byte-level BPE): the pre-tokenizer's regexes from :mod:`embscope.tokenizer.llamacpp_pre`,
-  then GPT-2's byte-to-character table, then the merges;
+  then GPT-2's byte-to-character table, then the merges. A file that names no pre-tokenizer (old
+  conversions: GPT-NeoX, Aquila) gets GPT-2's split, which their own tokenizers use (HF
+  ``ByteLevel``, GPT-NeoX's ``tokenizer.json``, Aquila's GPT-2-style BPE); llama.cpp instead falls
+  back to a split of its own there and warns that generation quality degrades;
 - ``llama`` (SentencePiece): ``" "`` → ``▁`` plus a leading ``▁`` (``add_space_prefix``, default on),
   then merges ranked by piece score — SentencePiece's BPE picks, among adjacent pairs whose join is
   a piece, the one with the highest score; byte fallback to ``<0xNN>`` pieces;
 - ``gemma4``: BPE on raw UTF-8 with ``▁`` for spaces, split only at newlines;
 - ``bert`` (WordPiece): GGUF marks word-initial pieces with ``▁`` and continuations bare, the
   reverse of BERT's ``##``; lower-casing, accent stripping and punctuation splits as BERT's;
-- ``t5`` (SentencePiece Unigram): the file's precompiled normalization map, then Viterbi over the
-  piece scores (no llama.cpp reference ids ship for it; see docs/families.md);
+- ``t5`` (SentencePiece Unigram): the file's precompiled normalization map and SentencePiece's
+  whitespace clean-up, then Viterbi over the piece scores (no llama.cpp reference ids ship for it;
+  see docs/families.md);
 - anything else goes through transformers' GGUF conversion, or fails with a one-line error.
 
 The rebuilt ``tokenizer.json`` is cached (:mod:`embscope.tokenizer.cache`) by a hash of the
@@ -68,12 +72,13 @@ def build_byte_level_bpe(fields: dict):
     from tokenizers import Tokenizer, decoders, models
 
     name = fields.get("tokenizer.ggml.pre")
-    kind = pre_type(name)
+    kind = pre_type(name) if name else "gpt2"
     if kind is None or name in CUSTOM_PRE or kind in RAW_UTF8:
         raise Unsupported(f"pre-tokenizer {name!r}")
     if not name:
-        log.warning("the GGUF file names no pre-tokenizer (tokenizer.ggml.pre); using llama.cpp's "
-                    "'default' split, as llama.cpp does")
+        log.warning("the GGUF file names no pre-tokenizer (tokenizer.ggml.pre); using GPT-2's split, as "
+                    "the byte-level BPE tokenizers of such files do (llama.cpp falls back to its own "
+                    "'default' split and warns that quality degrades)")
     tokens = fields["tokenizer.ggml.tokens"]
     types = fields.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
     vocab = {t: i for i, t in enumerate(tokens)}
@@ -179,9 +184,12 @@ def build_wordpiece(fields: dict):
 def build_unigram(fields: dict):
     """``tokenizer.ggml.model == "t5"``: SentencePiece Unigram (T5, XLM-R); Viterbi over piece scores.
 
-    The text goes through the file's precompiled normalization map (``precompiled_charsmap``),
-    runs of spaces collapse when ``remove_extra_whitespaces`` is set, and spaces become ``▁`` with a
-    leading one when ``add_space_prefix`` is set, as in HF's XLM-R/T5 conversion.
+    The text goes through the file's precompiled normalization map (``precompiled_charsmap``);
+    when ``remove_extra_whitespaces`` is set, whitespace at both ends goes and inner runs of spaces
+    collapse to one, as SentencePiece's normalizer does (so ``" "`` gives no token at all); spaces
+    then become ``▁``, with a leading one when ``add_space_prefix`` is set. Checked against
+    transformers' own XLM-R tokenizer class on the file's pieces, scores and map
+    (``tests/test_tokenizer_families.py``).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -197,8 +205,8 @@ def build_unigram(fields: dict):
     charsmap = fields.get("tokenizer.ggml.precompiled_charsmap")
     if charsmap:
         norm.append(normalizers.Precompiled(bytes(b & 0xFF for b in charsmap)))
-    if fields.get("tokenizer.ggml.remove_extra_whitespaces", True):
-        norm.append(normalizers.Replace(Regex(" {2,}"), " "))
+    if fields.get("tokenizer.ggml.remove_extra_whitespaces", True):  # SentencePiece: strip ends, collapse runs
+        norm += [normalizers.Strip(left=True, right=True), normalizers.Replace(Regex(" {2,}"), " ")]
     if norm:
         tok.normalizer = normalizers.Sequence(norm)
     prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
@@ -253,7 +261,7 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
     from embscope.tokenizer.cache import cached_tokenizer
 
     path = Path(path)
-    reader = reader if reader is not None else open_gguf(path)
+    reader = reader if reader is not None else open_gguf(path, tensors=False)
     fields = reader.fields
     if fields.get("tokenizer.ggml.model") is None or "tokenizer.ggml.tokens" not in fields:
         return None
