@@ -253,7 +253,7 @@ def _result(q, p):
 
 
 def table(args):
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")  # fork after faiss started its OpenMP threads can hang a child
     print(f"load: {os.getloadavg()}", flush=True)
     results = []
     for key in args.only.split(","):

@@ -216,3 +216,17 @@ def test_umap_uses_our_graph_only(minilm_rows, monkeypatch):
     assert rec["n_epochs"] == 50
     # a random layout would keep 10/3000 of the neighbourhoods
     assert 0.2 < rec["neighbor_preservation"] <= 1.0, rec
+
+
+def test_umap_kernels_are_cached_on_disk():
+    """umap-learn's numba functions get numba's on-disk cache, so a new process loads them."""
+    import umap.layouts
+    import umap.umap_
+
+    from embscope.geometry.layout import cache_umap_kernels
+
+    cache_umap_kernels()
+    for fn in (umap.umap_.smooth_knn_dist, umap.umap_.compute_membership_strengths,
+               umap.layouts._nb_optimize_layout_euclidean_single_epoch):
+        assert type(fn._cache).__name__ != "NullCache", fn
+    assert cache_umap_kernels() == 0  # idempotent: nothing left to switch on

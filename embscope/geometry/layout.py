@@ -31,6 +31,12 @@ import numpy as np
 #: n > 10 000): the map is for browsing, not measurement. Measured on Qwen2-7B's 152064 rows:
 #: 100 epochs 35 s, 50 epochs 23 s, with the same clusters visible.
 EPOCHS_BY_SIZE = ((100_000, 60), (20_000, 100))
+#: above this row count the layout starts from random positions instead of the graph Laplacian's
+#: eigenvectors ("spectral"): the eigensolver dominated the cost, and the neighbourhoods came out
+#: as well preserved. Measured (bench/layout.py, 2 cores): SmolLM2, 49,152 rows, 100 epochs:
+#: spectral 19.8 CPU-s, preservation 0.182; random 11.8 CPU-s, 0.184. Gemma-3-270M, 262,144 rows,
+#: 60 epochs: spectral 186.3 CPU-s, 0.080; random 90.7 CPU-s, 0.088.
+RANDOM_INIT_ABOVE = 20_000
 #: rows on which neighbour preservation is measured
 PRESERVE_SAMPLE = 5000
 
@@ -49,10 +55,12 @@ class Layout:
     n_epochs: int
     #: neighbour preservation (see the module docstring), NaN when not measured
     preservation: float = float("nan")
+    #: UMAP's initial layout: ``spectral`` or ``random``
+    init: str = "spectral"
 
     def record(self) -> dict:
         """JSON-able summary (no arrays)."""
-        return {"seconds": round(self.seconds, 3), "n_epochs": self.n_epochs,
+        return {"seconds": round(self.seconds, 3), "n_epochs": self.n_epochs, "init": self.init,
                 "neighbor_preservation": None if self.preservation != self.preservation
                 else round(self.preservation, 4), "preservation_rows": min(PRESERVE_SAMPLE, len(self.x))}
 
@@ -72,8 +80,40 @@ def neighbor_preservation(neighbors: np.ndarray, xy: np.ndarray, *, sample: int 
     return float(np.mean(hits) / k)
 
 
+def cache_umap_kernels() -> int:
+    """Turn on numba's on-disk cache for umap-learn's compiled functions; returns how many.
+
+    umap-learn 0.5.12 compiles about 30 numba functions (membership strengths, the SGD epoch, the
+    spectral helpers) without ``cache=True``, so every process paid ~15 CPU-s compiling them again
+    (SmolLM2's map: 26.7 CPU-s in a new process, 11.8 once compiled). ``Dispatcher.enable_caching``
+    gives them the cache that ``cache=True`` would have: machine code next to umap's sources, or
+    in numba's user-wide cache folder (``$NUMBA_CACHE_DIR``) when that is read-only. It changes no
+    result. A dispatcher that cannot be cached (numba says so with a warning) compiles as before.
+    """
+    import importlib
+
+    from numba.core.dispatcher import Dispatcher
+
+    done = 0
+    for name in ("umap.utils", "umap.distances", "umap.sparse", "umap.layouts", "umap.spectral", "umap.umap_"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        for obj in list(vars(mod).values()):
+            if isinstance(obj, Dispatcher) and obj._cache.__class__.__name__ == "NullCache":
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        obj.enable_caching()
+                    done += 1
+                except Exception:  # noqa: BLE001 - an uncacheable function compiles as before
+                    pass
+    return done
+
+
 def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
-                n_epochs: int | None = None, data: np.ndarray | None = None) -> Layout:
+                n_epochs: int | None = None, data: np.ndarray | None = None, init: str | None = None) -> Layout:
     """UMAP coordinates from a cosine kNN graph.
 
     Args:
@@ -83,12 +123,15 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
         seed: ``random_state`` for UMAP.
         n_epochs: optimisation epochs (default: UMAP's, fewer above the sizes in ``EPOCHS_BY_SIZE``).
         data: ignored (kept for callers that pass the matrix; UMAP only reads the graph).
+        init: UMAP's initial layout, ``spectral`` (Laplacian eigenvectors of the graph) or ``random``
+            (default: spectral up to :data:`RANDOM_INIT_ABOVE` rows, random above).
     Returns:
         :class:`Layout`, with its neighbour preservation measured.
     """
     import umap
 
     t0 = time.perf_counter()
+    cache_umap_kernels()
     n, k = neighbors.shape
     self_col = np.arange(n, dtype=np.int64)[:, None]
     idx = np.hstack([self_col, neighbors.astype(np.int64)])                 # (n, k + 1)
@@ -96,10 +139,12 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
                       np.clip(1.0 - sims.astype(np.float32), 0.0, 2.0)])      # (n, k + 1)
     if n_epochs is None:
         n_epochs = next((e for size, e in EPOCHS_BY_SIZE if n > size), None)
+    if init is None:
+        init = "random" if n > RANDOM_INIT_ABOVE else "spectral"
     # UMAP checks X's length and, with a precomputed graph, reads nothing else from it.
     data = np.zeros((n, 1), np.float32)
     reducer = umap.UMAP(n_neighbors=k + 1, n_components=2, metric="cosine", random_state=seed,
-                        n_epochs=n_epochs, precomputed_knn=(idx, dist, None), init="spectral",
+                        n_epochs=n_epochs, precomputed_knn=(idx, dist, None), init=init,
                         verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "n_jobs overridden by random_state", spectral fallbacks
@@ -108,4 +153,4 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
     seconds = time.perf_counter() - t0
     return Layout(x=xy[:, 0].copy(), y=xy[:, 1].copy(), seconds=seconds,
                   n_epochs=int(n_epochs if n_epochs is not None else (500 if n <= 10_000 else 200)),  # UMAP's
-                  preservation=neighbor_preservation(neighbors, xy, seed=seed))
+                  preservation=neighbor_preservation(neighbors, xy, seed=seed), init=init)

@@ -52,7 +52,7 @@ Summary keys (``summary.json`` → ``geometry``):
     ``texts``, ``corpus_tokens``, ``template``, ``flagged_used``, ``flagged_in_template``,
     ``occurrences``, ``top`` (``id``, ``token``, ``reason``, ``corpus``, ``template``).
 ``layout``
-    ``None`` without the map; else ``seconds``, ``n_epochs``, ``neighbor_preservation`` (share of
+    ``None`` without the map; else ``seconds``, ``n_epochs``, ``init``, ``neighbor_preservation`` (share of
     each sampled row's k graph neighbours among its k nearest points in 2-D), ``preservation_rows``.
 ``tied``, ``timings``
 """

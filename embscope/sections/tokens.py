@@ -54,7 +54,7 @@ class GeometryRecord(Record):
     #: flagged_used, flagged_in_template, occurrences, top [{id, token, reason, corpus, template}]};
     #: null without a corpus
     usage: dict[str, Any] | None = None
-    #: the 2-D map, laid out from the kNN graph above: {seconds, n_epochs, neighbor_preservation (share
+    #: the 2-D map, laid out from the kNN graph above: {seconds, n_epochs, init, neighbor_preservation (share
     #: of each sampled row's k graph neighbours among its k nearest points in 2-D), preservation_rows};
     #: null without the map
     layout: dict[str, Any] | None = None
