@@ -115,3 +115,20 @@ def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
     assert geo.reference["source"] == "unused-names" and geo.reference["size"] == 994
     assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map"]) == 2  # exists
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_subspace_iteration_finds_the_exact_first_principal_component(minilm, smollm2_model):
+    """Wide matrices get the first principal component by subspace iteration; on real rows it is
+    the direction ``eigh`` finds, and a width past the switch takes that path."""
+    import torch
+
+    from embscope.geometry import indicators as ind
+
+    for m in (minilm.embed, smollm2_model.embed):
+        exact = ind._first_pc_exact(m).double()
+        fast = ind.top_eigvec_subspace(m)
+        assert fast is not None
+        assert 1.0 - abs(float(fast.double() @ exact)) < 1e-8
+    wide = torch.cat([minilm.embed[:4000].float()] * 3, dim=1)   # 4000 × 1152 ≥ SUBSPACE_FROM_DIM
+    assert wide.shape[1] >= ind.SUBSPACE_FROM_DIM
+    assert 1.0 - abs(float(ind.first_principal_component(wide).double() @ ind._first_pc_exact(wide).double())) < 1e-8

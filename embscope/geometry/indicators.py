@@ -125,13 +125,69 @@ def row_norms(m: "torch.Tensor") -> np.ndarray:
                            for s in range(0, m.shape[0], BLOCK)])
 
 
+#: widths from which the first principal component is found by subspace iteration instead of a
+#: d × d covariance and ``eigh`` (which cost n·d² + d³: minutes at 152064 × 3584 on 2 cores)
+SUBSPACE_FROM_DIM = 1024
+
+
 def first_principal_component(m: "torch.Tensor") -> "torch.Tensor":
     """Unit top eigenvector of the covariance of all rows, ``C = MᵀM/n − μμᵀ`` (a centred PCA fit).
 
-    ``MᵀM`` is accumulated over row blocks (float32 products summed in float64), then ``C`` is
-    decomposed exactly (``eigh``, d × d). Example: rows (1, 0.1), (1, 0.2), (1, −0.2), (1, −0.1)
-    vary only along y, so c = ±(0, 1) — an uncentred fit would return ≈ (1, 0) instead.
+    Narrow matrices: ``MᵀM`` is accumulated over row blocks (float32 products summed in float64),
+    then ``C`` is decomposed exactly (``eigh``, d × d). From :data:`SUBSPACE_FROM_DIM` columns:
+    :func:`top_eigvec_subspace`, falling back to the exact path if it does not converge.
+    Example: rows (1, 0.1), (1, 0.2), (1, −0.2), (1, −0.1) vary only along y, so c = ±(0, 1) — an
+    uncentred fit would return ≈ (1, 0) instead.
     """
+    if m.shape[1] >= SUBSPACE_FROM_DIM:
+        c = top_eigvec_subspace(m)
+        if c is not None:
+            return c
+    return _first_pc_exact(m)
+
+
+def top_eigvec_subspace(m: "torch.Tensor", q: int = 8, tol: float = 1e-10, max_iter: int = 60,
+                        seed: int = 0) -> "torch.Tensor | None":
+    """Top eigenvector of ``C = MᵀM/n − μμᵀ`` by block subspace iteration with Rayleigh–Ritz
+    (Golub & Van Loan, *Matrix Computations*, 4th ed., §8.2.4), or ``None`` if unconverged.
+
+    Each iteration multiplies a d × q orthonormal basis by ``C`` in one pass over the rows
+    (``C·Q = Mᵀ(M·Q)/n − μ(μᵀQ)``, never forming ``C``), takes the top eigenvector of the q × q
+    projection ``QᵀCQ``, and stops when it moves by less than ``tol`` (1 − |cos|). The error in
+    the direction shrinks like (λ_{q+1}/λ_1)^iterations. Cost per iteration 2·n·d·q against the
+    exact path's n·d² + d³. On SmolLM2 and Gemma-3 it agrees with ``eigh`` to |cos| 1 − 1e-10
+    in 6–7 iterations.
+    """
+    import torch
+
+    n, d = m.shape
+    g = torch.Generator().manual_seed(seed)
+    basis = torch.linalg.qr(torch.randn(d, q, generator=g, dtype=torch.float64))[0].to(m.device)
+    mu = torch.zeros(d, dtype=torch.float64, device=m.device)
+    for s in range(0, n, BLOCK):
+        mu += m[s:s + BLOCK].double().sum(0)
+    mu /= n
+    prev = None
+    for _ in range(max_iter):
+        y = torch.zeros(d, q, dtype=torch.float64, device=m.device)
+        qf = basis.float()
+        for s in range(0, n, BLOCK):
+            blk = m[s:s + BLOCK].float()
+            y += (blk.T @ (blk @ qf)).double()
+        y = y / n - torch.outer(mu, mu @ basis)
+        h = basis.T @ y
+        _, u = torch.linalg.eigh(((h + h.T) / 2).cpu())
+        v = basis @ u[:, -1].to(m.device)
+        v = v / torch.linalg.vector_norm(v)
+        if prev is not None and 1.0 - abs(float(v @ prev)) < tol:
+            return v
+        prev = v
+        basis = torch.linalg.qr(y)[0]
+    return None
+
+
+def _first_pc_exact(m: "torch.Tensor") -> "torch.Tensor":
+    """The exact path of :func:`first_principal_component`: covariance, then ``eigh``."""
     import torch
 
     d = m.shape[1]
