@@ -204,3 +204,35 @@ def test_ray_extend_on_sharded_compressed_copy(smollm2_model, extend_one, ray_lo
     same_extension(extend_one, on_ray)
     assert on_ray.summary["engine"]["kind"] == "ray"
     assert on_ray.summary["corpus_report"]["files_read"] == 6 and not on_ray.summary["corpus_report"]["skipped"]
+
+
+#: /proc/net/tcp{,6} spellings of 127.0.0.1, ::ffff:127.0.0.1 and ::1
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def listening_addresses(port: int) -> list[str]:
+    """Local addresses of the sockets listening on TCP ``port`` (Linux /proc, hex as written there)."""
+    out = []
+    for name in ("tcp", "tcp6"):
+        table = Path("/proc/net") / name
+        for line in (table.read_text().splitlines()[1:] if table.exists() else []):
+            fields = line.split()
+            addr, hexport = fields[1].split(":")
+            if fields[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                out.append(addr)
+    return out
+
+
+@pytest.mark.slow
+def test_local_ray_listens_on_loopback_only(ray_local):
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("needs Linux /proc/net")
+    from embscope.languages.ray_engine import init
+
+    ray = init(ray_local)
+    host, gcs_port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+    node = ray.nodes()[0]
+    assert host == node["NodeManagerAddress"] == "127.0.0.1"
+    for port in (int(gcs_port), node["NodeManagerPort"], node["ObjectManagerPort"]):
+        found = listening_addresses(port)
+        assert found and set(found) <= LOOPBACK, (port, found)
