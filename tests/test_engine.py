@@ -45,6 +45,25 @@ def medical_ref(llama3):
     return C.find_candidates(llama3, read_texts(MEDICAL), max_ngram=2, min_freq=5)
 
 
+@pytest.fixture(scope="module")
+def extend_one(smollm2_model):
+    """suggest on the medical corpus in this process: the single-process reference."""
+    from embscope.extension import suggest
+
+    return suggest(smollm2_model, MEDICAL, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=1))
+
+
+def same_extension(a, b):
+    """Same candidates (terms, counts, pieces, order), same tokens before and after."""
+    assert a.table.equals(b.table) and a.table.height > 500
+    assert a.terms == b.terms and a.pieces == b.pieces
+    assert np.array_equal(a.piece_counts, b.piece_counts)
+    keys = ("corpus_texts", "candidates", "corpus_tokens", "corpus_tokens_after", "tokens_saved",
+            "estimated_savings")
+    assert {k: a.summary[k] for k in keys} == {k: b.summary[k] for k in keys}
+    assert a.summary["tokens_saved"] > 0
+
+
 def same_fertility(a, b):
     assert a.table.equals(b.table)
     assert a.token_counts.keys() == b.token_counts.keys()
@@ -121,6 +140,34 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
     assert total == ref_total and np.array_equal(counts, ref_counts)
 
 
+@pytest.mark.slow
+def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, tmp_path):
+    from embscope.extension import suggest
+
+    one = extend_one.summary
+    assert one["engine"] == {"kind": "local", "workers": 1} and one["corpus_report"]["files_read"] == 2
+    two = suggest(smollm2_model, MEDICAL, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=2))
+    same_extension(extend_one, two)
+    assert two.summary["corpus_report"] == one["corpus_report"]
+    # a sharded, compressed copy (gz, zst, bz2, Parquet, HF dataset folders): the same extension
+    copy = sharded_copy(MEDICAL, tmp_path / "medical")
+    sharded = suggest(smollm2_model, copy, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=2))
+    same_extension(extend_one, sharded)
+    assert sharded.summary["corpus_report"]["files_read"] == 6
+
+
+def test_extend_sample_is_the_same_on_workers(smollm2_model, monkeypatch):
+    from embscope.extension import suggest
+
+    monkeypatch.setattr(E, "UNIT_BYTES", 100_000)  # the sample goes out in several pieces
+    kw = dict(top=20, diagnostics=False, sample_bytes=600_000)
+    one = suggest(smollm2_model, MEDICAL, engine=Engine(workers=1), **kw)
+    two = suggest(smollm2_model, MEDICAL, engine=Engine(workers=2), **kw)
+    same_extension(one, two)
+    report = one.summary["corpus_report"]
+    assert report["capped_languages"] == ["eng"] and report["bytes"] <= 600_000
+
+
 # ------------------------------------------------------------------ Ray (a local Ray, 2 CPUs)
 
 
@@ -146,3 +193,46 @@ def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_loca
                                       chunk_terms=3000)
     assert got == medical_ref
     assert report.texts == 26084 and report.files_read == 6 and not report.skipped
+
+
+@pytest.mark.slow
+def test_ray_extend_on_sharded_compressed_copy(smollm2_model, extend_one, ray_local, tmp_path):
+    from embscope.extension import suggest
+
+    copy = sharded_copy(MEDICAL, tmp_path / "medical")
+    on_ray = suggest(smollm2_model, copy, top=20, max_ngram=2, diagnostics=False, engine=ray_local)
+    same_extension(extend_one, on_ray)
+    assert on_ray.summary["engine"]["kind"] == "ray"
+    assert on_ray.summary["corpus_report"]["files_read"] == 6 and not on_ray.summary["corpus_report"]["skipped"]
+
+
+#: /proc/net/tcp{,6} spellings of 127.0.0.1, ::ffff:127.0.0.1 and ::1
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def listening_addresses(port: int) -> list[str]:
+    """Local addresses of the sockets listening on TCP ``port`` (Linux /proc, hex as written there)."""
+    out = []
+    for name in ("tcp", "tcp6"):
+        table = Path("/proc/net") / name
+        for line in (table.read_text().splitlines()[1:] if table.exists() else []):
+            fields = line.split()
+            addr, hexport = fields[1].split(":")
+            if fields[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                out.append(addr)
+    return out
+
+
+@pytest.mark.slow
+def test_local_ray_listens_on_loopback_only(ray_local):
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("needs Linux /proc/net")
+    from embscope.languages.ray_engine import init
+
+    ray = init(ray_local)
+    host, gcs_port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+    node = ray.nodes()[0]
+    assert host == node["NodeManagerAddress"] == "127.0.0.1"
+    for port in (int(gcs_port), node["NodeManagerPort"], node["ObjectManagerPort"]):
+        found = listening_addresses(port)
+        assert found and set(found) <= LOOPBACK, (port, found)

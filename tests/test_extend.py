@@ -221,7 +221,7 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(embscope.load, "load_model", lambda spec, **kw: smol)
     out = tmp_path / "ext"
     code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--top", "10",
-                 "--max-ngram", "2", "--no-diagnostics", "--out", str(out)])
+                 "--max-ngram", "2", "--no-diagnostics", "--workers", "2", "--out", str(out)])
     assert code == 0
     table = pl.read_parquet(out / "candidates.parquet")
     assert {"term", "frequency", "pieces", "n_pieces", "savings_tokens"} <= set(table.columns)
@@ -231,6 +231,8 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
     s = read_summary(json.loads((out / "summary.json").read_text()))
     assert s.sections.extension.top_n == 10 and s.sections.extension.tokens_saved > 0
     assert s.parameters.max_ngram == 2 and s.embscope["command"] == "extend"
+    assert s.sections.extension.engine == {"kind": "local", "workers": 2}
+    assert s.sections.extension.corpus_report["texts"] == s.sections.extension.corpus_texts > 20000
     code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--init", "hewit",
                  "--out", str(tmp_path / "bad")])
     assert code == 2 and "did you mean 'hewitt'" in capsys.readouterr().err

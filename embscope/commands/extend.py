@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (Corpus, Device, DeviceOpt, Force, Json, ModelOpt, Out, Quiet,
-                                       Verbose, print_json, print_warnings, setup)
+from embscope.commands.options import (Corpus, Device, DeviceOpt, EngineKind, EngineOpt, Force, Json,
+                                       LangField, ModelOpt, Out, Quiet, RayAddress, SampleBytes, TextField,
+                                       Verbose, Workers, print_json, print_warnings, setup)
 
 
 def extend(
@@ -31,6 +32,12 @@ def extend(
     tokens: Annotated[Optional[Path], typer.Option(
         "--tokens", help="tokens.parquet with a 'flagged' column: under-trained rows left out of every mean")] = None,
     no_diagnostics: Annotated[bool, typer.Option("--no-diagnostics", help="skip the KL / new-token-mass check")] = False,
+    sample_bytes: SampleBytes = None,
+    engine: EngineOpt = EngineKind.local,
+    workers: Workers = None,
+    ray_address: RayAddress = None,
+    text_field: TextField = "text",
+    lang_field: LangField = "lang",
     device: DeviceOpt = Device.cpu,
     as_json: Json = False,
     quiet: Quiet = False,
@@ -43,7 +50,9 @@ def extend(
     specs = [s.strip() for item in init for s in item.split(",") if s.strip()]
     res, manifest = run_extend(model, corpus, out=out, force=force, apply_to=apply_to, apply_init=apply_init,
                                rows_only=rows_only, tokens=tokens, top=top, init=specs, max_ngram=max_ngram,
-                               min_freq=min_freq, diagnostics=not no_diagnostics, device=device.value)
+                               min_freq=min_freq, diagnostics=not no_diagnostics, device=device.value,
+                               sample_bytes=sample_bytes, engine=engine.value, workers=workers,
+                               ray_address=ray_address, text_field=text_field, lang_field=lang_field)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary, "applied": manifest})

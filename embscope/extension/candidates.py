@@ -385,3 +385,37 @@ def corpus_token_counts(tok: "Tokenizer", corpus, *, engine=None, sample_bytes: 
                               sample_bytes=sample_bytes, options=options,
                               description="counting tokens")
     return int(counts.sum()), counts, report
+
+
+def shard_savings(tok: "Tokenizer", ext: "Tokenizer", batches):
+    """Map step of the savings pass: ``(counts under tok, total tokens under ext)`` for one shard."""
+    import numpy as np
+
+    counts = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=np.int64)
+    after = 0
+    for batch in batches:
+        counts += token_counts(tok, batch.texts)[1]
+        after += count_tokens(ext, batch.texts)
+    return counts, after
+
+
+def _add_savings(a, b):
+    return _add(a[0], b[0]), a[1] + b[1]
+
+
+def corpus_savings(tok: "Tokenizer", ext: "Tokenizer", corpus, *, engine=None,
+                   sample_bytes: int | None = None, options=None):
+    """Tokens before and after extension, in one pass over a corpus on an engine.
+
+    Returns ``(before, counts, after, corpus report)``: the total under ``tok`` with its (V,)
+    counts per token id (as :func:`token_counts`), and the total under the extended ``ext``
+    (as :func:`count_tokens`). Reading the corpus once serves both tokenizers.
+    """
+    import functools
+
+    from embscope.languages.engine import run_pass
+
+    (counts, after), report = run_pass(corpus, functools.partial(shard_savings, tok, ext), _add_savings,
+                                       engine=engine, sample_bytes=sample_bytes, options=options,
+                                       description="re-tokenizing")
+    return int(counts.sum()), counts, int(after), report

@@ -1,13 +1,18 @@
 """``suggest``: which terms to add, what that saves (measured), and how each initialisation behaves.
 
-Data flow: corpus texts (:func:`embscope.languages.corpus.iter_corpus`) → candidates ranked by estimated
-savings (:mod:`embscope.extension.candidates`) → the top N added to a copy of the tokenizer and the
-corpus re-tokenized (tokens saved, measured) → rows initialised per strategy
-(:mod:`embscope.extension.init`) → diagnostics per strategy (:mod:`embscope.extension.diagnostics`).
+Data flow: one pass over the corpus counts terms (:func:`~embscope.extension.candidates.corpus_candidates`)
+→ candidates ranked by estimated savings (:mod:`embscope.extension.candidates`) → the top N added to a
+copy of the tokenizer, and a second pass re-tokenizes the corpus with both tokenizers
+(:func:`~embscope.extension.candidates.corpus_savings`: tokens saved, measured) → rows initialised per
+strategy (:mod:`embscope.extension.init`) → diagnostics per strategy
+(:mod:`embscope.extension.diagnostics`). Both passes run on an
+:class:`~embscope.languages.engine.Engine` (one process, all local cores, or Ray) and stream the
+corpus shard by shard, so its size is not bounded by memory; every engine gives the same numbers.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import polars as pl
 
+    from embscope.languages.engine import Engine
+    from embscope.languages.readers import ReadOptions
     from embscope.model import LoadedModel
 
-#: bytes of corpus text read at most (per language): a 1 GB corpus is sampled, not held whole
+#: bytes of corpus text :func:`read_texts` holds at most (per language): a 1 GB corpus is sampled,
+#: not held whole (``suggest`` streams the corpus instead and reads all of it, or ``sample_bytes``)
 MAX_CORPUS_BYTES = 256 * 2**20
 
 
@@ -89,7 +97,8 @@ def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=N
 
 def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, max_ngram: int = 1,
             min_freq: int = 5, init: Sequence[str] = ("subword-mean",), tokens: "pl.DataFrame | None" = None,
-            diagnostics: bool = True, steps: Steps | None = None) -> ExtensionResult:
+            diagnostics: bool = True, steps: Steps | None = None, engine: "Engine | None" = None,
+            sample_bytes: int | None = None, options: "ReadOptions | None" = None) -> ExtensionResult:
     """Rank vocabulary-extension candidates, measure the savings of the top ``top``, and check each
     initialisation strategy in ``init``.
 
@@ -102,6 +111,13 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         init: strategy specs to diagnose (``NAME`` or ``INPUT/OUTPUT`` for untied models).
         tokens: a tokens table with ``flagged`` (under-trained rows), excluded from every mean.
         diagnostics: also load the whole model (when it fits) for KL and new-token mass.
+        engine: where the two corpus passes run (term counting; tokens before and after) —
+            :class:`embscope.languages.engine.Engine`: one process, local worker processes or Ray;
+            every engine gives the same candidates and counts. Default: local, all cores for
+            corpora of 32 MB or more.
+        sample_bytes: read at most this many bytes of text per language (default: all).
+        options: record fields of jsonl/Parquet/Arrow files
+            (:class:`embscope.languages.readers.ReadOptions`).
 
     Returns:
         :class:`ExtensionResult`.
@@ -110,10 +126,12 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         >>> r = suggest(load_model("smollm2-135m"), "corpora/medical", top=50)  # doctest: +SKIP
         >>> r.summary["tokens_saved"], r.table["term"][:3].to_list()  # doctest: +SKIP
     """
-    from embscope.extension.candidates import (candidates_table, count_tokens, extended_tokenizer,
-                                           find_candidates, space_twins, token_counts)
+    from embscope.extension.candidates import (candidates_table, corpus_candidates, corpus_savings,
+                                               extended_tokenizer, space_twins)
     from embscope.extension.fullmodel import load_hf_tokenizer
     from embscope.extension.init import parse_init
+    from embscope.languages.corpus import CorpusWarning
+    from embscope.languages.engine import Engine
 
     if top < 1 or max_ngram < 1 or min_freq < 1:
         raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
@@ -121,11 +139,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     for spec in specs:
         parse_init(spec)  # unknown names fail before any work
     steps = steps or Steps(verbose=False)
+    engine = engine or Engine()
     tok = load_hf_tokenizer(model)
-    with steps.step("read", "reading the corpus"):
-        texts = read_texts(corpus_path)
-    with steps.step("candidates", "counting terms"):
-        cands = find_candidates(tok, texts, max_ngram=max_ngram, min_freq=min_freq, total=len(texts))
+    with steps.step("candidates", "reading the corpus and counting terms"):
+        cands, report = corpus_candidates(tok, corpus_path, max_ngram=max_ngram, min_freq=min_freq,
+                                          engine=engine, sample_bytes=sample_bytes, options=options)
     if not cands:
         raise CorpusError(f"no term in {corpus_path} occurs {min_freq}+ times and takes 2+ tokens; "
                           "lower --min-freq or pass a larger corpus")
@@ -133,9 +151,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     terms = [c.term for c in chosen]
     twins = space_twins(tok, terms)
     with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
-        before, counts = token_counts(tok, texts)
         ext = extended_tokenizer(tok, terms + [t for t, _ in twins])
-        after = count_tokens(ext, texts)
+        with warnings.catch_warnings():  # the first pass already warned about this corpus's bad input
+            warnings.simplefilter("ignore", CorpusWarning)
+            before, counts, after, _ = corpus_savings(tok, ext, corpus_path, engine=engine,
+                                                      sample_bytes=sample_bytes, options=options)
     result = ExtensionResult(table=candidates_table(cands), summary={},
                              terms=terms + [t for t, _ in twins],
                              pieces=[c.piece_ids for c in chosen] + [p for _, p in twins],
@@ -143,7 +163,9 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     result.summary = {
         "model": model.name,
         "corpus": str(corpus_path),
-        "corpus_texts": len(texts),
+        "corpus_texts": report.texts,
+        "corpus_report": report.as_dict(),
+        "engine": engine.as_dict(),
         "candidates": len(cands),
         "top_n": len(terms),
         "space_twins_added": len(twins),

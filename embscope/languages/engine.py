@@ -27,8 +27,8 @@ Engines (:class:`Engine`):
   (an actor pool; each actor holds one tokenizer copy, reads its shards, tokenises and counts) →
   partials merged here in shard order, or ``groupby(key).aggregate(Sum, Min)`` for term counts.
   It connects to ``ray_address`` or ``$RAY_ADDRESS``; without either it starts a local Ray
-  (``num_cpus`` = ``workers`` or all cores, no dashboard, loopback address, usage stats off). The
-  files must be readable at the same path from every node (a shared filesystem).
+  (``num_cpus`` = ``workers`` or all cores, no dashboard, listening on loopback only, usage stats
+  off). The files must be readable at the same path from every node (a shared filesystem).
 """
 
 from __future__ import annotations

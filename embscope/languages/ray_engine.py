@@ -14,6 +14,7 @@ files must be reachable from every node under the same paths.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -25,7 +26,8 @@ _SCHEMA = None  # pyarrow schema of term-count rows, built on first use
 
 
 def init(engine: Engine):
-    """Connect to ``engine.ray_address`` / ``$RAY_ADDRESS``, or start a local Ray (loopback)."""
+    """Connect to ``engine.ray_address`` / ``$RAY_ADDRESS``, or start a local Ray that listens on
+    the loopback interface only (:func:`_loopback_only`)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home
     try:
         import ray
@@ -42,10 +44,11 @@ def init(engine: Engine):
             # Workers import this same embscope (a source checkout as well as an install).
             here = str(Path(__file__).resolve().parents[2])
             path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
-            ray.init(num_cpus=engine.workers or os.cpu_count() or 1, include_dashboard=False,
-                     _node_ip_address="127.0.0.1",
-                     runtime_env={"env_vars": {"PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}},
-                     **quiet)
+            with _loopback_only():
+                ray.init(num_cpus=engine.workers or os.cpu_count() or 1, include_dashboard=False,
+                         _node_ip_address="127.0.0.1",
+                         runtime_env={"env_vars": {"PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}},
+                         **quiet)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = f"Ray at {address!r}" if address else "a local Ray"
         raise EngineError(f"cannot start or reach {where}: {str(e).splitlines()[0]}; check "
@@ -55,6 +58,31 @@ def init(engine: Engine):
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     return ray
+
+
+@contextlib.contextmanager
+def _loopback_only():
+    """While a local Ray starts: keep its node address 127.0.0.1, so every server it starts (GCS,
+    raylet, object manager, workers, agents) listens on the loopback interface only.
+
+    On Linux, Ray 2.60 turns a node address of 127.0.0.1 into the host's routable address (so that
+    other nodes could join) and its gRPC servers then listen on all interfaces. Ray keeps 127.0.0.1
+    where multi-node clusters are off (``ray._private.ray_constants.ENABLE_RAY_CLUSTER``, from
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``, read when Ray is imported: the default on macOS and
+    Windows). That switch is turned off here for the start only and put back afterwards, so a later
+    ``ray.init(address=...)`` in this process is unaffected; a Ray without it starts as before.
+    """
+    from ray._private import ray_constants
+
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield
+        return
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def _actors(ray, engine: Engine, n_items: int) -> int:

@@ -53,6 +53,11 @@ class ExtensionRecord(Record):
     strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: what the KL was measured on, or why it was not
     kl_note: str | None = None
+    #: what was read: files_read, texts, bytes, skipped {reason: count}, per_file, ignored_files,
+    #: capped_languages (cut by sample_bytes), lang_source
+    corpus_report: dict[str, Any] = field(default_factory=dict)
+    #: where the corpus passes ran: {kind, workers[, ray_address]}
+    engine: dict[str, Any] = field(default_factory=dict)
 
 
 def extension_section(inputs: Inputs) -> SectionOutput:
@@ -72,7 +77,8 @@ def extension_section(inputs: Inputs) -> SectionOutput:
         try:
             ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
                           min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
-                          diagnostics=opts.diagnostics, steps=sub)
+                          diagnostics=opts.diagnostics, engine=opts.corpus_engine(),
+                          sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
         finally:
