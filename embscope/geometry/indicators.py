@@ -174,7 +174,7 @@ def top_eigvec_subspace(m: "torch.Tensor", q: int = 8, tol: float = 1e-10, max_i
         mu += m[s:s + BLOCK].double().sum(0)
     mu /= n
     prev = None
-    for _ in range(max_iter):
+    for it in range(max_iter):
         y = torch.zeros(d, q, dtype=torch.float64, device=m.device)
         qf = basis.float()
         for s in range(0, n, BLOCK):
@@ -183,7 +183,7 @@ def top_eigvec_subspace(m: "torch.Tensor", q: int = 8, tol: float = 1e-10, max_i
         y = y / n - torch.outer(mu, mu @ basis)
         h = basis.T @ y
         w, u = torch.linalg.eigh(((h + h.T) / 2).cpu())
-        if _ >= 2 and float(w[0]) > GAP_GIVE_UP * float(w[-1]):
+        if it >= 2 and float(w[0]) > GAP_GIVE_UP * float(w[-1]):
             return None  # λq/λ1 this close to 1 needs more passes than max_iter
         v = basis @ u[:, -1].to(m.device)
         v = v / torch.linalg.vector_norm(v)
