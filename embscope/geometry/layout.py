@@ -83,8 +83,8 @@ def neighbor_preservation(neighbors: np.ndarray, xy: np.ndarray, *, sample: int 
 def cache_umap_kernels() -> int:
     """Turn on numba's on-disk cache for umap-learn's compiled functions; returns how many.
 
-    umap-learn 0.5.12 compiles about 30 numba functions (membership strengths, the SGD epoch, the
-    spectral helpers) without ``cache=True``, so every process paid ~15 CPU-s compiling them again
+    umap-learn 0.5.12 declares about 100 numba functions (membership strengths, the SGD epoch, the
+    spectral helpers) without ``cache=True``, so every process paid ~15 CPU-s compiling those a map uses
     (SmolLM2's map: 26.7 CPU-s in a new process, 11.8 once compiled). ``Dispatcher.enable_caching``
     gives them the cache that ``cache=True`` would have: machine code next to umap's sources, or
     in numba's user-wide cache folder (``$NUMBA_CACHE_DIR``) when that is read-only. It changes no
