@@ -99,6 +99,34 @@ def test_sampled_pass_is_the_same_on_workers(gpt2):
     assert one.table["bytes"].max() <= 3000
 
 
+def test_interleaved_languages_count_as_separate_files(gpt2, tmp_path, monkeypatch):
+    """A jsonl whose records switch language every line (batches of one text) gives exactly the
+    rows of the same records read one language per file: sums, round-trips, word and script
+    samples (cut inside each language here), parity over the units."""
+    import itertools
+    import json
+
+    from embscope.languages import fertility as F
+
+    monkeypatch.setattr(F, "WORD_SAMPLE_BYTES", 3000)
+    monkeypatch.setattr(F, "SCRIPT_SAMPLE_CHARS", 700)
+    langs = ["eng", "fra", "jpn", "tha", "amh"]
+    recs = {lang: [json.loads(line) for line in (UDHR / f"{lang}.jsonl").read_text("utf-8").splitlines()]
+            for lang in langs}
+    (tmp_path / "apart").mkdir()
+    for lang in langs:
+        (tmp_path / "apart" / f"{lang}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs[lang]), "utf-8")
+    mixed = [r for row in itertools.zip_longest(*recs.values()) for r in row if r is not None]
+    (tmp_path / "mixed.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mixed), "utf-8")
+    apart = measure([gpt2], tmp_path / "apart", engine=Engine(workers=1))
+    together = measure([gpt2], tmp_path / "mixed.jsonl", engine=Engine(workers=1))
+    assert sorted(together.table["language"]) == sorted(langs)
+    same_fertility(apart, together)
+    assert together.table.filter(language="fra")["parity"][0] > 1.0
+
+
 def test_merge_replays_order_dependent_samples(gpt2):
     """Merging partials of consecutive batches = counting them in one go (round-trips, samples)."""
     from embscope.languages import fertility as F
@@ -120,8 +148,9 @@ def test_merge_replays_order_dependent_samples(gpt2):
         merged = parts[0]
         for p in parts[1:]:
             merged = F.merge_counts(merged, p)
-        assert whole.langs["eng"].word_batches == merged.langs["eng"].word_batches
-        assert whole.langs["eng"].word_bytes < sum(len("\n".join(b.texts)) for b in batches)
+        assert whole.langs["eng"].word_texts == merged.langs["eng"].word_texts
+        assert whole.langs["eng"].script_texts == merged.langs["eng"].script_texts
+        assert whole.langs["eng"].word_chars < sum(len(t) for b in batches for t in b.texts)
     finally:
         F.WORD_SAMPLE_BYTES = monkey
 

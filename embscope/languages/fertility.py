@@ -73,6 +73,10 @@ ROUNDTRIP_TEXTS = 200
 SCRIPT_SAMPLE_CHARS = 64 << 10
 #: most frequent tokens per language compared pairwise for mean_within_sim (200² pairs)
 TOP_TOKENS = 200
+#: texts / characters per encode window (:func:`_by_language`): 2048 short texts amortise the
+#: per-language accounting, and 4 M characters bound the window's memory
+WINDOW_TEXTS = 2048
+WINDOW_BYTES = 4 << 20
 
 
 @dataclass
@@ -112,50 +116,66 @@ class _Acc:
         self.rt += later.rt[:ROUNDTRIP_TEXTS - len(self.rt)]
 
 
-def _replay(samples: list, used: int, later: list, limit: int) -> int:
-    """Append the per-batch ``(size, counter)`` samples of ``later`` that a single pass would have
-    taken: a batch is taken while the bytes taken before it are under ``limit``."""
-    for size, c in later:
-        if used >= limit:
-            break
-        samples.append((size, c))
-        used += size
-    return used
-
-
 @dataclass
 class _LangAcc:
     """Running sums for one language, independent of the tokenizer.
 
-    The word and script samples are kept per batch, so that accumulators of consecutive parts of a
-    corpus merge into exactly what one pass over the whole corpus gives (see :func:`merge_counts`).
+    The word and script samples are kept as the sampled texts themselves, cut at text (words) and
+    character (script) granularity, so they do not depend on how the stream was batched, and
+    accumulators of consecutive parts of a corpus merge into exactly what one pass over the whole
+    corpus gives (see :func:`merge_counts`).
     """
 
     words: int = 0
     chars: int = 0
     bytes: int = 0
-    word_bytes: int = 0  # bytes whose words went into word_freq
-    word_batches: list = field(default_factory=list)  # [(bytes, Counter((word, after_space)))]
+    word_chars: int = 0  # characters of the texts in word_texts
+    word_texts: list = field(default_factory=list)  # the language's first texts (< WORD_SAMPLE_BYTES before each)
     script_chars: int = 0
-    script_batches: list = field(default_factory=list)  # [(chars, Counter(script))]
+    script_texts: list = field(default_factory=list)  # pieces of its first SCRIPT_SAMPLE_CHARS characters
+
+    def sample_words(self, texts: Sequence[str]) -> None:
+        """Take the language's next ``texts`` (in order) into the word sample while the
+        characters taken before each are under :data:`WORD_SAMPLE_BYTES`."""
+        for t in texts:
+            if self.word_chars >= WORD_SAMPLE_BYTES:
+                break
+            self.word_texts.append(t)
+            self.word_chars += len(t)
+
+    def sample_chars(self, texts: Sequence[str]) -> None:
+        """Take characters of the language's next ``texts`` into the script sample up to
+        :data:`SCRIPT_SAMPLE_CHARS`."""
+        for t in texts:
+            room = SCRIPT_SAMPLE_CHARS - self.script_chars
+            if room <= 0:
+                break
+            self.script_texts.append(t[:room])
+            self.script_chars += min(len(t), room)
 
     @property
     def word_freq(self) -> Counter:
         """(word, after_space) → count over the first :data:`WORD_SAMPLE_BYTES` of the language."""
-        return sum((c for _, c in self.word_batches), Counter())
+        return word_counts("\n".join(self.word_texts))  # "\n" is whitespace to the rules
 
     @property
     def script(self) -> Counter:
         """Unicode script → characters, over the first :data:`SCRIPT_SAMPLE_CHARS`."""
-        return sum((c for _, c in self.script_batches), Counter())
+        from embscope.languages.script import script_counts
+
+        return Counter(script_counts("".join(self.script_texts)))
 
     def merge(self, later: "_LangAcc") -> None:
+        """Add the sums of texts that come after this accumulator's in corpus order.
+
+        ``later``'s samples start at its own first text and hold at least what one pass would
+        still take from there, so feeding them through the same sampling is exact.
+        """
         self.words += later.words
         self.chars += later.chars
         self.bytes += later.bytes
-        self.word_bytes = _replay(self.word_batches, self.word_bytes, later.word_batches, WORD_SAMPLE_BYTES)
-        self.script_chars = _replay(self.script_batches, self.script_chars, later.script_batches,
-                                    SCRIPT_SAMPLE_CHARS)
+        self.sample_words(later.word_texts)
+        self.sample_chars(later.script_texts)
 
 
 @dataclass
@@ -174,8 +194,6 @@ def count_batches(vocabs: Sequence[Vocabulary], batches) -> FertilityCounts:
     """The map step: tokenise every batch with every tokenizer and count (see the module doc)."""
     import numpy as np
 
-    from embscope.languages.script import script_counts
-
     out = FertilityCounts()
     acc, langs = out.acc, out.langs
 
@@ -186,13 +204,8 @@ def count_batches(vocabs: Sequence[Vocabulary], batches) -> FertilityCounts:
         la.words += count_words(joined)
         la.chars += len(joined) - (len(texts) - 1)
         la.bytes += len(joined.encode("utf-8")) - (len(texts) - 1)
-        if la.word_bytes < WORD_SAMPLE_BYTES:
-            la.word_batches.append((len(joined), word_counts(joined)))
-            la.word_bytes += len(joined)
-        if la.script_chars < SCRIPT_SAMPLE_CHARS:
-            sample = "".join(texts)[:SCRIPT_SAMPLE_CHARS]
-            la.script_batches.append((len(sample), Counter(script_counts(sample))))
-            la.script_chars += len(sample)
+        la.sample_words(texts)
+        la.sample_chars(texts)
         for k, (vocab, ids) in enumerate(zip(vocabs, all_ids)):
             a = acc.get((k, batch.lang))
             if a is None:
@@ -201,7 +214,11 @@ def count_batches(vocabs: Sequence[Vocabulary], batches) -> FertilityCounts:
             a.texts += len(ids)
             a.tokens += sum(lens)
             flat = _flatten(ids)
-            if flat.size:
+            if flat.size * 16 < len(vocab):  # few tokens: sort them rather than sweep the vocabulary
+                u, c = np.unique(flat, return_counts=True)
+                keep = u < len(vocab)
+                a.counts[u[keep]] += c[keep]
+            elif flat.size:
                 a.counts += np.bincount(flat, minlength=len(vocab))[:len(vocab)]
             if any(u is not None for u in batch.units):
                 for unit, n in zip(batch.units, lens):
@@ -209,22 +226,63 @@ def count_batches(vocabs: Sequence[Vocabulary], batches) -> FertilityCounts:
                         a.units[unit] = a.units.get(unit, 0) + n
             if a.rt_n < ROUNDTRIP_TEXTS:
                 take = min(ROUNDTRIP_TEXTS - a.rt_n, len(ids))
-                a.rt += [vocab.decode(i) == t for i, t in zip(ids[:take], texts[:take])]
+                a.rt += [d == t for d, t in zip(vocab.decode_batch(ids[:take]), texts[:take])]
 
-    def encode_all(batch):
-        return [v.encode_batch(batch.texts) for v in vocabs]
+    def encode_all(window):
+        # One encode call per tokenizer for the whole window, whatever its languages.
+        texts = [t for b in window for t in b.texts]
+        out, ends = [], list(itertools.accumulate(len(b.texts) for b in window))
+        for v in vocabs:
+            ids = v.encode_batch(texts)
+            out.append([ids[e - len(b.texts):e] for b, e in zip(window, ends)])
+        return [list(per_batch) for per_batch in zip(*out)]  # [batch][tokenizer] → ids
 
-    # Encode batch n+1 (Rust, GIL released) while Python accounts for batch n.
+    def account_all(window, encoded):
+        for batch, all_ids in zip(window, encoded):
+            account(batch, all_ids)
+
+    # Encode window n+1 (Rust, GIL released) while Python accounts for window n.
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
-        for batch in batches:
-            fut = pool.submit(encode_all, batch)
+        for window in _by_language(batches, WINDOW_TEXTS, WINDOW_BYTES):
+            fut = pool.submit(encode_all, window)
             if pending is not None:
-                account(*pending)
-            pending = (batch, fut.result())
+                account_all(*pending)
+            pending = (window, fut.result())
         if pending is not None:
-            account(*pending)
+            account_all(*pending)
     return out
+
+
+def _by_language(batches, max_texts: int, max_bytes: int):
+    """Windows of the batch stream, each regrouped into one batch per language.
+
+    A corpus whose records switch language every line (a multilingual jsonl with a ``lang``
+    field) arrives as batches of one or two texts; accounting for each costs a pass over the
+    whole vocabulary. A window collects batches until it holds ``max_texts`` texts or
+    ``max_bytes`` characters, then yields one batch per language (languages in order of first
+    appearance, each language's texts in corpus order). Every per-language count, and every
+    per-language sample taken "from the start of the language", is the same as in the ungrouped
+    stream up to the window boundaries, and the windows depend only on the shard's own batches,
+    so every engine gives the same numbers.
+    """
+    from embscope.languages.corpus import Batch
+
+    groups: dict[str, Batch] = {}
+    texts = size = 0
+    for batch in batches:
+        g = groups.get(batch.lang)
+        if g is None:
+            g = groups[batch.lang] = Batch(lang=batch.lang, texts=[], units=[], source=batch.source)
+        g.texts += batch.texts
+        g.units += batch.units
+        texts += len(batch.texts)
+        size += sum(map(len, batch.texts))
+        if texts >= max_texts or size >= max_bytes:
+            yield list(groups.values())
+            groups, texts, size = {}, 0, 0
+    if groups:
+        yield list(groups.values())
 
 
 def merge_counts(earlier: FertilityCounts, later: FertilityCounts) -> FertilityCounts:
@@ -276,7 +334,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         embed: optional (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy).
         tokens: optional polars DataFrame with ``token_id``, ``in_norm`` (and maybe
             ``isolation``, ``flagged``) for ``vocabs[0]``.
-        batch_size: texts per encode call.
+        batch_size: most texts per batch read from the corpus (encode calls take windows of
+            :data:`WINDOW_TEXTS` texts, see :func:`_by_language`).
         engine: where the pass runs (:class:`embscope.languages.engine.Engine`: one process,
             local worker processes, or Ray); every engine gives the same numbers.
         options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).

@@ -156,6 +156,9 @@ class HFVocabulary(Vocabulary):
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=False)
 
+    def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
+        return self.tok.decode_batch([list(ids) for ids in batch], skip_special_tokens=False)
+
     def _compute_categories(self) -> list[str]:
         cats = super()._compute_categories()
         if self.wordpiece_prefix or self.metaspace:

@@ -65,6 +65,10 @@ class Vocabulary(ABC):
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
 
+    def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
+        """:meth:`decode` of each id list (backends with a batch call override this)."""
+        return [self.decode(ids) for ids in batch]
+
     def categories(self) -> list[str]:
         """Category per id (see the module docstring). Computed once, then cached."""
         cached = getattr(self, "_categories", None)
