@@ -147,12 +147,17 @@ def held_out_ids(old_tok, new_tok, text: str = HELD_OUT_TEXT) -> list[int]:
 
 
 def row_diagnostics(name: str, new_rows: "torch.Tensor", ctx, terms: Sequence[str],
-                    token_strings: Sequence[str], n_examples: int = 8) -> StrategyDiagnostics:
-    """Norm percentiles and nearest trained tokens of ``new_rows`` (n, d) against ``ctx.matrix``."""
+                    token_strings: Sequence[str], n_examples: int = 8,
+                    nearest: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> StrategyDiagnostics:
+    """Norm percentiles and nearest trained tokens of ``new_rows`` (n, d) against ``ctx.matrix``.
+
+    ``nearest``: ``nearest_trained(ctx, new_rows, TOP_K)`` when the caller already has it (one
+    pass over the matrix for the rows of several strategies at once).
+    """
     from embscope.extension.init import nearest_trained, trained_norms
 
     pct = norm_percentiles(new_rows, trained_norms(ctx))
-    sims, ids = nearest_trained(ctx, new_rows, TOP_K)
+    sims, ids = nearest if nearest is not None else nearest_trained(ctx, new_rows, TOP_K)
     examples = {terms[k]: [[token_strings[int(i)], round(float(s), 3)] for s, i in zip(sims[k], ids[k])]
                 for k in range(min(n_examples, len(terms)))}
     return StrategyDiagnostics(

@@ -201,12 +201,31 @@ def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext, steps: S
             ids = held_out_ids(tok, ext)
             h, logits = hidden_and_logits(lm, ids)
         note = f"held-out general English text, {len(ids)} tokens, none of them a new term"
+    import torch
+
+    from embscope.extension.diagnostics import TOP_K
+    from embscope.extension.init import initialise, nearest_trained, parse_init
+
     names = model.token_strings()
+    # One context per matrix for every strategy (its mean and norms are computed once), and one
+    # pass per matrix for the nearest neighbours of every strategy's rows.
+    ctxs = init_contexts(model, result.pieces, trained, result.piece_counts)
+    rows_of = {spec: {which: initialise(name, ctxs[which])
+                      for which, name in zip(("embed", "output"), parse_init(spec)) if which in ctxs}
+               for spec in specs}
+    nearest: dict[tuple[str, str], tuple] = {}
+    for which, ctx in ctxs.items():
+        sims, ids = nearest_trained(ctx, torch.cat([rows_of[spec][which] for spec in specs]), TOP_K)
+        at = 0
+        for spec in specs:
+            n = rows_of[spec][which].shape[0]
+            nearest[(spec, which)] = (sims[at:at + n], ids[at:at + n])
+            at += n
     out: dict[str, dict] = {}
     for spec in specs:
-        rows = new_rows(model, result, spec, trained)
-        ctxs = init_contexts(model, result.pieces, trained)
-        diag = row_diagnostics(spec, rows["embed"], ctxs["embed"], result.terms, names)
+        rows = rows_of[spec]
+        diag = row_diagnostics(spec, rows["embed"], ctxs["embed"], result.terms, names,
+                               nearest=nearest[(spec, "embed")])
         if h is not None:
             head = rows.get("output", rows["embed"])
             bias = getattr(lm.get_output_embeddings(), "bias", None)
@@ -215,7 +234,8 @@ def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext, steps: S
                 setattr(diag, k, v)
         d = diag.to_dict()
         if "output" in rows:
-            od = row_diagnostics(spec, rows["output"], ctxs["output"], result.terms, names)
+            od = row_diagnostics(spec, rows["output"], ctxs["output"], result.terms, names,
+                                 nearest=nearest[(spec, "output")])
             d["output_norm_percentile_median"] = od.norm_percentile_median
             d["output_nearest_cosine_median"] = od.nearest_cosine_median
         out[spec] = d

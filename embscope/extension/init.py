@@ -40,7 +40,7 @@ Strategies (``--init NAME``):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from embscope.errors import SpecError, did_you_mean
@@ -78,6 +78,9 @@ class InitContext:
     piece_counts: "np.ndarray | None" = None
     #: random seed (hewitt)
     seed: int = 0
+    #: values derived from the matrix alone (trained mean, trained norms), computed once per
+    #: context: each is a pass over a matrix that is gigabytes at 7B scale
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def trained_mask(categories: Sequence[str], n_rows: int, flagged: Sequence[int] = ()) -> "torch.Tensor":
@@ -96,13 +99,15 @@ def trained_mean(ctx: InitContext) -> "torch.Tensor":
     """μ: (d,) mean of the trained rows, in float64 then float32, summed in row chunks."""
     import torch
 
-    total = torch.zeros(ctx.matrix.shape[1], dtype=torch.float64)
-    n = 0
-    for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS):
-        rows = ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]]
-        total += rows.double().sum(0)
-        n += rows.shape[0]
-    return (total / max(n, 1)).float()
+    if "mean" not in ctx.memo:
+        total = torch.zeros(ctx.matrix.shape[1], dtype=torch.float64)
+        n = 0
+        for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS):
+            rows = ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]]
+            total += rows.float().sum(0, dtype=torch.float64)
+            n += rows.shape[0]
+        ctx.memo["mean"] = (total / max(n, 1)).float()
+    return ctx.memo["mean"].clone()
 
 
 def init_mean(ctx: InitContext) -> "torch.Tensor":
@@ -204,8 +209,10 @@ def trained_norms(ctx: InitContext) -> "torch.Tensor":
     """(n_trained,) L2 norms of the trained rows."""
     import torch
 
-    return torch.cat([ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]].float().norm(dim=1)
-                      for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS)])
+    if "norms" not in ctx.memo:
+        ctx.memo["norms"] = torch.cat([ctx.matrix[s:s + CHUNK_ROWS][ctx.trained[s:s + CHUNK_ROWS]].float().norm(dim=1)
+                                       for s in range(0, ctx.matrix.shape[0], CHUNK_ROWS)])
+    return ctx.memo["norms"]
 
 
 def init_knn_pull(ctx: InitContext) -> "torch.Tensor":
