@@ -139,6 +139,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         >>> res = run("smollm2-135m", sections=["context", "tokens"], scan=False)  # doctest: +SKIP
         >>> res.summary.sections.tokens.categories["normal"]  # doctest: +SKIP
     """
+    from embscope.allocator import reuse_freed_blocks
     from embscope.load import load_model, pick_device
     from embscope.output import claim, default_out, replace_file, json_text, write_json, write_parquet
     from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
@@ -147,6 +148,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
 
     opts = (options or RunOptions()).check()
     names = check_sections(sections)
+    reuse_freed_blocks()  # the passes over the matrices reuse their block buffers
     steps = Steps(verbose=verbose)
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None

@@ -1,0 +1,48 @@
+"""Keep freed row blocks in the process for the next one (glibc ``mallopt``).
+
+Every pass over a (V, d) matrix works in row blocks: ``m[s:s + B].float()`` is a fresh buffer of
+B·d·4 bytes (235 MB for 16384 rows of Qwen2-7B's 3584 columns). glibc serves any allocation above
+its mmap threshold (128 KiB, rising to at most 32 MiB as large blocks are freed) with a fresh
+``mmap`` and gives it back with ``munmap`` when freed, so every block of every pass page-faults
+its whole buffer in again: a minor fault and a zeroed page per 4 KiB, in the kernel.
+
+Measured on this project's 2-core machine, three row-norm passes over a 152064 × 3584 bf16
+matrix in 8192-row blocks: 6.7 CPU-s, of which 4.3 s system time and 1.6 M minor faults; with
+the settings below 2.3 CPU-s, 0.2 s system time and 86 k faults, at the same peak RSS. (See
+``mallopt(3)``: ``M_MMAP_THRESHOLD``, ``M_TRIM_THRESHOLD``.)
+
+:func:`reuse_freed_blocks` raises the mmap threshold to :data:`MMAP_THRESHOLD`, so such blocks
+come from the heap and are reused, and keeps up to :data:`TRIM_THRESHOLD` of free heap instead
+of returning it at once. The CLI and :func:`embscope.runner.run` call it; elsewhere (not glibc)
+it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+#: allocations below this come from the heap (a 16384-row float32 block of a 4096-wide matrix is
+#: 256 MiB)
+MMAP_THRESHOLD = 512 << 20
+#: free heap kept by the process before glibc trims it
+TRIM_THRESHOLD = 1 << 30
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_done = False
+
+
+def reuse_freed_blocks() -> bool:
+    """Apply the settings once per process; True when glibc took them."""
+    global _done
+    if _done:
+        return True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return _done
