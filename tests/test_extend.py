@@ -173,6 +173,26 @@ def test_hewitt_samples_around_the_mean(smol, result):
     assert not torch.equal(rows[0], rows[1])
 
 
+def test_nearest_trained_searches_equal_queries_once(smol, result):
+    """Duplicated queries get the neighbours their single copy gets, and those are the brute-force
+    top cosines among trained rows."""
+    import torch
+
+    from embscope.extension.extension import init_contexts, reference_mask
+    from embscope.extension.init import init_subword_mean, nearest_trained
+
+    ctx = init_contexts(smol, result.pieces, reference_mask(smol, None))["embed"]
+    rows = init_subword_mean(ctx)[:6]
+    sims, ids = nearest_trained(ctx, torch.cat([rows, rows[:2]]), 5)
+    one_s, one_i = nearest_trained(ctx, rows, 5)
+    assert torch.equal(ids[:6], one_i) and torch.equal(ids[6:], one_i[:2])
+    assert torch.allclose(sims[6:], one_s[:2])
+    m = torch.nn.functional.normalize(smol.embed.float(), dim=1)
+    full = torch.nn.functional.normalize(rows.float(), dim=1) @ m.T
+    full[:, ~ctx.trained] = -2.0
+    assert torch.allclose(full.topk(5, dim=1).values, one_s, atol=1e-5)
+
+
 def test_flagged_rows_are_left_out_of_means(smol, result):
     import polars as pl
     import torch

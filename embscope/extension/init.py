@@ -188,9 +188,14 @@ def init_weighted_subword(ctx: InitContext) -> "torch.Tensor":
 
 def nearest_trained(ctx: InitContext, queries: "torch.Tensor", k: int):
     """``(sims, ids)``: top-k cosine neighbours of each query among trained rows, (n, k) each,
-    scanning the matrix in row chunks."""
+    scanning the matrix in row chunks. Equal queries are searched once (``mean`` gives every new
+    term the same row)."""
     import torch
 
+    distinct, inverse = torch.unique(queries.float(), dim=0, return_inverse=True)
+    if distinct.shape[0] < queries.shape[0]:
+        sims, ids = nearest_trained(ctx, distinct, k)
+        return sims[inverse], ids[inverse]
     q = torch.nn.functional.normalize(queries.float(), dim=1)  # (n, d)
     best_s = torch.full((q.shape[0], 0), -2.0)
     best_i = torch.zeros((q.shape[0], 0), dtype=torch.long)
