@@ -14,13 +14,14 @@ the settings below 2.3 CPU-s, 0.2 s system time and 86 k faults, at the same pea
 :func:`reuse_freed_blocks` raises the mmap threshold to :data:`MMAP_THRESHOLD`, so such blocks
 come from the heap and are reused, and keeps up to :data:`TRIM_THRESHOLD` of free heap instead
 of returning it at once. The CLI and :func:`embscope.runner.run` call it; elsewhere (not glibc)
-it does nothing.
+it does nothing, and ``EMBSCOPE_KEEP_MALLOC=1`` leaves glibc's defaults alone.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
 #: allocations below this come from the heap (a 16384-row float32 block of a 4096-wide matrix is
 #: 256 MiB)
@@ -38,6 +39,8 @@ def reuse_freed_blocks() -> bool:
     global _done
     if _done:
         return True
+    if os.environ.get("EMBSCOPE_KEEP_MALLOC"):  # leave glibc's defaults alone
+        return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
@@ -46,3 +49,15 @@ def reuse_freed_blocks() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _done
+
+
+def release_free_blocks() -> None:
+    """Hand the heap's free pages back to the kernel (``malloc_trim(0)``), after a step whose
+    blocks the next step will not reuse: kept, they would count in the peak resident memory while
+    the next step's own buffers grow. A no-op unless :func:`reuse_freed_blocks` took effect."""
+    if not _done:
+        return
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from embscope.allocator import release_free_blocks
+
 T = TypeVar("T")
 
 #: without a terminal, a long loop prints at most one line this often (seconds)
@@ -137,6 +139,7 @@ class Steps:
         yield
         dt = time.perf_counter() - t0
         self.timings[name] = round(dt, 3)
+        release_free_blocks()  # a step's freed buffers back to the kernel before the next
         if self.verbose:
             _console().print(f"[green]✓[/] {_plain(label)}  [dim]{dt:.1f} s[/]")
 

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embscope.allocator import release_free_blocks
 from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators
 from embscope.geometry.reference import no_reference_note
 
@@ -149,6 +150,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     t = time.perf_counter()
     graph = knn_graph(model.embed, k, method=knn_method, cache_dir=cache_dir, seed=seed)
     timings["knn"] = time.perf_counter() - t
+    release_free_blocks()  # the graph's build buffers are not reused by the indicators
 
     n = model.n_rows
     strings = model.token_strings()
@@ -160,6 +162,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
     timings["indicators"] = time.perf_counter() - t
+    release_free_blocks()
 
     verification = None
     verify_col: Any = [None] * n
