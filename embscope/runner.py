@@ -15,6 +15,7 @@ records why (``skipped``) and the run goes on; only a model that cannot load end
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -148,7 +149,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
 
     opts = (options or RunOptions()).check()
     names = check_sections(sections)
-    reuse_freed_blocks()  # the passes over the matrices reuse their block buffers
+    if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
+        reuse_freed_blocks()
     steps = Steps(verbose=verbose)
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None
