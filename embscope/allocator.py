@@ -35,18 +35,24 @@ _M_MMAP_THRESHOLD = -3
 _done = False
 
 
+def _libc():
+    """glibc's ``mallopt`` and ``malloc_trim``, or None elsewhere."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
 def reuse_freed_blocks() -> bool:
     """Apply the settings once per process; True when glibc took them."""
     global _done
-    if _done:
-        return True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    if not _done:
+        libc = _libc()
+        _done = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) \
+            and bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _done
 
 
@@ -54,9 +60,5 @@ def release_free_blocks() -> None:
     """Hand the heap's free pages back to the kernel (``malloc_trim(0)``), after a step whose
     blocks the next step will not reuse: kept, they would count in the peak resident memory while
     the next step's own buffers grow. A no-op unless :func:`reuse_freed_blocks` took effect."""
-    if not _done:
-        return
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    if _done:
+        _libc().malloc_trim(0)
