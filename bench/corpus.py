@@ -197,7 +197,7 @@ class Meter:
 
 
 def engine_of(name: str, workers: int):
-    from embscope.languages.engine import Engine
+    from embscope.corpus.engine import Engine
 
     return {"one": Engine(workers=1), "local": Engine(workers=workers),
             "ray": Engine("ray", workers=workers)}[name]
@@ -206,13 +206,13 @@ def engine_of(name: str, workers: int):
 def child(kind: str, corpus: Path, engine_name: str, workers: int, result: Path) -> dict:
     from embscope.extension.candidates import corpus_candidates
     from embscope.languages.fertility import measure
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     vocab = load_vocabulary("llama3")
     engine = engine_of(engine_name, workers)
     info: dict = {}
     if engine.kind == "ray":
-        from embscope.languages.ray_engine import init
+        from embscope.corpus.ray_engine import init
 
         t = time.perf_counter()
         ray = init(engine)

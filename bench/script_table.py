@@ -7,7 +7,7 @@ GGUF, 262,144 tokens), old and new side by side.
 
     python bench/script_table.py [--gguf PATH] [--old-commit 846bb74]
 
-The old implementation is read from git history (``git show COMMIT:embscope/languages/script.py``).
+The old implementation is read from git history (``git show COMMIT:embscope/text/script.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def old_module(commit: str) -> types.ModuleType:
-    src = subprocess.run(["git", "show", f"{commit}:embscope/languages/script.py"], cwd=ROOT,
+    src = subprocess.run(["git", "show", f"{commit}:embscope/text/script.py"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     mod = types.ModuleType("old_script")
     exec(compile(src, "old_script.py", "exec"), mod.__dict__)
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--old-commit", default="846bb74")
     args = ap.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f}")
-    from embscope.languages import script as new
+    from embscope.text import script as new
 
     t = time.perf_counter()
     new._table()

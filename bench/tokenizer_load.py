@@ -58,7 +58,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.gguf is None:
-        from embscope.resolve import resolve
+        from embscope.models.resolve import resolve
 
         args.gguf = resolve("gemma3-270m").path
     with tempfile.TemporaryDirectory() as tmp:

@@ -34,11 +34,11 @@ _LAZY = {
     "RunResult": "embscope.runner",
     "RunOptions": "embscope.sections.base",
     "Summary": "embscope.summary",
-    "load_model": "embscope.load",
-    "load_vocabulary": "embscope.tokenizer.load",
+    "load_model": "embscope.models.load",
+    "load_vocabulary": "embscope.models.vocabulary",
     "context_summary": "embscope.context",
-    "resolve": "embscope.resolve",
-    "LoadedModel": "embscope.model",
+    "resolve": "embscope.models.resolve",
+    "LoadedModel": "embscope.models.model",
     "Vocabulary": "embscope.tokenizer.base",
 }
 

@@ -183,6 +183,6 @@ def rope(model: str):
         57344
     """
     from embscope.context import context_summary
-    from embscope.resolve import resolve_config
+    from embscope.models.resolve import resolve_config
 
     return context_summary(resolve_config(model))

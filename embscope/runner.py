@@ -141,10 +141,10 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         >>> res.summary.sections.tokens.categories["normal"]  # doctest: +SKIP
     """
     from embscope.allocator import reuse_freed_blocks
-    from embscope.load import load_model, pick_device
+    from embscope.models.load import load_model, pick_device
     from embscope.output import claim, default_out, replace_file, json_text, write_json, write_parquet
     from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
-    from embscope.resolve import resolve
+    from embscope.models.resolve import resolve
     from embscope.schema import conform
 
     opts = (options or RunOptions()).check()
@@ -156,14 +156,14 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     domain_path = corpus_path(domain) if domain is not None else None
     data_paths = [corpus_path(c) for c in data]
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    from embscope.load import PICKLE_HINT
+    from embscope.models.load import PICKLE_HINT
 
     hint = PICKLE_HINT if pickle_hint is None else pickle_hint
     resolved = resolve(model, trust_pickle=opts.trust_pickle, pickle_hint=hint) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
 
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     extra_vocabs = [load_vocabulary(t) for t in tokenizers]
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from embscope.model import LoadedModel
+from embscope.models.model import LoadedModel
 
 #: rows per chunk when reducing over a matrix on CPU (fp32: 8192 × 4096 × 4 B = 128 MiB at most)
 CHUNK_ROWS = 8192

@@ -52,7 +52,8 @@ def _pkg(name: str) -> Path:
 
 
 def _packaged_reference(family: str):
-    from embscope.tokenizer.load import load_tokenizer_file, load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
+    from embscope.tokenizer.load import load_tokenizer_file
 
     if family == "bert-bge":
         return "tokenizer.json (MiniLM, BERT uncased)", load_tokenizer_file(
@@ -124,7 +125,7 @@ def _score(got, want, texts=None, note: str | None = None) -> str:
 
 def _same_vocabulary_ids(vocab_dir: Path, path: Path, fields: dict):
     """llama.cpp's test strings and ids of another vocab file with the very same tokens and merges."""
-    from embscope.loaders.gguf import open_gguf
+    from embscope.formats.gguf import open_gguf
 
     for other in sorted(vocab_dir.glob("ggml-vocab-*.gguf")):
         ref = _llamacpp_reference(other) if other != path else None
@@ -210,8 +211,8 @@ def _context(meta: dict) -> str:
 
 
 def rows(vocab_dir: Path, gemma3: Path | None, only: set[str] | None) -> list[list[str]]:
-    from embscope.extension.extension import read_texts
-    from embscope.loaders.gguf import open_gguf
+    from embscope.corpus.texts import read_texts
+    from embscope.formats.gguf import open_gguf
 
     texts = read_texts(ROOT / "corpora" / "medical")
     out = []
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.vocabs / "ggml-vocab-gpt-2.gguf").is_file():
         print(f"error: no vocab files in {args.vocabs}; run scripts/fetch_vocabs.py", file=sys.stderr)
         return 1
-    from embscope.resolve import resolve
+    from embscope.models.resolve import resolve
 
     try:
         gemma3 = resolve("gemma3-270m").path  # assembled into the user cache once

@@ -44,7 +44,7 @@ spreadsheet (`embscope.report.display_token` shows control and bidi characters a
 
 
 def _records():
-    from embscope.context.params import ParamEstimate
+    from embscope.models.params import ParamEstimate
     from embscope.context.rope import RopeSummary
     from embscope.context.summary import ContextSummary
     from embscope.sections.base import RunOptions

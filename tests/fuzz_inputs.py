@@ -1,10 +1,10 @@
 """Generators for the fuzz suite: damaged model files, tokenizers, configs and corpora, built
 byte by byte so that each case damages exactly one thing, plus the check every case shares.
 
-- safetensors: ``u64 header length`` + JSON header + data (see :mod:`embscope.loaders.safetensors`);
+- safetensors: ``u64 header length`` + JSON header + data (see :mod:`embscope.formats.safetensors`);
 - GGUF v3: ``"GGUF"``, version u32, tensor and key counts u64, ``key / type u32 / value`` metadata,
   a tensor table (``name, n_dims, dims (fastest first), ggml type, offset``) and data aligned to
-  ``general.alignment`` (see :mod:`embscope.loaders.gguf`);
+  ``general.alignment`` (see :mod:`embscope.formats.gguf`);
 - ``.tiktoken``: ``base64(token) rank`` per line;
 - special files: a FIFO, a folder, a device, a ``/proc`` file or a dangling link in a file's place.
 """

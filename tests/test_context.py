@@ -11,9 +11,9 @@ import pytest
 
 from embscope.context import context_summary
 from embscope.context.display import format_summary
-from embscope.context.params import estimate_parameters
+from embscope.models.params import estimate_parameters
 from embscope.context.rope import extension_band
-from embscope.loaders.gguf_config import config_from_gguf_metadata
+from embscope.formats.gguf_config import config_from_gguf_metadata
 from embscope.errors import ModelFileError
 
 GIB = 2**30

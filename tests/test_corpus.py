@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from embscope.languages.corpus import (MAX_LINE_BYTES, CorpusReport, CorpusWarning, ReadOptions,
+from embscope.corpus.stream import (MAX_LINE_BYTES, CorpusReport, CorpusWarning, ReadOptions,
                                        iter_corpus)
 from embscope.errors import CorpusError
-from embscope.languages.script import dominant_script, script_of
+from embscope.text.script import dominant_script, script_of
 from embscope.languages.segment import count_words, words
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from embscope.extension import candidates as C
-from embscope.languages import engine as E
-from embscope.languages.engine import Engine, EngineError
+from embscope.corpus import engine as E
+from embscope.corpus import shards as shards_module
+from embscope.corpus.engine import Engine, EngineError
 from embscope.languages.fertility import measure
 from tests.corpus_copies import sharded_copy
 
@@ -20,14 +21,14 @@ MEDICAL = ROOT / "corpora" / "medical"
 
 @pytest.fixture(scope="module")
 def gpt2():
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     return load_vocabulary("gpt2")
 
 
 @pytest.fixture(scope="module")
 def llama3():
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     return load_vocabulary("llama3").tok
 
@@ -40,7 +41,7 @@ def udhr_one(gpt2):
 @pytest.fixture(scope="module")
 def medical_ref(llama3):
     """find_candidates over the texts in memory: the single-process reference."""
-    from embscope.extension.extension import read_texts
+    from embscope.corpus.texts import read_texts
 
     return C.find_candidates(llama3, read_texts(MEDICAL), max_ngram=2, min_freq=5)
 
@@ -130,7 +131,7 @@ def test_interleaved_languages_count_as_separate_files(gpt2, tmp_path, monkeypat
 def test_merge_replays_order_dependent_samples(gpt2):
     """Merging partials of consecutive batches = counting them in one go (round-trips, samples)."""
     from embscope.languages import fertility as F
-    from embscope.languages.corpus import iter_corpus
+    from embscope.corpus.stream import iter_corpus
 
     batches = list(iter_corpus(UDHR / "eng.jsonl", batch_size=2))
     whole = F.count_batches([gpt2], batches)
@@ -163,7 +164,7 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
     assert got == medical_ref and len(got) > 1000
     assert report.texts == 26084
     total, counts, _ = C.corpus_token_counts(llama3, MEDICAL, engine=Engine(workers=2))
-    from embscope.extension.extension import read_texts
+    from embscope.corpus.texts import read_texts
 
     ref_total, ref_counts = C.token_counts(llama3, read_texts(MEDICAL))
     assert total == ref_total and np.array_equal(counts, ref_counts)
@@ -188,7 +189,7 @@ def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, tmp_pat
 def test_extend_sample_is_the_same_on_workers(smollm2_model, monkeypatch):
     from embscope.extension import suggest
 
-    monkeypatch.setattr(E, "UNIT_BYTES", 100_000)  # the sample goes out in several pieces
+    monkeypatch.setattr(shards_module, "UNIT_BYTES", 100_000)  # the sample goes out in several pieces
     kw = dict(top=20, diagnostics=False, sample_bytes=600_000)
     one = suggest(smollm2_model, MEDICAL, engine=Engine(workers=1), **kw)
     two = suggest(smollm2_model, MEDICAL, engine=Engine(workers=2), **kw)
@@ -256,7 +257,7 @@ def listening_addresses(port: int) -> list[str]:
 def test_local_ray_listens_on_loopback_only(ray_local):
     if not Path("/proc/net/tcp").exists():
         pytest.skip("needs Linux /proc/net")
-    from embscope.languages.ray_engine import init
+    from embscope.corpus.ray_engine import init
 
     ray = init(ray_local)
     host, gcs_port = ray.get_runtime_context().gcs_address.rsplit(":", 1)

@@ -24,7 +24,7 @@ def smol(smollm2_model):
 
 @pytest.fixture(scope="module")
 def texts():
-    from embscope.extension.extension import read_texts
+    from embscope.corpus.texts import read_texts
 
     return read_texts(CORPUS)
 
@@ -124,7 +124,7 @@ def test_kl_on_held_out_text_is_small_and_matches_the_diagnostic(smol, result, e
 
     from embscope.extension.candidates import extended_tokenizer
     from embscope.extension.diagnostics import held_out_ids
-    from embscope.extension.fullmodel import load_causal_lm, load_hf_tokenizer
+    from embscope.models.fullmodel import load_causal_lm, load_hf_tokenizer
 
     tok = load_hf_tokenizer(smol)
     ids = held_out_ids(tok, extended_tokenizer(tok, result.terms))
@@ -235,10 +235,10 @@ def test_unknown_strategy_says_did_you_mean():
 def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
     import polars as pl
 
-    import embscope.load
+    import embscope.models.load
     from embscope.cli import main
 
-    monkeypatch.setattr(embscope.load, "load_model", lambda spec, **kw: smol)
+    monkeypatch.setattr(embscope.models.load, "load_model", lambda spec, **kw: smol)
     out = tmp_path / "ext"
     code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--top", "10",
                  "--max-ngram", "2", "--no-diagnostics", "--workers", "2", "--out", str(out)])
@@ -265,7 +265,7 @@ def test_memoised_gguf_reader_reads_the_same_fields():
     import gguf
     import numpy as np
 
-    from embscope.extension.fullmodel import _memoised_gguf
+    from embscope.models.fullmodel import _memoised_gguf
     from tests.conftest import vocab_dir
 
     path = vocab_dir() / "ggml-vocab-llama-spm.gguf"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from embscope.languages.fertility import measure, space_prefix
-from embscope.tokenizer.load import load_vocabulary
+from embscope.models.vocabulary import load_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 UDHR = ROOT / "corpora" / "udhr"

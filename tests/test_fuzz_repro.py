@@ -63,7 +63,7 @@ def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path,
     (auto mode: rows only), and ``mode="full"`` is a one-line error."""
     from embscope.errors import SpecError
     from embscope.extension import apply, suggest
-    from embscope.load import load_model
+    from embscope.models.load import load_model
     from tests.conftest import write_checkpoint
 
     rows = tiny_tokenizer(tmp_path / "tok.json")

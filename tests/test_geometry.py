@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from embscope.geometry.indicators import robust_z
 from embscope.geometry.scan import scan
-from embscope.model import LoadedModel
+from embscope.models.model import LoadedModel
 
 
 @pytest.fixture(scope="module")

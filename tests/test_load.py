@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
-from embscope.load import load_model
+from embscope.models.load import load_model
 from tests.conftest import write_checkpoint
 
 

@@ -95,7 +95,7 @@ def test_cli_force_on_home_and_model_folder(tmp_path, monkeypatch, capsys):
     (tmp_path / "keep.txt").write_text("keep")
     assert main(["scan", "--model", "minilm-l6", "--out", str(tmp_path), "--force", "--no-map"]) == 2
     assert "your home folder" in one_error(capsys)
-    from embscope.resolve import resolve
+    from embscope.models.resolve import resolve
 
     model_dir = resolve("minilm-l6").path
     before = sorted(p.name for p in model_dir.iterdir())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from embscope.errors import SpecError
-from embscope.resolve import download_hint, hub_reachable, resolve, resolve_config
+from embscope.models.resolve import download_hint, hub_reachable, resolve, resolve_config
 
 ROOT = Path(__file__).parents[1]
 GPT2 = json.loads((ROOT / "tests" / "configs" / "gpt2.json").read_text())
@@ -27,7 +27,7 @@ def test_local_folder_wins_over_alias(tmp_path, monkeypatch, caplog):
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps({**GPT2, "n_layer": 2}))
     monkeypatch.chdir(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="embscope.resolve"):
+    with caplog.at_level(logging.WARNING, logger="embscope.models.resolve"):
         r = resolve("gpt2", need="config")
     assert r.source == "folder" and r.path == Path("gpt2")
     assert resolve_config("gpt2")["n_layer"] == 2  # the local one, not openai-community/gpt2

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import regex
 
-from embscope.languages import script
-from embscope.languages.script import char_script, dominant_script, label, script_counts, script_of
+from embscope.text import script
+from embscope.text.script import char_script, dominant_script, label, script_counts, script_of
 
 UDHR = Path(__file__).parents[1] / "corpora" / "udhr"
 
@@ -83,7 +83,7 @@ def test_languages_rows_name_their_unit(tmp_path):
 
     from embscope.languages.fertility import measure
     from embscope.languages.segment import count_words
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     for lang in ("eng", "bod", "jpn", "tha", "cmn_hans"):
         shutil.copy(UDHR / f"{lang}.jsonl", tmp_path / f"{lang}.jsonl")

@@ -10,78 +10,63 @@ from pathlib import Path
 
 import pytest
 
+from scripts.import_graph import edges, imports, modules, package
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "embscope"
 
-#: import layers, lowest first: a module may import only from its own layer or lower ones
+#: import layers, lowest first: a module may import only from its own layer or lower ones, and
+#: within a layer only from its own package (so the analyses never import each other)
 LAYERS = [
-    ("errors", "allocator", "records", "registry", "assets", "progress", "provenance", "output", "config"),
-    ("loaders",),
-    ("resolve",),
+    ("errors", "allocator", "records", "assets", "progress", "provenance", "output", "config"),
+    ("formats",),
+    ("text",),
+    ("corpus",),
     ("tokenizer",),
-    ("model", "load"),
+    ("models",),
     ("tables", "schema", "context", "geometry", "languages", "extension"),
     ("sections",),
-    ("summary", "report"),
+    ("summary",),
+    ("report",),
     ("runner",),
     ("api",),
-    ("commands", "cli", "__main__"),
+    ("commands",),
+    ("cli",),
+    ("__main__",),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
-
-
-def _modules() -> dict[str, Path]:
-    mods = {}
-    for f in PKG.rglob("*.py"):
-        name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
-        mods[name.removesuffix(".__init__")] = f
-    return mods
-
-
-def _edges() -> dict[str, set[str]]:
-    """module → embscope modules it imports (anywhere in the file, function bodies included)."""
-    mods = _modules()
-    edges: dict[str, set[str]] = {m: set() for m in mods}
-    for m, f in mods.items():
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            targets = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("embscope"):
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
-                           for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names if a.name.startswith("embscope")]
-            for t in targets:
-                parts = t.split(".")
-                for i in range(2, len(parts) + 1):  # importing a.b.c runs a.b's __init__ too
-                    if ".".join(parts[:i]) in mods and ".".join(parts[:i]) != m:
-                        edges[m].add(".".join(parts[:i]))
-    return edges
+#: the bottom layer's modules are small utilities that build on each other (output writes records)
+UTILITIES = set(LAYERS[0])
 
 
 def _layer(module: str) -> int:
-    return RANK[module.split(".")[1]]
+    return RANK[package(module)]
 
 
 def test_every_module_has_a_layer():
-    assert not [m for m in _modules() if m != "embscope" and m.split(".")[1] not in RANK]
+    assert not [m for m in modules() if m != "embscope" and package(m) not in RANK]
 
 
 def test_imports_point_one_way():
-    bad = [f"{a} -> {b}" for a, bs in _edges().items() if a != "embscope" for b in bs
-           if _layer(b) > _layer(a)]
-    assert bad == [], "imports against the layer order (loaders <- resolve <- tokenizer <- load <- "\
-                      "sections <- runner <- commands):\n" + "\n".join(bad)
+    bad = [f"{a} -> {b}" for a, bs in edges().items() if a != "embscope" for b in bs
+           if _layer(b) > _layer(a)
+           or (_layer(b) == _layer(a) and package(a) != package(b) and package(a) not in UTILITIES)]
+    assert bad == [], "imports against the layer order (formats <- text <- corpus <- tokenizer <- "\
+                      "models <- analyses <- sections <- runner <- api <- commands), or between two "\
+                      "packages of one layer:\n" + "\n".join(bad)
 
 
 def test_no_import_cycle():
-    edges = _edges()
+    """No cycle at all, inside a package or across packages (a module's own enclosing packages
+    do not count: Python runs them before the module)."""
+    graph = edges()
     state: dict[str, int] = {}
     cycles = []
 
     def visit(u, stack):
         state[u] = 1
         stack.append(u)
-        for v in sorted(edges[u]):
+        for v in sorted(graph[u]):
             if state.get(v) == 1:
                 cycles.append(" -> ".join(stack[stack.index(v):] + [v]))
             elif not state.get(v):
@@ -89,20 +74,25 @@ def test_no_import_cycle():
         stack.pop()
         state[u] = 2
 
-    for m in sorted(edges):
+    for m in sorted(graph):
         if not state.get(m):
             visit(m, [])
-    # a package importing its own submodules (tokenizer/__init__ -> tokenizer.load -> tokenizer.base)
-    # is how Python packages work; a real cycle passes through another package
-    real = [c for c in cycles if len({m.split(".")[1] for m in c.split(" -> ")}) > 1]
-    assert real == [], "\n".join(real)
+    assert cycles == [], "\n".join(cycles)
+
+
+def test_no_private_name_crosses_a_package():
+    """``from embscope.a.x import _helper`` only inside package ``a``: a helper another package needs
+    is public, in the lowest package that both can import."""
+    bad = [f"{m} imports {name} from {t}" for m, targets in imports().items() for t, names in targets
+           for name in names if name.startswith("_") and not name.endswith("__") and package(t) != package(m)]
+    assert bad == [], "\n".join(bad)
 
 
 def test_commands_are_parse_call_print():
     """Command modules call the library API; they import no analysis module."""
     allowed = ("embscope.api", "embscope.commands", "embscope.errors", "embscope.records", "embscope.progress",
-               "embscope.registry", "embscope.report", "embscope.geometry.scan", "embscope.cli", "embscope.output",
-               "embscope.resolve",
+               "embscope.models.registry", "embscope.report", "embscope.geometry.scan", "embscope.cli", "embscope.output",
+               "embscope.models.resolve",
                "embscope.context")
     for f in (PKG / "commands").glob("*.py"):
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from embscope.tokenizer.load import load_tokenizer_file, load_vocabulary
+from embscope.models.vocabulary import load_vocabulary
+from embscope.tokenizer.load import load_tokenizer_file
 
 
 from tests.conftest import VOCABS, needs_vocabs  # noqa: E402
@@ -136,7 +137,7 @@ def test_mistral_files_equal_mistral_common(fname):
 def test_unknown_pre_tokenizer_is_not_guessed(tmp_path):
     """A pre-tokenizer name llama.cpp does not define never silently gets GPT-2's split."""
     from embscope.errors import ModelFileError
-    from embscope.loaders.gguf import open_gguf
+    from embscope.formats.gguf import open_gguf
     from embscope.tokenizer.gguf import Unsupported, build_byte_level_bpe, rebuild
 
     fields = dict(open_gguf(VOCABS / "ggml-vocab-gpt-2.gguf").fields)
@@ -163,7 +164,7 @@ def test_every_llamacpp_pre_name_has_compiling_regexes():
 @needs_vocabs
 def test_rebuilt_tokenizer_is_cached(tmp_path):
     """The second load reads the cache entry back and gives the very same tokenizer.json."""
-    from embscope.loaders.gguf import open_gguf
+    from embscope.formats.gguf import open_gguf
     from embscope.tokenizer.cache import cached_tokenizer
 
     fields = open_gguf(VOCABS / "ggml-vocab-llama-spm.gguf").fields
@@ -201,7 +202,7 @@ def test_rebuilt_tokenizer_is_cached(tmp_path):
 def test_sentencepiece_reference_equals_llamacpp_ids():
     """The SentencePiece model rebuilt from GGUF metadata is a sound reference: on the files that have
     llama.cpp ids (made with Llama 2's and Phi-3's own tokenizers) it gives exactly those ids."""
-    from embscope.loaders.gguf import open_gguf
+    from embscope.formats.gguf import open_gguf
     from tests.references import sentencepiece_gguf
 
     for family in ("llama-spm", "phi-3"):
@@ -215,7 +216,7 @@ def test_gpt_neox_without_pre_name_equals_its_tokenizer():
     """ggml-vocab-gpt-neox.gguf names no pre-tokenizer; it holds MPT's vocabulary and merges (both use
     GPT-NeoX-20B's tokenizer), whose llama.cpp ids come from that tokenizer: GPT-2's split, not
     llama.cpp's 'default' fallback, gives them all."""
-    from embscope.loaders.gguf import open_gguf
+    from embscope.formats.gguf import open_gguf
 
     neox, mpt = (open_gguf(VOCABS / f"ggml-vocab-{f}.gguf", tensors=False).fields for f in ("gpt-neox", "mpt"))
     assert "tokenizer.ggml.pre" not in neox
@@ -231,7 +232,7 @@ def test_gguf_equals_independent_reference_on_hard_strings(family):
     Aquila's own GPT-2-style tokenizer; baichuan (SentencePiece BPE): sentencepiece on the rebuilt
     model; nomic-bert-moe (XLM-R Unigram): transformers' XLM-R tokenizer class on the file's pieces,
     scores and normalization map."""
-    from embscope.loaders.gguf import open_gguf
+    from embscope.formats.gguf import open_gguf
     from tests.references import sentencepiece_gguf, transformers_gguf, xlmr_transformers
 
     path = VOCABS / f"ggml-vocab-{family}.gguf"
@@ -250,7 +251,7 @@ def test_gguf_equals_independent_reference_on_hard_strings(family):
 def test_hf_rebuild_encodes_as_the_vocabulary(spec):
     """``hf_tokenizer`` gives the ids of the tiktoken / sentencepiece vocabulary it rebuilds, on the
     hard strings and on the medical corpus (cl100k: its possessive ``\\p{N}{1,3}+`` digit triples)."""
-    from embscope.extension.extension import read_texts
+    from embscope.corpus.texts import read_texts
     from embscope.tokenizer.convert import hf_tokenizer
 
     vocab = load_vocabulary(spec) if spec == "cl100k_base" else load_tokenizer_file(_pkg("mistral_common") / "data" / spec)
@@ -300,14 +301,14 @@ def test_chunked_file_assembled_atomically_and_checked(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def gemma3(tmp_path_factory):
     """The demo alias, assembled into a test cache from the installed chunk packages."""
-    from embscope.resolve import resolve
+    from embscope.models.resolve import resolve
 
     os.environ["EMBSCOPE_CACHE"] = str(tmp_path_factory.mktemp("gemma-cache"))
     try:
         resolved = resolve("gemma3-270m")
     except Exception as exc:  # chunk packages missing
         pytest.skip(f"gemma3-270m chunk packages not installed: {exc}")
-    from embscope.tokenizer.load import model_vocabulary
+    from embscope.models.vocabulary import model_vocabulary
 
     return resolved, model_vocabulary(resolved)
 
@@ -315,7 +316,7 @@ def gemma3(tmp_path_factory):
 @pytest.mark.slow
 def test_gemma3_demo_alias_and_vocabulary(gemma3):
     from embscope.assets import file_sha256
-    from embscope.registry import ALIASES
+    from embscope.models.registry import ALIASES
 
     resolved, vocab = gemma3
     assert file_sha256(resolved.path) == ALIASES["gemma3-270m"].chunked.sha256
@@ -342,7 +343,7 @@ def test_gemma3_equals_sentencepiece_on_its_pieces(gemma3):
 @pytest.mark.slow
 def test_gemma3_candidates_are_medical_terms_with_measured_savings(gemma3):
     from embscope.extension.candidates import count_tokens, extended_tokenizer, find_candidates, space_twins
-    from embscope.extension.extension import read_texts
+    from embscope.corpus.texts import read_texts
 
     _, vocab = gemma3
     tok = vocab.tok

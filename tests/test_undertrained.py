@@ -60,7 +60,7 @@ def test_magikarp_sim_is_the_published_recipe(minilm):
 
 @needs_vocabs
 def test_reference_finds_unused_utf8_bytes_in_gpt2():
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     v = load_vocabulary(f"{LLAMACPP}/ggml-vocab-gpt-2.gguf")
     unused, dup = unused_byte_ids(v, len(v))
@@ -75,7 +75,7 @@ def test_reference_finds_unused_utf8_bytes_in_gpt2():
 @pytest.mark.slow
 @needs_vocabs
 def test_reference_finds_duplicate_byte_fallback_in_llama_spm():
-    from embscope.tokenizer.load import load_vocabulary
+    from embscope.models.vocabulary import load_vocabulary
 
     v = load_vocabulary(f"{LLAMACPP}/ggml-vocab-llama-spm.gguf")
     unused, dup = unused_byte_ids(v, len(v))

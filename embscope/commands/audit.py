@@ -43,7 +43,7 @@ def audit(
     """Run the whole review and write an HTML report plus Parquet tables."""
     from embscope.api import audit as run_audit
 
-    from embscope.resolve import TRUST_PICKLE_HINT
+    from embscope.models.resolve import TRUST_PICKLE_HINT
 
     setup(quiet, verbose)
     res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,

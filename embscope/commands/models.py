@@ -9,7 +9,7 @@ from embscope.commands.options import Json, print_json
 
 def models(as_json: Json = False) -> None:
     """List the model aliases (packaged demo models load offline; the others come from the HF cache)."""
-    from embscope.registry import ALIASES
+    from embscope.models.registry import ALIASES
 
     if as_json:
         print_json([{"alias": a.name, "repo_id": a.repo_id, "package": a.package is not None,

@@ -33,7 +33,7 @@ def scan(
     """Find under-trained and isolated token rows; write tokens.parquet, summary.json, index.html."""
     from embscope.api import scan as run_scan
 
-    from embscope.resolve import TRUST_PICKLE_HINT
+    from embscope.models.resolve import TRUST_PICKLE_HINT
 
     setup(quiet, verbose)
     res = run_scan(model, corpora=corpus or [], out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),

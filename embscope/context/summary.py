@@ -1,7 +1,7 @@
 """Context budget of a model: RoPE reach, KV-cache bytes, and what the vocabulary costs in weights.
 
 Everything here is read from the config alone (HF ``config.json`` as a dict, transformers v4 or v5,
-or GGUF metadata through :func:`embscope.loaders.gguf_config.config_from_gguf_metadata`); no
+or GGUF metadata through :func:`embscope.formats.gguf_config.config_from_gguf_metadata`); no
 weights are loaded.
 
 RoPE (Su et al. 2021, "RoFormer", arXiv:2104.09864) rotates dimension pair ``i`` of a ``d``-dim
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from embscope.records import Record
 from embscope.config import dims, first, positive_int, text_config
-from embscope.context.params import ABSOLUTE_POSITIONS, ALIBI, ParamEstimate, estimate_parameters, tied
+from embscope.models.params import ABSOLUTE_POSITIONS, ALIBI, ParamEstimate, estimate_parameters, tied
 from embscope.context.rope import RopeSummary, extension_band, rope_parameters, rope_summary
 from embscope.context.rope import rope_type as rope_type_of
 from embscope.errors import ModelFileError
@@ -245,7 +245,7 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         57344
     """
     if gguf_metadata:
-        from embscope.loaders.gguf_config import config_from_gguf_metadata
+        from embscope.formats.gguf_config import config_from_gguf_metadata
 
         config = {**config_from_gguf_metadata(gguf_metadata), **(config or {})}
     cfg = text_config(config)

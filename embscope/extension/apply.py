@@ -1,6 +1,6 @@
 """``apply``: write the extended model — a full transformers folder, or only the new rows.
 
-Full folder (the whole model loads, see :mod:`embscope.extension.fullmodel`): the tokenizer with the
+Full folder (the whole model loads, see :mod:`embscope.models.fullmodel`): the tokenizer with the
 new terms added, the embeddings resized (``resize_token_embeddings``) and the new rows set by the
 chosen strategy, ``config.vocab_size`` updated, saved as safetensors. It loads with
 ``AutoTokenizer.from_pretrained(out)`` and ``AutoModelForCausalLM.from_pretrained(out)``.
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embscope.errors import SpecError
+from embscope.models.writer import MODES, drop_auto_map, hf_tokenizer, make_readable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
     from embscope.extension.extension import ExtensionResult
 
-MODES = ("auto", "full", "rows")
 
 README = """# {name} + {n} domain tokens
 
@@ -78,7 +78,7 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
     from embscope.output import claim, write_json
     from embscope.provenance import run_stamp
     from embscope.extension.candidates import extended_tokenizer
-    from embscope.extension.fullmodel import load_hf_tokenizer, why_not_loadable
+    from embscope.models.fullmodel import load_hf_tokenizer, why_not_loadable
     from embscope.extension.init import parse_init
     from embscope.extension.extension import new_rows, reference_mask
 
@@ -109,53 +109,14 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         else:
             _write_rows(model, ext, ids, rows, tmp, init, out_dir)
         write_json(tmp / "embscope_extension.json", manifest)
-        _readable(tmp)
+        make_readable(tmp)
     return manifest
-
-
-def _chat_template(model: "LoadedModel") -> str | None:
-    """The chat template the base model ships (GGUF metadata or tokenizer_config.json), if any."""
-    path = Path(model.path)
-    try:
-        if path.suffix == ".gguf":
-            from embscope.loaders.gguf import open_gguf
-
-            field = open_gguf(path).fields.get("tokenizer.chat_template")
-            value = field.contents() if hasattr(field, "contents") else field
-            return value if isinstance(value, str) else None
-        cfg = path / "tokenizer_config.json"
-        if cfg.exists():
-            from embscope.loaders.files import read_json
-
-            template = read_json(cfg, what="tokenizer config").get("chat_template")
-            return template if isinstance(template, str) else None
-    except Exception:  # a missing template is not worth failing the write
-        return None
-    return None
-
-
-def _hf_tokenizer(model: "LoadedModel", ext, config: dict):
-    """``PreTrainedTokenizerFast`` over the extended tokenizer, with the model's special tokens."""
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    specials = {}
-    for key in ("bos", "eos", "pad", "unk"):
-        i = config.get(f"{key}_token_id")
-        i = i[0] if isinstance(i, list) and i else i
-        if isinstance(i, int) and 0 <= i < ext.get_vocab_size(True):
-            specials[f"{key}_token"] = ext.id_to_token(i)
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(ext.to_str()), **specials)
-    template = _chat_template(model)
-    if template:
-        tok.chat_template = template
-    return tok
 
 
 def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     import copy
 
-    from embscope.extension.fullmodel import load_causal_lm, set_rows
+    from embscope.models.fullmodel import load_causal_lm, set_rows
 
     lm = copy.deepcopy(load_causal_lm(model))
     size = max(lm.get_input_embeddings().weight.shape[0], max(ids) + 1)
@@ -165,21 +126,8 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     if hasattr(lm.config, "auto_map"):  # never point a written model at code from the source folder
         del lm.config.auto_map
     lm.save_pretrained(str(tmp))
-    _hf_tokenizer(model, ext, {**model.config, **lm.config.to_dict()}).save_pretrained(str(tmp))
-    _drop_auto_map(tmp)
-
-
-def _drop_auto_map(folder: Path) -> None:
-    """Remove ``auto_map`` (which tells transformers to import code from the folder or a hub repo)
-    from every JSON file written: the extended model loads with the library's own classes only."""
-    for path in folder.glob("*.json"):
-        try:
-            data = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and "auto_map" in data:
-            del data["auto_map"]
-            path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    hf_tokenizer(model, ext, {**model.config, **lm.config.to_dict()}).save_pretrained(str(tmp))
+    drop_auto_map(tmp)
 
 
 def _write_rows(model: "LoadedModel", ext, ids, rows, tmp: Path, init: str, out_dir) -> None:
@@ -198,12 +146,3 @@ def _write_rows(model: "LoadedModel", ext, ids, rows, tmp: Path, init: str, out_
         name=model.name, n=len(ids), init=init, version=__version__, first=min(ids), last=max(ids),
         d=model.dim, output_line=f", `output` ({len(ids)}, {model.dim})" if "output" in rows else "",
         out=Path(out_dir).as_posix(), base=model.spec), "utf-8")
-
-
-def _readable(folder: Path) -> None:
-    """Temporary folders are created private (0700); the result is an ordinary folder (0755/0644)."""
-    import os
-
-    os.chmod(folder, 0o755)
-    for f in folder.rglob("*"):
-        os.chmod(f, 0o755 if f.is_dir() else 0o644)

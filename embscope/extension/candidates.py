@@ -345,12 +345,12 @@ def corpus_candidates(tok: "Tokenizer", corpus, *, max_ngram: int = 1, min_freq:
     """:func:`find_candidates` over a corpus on an engine: ``(candidates, corpus report)``.
 
     Equal to ``find_candidates(tok, texts)`` over the same texts (same terms, frequencies, pieces
-    and order) on every engine (:class:`embscope.languages.engine.Engine`).
+    and order) on every engine (:class:`embscope.corpus.engine.Engine`).
     """
     import functools
     import json
 
-    from embscope.languages.engine import count_keys
+    from embscope.corpus.engine import count_keys
 
     chunker = functools.partial(term_chunks, tok, max_ngram=max_ngram, chunk_terms=chunk_terms)
     counts, report = count_keys(corpus, chunker, min_count=min_freq, engine=engine,
@@ -379,7 +379,7 @@ def corpus_token_counts(tok: "Tokenizer", corpus, *, engine=None, sample_bytes: 
     """:func:`token_counts` over a corpus on an engine: ``(total, counts, corpus report)``."""
     import functools
 
-    from embscope.languages.engine import run_pass
+    from embscope.corpus.engine import run_pass
 
     counts, report = run_pass(corpus, functools.partial(shard_token_counts, tok), _add, engine=engine,
                               sample_bytes=sample_bytes, options=options,
@@ -413,7 +413,7 @@ def corpus_savings(tok: "Tokenizer", ext: "Tokenizer", corpus, *, engine=None,
     """
     import functools
 
-    from embscope.languages.engine import run_pass
+    from embscope.corpus.engine import run_pass
 
     (counts, after), report = run_pass(corpus, functools.partial(shard_savings, tok, ext), _add_savings,
                                        engine=engine, sample_bytes=sample_bytes, options=options,

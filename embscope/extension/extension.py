@@ -6,7 +6,7 @@ copy of the tokenizer, and a second pass re-tokenizes the corpus with both token
 (:func:`~embscope.extension.candidates.corpus_savings`: tokens saved, measured) → rows initialised per
 strategy (:mod:`embscope.extension.init`) → diagnostics per strategy
 (:mod:`embscope.extension.diagnostics`). Both passes run on an
-:class:`~embscope.languages.engine.Engine` (one process, all local cores, or Ray) and stream the
+:class:`~embscope.corpus.engine.Engine` (one process, all local cores, or Ray) and stream the
 corpus shard by shard, so its size is not bounded by memory; every engine gives the same numbers.
 """
 
@@ -25,14 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import polars as pl
 
-    from embscope.languages.engine import Engine
-    from embscope.languages.readers import ReadOptions
-    from embscope.model import LoadedModel
-
-#: bytes of corpus text :func:`read_texts` holds at most (per language): a 1 GB corpus is sampled,
-#: not held whole (``suggest`` streams the corpus instead and reads all of it, or ``sample_bytes``)
-MAX_CORPUS_BYTES = 256 * 2**20
-
+    from embscope.corpus.engine import Engine
+    from embscope.corpus.readers import ReadOptions
+    from embscope.models.model import LoadedModel
 
 @dataclass
 class ExtensionResult:
@@ -49,16 +44,6 @@ class ExtensionResult:
     pieces: list[list[int]]
     #: (V,) corpus count per old token id (weighted-subword uses it)
     piece_counts: "np.ndarray | None" = field(default=None, repr=False)
-
-
-def read_texts(corpus_path: str | Path, max_bytes: int = MAX_CORPUS_BYTES) -> list[str]:
-    """All texts of a corpus (file or folder), through :func:`embscope.languages.corpus.iter_corpus`."""
-    from embscope.languages.corpus import iter_corpus
-
-    texts = [t for batch in iter_corpus(corpus_path, sample_bytes=max_bytes) for t in batch.texts]
-    if not texts:
-        raise CorpusError(f"{corpus_path} holds no text; pass a folder of .txt/.jsonl/.parquet files")
-    return texts
 
 
 def reference_mask(model: "LoadedModel", tokens: "pl.DataFrame | None"):
@@ -112,12 +97,12 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         tokens: a tokens table with ``flagged`` (under-trained rows), excluded from every mean.
         diagnostics: also load the whole model (when it fits) for KL and new-token mass.
         engine: where the two corpus passes run (term counting; tokens before and after) —
-            :class:`embscope.languages.engine.Engine`: one process, local worker processes or Ray;
+            :class:`embscope.corpus.engine.Engine`: one process, local worker processes or Ray;
             every engine gives the same candidates and counts. Default: local, all cores for
             corpora of 32 MB or more.
         sample_bytes: read at most this many bytes of text per language (default: all).
         options: record fields of jsonl/Parquet/Arrow files
-            (:class:`embscope.languages.readers.ReadOptions`).
+            (:class:`embscope.corpus.readers.ReadOptions`).
 
     Returns:
         :class:`ExtensionResult`.
@@ -128,10 +113,10 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     """
     from embscope.extension.candidates import (candidates_table, corpus_candidates, corpus_savings,
                                                extended_tokenizer, space_twins)
-    from embscope.extension.fullmodel import load_hf_tokenizer
+    from embscope.models.fullmodel import load_hf_tokenizer
     from embscope.extension.init import parse_init
-    from embscope.languages.corpus import CorpusWarning
-    from embscope.languages.engine import Engine
+    from embscope.corpus.stream import CorpusWarning
+    from embscope.corpus.engine import Engine
 
     if top < 1 or max_ngram < 1 or min_freq < 1:
         raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
@@ -189,7 +174,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
 
 def _diagnose(model, result: ExtensionResult, specs, trained, tok, ext, steps: Steps):
     from embscope.extension.diagnostics import held_out_ids, hidden_and_logits, kl_and_mass, row_diagnostics
-    from embscope.extension.fullmodel import load_causal_lm, why_not_loadable
+    from embscope.models.fullmodel import load_causal_lm, why_not_loadable
 
     reason = why_not_loadable(model)
     h = logits = None

@@ -16,7 +16,7 @@ token were a new one:
 The means run over trained rows only: the repaired rows and every other flagged row are excluded.
 
 Output: a transformers model folder (when the whole model loads, see
-:mod:`embscope.extension.fullmodel`), or ``repaired_rows.safetensors`` (``token_ids``, ``embed``,
+:mod:`embscope.models.fullmodel`), or ``repaired_rows.safetensors`` (``token_ids``, ``embed``,
 ``output`` when untied) with a README that applies them. ``embscope_repair.json`` holds the
 manifest and the diagnostics of :mod:`embscope.extension.diagnostics`: norm percentiles and nearest
 trained tokens of the new rows and, when the model loads, next-token KL(p_old ‖ p_new) and the
@@ -35,7 +35,7 @@ from embscope.errors import SpecError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
 
 #: halvings tried before a row is left without pieces
 MAX_SPLITS = 6
@@ -138,10 +138,9 @@ def repair(model: "LoadedModel", rows: Sequence[int], out_dir: str | Path, *, in
 
     import torch
 
-    from embscope.extension.apply import MODES, _drop_auto_map, _hf_tokenizer, _readable
     from embscope.extension.diagnostics import HELD_OUT_TEXT, row_diagnostics
-    from embscope.extension.fullmodel import load_causal_lm, load_hf_tokenizer, set_rows
-    from embscope.geometry.verify import why_not_causal
+    from embscope.models.fullmodel import load_causal_lm, load_hf_tokenizer, set_rows, why_not_causal
+    from embscope.models.writer import MODES, drop_auto_map, hf_tokenizer, make_readable
     from embscope.output import claim, write_json
     from embscope.provenance import run_stamp
 
@@ -185,9 +184,9 @@ def repair(model: "LoadedModel", rows: Sequence[int], out_dir: str | Path, *, in
             if hasattr(lm_new.config, "auto_map"):  # never point a written model at foreign code
                 del lm_new.config.auto_map
             lm_new.save_pretrained(str(tmp))
-            _hf_tokenizer(model, load_hf_tokenizer(model), {**model.config, **lm_new.config.to_dict()}) \
+            hf_tokenizer(model, load_hf_tokenizer(model), {**model.config, **lm_new.config.to_dict()}) \
                 .save_pretrained(str(tmp))
-            _drop_auto_map(tmp)
+            drop_auto_map(tmp)
         else:
             from safetensors.torch import save_file
 
@@ -200,5 +199,5 @@ def repair(model: "LoadedModel", rows: Sequence[int], out_dir: str | Path, *, in
                 output_line=f", `output` ({len(rows)}, {model.dim})" if "output" in new else "",
                 out=Path(out_dir).as_posix(), base=model.spec), "utf-8")
         write_json(tmp / "embscope_repair.json", manifest)
-        _readable(tmp)
+        make_readable(tmp)
     return manifest

@@ -75,7 +75,7 @@ from embscope.geometry.reference import no_reference_note
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.usage import Usage
     from embscope.geometry.verify import Verification
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
 
 #: how many of the most under-trained normal tokens the summary lists
 TOP_N = 30
@@ -107,7 +107,7 @@ class ScanResult:
 
 def _script_fn():
     try:
-        from embscope.languages.script import script_of
+        from embscope.text.script import script_of
     except ImportError:  # pragma: no cover - the shared helper is part of the package
         return lambda s: "none"
     return script_of
@@ -130,7 +130,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     """Scan every row of ``model`` for signs of under-training.
 
     Args:
-        model: a :class:`~embscope.model.LoadedModel`.
+        model: a :class:`~embscope.models.model.LoadedModel`.
         k: neighbours per row in the kNN graph (of the input embedding).
         unused_ids: rows known to be unused (the Magikarp reference); default: discovered.
         threshold: ``undertrained_score`` (robust sigmas) at or above which a row is flagged.

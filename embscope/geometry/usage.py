@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
 
 #: the sample conversation the chat template is rendered on
 SAMPLE_CONVERSATION = (
@@ -80,29 +80,16 @@ class Usage:
 def render_chat_template(model: "LoadedModel") -> tuple[str | None, str]:
     """``(text, status)``: the model's chat template rendered on :data:`SAMPLE_CONVERSATION` in a
     sandboxed Jinja environment (templates are untrusted text), or ``(None, why not)``."""
-    from embscope.extension.apply import _chat_template
+    from embscope.models.chat_template import read_chat_template, render, special_token_strings
 
-    template = _chat_template(model)
+    template = read_chat_template(model)
     if not template:
         return None, "none shipped"
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(msg):
-        raise TemplateError(msg)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    names = {}
-    for key in ("bos", "eos"):
-        i = model.config.get(f"{key}_token_id")
-        i = i[0] if isinstance(i, list) and i else i
-        names[f"{key}_token"] = model.vocab.token_bytes(i).decode("utf-8", "replace") \
-            if isinstance(i, int) and model.vocab is not None and model.vocab.token_bytes(i) is not None else ""
+    names = special_token_strings(model)
     err = ""
     for messages in (list(SAMPLE_CONVERSATION), list(SAMPLE_CONVERSATION[1:])):  # some refuse a system turn
         try:
-            text = env.from_string(template).render(messages=messages, add_generation_prompt=True, **names)
+            text = render(template, messages, add_generation_prompt=True, **names)
             return text, "rendered"
         except Exception as exc:  # noqa: BLE001 - a template that does not render is reported, not fatal
             err = f"{type(exc).__name__}: {str(exc)[:120]}"

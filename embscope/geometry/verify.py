@@ -20,7 +20,7 @@ Controls: as many random *trained* rows (normal, unflagged, not in the reference
 the same way; ``controls_failed`` counts those that would be "verified" too — the false-alarm rate
 of the check itself. ``precision = n_verified_undertrained / n_checked`` among the flagged rows.
 
-Only for causal LMs whose whole weights load here (:func:`embscope.extension.fullmodel.why_not_loadable`);
+Only for causal LMs whose whole weights load here (:func:`embscope.models.fullmodel.why_not_loadable`);
 others get a note. Runs on the GPU when there is one.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.indicators import Indicators
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
 
 #: a row is verified under-trained when its max probability stays below this
 MAX_PROB_CUT = 0.01
@@ -150,24 +150,6 @@ def max_probs(lm, prompts, rows: list[int], device: str, *, description: str = "
     return best
 
 
-def why_not_causal(model: "LoadedModel") -> str | None:
-    """:func:`~embscope.extension.fullmodel.why_not_loadable`, plus: the checkpoint's own architecture
-    must be a causal LM (a BERT encoder has a ``bert`` causal class in transformers, but its
-    weights are an encoder's)."""
-    from embscope.extension.fullmodel import why_not_loadable
-
-    # a GGUF's synthesised config names its llama.cpp architecture (``gguf:llama``); its class is
-    # chosen by why_not_loadable from model_type. The architecture is checked first: an encoder's
-    # missing LM-head weights are a consequence, not the reason.
-    archs = [str(a) for a in model.config.get("architectures") or [] if not str(a).startswith("gguf:")]
-    if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
-        return f"{model.name} is not a causal language model ({' '.join(archs)})"
-    try:
-        return why_not_loadable(model)
-    except Exception as exc:  # noqa: BLE001 - an unknown config is a note, not a failure
-        return f"{model.name}: {exc}"
-
-
 def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, seed: int = 0,
                 device: str | None = None) -> Verification:
     """Prompt-check the ``n`` highest-scoring flagged normal rows and ``n`` trained controls."""
@@ -175,7 +157,7 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, seed: int = 
 
     import torch
 
-    from embscope.extension.fullmodel import load_causal_lm
+    from embscope.models.fullmodel import load_causal_lm, why_not_causal
 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]

@@ -1,7 +1,7 @@
 """What each language costs: corpus reading, word segmentation, Unicode scripts, fertility and parity.
 
-- :mod:`~embscope.languages.corpus`: corpus files and folders → (language, text) records;
+- :mod:`~embscope.corpus.stream`: corpus files and folders → (language, text) records;
 - :mod:`~embscope.languages.segment`: script-aware word units;
-- :mod:`~embscope.languages.script`: the Unicode script of a character or string;
+- :mod:`~embscope.text.script`: the Unicode script of a character or string;
 - :mod:`~embscope.languages.fertility`: per-language fertility, parity and friends.
 """

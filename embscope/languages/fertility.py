@@ -55,13 +55,13 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from embscope.languages.script import label as script_label
+from embscope.text.script import label as script_label
 from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, unit_of, word_counts
 from embscope.tokenizer.base import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.languages.engine import Engine
-    from embscope.languages.readers import ReadOptions
+    from embscope.corpus.engine import Engine
+    from embscope.corpus.readers import ReadOptions
 
 #: bytes of text per language whose words are tokenised one by one (continued-word rates):
 #: ~40k words, plenty for a stable share (UDHR is 10–40 KB per language) at a bounded cost.
@@ -161,7 +161,7 @@ class _LangAcc:
     @property
     def script(self) -> Counter:
         """Unicode script → characters, over the first :data:`SCRIPT_SAMPLE_CHARS`."""
-        from embscope.languages.script import script_counts
+        from embscope.text.script import script_counts
 
         return Counter(script_counts("".join(self.script_texts)))
 
@@ -266,7 +266,7 @@ def _by_language(batches, max_texts: int, max_bytes: int):
     stream up to the window boundaries, and the windows depend only on the shard's own batches,
     so every engine gives the same numbers.
     """
-    from embscope.languages.corpus import Batch
+    from embscope.corpus.stream import Batch
 
     groups: dict[str, Batch] = {}
     texts = size = 0
@@ -328,7 +328,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
 
     Args:
         vocabs: tokenizers to compare (``embscope.load_vocabulary("gpt2")`` …).
-        corpus_path: folder or file, read by :func:`embscope.languages.corpus.iter_corpus`.
+        corpus_path: folder or file, read by :func:`embscope.corpus.stream.iter_corpus`.
         reference: language that parity divides by (default ``eng``).
         sample_bytes: read at most this many bytes per language.
         embed: optional (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy).
@@ -336,7 +336,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
             ``isolation``, ``flagged``) for ``vocabs[0]``.
         batch_size: most texts per batch read from the corpus (encode calls take windows of
             :data:`WINDOW_TEXTS` texts, see :func:`_by_language`).
-        engine: where the pass runs (:class:`embscope.languages.engine.Engine`: one process,
+        engine: where the pass runs (:class:`embscope.corpus.engine.Engine`: one process,
             local worker processes, or Ray); every engine gives the same numbers.
         options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).
 
@@ -345,12 +345,12 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
 
     Example::
 
-        >>> from embscope.tokenizer.load import load_vocabulary
+        >>> from embscope.models.vocabulary import load_vocabulary
         >>> res = measure([load_vocabulary("gpt2")], "corpora/udhr")  # doctest: +SKIP
         >>> res.table.filter(language="eng")["parity"][0]  # doctest: +SKIP
         1.0
     """
-    from embscope.languages.engine import Engine, run_pass
+    from embscope.corpus.engine import Engine, run_pass
 
     vocabs = list(vocabs)
     names = [v.name for v in vocabs]

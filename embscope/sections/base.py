@@ -19,7 +19,7 @@ from embscope.records import Record
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
     from embscope.tokenizer.base import Vocabulary
 
 
@@ -72,14 +72,14 @@ class RunOptions(Record):
     cache_dir: str | None = None
 
     def corpus_engine(self):
-        """The :class:`~embscope.languages.engine.Engine` these options ask for."""
-        from embscope.languages.engine import Engine
+        """The :class:`~embscope.corpus.engine.Engine` these options ask for."""
+        from embscope.corpus.engine import Engine
 
         return Engine(kind=self.engine, workers=self.workers, ray_address=self.ray_address)
 
     def read_options(self):
-        """The :class:`~embscope.languages.readers.ReadOptions` for record fields."""
-        from embscope.languages.readers import ReadOptions
+        """The :class:`~embscope.corpus.readers.ReadOptions` for record fields."""
+        from embscope.corpus.readers import ReadOptions
 
         return ReadOptions(text_field=self.text_field, lang_field=self.lang_field or None)
 
@@ -89,12 +89,14 @@ class RunOptions(Record):
 
         from embscope.errors import SpecError
         from embscope.extension.init import parse_init
+        from embscope.geometry.indicators import DEFAULT_THRESHOLD
 
         for name in ("k", "top", "max_ngram", "min_freq"):
             if getattr(self, name) < 1:
                 raise SpecError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not math.isfinite(self.threshold):
-            raise SpecError(f"--threshold must be a finite number, got {self.threshold}; the default is 2.5")
+            raise SpecError(f"--threshold must be a finite number, got {self.threshold}; the default is "
+                           f"{DEFAULT_THRESHOLD}")
         if self.verify < 0:
             raise SpecError(f"--verify must be 0 or more, got {self.verify}")
         if self.sample_bytes is not None and self.sample_bytes < 1:

@@ -93,9 +93,9 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
 
         texts = None
         if inputs.data:
-            from embscope.extension.extension import read_texts
+            from embscope.corpus.texts import read_texts
 
-            texts = [t for corpus in inputs.data for t in read_texts(corpus)]
+            texts = [t for corpus in inputs.data for t in read_texts(corpus, options=opts.read_options())]
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
                               cache_dir=opts.cache_dir, layout=opts.layout, knn_method=opts.knn_method,

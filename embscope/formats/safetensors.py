@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 
 from embscope.errors import ModelFileError
-from embscope.loaders.files import inside, open_regular, parse_json, read_json
+from embscope.formats.files import inside, open_regular, parse_json, read_json
 
 # Bytes per element of each safetensors dtype.
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,

@@ -3,9 +3,9 @@
 Every corpus pass (fertility, term counting for extension candidates, token counts) is a *map* over
 shards and an exact *reduce*:
 
-- a **shard** is one corpus file (:func:`embscope.languages.corpus.corpus_files`: files in corpus
+- a **shard** is one corpus file (:func:`embscope.corpus.stream.corpus_files`: files in corpus
   order). With ``sample_bytes`` the sample has to be taken in corpus order, so this process reads
-  the (small) sample itself and hands it out in shards of about :data:`UNIT_BYTES`;
+  the (small) sample itself and hands it out in shards of about :data:`~embscope.corpus.shards.UNIT_BYTES`;
 - **map** (``mapper(batches) → partial``) tokenises and counts one shard's batches, with the
   worker's own copy of the tokenizer;
 - **reduce** (``reducer(earlier, later) → merged``) merges partials in shard order: sums add, and
@@ -40,96 +40,17 @@ import shutil
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from embscope.errors import EmbscopeError
-from embscope.languages.corpus import CorpusReport, corpus_files, finish, iter_file
-from embscope.languages.readers import ReadOptions
+from embscope.corpus.backend import ENGINES, Engine, EngineError  # noqa: F401 - re-exported
+from embscope.corpus.shards import Shard, corpus_shards, map_shard, read_shard
+from embscope.corpus.stream import CorpusReport, corpus_files, finish
+from embscope.corpus.readers import ReadOptions
 
-ENGINES = ("local", "ray")
 #: ``workers=None`` uses one process for corpora smaller than this (starting a worker costs ~1 s)
 AUTO_MIN_BYTES = 32 << 20
-#: a sampled pass hands out its texts in shards of about this many bytes
-UNIT_BYTES = 4 << 20
 #: most sorted runs merged at once (open files); more are merged in rounds
 MERGE_FAN_IN = 64
-
-
-class EngineError(EmbscopeError):
-    """An engine that cannot run: unknown name, bad worker count, Ray missing or unreachable."""
-
-
-@dataclass(frozen=True)
-class Engine:
-    """Where a pass runs. ``Engine()`` is local with an automatic worker count."""
-
-    kind: str = "local"  # "local" | "ray"
-    workers: int | None = None  # local: processes (None: auto); ray: CPUs of a local Ray / actors
-    ray_address: str | None = None  # ray: "ray://host:10001", "auto", host:port; None: $RAY_ADDRESS
-
-    def __post_init__(self):
-        if self.kind not in ENGINES:
-            raise EngineError(f"unknown engine {self.kind!r}; use one of {', '.join(ENGINES)}")
-        if self.workers is not None and self.workers < 1:
-            raise EngineError(f"--workers must be at least 1 (got {self.workers})")
-        if self.ray_address and self.kind != "ray":
-            raise EngineError("--ray-address needs --engine ray")
-
-    def as_dict(self) -> dict:
-        """For summary.json: ``{"kind": "local", "workers": 2}`` (workers as requested)."""
-        out: dict[str, Any] = {"kind": self.kind, "workers": self.workers}
-        if self.kind == "ray":
-            out["ray_address"] = self.ray_address or os.environ.get("RAY_ADDRESS") or "local"
-        return out
-
-
-# ------------------------------------------------------------------ shards
-
-
-@dataclass
-class _Shard:
-    index: int
-    file: Any = None  # SourceFile: the worker reads it
-    batches: list | None = None  # or: batches the driver already read (sampled pass)
-
-
-def _shards(corpus, sample_bytes, batch_size, options, report) -> Iterator[_Shard]:
-    """Shards in corpus order. Sampled: read here (bounded by sample_bytes × languages)."""
-    from collections import Counter
-
-    files = corpus_files(corpus, options, report)
-    if sample_bytes is None:
-        for i, f in enumerate(files):
-            yield _Shard(i, file=f)
-        return
-    used: Counter = Counter()
-    unit: list = []
-    size = index = 0
-    for f in files:
-        for batch in iter_file(f, options=options, batch_size=batch_size, report=report,
-                               sample_bytes=sample_bytes, used=used):
-            unit.append(batch)
-            size += sum(len(t) for t in batch.texts)
-            if size >= UNIT_BYTES:
-                yield _Shard(index, batches=unit)
-                unit, size, index = [], 0, index + 1
-    if unit:
-        yield _Shard(index, batches=unit)
-
-
-def _read(shard: _Shard, options, batch_size) -> tuple[Iterable, CorpusReport]:
-    report = CorpusReport()
-    if shard.batches is not None:
-        return iter(shard.batches), report
-    return iter_file(shard.file, options=options, batch_size=batch_size, report=report), report
-
-
-def _map_shard(mapper, shard: _Shard, options, batch_size):
-    """Worker side of :func:`run_pass`: ``(partial, report)`` of one shard."""
-    batches, report = _read(shard, options, batch_size)
-    return mapper(batches), report
 
 
 def _workers(engine: Engine, corpus, options) -> int:
@@ -154,14 +75,14 @@ def _init_worker(state: dict):
 
 
 def _pool_map(shard):
-    return _map_shard(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"])
+    return map_shard(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"])
 
 
 def _pool_chunks(shard):
     return _chunks_to_runs(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"], _STATE["spill"])
 
 
-def _ordered(shards: Iterable[_Shard], work, workers: int, state: dict) -> Iterator:
+def _ordered(shards: Iterable[Shard], work, workers: int, state: dict) -> Iterator:
     """``work(shard)`` for every shard, results in shard order, at most 2 × workers in flight.
 
     ``state`` (the mapper, read options, …) goes to each worker once, not with every shard.
@@ -199,7 +120,7 @@ def run_pass(corpus, mapper: Callable, reducer: Callable, *, engine: Engine | No
             ``functools.partial`` of one) for worker processes and Ray.
         reducer: ``reducer(earlier, later) → merged``; must be exact and order-aware.
         engine: :class:`Engine` (default: local, automatic workers).
-        sample_bytes, batch_size, options: as :func:`embscope.languages.corpus.iter_corpus`.
+        sample_bytes, batch_size, options: as :func:`embscope.corpus.stream.iter_corpus`.
 
     Returns:
         ``(merged, report)``; ``merged`` is ``mapper(iter([]))`` for a corpus with no shard.
@@ -212,9 +133,9 @@ def run_pass(corpus, mapper: Callable, reducer: Callable, *, engine: Engine | No
     engine = engine or Engine()
     options = options or ReadOptions()
     report = CorpusReport()
-    shards = _shards(corpus, sample_bytes, batch_size, options, report)
+    shards = corpus_shards(corpus, sample_bytes, batch_size, options, report)
     if engine.kind == "ray":
-        from embscope.languages.ray_engine import ray_map
+        from embscope.corpus.ray_engine import ray_map
 
         results = ray_map(engine, shards, mapper, options, batch_size)
     else:
@@ -250,9 +171,9 @@ def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine 
     engine = engine or Engine()
     options = options or ReadOptions()
     report = CorpusReport()
-    shards = _shards(corpus, sample_bytes, batch_size, options, report)
+    shards = corpus_shards(corpus, sample_bytes, batch_size, options, report)
     if engine.kind == "ray":
-        from embscope.languages.ray_engine import ray_count
+        from embscope.corpus.ray_engine import ray_count
 
         out, reports = ray_count(engine, shards, chunker, options, batch_size, min_count)
         for r in reports:
@@ -280,8 +201,8 @@ def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine 
 # ------------------------------------------------------------------ sorted runs
 
 
-def _chunks_to_runs(chunker, shard: _Shard, options, batch_size, spill: str):
-    batches, report = _read(shard, options, batch_size)
+def _chunks_to_runs(chunker, shard: Shard, options, batch_size, spill: str):
+    batches, report = read_shard(shard, options, batch_size)
     runs = []
     for j, chunk in enumerate(chunker(batches, shard.index)):
         path = os.path.join(spill, f"run-{shard.index:09d}-{j:05d}.pkl")

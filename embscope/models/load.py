@@ -1,9 +1,9 @@
 """``load_model(spec)``: the embedding matrices of a model, and nothing else of it.
 
-Data flow: :func:`embscope.resolve.resolve` (spec → files) → read the input embedding and, when
+Data flow: :func:`embscope.models.resolve.resolve` (spec → files) → read the input embedding and, when
 untied, the output matrix (safetensors: only the shards that hold them; GGUF: dequantised;
 PyTorch ``.bin``: only with ``trust_pickle``, through ``torch.load(weights_only=True)``) → the
-model's tokenizer → rows reconciled with tokens → :class:`~embscope.model.LoadedModel`.
+model's tokenizer → rows reconciled with tokens → :class:`~embscope.models.model.LoadedModel`.
 
 Tied or untied is decided from the tensors present (an output head stored apart is untied unless it
 is bit-identical to the embedding), cross-checked with ``tie_word_embeddings`` in the config.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from embscope.config import hidden_size  # the one hidden-size reader (re-exported)
 from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
-from embscope.model import LoadedModel
-from embscope.resolve import Resolved, resolve
+from embscope.models.model import LoadedModel
+from embscope.models.resolve import Resolved, resolve
 
 #: how a library caller loads a ``.bin``-only folder (the CLI's commands say it their own way)
 PICKLE_HINT = ", or pass trust_pickle=True to load them with torch.load(weights_only=True)"
@@ -41,9 +41,9 @@ def pick_device(device: str = "auto") -> str:
 
 
 def _read_safetensors(r: Resolved):
-    from embscope.loaders.files import check_regular, inside
-    from embscope.loaders.names import find_embedding_names
-    from embscope.loaders.safetensors import read_header, read_tensor, weight_map
+    from embscope.formats.files import check_regular, inside
+    from embscope.models.names import find_embedding_names
+    from embscope.formats.safetensors import read_header, read_tensor, weight_map
 
     folder = r.path
     wm = weight_map(folder)
@@ -80,9 +80,9 @@ def _read_safetensors(r: Resolved):
 def _read_bin(r: Resolved):
     import torch
 
-    from embscope.loaders.names import find_embedding_names
+    from embscope.models.names import find_embedding_names
 
-    from embscope.loaders.files import check_regular
+    from embscope.formats.files import check_regular
 
     files = sorted(r.path.glob("pytorch_model*.bin"))
     state = {}
@@ -102,7 +102,7 @@ def _read_bin(r: Resolved):
 def _read_gguf(r: Resolved):
     import torch
 
-    from embscope.loaders.gguf import read_matrices
+    from embscope.formats.gguf import read_matrices
 
     embed, out, names, dtype = read_matrices(r.gguf_reader(), where=r.path.name)
     return (torch.from_numpy(embed), torch.from_numpy(out) if out is not None else None,
@@ -113,7 +113,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     """Load the embedding (and untied output) matrix of a model, with its tokenizer.
 
     Args:
-        spec: alias, hub id, model folder or ``.gguf`` file (see :mod:`embscope.resolve`), or an
+        spec: alias, hub id, model folder or ``.gguf`` file (see :mod:`embscope.models.resolve`), or an
             already resolved spec.
         device: ``auto`` (GPU when present), ``cpu`` or ``cuda``. The matrices keep their stored
             dtype on both (bf16 for most checkpoints; GGUF quantised types are dequantised to float32);
@@ -122,7 +122,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
         trust_pickle: allow PyTorch ``.bin`` checkpoints (still ``weights_only=True``).
 
     Returns:
-        :class:`~embscope.model.LoadedModel`.
+        :class:`~embscope.models.model.LoadedModel`.
 
     Example:
         >>> m = load_model("smollm2-135m")  # doctest: +SKIP
@@ -154,7 +154,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
         embed = embed.to(device=dev)
         out = out.to(device=dev) if out is not None else None
 
-    from embscope.tokenizer.load import model_vocabulary
+    from embscope.models.vocabulary import model_vocabulary
 
     vocab = model_vocabulary(r)
     rows = int(embed.shape[0])

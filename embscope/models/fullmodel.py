@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.model import LoadedModel
+    from embscope.models.model import LoadedModel
 
 #: largest float32 parameter footprint we load on the CPU (≈1.5B parameters; the 24 GiB machine
 #: keeps room for a second copy during ``apply`` plus the analyses)
@@ -25,10 +25,10 @@ _CACHE: dict[str, object] = {}
 
 
 def _param_bytes(model: "LoadedModel") -> int:
-    """float32 bytes of the whole model: 4 × :func:`embscope.context.params.estimate_parameters`
+    """float32 bytes of the whole model: 4 × :func:`embscope.models.params.estimate_parameters`
     (attention, MLP or experts, norms, embeddings), with the loaded matrix's rows for the vocabulary."""
     from embscope.config import text_config
-    from embscope.context.params import estimate_parameters
+    from embscope.models.params import estimate_parameters
 
     from embscope.errors import EmbscopeError
 
@@ -80,6 +80,22 @@ def why_not_loadable(model: "LoadedModel") -> str | None:
     return None
 
 
+def why_not_causal(model: "LoadedModel") -> str | None:
+    """:func:`why_not_loadable`, plus: the checkpoint's own architecture
+    must be a causal LM (a BERT encoder has a ``bert`` causal class in transformers, but its
+    weights are an encoder's)."""
+    # a GGUF's synthesised config names its llama.cpp architecture (``gguf:llama``); its class is
+    # chosen by why_not_loadable from model_type. The architecture is checked first: an encoder's
+    # missing LM-head weights are a consequence, not the reason.
+    archs = [str(a) for a in model.config.get("architectures") or [] if not str(a).startswith("gguf:")]
+    if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return f"{model.name} is not a causal language model ({' '.join(archs)})"
+    try:
+        return why_not_loadable(model)
+    except Exception as exc:  # noqa: BLE001 - an unknown config is a note, not a failure
+        return f"{model.name}: {exc}"
+
+
 def missing_weights(model: "LoadedModel") -> list[str]:
     """Weights a full ``*ForCausalLM`` of this config needs that the checkpoint does not store.
 
@@ -118,10 +134,10 @@ def missing_weights(model: "LoadedModel") -> list[str]:
 def _stored_names(path: Path) -> set[str]:
     """Tensor names a checkpoint stores (safetensors index or headers; GGUF tensor table)."""
     if path.suffix == ".gguf":
-        from embscope.loaders.gguf import open_gguf
+        from embscope.formats.gguf import open_gguf
 
         return set(open_gguf(path).tensors)
-    from embscope.loaders.safetensors import read_header, weight_map
+    from embscope.formats.safetensors import read_header, weight_map
 
     wm = weight_map(path)
     if wm is not None:

@@ -4,7 +4,7 @@ A corpus is one or more paths: files, folders (walked recursively, sorted, hidde
 skipped) or globs, of ``.txt``/``.md`` (one text per non-blank line), ``.jsonl`` (one object per
 line, field ``text``), ``.parquet`` or ``.arrow`` (column ``text``), each optionally ``.gz``,
 ``.zst`` or ``.bz2`` compressed, and folders saved by HF ``datasets``. Formats, field options and
-the bad-record counts are in :mod:`embscope.languages.readers`. Records may carry ``lang`` and
+the bad-record counts are in :mod:`embscope.corpus.readers`. Records may carry ``lang`` and
 ``unit`` (the alignment key of parallel text: records of different languages with the same
 ``unit`` say the same thing, e.g. UDHR article numbers in ``corpora/udhr``). Other files are
 ignored (counted in the report, e.g. ``languages.json``).
@@ -23,7 +23,7 @@ Language of a text, first that applies:
 or 2-letter region (``eng``, ``en``, ``cmn_hans``, ``pt-BR``), and not one of a few common file
 words (``all``, ``doc``, ``out``, …).
 
-Bounded memory: records are streamed (see :mod:`~embscope.languages.readers`), texts are yielded
+Bounded memory: records are streamed (see :mod:`~embscope.corpus.readers`), texts are yielded
 in batches of at most ``batch_size`` texts and :data:`BATCH_BYTES` bytes, and a batch never spans
 two files. A 1 GB corpus is never held whole.
 
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embscope.errors import CorpusError
-from embscope.languages.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions,
+from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions,
                                         SourceFile, is_glob, iter_records, list_files, sniff, stem)
 
 __all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarning", "ReadOptions",
@@ -107,7 +107,7 @@ class CorpusReport:
 
     @property
     def skipped(self) -> Counter:
-        """reason → count, over all files (see :mod:`~embscope.languages.readers`)."""
+        """reason → count, over all files (see :mod:`~embscope.corpus.readers`)."""
         return self.issues.totals
 
     def summary(self) -> str:
@@ -146,7 +146,7 @@ def guess_lang(text: str) -> str:
     >>> guess_lang("Hello there"), guess_lang("Привет"), guess_lang("12 34")
     ('und_latn', 'und_cyrl', 'und')
     """
-    from embscope.languages.script import dominant_script
+    from embscope.text.script import dominant_script
 
     script = dominant_script(text)
     if script == "none":

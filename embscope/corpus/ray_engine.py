@@ -1,4 +1,4 @@
-"""Ray Data back end of :mod:`embscope.languages.engine` (imported only for ``Engine("ray")``).
+"""Ray Data back end of :mod:`embscope.corpus.engine` (imported only for ``Engine("ray")``).
 
 The shard list becomes a Ray Dataset (``from_items``, one shard per block). ``map_batches`` runs an
 actor pool: each actor unpickles the pass's mapper (with its own tokenizer copy) once, then per
@@ -20,7 +20,8 @@ import os
 import pickle
 from pathlib import Path
 
-from embscope.languages.engine import Engine, EngineError, _map_shard, _read
+from embscope.corpus.backend import Engine, EngineError
+from embscope.corpus.shards import map_shard, read_shard
 
 _SCHEMA = None  # pyarrow schema of term-count rows, built on first use
 
@@ -114,7 +115,7 @@ class _MapWorker(_Worker):
 
         out_i, out_r = [], []
         for i, blob in zip(batch["index"], batch["shard"]):
-            result = _map_shard(self.fn, pickle.loads(blob), self.options, self.batch_size)
+            result = map_shard(self.fn, pickle.loads(blob), self.options, self.batch_size)
             out_i.append(int(i))
             out_r.append(pickle.dumps(result, protocol=5))
         return {"index": np.array(out_i, dtype=np.int64), "result": np.array(out_r, dtype=object)}
@@ -164,7 +165,7 @@ class _CountWorker(_Worker):
         tables = []
         for i, blob in zip(batch["index"], batch["shard"]):
             shard = pickle.loads(blob)
-            batches, report = _read(shard, self.options, self.batch_size)
+            batches, report = read_shard(shard, self.options, self.batch_size)
             for chunk in self.fn(batches, int(i)):
                 keys, counts, firsts = zip(*chunk) if chunk else ((), (), ())
                 tables.append(pa.table({"key": list(keys), "count": list(counts), "first": list(firsts)},

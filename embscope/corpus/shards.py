@@ -1,0 +1,62 @@
+"""Shards: the units of work both engines hand out (:mod:`embscope.corpus.engine` locally,
+:mod:`embscope.corpus.ray_engine` on Ray).
+
+A shard is one corpus file, which the worker reads itself, or, for a sampled pass (the sample must
+be taken in corpus order), a list of batches this process already read, about :data:`UNIT_BYTES`
+of text each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from embscope.corpus.stream import CorpusReport, corpus_files, iter_file
+
+#: a sampled pass hands out its texts in shards of about this many bytes
+UNIT_BYTES = 4 << 20
+
+
+@dataclass
+class Shard:
+    index: int
+    file: Any = None  # SourceFile: the worker reads it
+    batches: list | None = None  # or: batches the driver already read (sampled pass)
+
+
+def corpus_shards(corpus, sample_bytes, batch_size, options, report) -> Iterator[Shard]:
+    """Shards in corpus order. Sampled: read here (bounded by sample_bytes × languages)."""
+    from collections import Counter
+
+    files = corpus_files(corpus, options, report)
+    if sample_bytes is None:
+        for i, f in enumerate(files):
+            yield Shard(i, file=f)
+        return
+    used: Counter = Counter()
+    unit: list = []
+    size = index = 0
+    for f in files:
+        for batch in iter_file(f, options=options, batch_size=batch_size, report=report,
+                               sample_bytes=sample_bytes, used=used):
+            unit.append(batch)
+            size += sum(len(t) for t in batch.texts)
+            if size >= UNIT_BYTES:
+                yield Shard(index, batches=unit)
+                unit, size, index = [], 0, index + 1
+    if unit:
+        yield Shard(index, batches=unit)
+
+
+def read_shard(shard: Shard, options, batch_size) -> tuple[Iterable, CorpusReport]:
+    report = CorpusReport()
+    if shard.batches is not None:
+        return iter(shard.batches), report
+    return iter_file(shard.file, options=options, batch_size=batch_size, report=report), report
+
+
+def map_shard(mapper, shard: Shard, options, batch_size):
+    """Worker side of :func:`embscope.corpus.engine.run_pass`: ``(partial, report)`` of one shard."""
+    batches, report = read_shard(shard, options, batch_size)
+    return mapper(batches), report
