@@ -56,7 +56,7 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
     if repair_to is not None:
-        _check_repair(repair_to, force, corpora)
+        _check_repair(repair_to, force, corpora, out)
     res = run(model, corpora=[*langs, *corpora], data=corpora, out=out, force=force, scan=scan,
               options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
               pickle_hint=pickle_hint)
@@ -79,7 +79,7 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
     if repair_to is not None:
-        _check_repair(repair_to, force, corpora)
+        _check_repair(repair_to, force, corpora, out)
     res = run(model, sections=["tokens"], data=corpora, out=out, force=force, options=_options(options, kw),
               command="scan", kind="scan", verbose=verbose, required=["tokens"], pickle_hint=pickle_hint)
     if repair_to is not None:
@@ -87,13 +87,37 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     return res
 
 
-def _check_repair(repair_to, force: bool, corpora) -> None:
+def _check_repair(repair_to, force: bool, corpora, out) -> None:
     from embscope.errors import SpecError
     from embscope.output import check_target
 
     if not corpora:
         raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
+    check_distinct([("--out", out), ("--repair", repair_to)])
     check_target(repair_to, force=force, inputs=[corpus_path(c) for c in corpora])
+
+
+def check_distinct(targets) -> None:
+    """``[(flag, folder or None), ...]``: the run's output folders must be different and neither
+    inside another, or the last one written would replace (or sit inside) another's files.
+
+    >>> check_distinct([("--out", "r"), ("--apply", "r/m")])
+    Traceback (most recent call last):
+    ...
+    embscope.errors.SpecError: --apply r/m is inside --out r: the run would write one over the other; pass two separate folders
+    """
+    from embscope.errors import SpecError
+
+    named = [(flag, str(p), Path(p).expanduser().resolve()) for flag, p in targets if p is not None]
+    for i, (fa, ta, a) in enumerate(named):
+        for fb, tb, b in named[i + 1:]:
+            if a == b:
+                raise SpecError(f"{fb} {tb} is the same folder as {fa}: the run would replace its own output; "
+                                "pass two separate folders")
+            for (fx, tx, x), (fy, ty, y) in (((fa, ta, a), (fb, tb, b)), ((fb, tb, b), (fa, ta, a))):
+                if y in x.parents:
+                    raise SpecError(f"{fx} {tx} is inside {fy} {ty}: the run would write one over the other; "
+                                    "pass two separate folders")
 
 
 def _repair(res: RunResult, repair_to, init: str, force: bool) -> None:
@@ -155,12 +179,9 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
 
     corpus = corpus_path(corpus)
     if apply_to is not None:
+        check_distinct([("--out", out), ("--apply", apply_to)])
         check_target(apply_to, force=force, inputs=[corpus])
-    table = None
-    if tokens is not None:
-        import polars as pl
-
-        table = pl.read_parquet(tokens)
+    table = read_tokens_table(tokens) if tokens is not None else None
     res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
               options=_options(options, kw), command="extend", kind="extend", verbose=verbose,
               required=["extension"], pickle_hint="")
@@ -173,6 +194,36 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
         manifest = apply(model_obj, result, apply_to, init=apply_init,
                          mode="rows" if rows_only else "auto", tokens=table, force=force)
     return res, manifest
+
+
+#: largest ``--tokens`` file read (a tokens.parquet of a 1 M-row vocabulary is about 100 MB)
+MAX_TOKENS_FILE_BYTES = 2 << 30
+
+
+def read_tokens_table(path: str | Path):
+    """The ``--tokens`` table (a ``tokens.parquet`` of an earlier scan), read from a regular file
+    only (a FIFO would block for ever); a one-line :class:`SpecError` for anything else."""
+    import io
+
+    import polars as pl
+
+    from embscope.errors import ModelFileError, SpecError
+    from embscope.formats.files import open_regular
+
+    try:
+        with open_regular(Path(path), what="--tokens file", max_bytes=MAX_TOKENS_FILE_BYTES) as fh:
+            data = fh.read(MAX_TOKENS_FILE_BYTES + 1)
+    except ModelFileError as err:
+        raise SpecError(str(err)) from None
+    try:
+        table = pl.read_parquet(io.BytesIO(data))
+    except Exception as err:  # polars raises a dozen kinds for a file that is not Parquet
+        raise SpecError(f"--tokens {path} is not a Parquet file ({type(err).__name__}); pass the "
+                        "tokens.parquet of an embscope scan") from None
+    if "flagged" not in table.columns or "token_id" not in table.columns:
+        raise SpecError(f"--tokens {path} has no token_id and flagged columns; pass the tokens.parquet of "
+                        "an embscope scan")
+    return table
 
 
 def rope(model: str):

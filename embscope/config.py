@@ -69,6 +69,22 @@ def _key_of(config: dict, keys: tuple[str, ...]) -> str:
     return next((k for k in keys if config.get(k) is not None), keys[0])
 
 
+#: largest value a config may state, by the key's meaning: every real model is orders of magnitude
+#: below (widest hidden size about 25,600, deepest stack about 200 layers, longest context 10 M
+#: tokens, largest vocabulary about 260 k), and a hostile config.json past them would otherwise
+#: allocate per-layer lists or print gigabytes of JSON. Keys not listed here: :data:`MAX_CONFIG_INT`.
+CONFIG_MAXIMA = {
+    "hidden size": 1 << 17, "layer count": 1 << 14, "attention head count": 1 << 14,
+    "KV head count": 1 << 14, "head_dim": 1 << 16, "v_head_dim": 1 << 16, "qk_rope_head_dim": 1 << 16,
+    "qk_nope_head_dim": 1 << 16, "kv_lora_rank": 1 << 16, "q_lora_rank": 1 << 16,
+    "max positions": 1 << 40, "original context": 1 << 40, "vocab size": 1 << 24,
+    "expert count": 1 << 16, "experts per token": 1 << 16, "n_shared_experts": 1 << 16,
+    "feed-forward width": 1 << 22, "expert width": 1 << 22, "shared expert width": 1 << 22,
+}
+#: largest integer any other config key may state (2^40: about 10^12)
+MAX_CONFIG_INT = 1 << 40
+
+
 def positive_int(config: dict, name: str, *keys: str, default: Any = None, required: bool = True,
                  where: str = "config", allow_zero: bool = False) -> int | None:
     """A positive integer under the first of ``keys`` (``1.0`` is accepted as 1).
@@ -82,12 +98,23 @@ def positive_int(config: dict, name: str, *keys: str, default: Any = None, requi
             raise ModelFileError(f"{where} has no {name} ({' / '.join(keys)}); pass the model's full config.json")
         return None
     key = _key_of(config, keys)
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and (isinstance(value, int) or math.isfinite(value))  # isfinite(10**400) would overflow
           and (value >= 0 if allow_zero else value > 0) and int(value) == value)
     if not ok:
         what = "a non-negative" if allow_zero else "a positive"
-        raise ModelFileError(f"{where} {key}={value!r} is not {what} integer; fix it in config.json")
+        raise ModelFileError(f"{where} {key}={_short(value)} is not {what} integer; fix it in config.json")
+    top = CONFIG_MAXIMA.get(name, MAX_CONFIG_INT)
+    if value > top:
+        raise ModelFileError(f"{where} {key}={_short(value)} is above {top:,}, far past any real model; fix it "
+                             "in config.json")
     return int(value)
+
+
+def _short(value: Any) -> str:
+    """``repr`` of a config value, cut to 40 characters (a 10^400 integer is 401 digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + f"...({len(text)} characters)"
 
 
 def positive_number(config: dict, key: str, *, default: float | None = None, where: str = "config",
@@ -115,7 +142,10 @@ def hidden_size(config: dict, *, where: str = "config.json") -> int:
         if key in cfg and cfg[key] is not None:
             val = cfg[key]
             if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
-                raise ModelFileError(f"{where}: {key} = {val!r} is not a positive integer; fix config.json")
+                raise ModelFileError(f"{where}: {key} = {_short(val)} is not a positive integer; fix config.json")
+            if val > CONFIG_MAXIMA["hidden size"]:
+                raise ModelFileError(f"{where} {key}={_short(val)} is above {CONFIG_MAXIMA['hidden size']:,}, far "
+                                     "past any real model; fix it in config.json")
             return val
     raise ModelFileError(f"{where} has no hidden size ({' / '.join(HIDDEN_KEYS)}); "
                          "fix config.json or re-download it")

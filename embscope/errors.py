@@ -34,6 +34,10 @@ class OutputError(EmbscopeError):
     """An output folder that cannot be written."""
 
 
+class InputError(EmbscopeError):
+    """An input path the operating system refuses to read (a name past PATH_MAX, a vanished file)."""
+
+
 class DeviceError(EmbscopeError):
     """A device that was asked for but is not there (``--device cuda`` without a GPU)."""
 

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from embscope.errors import OutputError
+from embscope.errors import InputError, OutputError
 from embscope.records import to_json
 
 DEFAULT_ROOT = Path("reports")
@@ -309,6 +309,16 @@ def claim(out: str | Path, *, force: bool = False, inputs: Iterable[str | Path] 
         try:
             write_json(tmp / MARKER, _marker(kind))
             yield tmp
+        except OSError as err:  # only an error about the folder being written is an output error
+            shutil.rmtree(tmp, ignore_errors=True)
+            if _about(err, (tmp, out)):
+                raise _os_error(err, out) from None
+            raise InputError(f"cannot read {err.filename or 'an input'} ({err.strerror or err}); check the "
+                             "path") from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        try:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o777 & ~umask)  # a report is meant to be shared
@@ -322,6 +332,21 @@ def claim(out: str | Path, *, force: bool = False, inputs: Iterable[str | Path] 
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def _about(err: OSError, folders) -> bool:
+    """Whether ``err`` names a file inside one of ``folders`` (or names none: assume the output)."""
+    names = [n for n in (err.filename, getattr(err, "filename2", None)) if n is not None]
+    if not names:
+        return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+    for n in names:
+        try:
+            p = Path(os.fsdecode(n)).absolute()
+        except (TypeError, ValueError):
+            continue
+        if any(p == f or f in p.parents for f in map(Path, folders)):
+            return True
+    return False
 
 
 def _swap(tmp: Path, out: Path) -> None:

@@ -63,8 +63,18 @@ def corpus_path(spec: str | Path) -> Path:
     >>> corpus_path("medical").name
     'medical'
     """
+    from embscope.corpus.readers import is_glob
+
     path = Path(spec).expanduser()
-    if path.exists():
+    if is_glob(str(spec)):  # a glob is expanded by the reader (which says when it matches nothing)
+        return path
+    try:
+        exists = path.exists()
+    except OSError as err:  # a name past PATH_MAX, a loop of links
+        raise CorpusError(f"corpus path {str(spec)[:80]!r}... cannot be read ({err.strerror}); pass a "
+                          "shorter path" if len(str(spec)) > 80 else
+                          f"corpus path {str(spec)!r} cannot be read ({err.strerror}); check the path") from None
+    if exists:
         return path
     shipped = corpora_root() / str(spec)
     if str(spec) in SHIPPED_CORPORA and shipped.exists():

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (Corpus, Device, DeviceOpt, EngineKind, EngineOpt, Force, Json,
+from embscope.commands.options import (Corpus, LimitOpt, Device, DeviceOpt, EngineKind, EngineOpt, Force, Json,
                                        LangField, ModelOpt, Out, Quiet, RayAddress, SampleBytes, TextField,
                                        Verbose, Workers, print_json, print_warnings, setup)
 
@@ -39,6 +39,7 @@ def extend(
     text_field: TextField = "text",
     lang_field: LangField = "lang",
     device: DeviceOpt = Device.cpu,
+    limit: LimitOpt = None,
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -52,7 +53,8 @@ def extend(
                                rows_only=rows_only, tokens=tokens, top=top, init=specs, max_ngram=max_ngram,
                                min_freq=min_freq, diagnostics=not no_diagnostics, device=device.value,
                                sample_bytes=sample_bytes, engine=engine.value, workers=workers,
-                               ray_address=ray_address, text_field=text_field, lang_field=lang_field)
+                               ray_address=ray_address, text_field=text_field, lang_field=lang_field,
+                               limits=list(limit or []))
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary, "applied": manifest})

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, Corpus, Force, Json, Out, Quiet, Reference, SampleBytes, Verbose,
+from embscope.commands.options import (EngineKind, LimitOpt, EngineOpt, LangField, RayAddress, TextField, Workers, Corpus, Force, Json, Out, Quiet, Reference, SampleBytes, Verbose,
                                        print_json, print_warnings, setup)
 
 
@@ -44,13 +44,15 @@ def fertility(
     ray_address: RayAddress = None,
     text_field: TextField = "text",
     lang_field: LangField = "lang",
+    limit: LimitOpt = None,
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
     """Fertility, parity, continued-word rate and more per language, for one tokenizer."""
     _run([tokenizer], corpus, out, sample_bytes, reference, force, as_json, quiet, verbose, engine=engine.value,
-         workers=workers, ray_address=ray_address, text_field=text_field, lang_field=lang_field)
+         workers=workers, ray_address=ray_address, text_field=text_field, lang_field=lang_field,
+         limits=list(limit or []))
 
 
 def compare(
@@ -65,13 +67,15 @@ def compare(
     ray_address: RayAddress = None,
     text_field: TextField = "text",
     lang_field: LangField = "lang",
+    limit: LimitOpt = None,
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
     """Side-by-side parity and fertility of several tokenizers on the same (parallel) corpus."""
     _run(list(tokenizer), corpus, out, sample_bytes, reference, force, as_json, quiet, verbose, engine=engine.value,
-         workers=workers, ray_address=ray_address, text_field=text_field, lang_field=lang_field)
+         workers=workers, ray_address=ray_address, text_field=text_field, lang_field=lang_field,
+         limits=list(limit or []))
 
 
 def register(app: typer.Typer) -> None:

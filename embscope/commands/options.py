@@ -40,6 +40,9 @@ Reference = Annotated[str, typer.Option("--reference", help="language that parit
 SampleBytes = Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]
 
 
+LimitOpt = Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram); repeat for several; see docs/limits.md")]
+
+
 class EngineKind(str, enum.Enum):
     local = "local"
     ray = "ray"

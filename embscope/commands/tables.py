@@ -12,6 +12,8 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from embscope.report.escape import display_token
+
     order = (t.filter(pl.col("tokenizer") == names[0])
              .sort(["parity", "fertility"], nulls_last=True)["language"].to_list())
     by = {(r["tokenizer"], r["language"]): r for r in t.iter_rows(named=True)}
@@ -29,7 +31,8 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
     for lang in order:
         first = by[(names[0], lang)]
         seg = "*" if first.get("segmentation") == "characters" else ""
-        cells = [Text(lang + seg), Text(str(first["script"]))]  # untrusted text: no markup
+        # untrusted text: no markup, and control characters (ESC, OSC) shown escaped, never sent
+        cells = [Text(display_token(lang) + seg), Text(display_token(str(first["script"])))]
         for name in names:
             r = by.get((name, lang), {})
             cells += [fmt(r.get("parity"), ".2f"), fmt(r.get("fertility"), ".2f")]

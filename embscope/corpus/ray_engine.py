@@ -38,6 +38,9 @@ def init(engine: Engine):
         return ray
     address = engine.ray_address or os.environ.get("RAY_ADDRESS")
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if address:
+        _reachable(address)
+    saved = _sigterm_handler()
     try:
         if address:
             ray.init(address=address, **quiet)
@@ -54,11 +57,57 @@ def init(engine: Engine):
         where = f"Ray at {address!r}" if address else "a local Ray"
         raise EngineError(f"cannot start or reach {where}: {str(e).splitlines()[0]}; check "
                           "--ray-address / RAY_ADDRESS (`ray status` on the head node)") from None
+    finally:
+        _restore_sigterm(saved)
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     return ray
+
+
+#: seconds to wait for a TCP connection to ``--ray-address`` before ``ray.init`` (which would
+#: retry for minutes on an address where nothing listens)
+CONNECT_SECONDS = 5.0
+
+
+def _reachable(address: str) -> None:
+    """A one-line :class:`EngineError` unless something accepts TCP connections at ``host:port``
+    (``ray://host:port`` too); ``auto`` and addresses without a port are left to Ray."""
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS):
+            return
+    except (OSError, ValueError, OverflowError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise EngineError(f"cannot reach Ray at {address!r} ({why}); check --ray-address / RAY_ADDRESS "
+                          "(`ray status` on the head node)") from None
+
+
+def _sigterm_handler():
+    """The SIGTERM handler now (``ray.init`` installs its own, which exits with status 15 and no
+    message; the CLI's handler turns SIGTERM into a clean "terminated" line)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGTERM)
+
+
+def _restore_sigterm(saved) -> None:
+    import signal
+
+    if saved is not None:
+        try:
+            signal.signal(signal.SIGTERM, saved)
+        except (ValueError, TypeError):
+            pass
 
 
 @contextlib.contextmanager

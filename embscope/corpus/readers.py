@@ -24,7 +24,15 @@ A path with ``*``, ``?`` or ``[`` is a glob (``data/**/*.jsonl.zst``; ``**`` rec
 in sorted order. Several paths may be given; their files are read in the order given.
 
 Bounded memory: text files are read line by line through a cap of :data:`MAX_LINE_BYTES` per
-read; Parquet and Arrow files are read one record batch at a time (Arrow files are memory-mapped).
+read; Parquet and Arrow files are read in record batches of at most :data:`BATCH_READ_BYTES` of
+decompressed text (fewer rows when the rows are long), and their sizes are read from the file's
+metadata before anything is decompressed (:mod:`embscope.formats.arrow_ipc` for Arrow). Arrow
+batches are validated (offsets inside their buffers) before a value is read.
+
+Bounded work: every file counts its decompressed bytes against ``ReadOptions.max_file_bytes`` and,
+once past :data:`RATIO_FLOOR`, against ``max_ratio`` times its size on disk (a decompression bomb);
+a file that reaches either has its rest skipped and counted (``files_cut_at_file_bytes``,
+``files_over_ratio``). The limits and the options that raise them: :mod:`embscope.limits`.
 
 Bad input is never silently dropped. :class:`FileIssues` collects, per file, the count of:
 
@@ -39,7 +47,10 @@ Bad input is never silently dropped. :class:`FileIssues` collects, per file, the
   (kept, not dropped);
 - ``files_without_text_field``, ``binary_files``, ``empty_files``, ``unreadable_files``,
   ``corrupt_compressed_files`` (a truncated ``.gz``: the records read before the damage are
-  kept).
+  kept), ``invalid_arrow_batches`` (offsets outside their buffers: never read);
+- ``files_cut_at_file_bytes``, ``files_over_ratio``: files whose rest was skipped at a limit;
+  ``files_past_corpus_bytes`` (:mod:`~embscope.corpus.stream`): files not read at all;
+- ``symlinks_outside_root``: a link inside a corpus folder that points outside it (not followed).
 """
 
 from __future__ import annotations
@@ -55,6 +66,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from embscope.limits import Limits
+
 #: longest text read at once: longer lines are split (text) or skipped (jsonl). 1 MiB is far
 #: above any natural paragraph and keeps one read's memory small.
 MAX_LINE_BYTES = 1 << 20
@@ -62,6 +75,12 @@ MAX_LINE_BYTES = 1 << 20
 SNIFF_BYTES = 8 << 10
 #: Parquet/Arrow rows per record batch read
 ROWS_PER_READ = 1024
+#: decompressed text bytes turned into Python strings at once (Parquet/Arrow): long rows mean
+#: fewer rows per read, so 1,024 rows of 1 MiB never sit in memory together
+BATCH_READ_BYTES = 16 << 20
+#: decompressed bytes a file may give before the compression ratio is checked: small files of
+#: repetitive text compress far better than ``max_ratio`` and are no danger
+RATIO_FLOOR = 16 << 20
 
 TEXT_FORMATS = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 TABLE_FORMATS = {".parquet": "parquet", ".arrow": "arrow"}
@@ -76,6 +95,8 @@ class FileIssues:
 
     totals: Counter = field(default_factory=Counter)
     per_file: dict[str, Counter] = field(default_factory=dict)
+    #: decompressed bytes read from the files (kept or not): what the per-run limit counts
+    bytes_read: int = 0
 
     def add(self, path: str | Path, reason: str, n: int = 1) -> None:
         self.totals[reason] += n
@@ -83,17 +104,45 @@ class FileIssues:
 
     def update(self, other: "FileIssues") -> None:
         self.totals.update(other.totals)
+        self.bytes_read += other.bytes_read
         for path, c in other.per_file.items():
             self.per_file.setdefault(path, Counter()).update(c)
 
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Field names of record formats (jsonl keys, Parquet/Arrow columns)."""
+    """Field names of record formats (jsonl keys, Parquet/Arrow columns) and the reading limits."""
 
     text_field: str = "text"
     lang_field: str | None = "lang"  # None: never read a language from the records
     unit_field: str | None = "unit"
+    max_file_bytes: int = Limits.file_bytes  # decompressed bytes read per file
+    max_corpus_bytes: int = Limits.corpus_bytes  # decompressed bytes read per pass
+    max_ratio: int = Limits.ratio  # decompressed / on-disk bytes of a file (past RATIO_FLOOR)
+
+
+class _Meter:
+    """Decompressed bytes of one file against its limits (:class:`ReadOptions`)."""
+
+    def __init__(self, file: "SourceFile", opts: ReadOptions, issues: "FileIssues"):
+        self.file, self.opts, self.issues = file, opts, issues
+        self.n = 0
+        try:
+            self.disk = max(1, os.path.getsize(file.path))
+        except OSError:
+            self.disk = 1
+
+    def allows(self, nbytes: int) -> bool:
+        """Count ``nbytes`` more; False (counted once) when the file passes a limit."""
+        self.n += nbytes
+        self.issues.bytes_read += nbytes
+        if self.n > self.opts.max_file_bytes:
+            self.issues.add(self.file.path, "files_cut_at_file_bytes")
+            return False
+        if self.n > RATIO_FLOOR and self.n > self.opts.max_ratio * self.disk:
+            self.issues.add(self.file.path, "files_over_ratio")
+            return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -144,12 +193,25 @@ def _hf_data_files(folder: Path) -> list[Path] | None:
     return [folder / n for n in names if isinstance(n, str) and "/" not in n and "\\" not in n]
 
 
-def _walk(root: Path, out: list[SourceFile], ignored: list[str]) -> None:
+def _outside(p: Path, root: Path) -> bool:
+    """True for a symlink (or a file below one) under ``root`` whose target lies outside ``root``."""
+    try:
+        real = p.resolve()
+        return real != root.resolve() and root.resolve() not in real.parents
+    except (OSError, RuntimeError):  # a link loop
+        return True
+
+
+def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIssues | None) -> None:
     hf_dirs: dict[Path, list[Path]] = {}
     emitted: set[Path] = set()
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).parts
         if any(part.startswith(".") for part in rel) or not p.is_file():
+            continue
+        if _outside(p, root):  # links are followed only inside the corpus folder
+            if issues is not None:
+                issues.add(p, "symlinks_outside_root")
             continue
         folder = p.parent
         if folder not in hf_dirs:
@@ -158,7 +220,8 @@ def _walk(root: Path, out: list[SourceFile], ignored: list[str]) -> None:
         if listed:  # an HF dataset folder: only its listed data files, in listed order
             if folder not in emitted:
                 emitted.add(folder)
-                out.extend(SourceFile(str(f), str(root), "arrow", None) for f in listed if f.is_file())
+                out.extend(SourceFile(str(f), str(root), "arrow", None) for f in listed
+                           if f.is_file() and not _outside(f, root))
             elif p not in listed and p.suffix.lower() not in {".json"}:
                 ignored.append(str(p))
             continue
@@ -169,11 +232,46 @@ def _walk(root: Path, out: list[SourceFile], ignored: list[str]) -> None:
             ignored.append(str(p))
 
 
-def list_files(paths, ignored: list[str] | None = None) -> list[SourceFile]:
+def _match(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    """Path components against glob components, ``**`` matching any number of them."""
+    import fnmatch
+
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _match(parts[1:], pattern[1:])
+
+
+def expand_glob(pattern: str) -> list[str]:
+    """The paths a glob matches, sorted; ``**`` recurses without following symlinked folders (so
+    links that point back up cannot make the walk exponential), and hidden entries are skipped.
+
+    >>> expand_glob("corpora/udhr/en*.jsonl")  # doctest: +SKIP
+    ['corpora/udhr/eng.jsonl']
+    """
+    if "**" not in pattern:
+        return sorted(glob.glob(pattern))
+    parts = Path(pattern).parts
+    n = next(i for i, part in enumerate(parts) if is_glob(part))
+    base = Path(*parts[:n]) if n else Path(".")
+    rest = parts[n:]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel = Path(dirpath).relative_to(base).parts
+        for name in dirnames + [f for f in filenames if not f.startswith(".")]:
+            if _match(rel + (name,), rest):
+                found.append(str(base / Path(*rel, name)) if n else str(Path(*rel, name)))
+    return sorted(found)
+
+
+def list_files(paths, ignored: list[str] | None = None, issues: FileIssues | None = None) -> list[SourceFile]:
     """Expand corpus paths (files, folders, globs; one or a list) into readable files, in order.
 
-    ``ignored`` collects files with suffixes the reader does not read. A path that matches
-    nothing is returned as no files; the caller decides whether that is an error.
+    ``ignored`` collects files with suffixes the reader does not read; ``issues`` counts links
+    that point outside their corpus folder (not followed). A path that matches nothing is
+    returned as no files; the caller decides whether that is an error.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -181,11 +279,11 @@ def list_files(paths, ignored: list[str] | None = None) -> list[SourceFile]:
     out: list[SourceFile] = []
     for raw in paths:
         text = os.path.expanduser(str(raw))
-        matches = sorted(glob.glob(text, recursive=True)) if is_glob(text) else [text]
+        matches = expand_glob(text) if is_glob(text) else [text]
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                _walk(p, out, ignored)
+                _walk(p, out, ignored, issues)
             elif p.is_file():
                 fmt, comp = classify(p)
                 if fmt:
@@ -247,20 +345,24 @@ def split_utf8(data: bytes) -> tuple[bytes, bytes]:
     return data[:cut], data[cut:]
 
 
-def _lines(file: SourceFile, issues: FileIssues) -> Iterator[str]:
-    """Decoded lines of a text/jsonl file; long lines split (text) or skipped (jsonl)."""
+def _lines(file: SourceFile, issues: FileIssues, opts: ReadOptions | None = None) -> Iterator[str]:
+    """Decoded lines of a text/jsonl file; long lines split (text) or skipped (jsonl); the file
+    stops at its limits (:class:`_Meter`)."""
     jsonl = file.fmt == "jsonl"
+    meter = _Meter(file, opts or ReadOptions(), issues)
     try:
         with open_binary(file) as f:
             carry = b""
             while True:
                 raw = f.readline(MAX_LINE_BYTES)
-                if not raw:
+                if not raw or not meter.allows(len(raw)):
                     break
                 if not raw.endswith(b"\n") and len(raw) >= MAX_LINE_BYTES:
                     if jsonl:  # drain the record and skip it
                         while raw and not raw.endswith(b"\n"):
                             raw = f.readline(MAX_LINE_BYTES)
+                            if not meter.allows(len(raw)):
+                                return
                         issues.add(file.path, "jsonl_records_over_1MiB")
                         continue
                     issues.add(file.path, "long_line_pieces_split")
@@ -278,12 +380,12 @@ def _lines(file: SourceFile, issues: FileIssues) -> Iterator[str]:
 
 
 def _jsonl_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
-    for line in _lines(file, issues):
+    for line in _lines(file, issues, opts):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested thousands deep
             issues.add(file.path, "invalid_json_lines")
             continue
         if not isinstance(rec, dict):
@@ -301,40 +403,118 @@ def _jsonl_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
             continue
         lang = rec.get(opts.lang_field) if opts.lang_field else None
         unit = rec.get(opts.unit_field) if opts.unit_field else None
-        yield text, lang if isinstance(lang, str) and lang else None, unit
+        yield text, lang if isinstance(lang, str) and lang else None, _unit(unit, file, issues)
 
 
-def _table_batches(file: SourceFile, columns_of, issues: FileIssues):
-    """Record batches of a Parquet or Arrow file; ``columns_of(names)`` picks the columns."""
-    import pyarrow as pa
+def _unit(unit, file: SourceFile, issues: FileIssues):
+    """An alignment key must be a string or an integer (a dict key); anything else is dropped, counted."""
+    if unit is None or (isinstance(unit, (str, int)) and not isinstance(unit, bool)):
+        return unit
+    issues.add(file.path, "wrong_type_units")
+    return None
+
+
+def _parquet_batches(file: SourceFile, columns_of, meter: _Meter, issues: FileIssues):
+    """Record batches of a Parquet file, row group by row group; each group's decompressed size
+    (from the footer) is charged to ``meter`` before it is read, and long rows are read fewer at a
+    time. Text columns are read as dictionaries, so repeated values are not multiplied before
+    :func:`_texts_of` measures them."""
     import pyarrow.parquet as pq
 
+    pf = pq.ParquetFile(file.path)
+    cols = columns_of(pf.schema_arrow)
+    if cols is None:
+        return
+    md = pf.metadata
+    text_col = cols[0]
+    dict_cols = [c for c in cols if _is_string(pf.schema_arrow.field(c).type)]
+    pf = pq.ParquetFile(file.path, read_dictionary=dict_cols)
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                   if rg.column(j).path_in_schema.split(".")[0] in cols)
+        if not meter.allows(size):
+            return
+        text_bytes = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                         if rg.column(j).path_in_schema.split(".")[0] == text_col)
+        rows = max(1, min(ROWS_PER_READ, BATCH_READ_BYTES * max(1, rg.num_rows) // max(1, text_bytes)))
+        yield from pf.iter_batches(batch_size=rows, row_groups=[i], columns=cols)
+
+
+def _arrow_batches(file: SourceFile, columns_of, meter: _Meter, issues: FileIssues):
+    """Record batches of an Arrow IPC file (stream or file format), read from a plain file handle
+    (never memory-mapped: a damaged offset cannot fault on a page past the end). The batches'
+    decompressed sizes are read from their metadata first (:func:`embscope.formats.arrow_ipc.batch_sizes`);
+    each batch is validated in full before it is used."""
+    import pyarrow as pa
+
+    from embscope.formats.arrow_ipc import IpcError, batch_sizes
+
     try:
-        if file.fmt == "parquet":
-            pf = pq.ParquetFile(file.path)
-            cols = columns_of(pf.schema_arrow)
-            if cols is None:
-                return
-            yield from pf.iter_batches(batch_size=ROWS_PER_READ, columns=cols)
-            return
-        source = pa.memory_map(file.path, "r")
+        with pa.OSFile(file.path, "r") as src:
+            sizes = [n for kind, n in batch_sizes(src) if kind == "record batch"]
+    except IpcError:
+        issues.add(file.path, "invalid_arrow_batches")
+        return
+    with pa.OSFile(file.path, "r") as src:
         try:
-            reader = pa.ipc.open_stream(source)
+            reader = pa.ipc.open_stream(src)
+            batches = iter(reader)
         except pa.ArrowInvalid:
-            reader = pa.ipc.open_file(source)
-            cols = columns_of(reader.schema)
-            if cols is None:
-                return
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i).select(cols)
-            return
+            src.seek(0)
+            reader = pa.ipc.open_file(src)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
         cols = columns_of(reader.schema)
         if cols is None:
             return
-        for rb in reader:
-            yield rb.select(cols)
-    except (OSError, pa.ArrowException):
-        issues.add(file.path, "unreadable_files")
+        for size in sizes:
+            if not meter.allows(size):
+                return
+            try:
+                rb = next(batches)
+            except StopIteration:
+                return
+            rb = rb.select(cols)
+            try:
+                rb.validate(full=True)
+            except pa.ArrowInvalid:
+                issues.add(file.path, "invalid_arrow_batches")
+                continue
+            yield rb
+
+
+def _is_string(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _texts_of(rb, field_name: str, meter: _Meter):
+    """``(start, rows)`` slices of a record batch whose texts, once decoded, hold at most
+    :data:`BATCH_READ_BYTES` (a single longer value is a slice of its own); each slice's bytes
+    are charged to ``meter`` (a dictionary column's repeats are real bytes once decoded)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = rb.column(field_name)
+    if pa.types.is_dictionary(col.type):
+        lens = pc.take(pc.binary_length(col.dictionary), col.indices)
+        decoded_extra = True
+    else:
+        lens = pc.binary_length(col)
+        decoded_extra = False
+    lens = lens.fill_null(0).to_numpy(zero_copy_only=False)
+    start = 0
+    n = len(lens)
+    while start < n:
+        end, size = start, 0
+        while end < n and (end == start or size + int(lens[end]) <= BATCH_READ_BYTES):
+            size += int(lens[end])
+            end += 1
+        if decoded_extra and not meter.allows(size):
+            return
+        yield start, end - start
+        start = end
 
 
 def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
@@ -348,33 +528,59 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
             issues.add(file.path, "files_without_text_field")
             return None
         t = schema.field(opts.text_field).type
-        text_ok[0] = pa.types.is_string(t) or pa.types.is_large_string(t)
+        text_ok[0] = _is_string(t) or (pa.types.is_dictionary(t) and _is_string(t.value_type))
         return [opts.text_field] + [c for c in (opts.lang_field, opts.unit_field) if c and c in names]
 
+    meter = _Meter(file, opts, issues)
+    batches = (_parquet_batches if file.fmt == "parquet" else _arrow_batches)(file, columns_of, meter, issues)
     piece = MAX_LINE_BYTES // 4  # characters: at most 4 bytes each
-    for rb in _table_batches(file, columns_of, issues):
-        if not text_ok[0]:
-            issues.add(file.path, "wrong_type_records", rb.num_rows)
+    try:
+        for rb in batches:
+            if not text_ok[0]:
+                issues.add(file.path, "wrong_type_records", rb.num_rows)
+                continue
+            for start, rows in _texts_of(rb, opts.text_field, meter):
+                d = _pydict(rb.slice(start, rows), file, issues)
+                if d is None:
+                    continue
+                langs = d.get(opts.lang_field) if opts.lang_field else None
+                units = d.get(opts.unit_field) if opts.unit_field else None
+                langs = langs or [None] * rows
+                units = units or [None] * rows
+                for text, lang, unit in zip(d[opts.text_field], langs, units):
+                    if text is None:
+                        issues.add(file.path, "missing_text_records")
+                        continue
+                    if not text.strip():
+                        issues.add(file.path, "empty_text_records")
+                        continue
+                    lang = lang if isinstance(lang, str) and lang else None
+                    if len(text) > piece and len(text.encode("utf-8")) > MAX_LINE_BYTES:
+                        issues.add(file.path, "long_line_pieces_split")
+                        for i in range(0, len(text), piece):
+                            yield text[i:i + piece], lang, None
+                        continue
+                    yield text, lang, _unit(unit, file, issues)
+    except (OSError, pa.ArrowException):
+        issues.add(file.path, "unreadable_files")
+
+
+def _pydict(rb, file: SourceFile, issues: FileIssues) -> dict | None:
+    """``rb.to_pydict()``; rows with invalid UTF-8 in a string column are dropped and counted."""
+    try:
+        return rb.to_pydict()
+    except UnicodeDecodeError:
+        pass
+    rows: dict[str, list] = {name: [] for name in rb.schema.names}
+    for i in range(rb.num_rows):
+        try:
+            row = rb.slice(i, 1).to_pydict()
+        except UnicodeDecodeError:
+            issues.add(file.path, "invalid_utf8_records")
             continue
-        d = rb.to_pydict()
-        langs = d.get(opts.lang_field) if opts.lang_field else None
-        units = d.get(opts.unit_field) if opts.unit_field else None
-        langs = langs or [None] * rb.num_rows
-        units = units or [None] * rb.num_rows
-        for text, lang, unit in zip(d[opts.text_field], langs, units):
-            if text is None:
-                issues.add(file.path, "missing_text_records")
-                continue
-            if not text.strip():
-                issues.add(file.path, "empty_text_records")
-                continue
-            lang = lang if isinstance(lang, str) and lang else None
-            if len(text) > piece and len(text.encode("utf-8")) > MAX_LINE_BYTES:
-                issues.add(file.path, "long_line_pieces_split")
-                for i in range(0, len(text), piece):
-                    yield text[i:i + piece], lang, None
-                continue
-            yield text, lang, unit
+        for name in rows:
+            rows[name] += row[name]
+    return rows
 
 
 def iter_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
@@ -387,7 +593,7 @@ def iter_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
     elif file.fmt == "jsonl":
         yield from _jsonl_records(file, opts, issues)
     else:
-        for line in _lines(file, issues):
+        for line in _lines(file, issues, opts):
             line = line.rstrip("\r\n")
             if line.strip():
                 yield line, None, None

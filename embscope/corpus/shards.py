@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from embscope.corpus.stream import CorpusReport, corpus_files, iter_file
+from embscope.corpus.stream import CorpusReport, corpus_files, iter_file, past_corpus_limit
 
 #: a sampled pass hands out its texts in shards of about this many bytes
 UNIT_BYTES = 4 << 20
@@ -31,13 +31,18 @@ def corpus_shards(corpus, sample_bytes, batch_size, options, report) -> Iterator
 
     files = corpus_files(corpus, options, report)
     if sample_bytes is None:
-        for i, f in enumerate(files):
-            yield Shard(i, file=f)
+        index = 0
+        for f in files:
+            if not past_corpus_limit(f, options, report):  # checked as the shards' reports come back
+                yield Shard(index, file=f)
+                index += 1
         return
     used: Counter = Counter()
     unit: list = []
     size = index = 0
     for f in files:
+        if past_corpus_limit(f, options, report):
+            continue
         for batch in iter_file(f, options=options, batch_size=batch_size, report=report,
                                sample_bytes=sample_bytes, used=used):
             unit.append(batch)

@@ -58,7 +58,8 @@ from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadO
                                         SourceFile, is_glob, iter_records, list_files, sniff, stem)
 
 __all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarning", "ReadOptions",
-           "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang"]
+           "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang",
+           "past_corpus_limit"]
 
 #: a batch is flushed when its texts reach this many bytes (bounds memory with long lines)
 BATCH_BYTES = 4 << 20
@@ -131,7 +132,7 @@ class CorpusReport:
         return {"files_read": self.files_read, "texts": self.texts, "bytes": self.bytes,
                 "skipped": dict(sorted(self.skipped.items())),
                 "per_file": {f: dict(sorted(c.items())) for f, c in sorted(self.issues.per_file.items())},
-                "ignored_files": self.ignored_files,
+                "ignored_files": self.ignored_files, "bytes_read": self.issues.bytes_read,
                 "capped_languages": self.capped_languages, "lang_source": self.lang_source}
 
 
@@ -178,7 +179,7 @@ def corpus_files(paths, options: ReadOptions | None = None,
             raise CorpusError(f"corpus path {text!r} does not exist; pass a folder, a glob or a "
                               f"{READABLE} file")
     ignored: list[str] = []
-    files = list_files(paths, ignored)
+    files = list_files(paths, ignored, report.issues if report is not None else None)
     if report is not None:
         report.ignored_files += len(ignored)
     if not files and any(is_glob(str(p)) for p in paths) and not ignored:
@@ -251,6 +252,16 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
         report.files_read += 1
 
 
+def past_corpus_limit(file: SourceFile, options: ReadOptions | None, report: CorpusReport) -> bool:
+    """True (and ``file`` counted as ``files_past_corpus_bytes``) once the pass has read
+    ``options.max_corpus_bytes`` decompressed bytes: later files are not read."""
+    limit = (options or ReadOptions()).max_corpus_bytes
+    if report.issues.bytes_read < limit:
+        return False
+    report.issues.add(file.path, "files_past_corpus_bytes")
+    return True
+
+
 def _chain(first, rest):
     yield from first
     yield from rest
@@ -287,6 +298,8 @@ def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,
     report = report if report is not None else CorpusReport()
     used: Counter = Counter()  # bytes read per language
     for file in corpus_files(path, options, report):
+        if past_corpus_limit(file, options, report):
+            continue
         yield from iter_file(file, options=options, batch_size=batch_size, report=report,
                              sample_bytes=sample_bytes, used=used)
     finish(path, report)

@@ -55,6 +55,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from embscope.limits import Limits
 from embscope.text.script import label as script_label
 from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, count_words, unit_of, word_counts
 from embscope.tokenizer.base import Vocabulary
@@ -77,6 +78,10 @@ TOP_TOKENS = 200
 #: per-language accounting, and 4 M characters bound the window's memory
 WINDOW_TEXTS = 2048
 WINDOW_BYTES = 4 << 20
+#: the language that languages past ``max_languages`` are measured as (see :func:`count_batches`)
+OTHER = "other"
+#: characters of a folded language name kept to count distinct folded languages
+FOLDED_NAME_CHARS = 64
 
 
 @dataclass
@@ -188,14 +193,36 @@ class FertilityCounts:
 
     acc: dict = field(default_factory=dict)
     langs: dict = field(default_factory=dict)
+    #: languages measured as :data:`OTHER` because ``max_languages`` others came first
+    folded: set = field(default_factory=set)
 
 
-def count_batches(vocabs: Sequence[Vocabulary], batches) -> FertilityCounts:
-    """The map step: tokenise every batch with every tokenizer and count (see the module doc)."""
+def _fold(batches, out: FertilityCounts, max_languages: int):
+    """Batches with languages past the first ``max_languages`` renamed :data:`OTHER` (counted in
+    ``out.folded``): every language holds vocabulary-sized counts, so their number is bounded."""
+    from dataclasses import replace
+
+    kept: set = set(out.langs)
+    for batch in batches:
+        if batch.lang not in kept:
+            if batch.lang == OTHER or len(kept - {OTHER}) < max_languages:
+                kept.add(batch.lang)
+            else:
+                out.folded.add(batch.lang[:FOLDED_NAME_CHARS])
+                batch = replace(batch, lang=OTHER)
+        yield batch
+
+
+def count_batches(vocabs: Sequence[Vocabulary], batches, max_languages: int = Limits.languages) -> FertilityCounts:
+    """The map step: tokenise every batch with every tokenizer and count (see the module doc).
+
+    Languages past the first ``max_languages`` of the batches are counted together as
+    :data:`OTHER`."""
     import numpy as np
 
     out = FertilityCounts()
     acc, langs = out.acc, out.langs
+    batches = _fold(batches, out, max_languages)
 
     def account(batch, all_ids):
         la = langs.setdefault(batch.lang, _LangAcc())
@@ -285,12 +312,34 @@ def _by_language(batches, max_texts: int, max_bytes: int):
         yield list(groups.values())
 
 
-def merge_counts(earlier: FertilityCounts, later: FertilityCounts) -> FertilityCounts:
+def merge_counts(earlier: FertilityCounts, later: FertilityCounts,
+                 max_languages: int = Limits.languages) -> FertilityCounts:
     """The reduce step: ``later`` counted the batches right after ``earlier``'s (mutates ``earlier``).
 
     Sums add; the order-dependent samples (round-trip texts, word and script samples) are replayed
     in corpus order, so merging the shards' partials in shard order equals one pass exactly.
+    Languages new in ``later`` once ``earlier`` holds ``max_languages`` are added to
+    :data:`OTHER` (its sums are exact; its samples are those of its first shards).
     """
+    earlier.folded |= later.folded
+    room = [lang for lang in later.langs if lang not in earlier.langs and lang != OTHER]
+    fold = set(room[max(0, max_languages - len([g for g in earlier.langs if g != OTHER])):])
+    if fold:
+        earlier.folded |= {lang[:FOLDED_NAME_CHARS] for lang in fold}
+        acc, langs = {}, {}
+        for (k, lang), a in later.acc.items():
+            key = (k, OTHER if lang in fold else lang)
+            if key in acc:
+                acc[key].merge(a)
+            else:
+                acc[key] = a
+        for lang, la in later.langs.items():
+            name = OTHER if lang in fold else lang
+            if name in langs:
+                langs[name].merge(la)
+            else:
+                langs[name] = la
+        later = FertilityCounts(acc=acc, langs=langs, folded=later.folded)
     for key, a in later.acc.items():
         if key in earlier.acc:
             earlier.acc[key].merge(a)
@@ -323,7 +372,7 @@ def _flatten(ids: list[list[int]]):
 def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference: str = "eng",
             sample_bytes: int | None = None, embed=None, tokens=None,
             batch_size: int = 512, engine: "Engine | None" = None,
-            options: "ReadOptions | None" = None) -> LanguageResult:
+            options: "ReadOptions | None" = None, max_languages: int = Limits.languages) -> LanguageResult:
     """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
 
     Args:
@@ -339,6 +388,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         engine: where the pass runs (:class:`embscope.corpus.engine.Engine`: one process,
             local worker processes, or Ray); every engine gives the same numbers.
         options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).
+        max_languages: languages measured one by one; later ones are measured together as
+            :data:`OTHER` (``summary["languages_folded"]`` counts them).
 
     Returns:
         :class:`LanguageResult`.
@@ -355,7 +406,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     vocabs = list(vocabs)
     names = [v.name for v in vocabs]
     engine = engine or Engine()
-    counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs), merge_counts,
+    counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs, max_languages=max_languages),
+                              functools.partial(merge_counts, max_languages=max_languages),
                               engine=engine, sample_bytes=sample_bytes, batch_size=batch_size,
                               options=options, description="tokenising corpus")
     acc, langs = counts.acc, counts.langs
@@ -376,6 +428,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         "reference": reference,
         "reference_present": reference in langs,
         "languages": len(langs),
+        "max_languages": max_languages,
+        "languages_folded": len(counts.folded),
         "sample_bytes": sample_bytes,
         "segmentation": SEGMENTATION_NOTE,
         "word_sample_bytes": WORD_SAMPLE_BYTES,

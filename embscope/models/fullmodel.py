@@ -171,14 +171,17 @@ def load_causal_lm(model: "LoadedModel"):
 
 
 def _from_gguf(path: Path):
-    import importlib.util
+    """A float32 transformers model from a GGUF file, built the same way with or without
+    ``accelerate``: the config, an empty model from it, then the dequantised tensors.
 
+    ``from_pretrained(gguf_file=...)`` (the path transformers takes when ``accelerate`` is
+    installed) marks the model as quantised with gguf, and ``save_pretrained`` then refuses it
+    ("not serializable"), which broke ``--apply``/``--repair`` on GGUF models; the model built here
+    carries no quantiser and saves like any other.
+    """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if importlib.util.find_spec("accelerate") is not None:
-        return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                    dtype=torch.float32, trust_remote_code=False)
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
     with _memoised_gguf():

@@ -23,6 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from embscope.tokenizer.base import Vocabulary
 
 
+#: largest ``--threshold`` in robust sigmas: scores of real rows lie within about ±100
+MAX_THRESHOLD = 1000.0
+#: most ``--workers`` (processes or Ray CPUs): far above any machine, below every OS's process cap
+MAX_WORKERS = 4096
+
+
 @dataclass
 class RunOptions(Record):
     """Every knob of a run; recorded in ``summary.json`` under ``parameters``."""
@@ -70,6 +76,14 @@ class RunOptions(Record):
     device: str = "auto"
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
+    #: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults (docs/limits.md)
+    limits: list[str] = field(default_factory=list)
+
+    def bounds(self):
+        """The :class:`~embscope.limits.Limits` of this run (defaults raised by ``limits``)."""
+        from embscope.limits import parse_limits
+
+        return parse_limits(self.limits)
 
     def corpus_engine(self):
         """The :class:`~embscope.corpus.engine.Engine` these options ask for."""
@@ -81,7 +95,9 @@ class RunOptions(Record):
         """The :class:`~embscope.corpus.readers.ReadOptions` for record fields."""
         from embscope.corpus.readers import ReadOptions
 
-        return ReadOptions(text_field=self.text_field, lang_field=self.lang_field or None)
+        b = self.bounds()
+        return ReadOptions(text_field=self.text_field, lang_field=self.lang_field or None,
+                           max_file_bytes=b.file_bytes, max_corpus_bytes=b.corpus_bytes, max_ratio=b.ratio)
 
     def check(self) -> "RunOptions":
         """Refuse impossible values before any work (one-line :class:`SpecError`)."""
@@ -90,13 +106,19 @@ class RunOptions(Record):
         from embscope.errors import SpecError
         from embscope.extension.init import parse_init
         from embscope.geometry.indicators import DEFAULT_THRESHOLD
+        from embscope.limits import check_at_most
 
+        bounds = self.bounds()  # a bad --limit fails here
         for name in ("k", "top", "max_ngram", "min_freq"):
             if getattr(self, name) < 1:
                 raise SpecError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not math.isfinite(self.threshold):
-            raise SpecError(f"--threshold must be a finite number, got {self.threshold}; the default is "
-                           f"{DEFAULT_THRESHOLD}")
+        check_at_most("--top", self.top, bounds.top, "top")
+        check_at_most("--max-ngram", self.max_ngram, bounds.max_ngram, "max-ngram")
+        if not math.isfinite(self.threshold) or abs(self.threshold) > MAX_THRESHOLD:
+            raise SpecError(f"--threshold must be a number from -{MAX_THRESHOLD:g} to {MAX_THRESHOLD:g} (robust "
+                            f"sigmas), got {self.threshold}; the default is {DEFAULT_THRESHOLD:g}")
+        if self.workers is not None and self.workers > MAX_WORKERS:
+            raise SpecError(f"--workers must be at most {MAX_WORKERS}, got {self.workers}")
         if self.verify < 0:
             raise SpecError(f"--verify must be 0 or more, got {self.verify}")
         if self.sample_bytes is not None and self.sample_bytes < 1:

@@ -46,9 +46,14 @@ def languages_section(inputs: Inputs) -> SectionOutput:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
-                          engine=opts.corpus_engine(), options=opts.read_options())
+                          engine=opts.corpus_engine(), options=opts.read_options(),
+                          max_languages=opts.bounds().languages)
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
+        if res.summary.get("languages_folded"):
+            warnings.append(f"{corpus}: {res.summary['languages_folded']} languages past the first "
+                            f"{res.summary['max_languages']} were measured together as 'other'; raise "
+                            "--limit languages=N to measure each")
         if res.table.height > 1 and not res.summary.get("reference_present"):
             warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")

@@ -95,7 +95,19 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
         if inputs.data:
             from embscope.corpus.texts import read_texts
 
-            texts = [t for corpus in inputs.data for t in read_texts(corpus, options=opts.read_options())]
+            # all corpora together hold at most scan_bytes of text, whatever their languages
+            budget, texts, cut = opts.bounds().scan_bytes, [], []
+            for corpus in inputs.data:
+                if budget <= 0:
+                    cut.append(str(corpus))
+                    continue
+                part = read_texts(corpus, options=opts.read_options(), total_bytes=budget, cut=cut)
+                texts += part
+                budget -= sum(len(t.encode("utf-8")) for t in part)
+            for c in cut:
+                out.warnings.append(f"--corpus {c}: only the first {opts.bounds().scan_bytes:,} bytes of text "
+                                    "(all corpora together) were read for the flagged-row count; raise "
+                                    "--limit scan-bytes=N to read more")
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
                               cache_dir=opts.cache_dir, layout=opts.layout, knn_method=opts.knn_method,
