@@ -218,8 +218,8 @@ def read_tokens_table(path: str | Path):
     try:
         table = pl.read_parquet(io.BytesIO(data))
     except Exception as err:  # polars raises a dozen kinds for a file that is not Parquet
-        raise SpecError(f"--tokens {path} is not a Parquet file ({type(err).__name__}); pass the "
-                        "tokens.parquet of an embscope scan") from None
+        raise SpecError(f"--tokens {path} is not a Parquet file; pass the tokens.parquet of an embscope "
+                        "scan") from None
     if "flagged" not in table.columns or "token_id" not in table.columns:
         raise SpecError(f"--tokens {path} has no token_id and flagged columns; pass the tokens.parquet of "
                         "an embscope scan")

@@ -36,7 +36,7 @@ class Limits:
     #: decompressed bytes read from all corpus files of one pass; later files are skipped
     #: (counted as ``files_past_corpus_bytes``)
     corpus_bytes: int = 64 << 30
-    #: decompressed bytes per compressed byte of a file (checked once it has given 16 MiB): a
+    #: decompressed bytes per compressed byte of a file (checked once it has given 4 MiB): a
     #: file past it is a decompression bomb, and its rest is skipped (``files_over_ratio``).
     #: Text compresses 3-10x with zstd -19, repetitive logs about 30x; bombs 1,000-30,000x
     ratio: int = 200

@@ -319,3 +319,96 @@ def extend_applied(folder: Path, tmp_path: Path, capsys) -> dict:
                  "--min-freq", "2", "--no-diagnostics", "--apply", str(applied), "--out", str(tmp_path / "cand")])
     assert code == 0, capsys.readouterr().err
     return json.loads((applied / "embscope_extension.json").read_text())
+
+
+# ---------------------------------------------------------------- bombs and bounds (bounded by design)
+#
+# Each generator writes a small file that costs far more once read. The tests use sizes past the
+# reader's RATIO_FLOOR (4 MiB) and scale the issue's figures down where only the ratio matters;
+# bench-style full-size versions are in the closing note's measurements.
+
+MIB = 1 << 20
+
+
+def parquet_long_rows(p: Path, rows: int = 64, row_bytes: int = MIB, *, dictionary: bool = False) -> Path:
+    """``rows`` copies of a ``row_bytes`` text in one zstd row group (a few KB on disk). Built
+    from one value: the generator itself holds ``rows × row_bytes`` once, as Arrow does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    value = pa.array(["a" * row_bytes])
+    col = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), value) if dictionary \
+        else value.take(pa.array([0] * rows))
+    path = p / ("dict.parquet" if dictionary else "rows.parquet")
+    pq.write_table(pa.table({"text": col}), path, compression="zstd", use_dictionary=dictionary,
+                   row_group_size=rows)
+    return path
+
+
+def arrow_compressed(p: Path, rows: int = 32, row_bytes: int = MIB, *, stream: bool = False) -> Path:
+    """An Arrow IPC file with zstd-compressed buffers: ``rows × row_bytes`` in a few KB."""
+    import pyarrow as pa
+
+    table = pa.table({"text": pa.array(["x" * row_bytes]).take(pa.array([0] * rows))})
+    path = p / "bomb.arrow"
+    opts = pa.ipc.IpcWriteOptions(compression="zstd")
+    with (pa.ipc.new_stream if stream else pa.ipc.new_file)(str(path), table.schema, options=opts) as w:
+        w.write_table(table)
+    return path
+
+
+def zst_text(p: Path, data_bytes: int, line: bytes = b"\n", name: str = "c.txt.zst") -> Path:
+    """``data_bytes`` of ``line`` repeated, zstd-compressed as a stream (written in 1 MiB pieces)."""
+    import zstandard
+
+    path = p / name
+    chunk = line * (MIB // len(line))
+    with open(path, "wb") as fh, zstandard.ZstdCompressor(level=19).stream_writer(fh) as w:
+        for _ in range(data_bytes // len(chunk)):
+            w.write(chunk)
+    return path
+
+
+def arrow_tampered(p: Path, how: str) -> Path:
+    """An uncompressed Arrow IPC stream of three strings whose offsets buffer is damaged: ``past``
+    (an offset far past the data), ``negative``, or ``small`` (a few bytes past the data)."""
+    import pyarrow as pa
+
+    table = pa.table({"text": ["alpha", "beta", "gamma"]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    raw = bytearray(sink.getvalue().to_pybytes())
+    # the offsets buffer is [0, 5, 9, 14] as int32: find it and change its last entry
+    needle = struct.pack("<4i", 0, 5, 9, 14)
+    at = raw.index(needle)
+    value = {"past": 1 << 30, "negative": -8, "small": 20}[how]
+    raw[at + 12:at + 16] = struct.pack("<i", value)
+    path = p / f"tampered-{how}.arrow"
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def parquet_invalid_utf8(p: Path) -> Path:
+    """A Parquet string column holding one valid text and one with invalid UTF-8 bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = b"hello world\xff\xfe bad"
+    offsets = pa.py_buffer(struct.pack("<3i", 0, 11, len(data)))
+    col = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(data)])
+    path = p / "utf8.parquet"
+    pq.write_table(pa.table({"text": col}), path)
+    return path
+
+
+def jsonl_lines(p: Path, records: list, name: str = "c.jsonl", raw: list[bytes] = ()) -> Path:
+    path = p / name
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records) + b"".join(raw))
+    return path
+
+
+def corpus_summary(out: Path) -> dict:
+    """The corpus report of the first corpus of a fertility run's summary.json."""
+    summary = json.loads((out / "summary.json").read_text())
+    return next(iter(summary["sections"]["languages"]["corpora"].values()))

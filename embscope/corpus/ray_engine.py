@@ -30,16 +30,16 @@ def init(engine: Engine):
     """Connect to ``engine.ray_address`` / ``$RAY_ADDRESS``, or start a local Ray that listens on
     the loopback interface only (:func:`_loopback_only`)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home
+    address = engine.ray_address or os.environ.get("RAY_ADDRESS")
+    if address:
+        _reachable(address)  # before importing Ray: a dead address fails in seconds
     try:
         import ray
     except ImportError:
         raise EngineError("--engine ray needs Ray: pip install 'embscope[ray]'") from None
     if ray.is_initialized():
         return ray
-    address = engine.ray_address or os.environ.get("RAY_ADDRESS")
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if address:
-        _reachable(address)
     saved = _sigterm_handler()
     try:
         if address:

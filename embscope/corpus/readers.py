@@ -80,7 +80,7 @@ ROWS_PER_READ = 1024
 BATCH_READ_BYTES = 16 << 20
 #: decompressed bytes a file may give before the compression ratio is checked: small files of
 #: repetitive text compress far better than ``max_ratio`` and are no danger
-RATIO_FLOOR = 16 << 20
+RATIO_FLOOR = 4 << 20
 
 TEXT_FORMATS = {".txt": "text", ".md": "text", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 TABLE_FORMATS = {".parquet": "parquet", ".arrow": "arrow"}
@@ -127,6 +127,7 @@ class _Meter:
     def __init__(self, file: "SourceFile", opts: ReadOptions, issues: "FileIssues"):
         self.file, self.opts, self.issues = file, opts, issues
         self.n = 0
+        self.stopped: str | None = None  # the limit that stopped the file
         try:
             self.disk = max(1, os.path.getsize(file.path))
         except OSError:
@@ -134,14 +135,18 @@ class _Meter:
 
     def allows(self, nbytes: int) -> bool:
         """Count ``nbytes`` more; False (counted once) when the file passes a limit."""
-        self.n += nbytes
+        if self.stopped:
+            return False
+        n = self.n + nbytes
+        if n > self.opts.max_file_bytes:
+            self.stopped = "files_cut_at_file_bytes"
+        elif n > RATIO_FLOOR and n > self.opts.max_ratio * self.disk:
+            self.stopped = "files_over_ratio"
+        if self.stopped:
+            self.issues.add(self.file.path, self.stopped)
+            return False
+        self.n = n
         self.issues.bytes_read += nbytes
-        if self.n > self.opts.max_file_bytes:
-            self.issues.add(self.file.path, "files_cut_at_file_bytes")
-            return False
-        if self.n > RATIO_FLOOR and self.n > self.opts.max_ratio * self.disk:
-            self.issues.add(self.file.path, "files_over_ratio")
-            return False
         return True
 
 
@@ -354,6 +359,8 @@ def _lines(file: SourceFile, issues: FileIssues, opts: ReadOptions | None = None
         with open_binary(file) as f:
             carry = b""
             while True:
+                if not carry and not _skip_blank_lines(f, meter):
+                    break
                 raw = f.readline(MAX_LINE_BYTES)
                 if not raw or not meter.allows(len(raw)):
                     break
@@ -377,6 +384,22 @@ def _lines(file: SourceFile, issues: FileIssues, opts: ReadOptions | None = None
         if not _read_error(e):
             raise
         issues.add(file.path, "corrupt_compressed_files" if file.compression else "unreadable_files")
+
+
+def _skip_blank_lines(f, meter: _Meter) -> bool:
+    """At a line start: consume the run of blank lines ahead in one read (a file of a billion
+    newlines would otherwise cost a billion ``readline`` calls). False when the meter stops."""
+    peek = getattr(f, "peek", None)
+    while peek is not None:
+        head = peek(1 << 16)[:1 << 16]
+        blank = len(head) - len(head.lstrip(b" \t\r\n"))
+        cut = head.rfind(b"\n", 0, blank) + 1  # whole blank lines only: a line's own indent stays
+        if not cut:
+            return True
+        f.read(cut)
+        if not meter.allows(cut):
+            return False
+    return True
 
 
 def _jsonl_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
@@ -536,6 +559,8 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
     piece = MAX_LINE_BYTES // 4  # characters: at most 4 bytes each
     try:
         for rb in batches:
+            if meter.stopped:
+                break
             if not text_ok[0]:
                 issues.add(file.path, "wrong_type_records", rb.num_rows)
                 continue

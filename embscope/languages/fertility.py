@@ -319,7 +319,11 @@ def merge_counts(earlier: FertilityCounts, later: FertilityCounts,
     Sums add; the order-dependent samples (round-trip texts, word and script samples) are replayed
     in corpus order, so merging the shards' partials in shard order equals one pass exactly.
     Languages new in ``later`` once ``earlier`` holds ``max_languages`` are added to
-    :data:`OTHER` (its sums are exact; its samples are those of its first shards).
+    :data:`OTHER`. With :func:`count_batches` folding a shard's own languages past its first
+    ``max_languages``, a language is measured on its own when it is among the first
+    ``max_languages`` of the pass and of each shard it occurs in; the rest of its texts count as
+    :data:`OTHER`. The shards are the same on every engine (files, or the driver's sample
+    units), so every engine still gives the same numbers.
     """
     earlier.folded |= later.folded
     room = [lang for lang in later.langs if lang not in earlier.langs and lang != OTHER]
