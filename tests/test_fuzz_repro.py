@@ -252,7 +252,7 @@ def test_threshold_out_of_range_before_any_work(value, tmp_path, out, capsys):
     shown = {"1e308": "1e+308", "nan": "nan", "-inf": "-inf"}[value]
     with alarm(10):
         assert assert_one_line_error(argv, capsys, out.parent) == (
-            f"error: --threshold must be a number from -1000 to 1000 (robust sigmas), got {shown}; the default is 4")
+            f"error: --threshold must be a finite number from -1000 to 1000 (robust sigmas), got {shown}; the default is 4")
 
 
 @pytest.mark.parametrize("key, value, message", [

@@ -65,6 +65,9 @@ __all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarn
 BATCH_BYTES = 4 << 20
 #: bytes of text looked at for the script guess
 GUESS_BYTES = 64 << 10
+#: languages listed in ``lang_source`` and ``capped_languages`` (a corpus with a million distinct
+#: ``lang`` values would otherwise write a million entries into summary.json)
+MAX_LISTED_LANGUAGES = 4096
 
 _LANG_CODE = re.compile(r"^[a-z]{2,3}(?:[_-](?:[A-Za-z]{4}|[A-Za-z]{2}))?$")
 #: 2–3 letter file/folder names that are common words, not language codes
@@ -103,8 +106,8 @@ class CorpusReport:
     bytes: int = 0  # UTF-8 bytes of the texts yielded
     issues: FileIssues = field(default_factory=FileIssues)  # bad records: totals and per file
     ignored_files: int = 0  # files with a suffix the reader does not read
-    capped_languages: list[str] = field(default_factory=list)  # languages cut by sample_bytes
-    lang_source: dict[str, str] = field(default_factory=dict)  # lang → how it was decided
+    capped_languages: list[str] = field(default_factory=list)  # languages cut by sample_bytes (first 4,096)
+    lang_source: dict[str, str] = field(default_factory=dict)  # lang → how it was decided (first 4,096)
 
     @property
     def skipped(self) -> Counter:
@@ -123,8 +126,12 @@ class CorpusReport:
         self.bytes += later.bytes
         self.issues.update(later.issues)
         self.ignored_files += later.ignored_files
-        self.capped_languages += [c for c in later.capped_languages if c not in self.capped_languages]
+        seen = set(self.capped_languages)
+        self.capped_languages += [c for c in later.capped_languages if c not in seen]
+        del self.capped_languages[MAX_LISTED_LANGUAGES:]
         for lang, src in later.lang_source.items():
+            if len(self.lang_source) >= MAX_LISTED_LANGUAGES:
+                break
             self.lang_source.setdefault(lang, src)
 
     def as_dict(self) -> dict:
@@ -225,10 +232,11 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
             lang, src = path_lang, how
         else:
             lang, src = guessed or "und", "script guess"
-        report.lang_source.setdefault(lang, src)
+        if len(report.lang_source) < MAX_LISTED_LANGUAGES:
+            report.lang_source.setdefault(lang, src)
         nbytes = len(text.encode("utf-8"))
         if sample_bytes is not None and used[lang] + nbytes > sample_bytes:
-            if lang not in report.capped_languages:
+            if len(report.capped_languages) < MAX_LISTED_LANGUAGES and lang not in report.capped_languages:
                 report.capped_languages.append(lang)
             if rec_lang is None:
                 break  # the whole rest of this file is the same language

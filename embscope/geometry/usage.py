@@ -32,6 +32,9 @@ SAMPLE_CONVERSATION = (
 )
 #: texts per tokenizer call
 BATCH = 512
+#: characters per tokenizer call: 512 texts of 1 MiB would be half a gigabyte of text, and the
+#: encodings (ids, offsets, token strings) of it several gigabytes
+BATCH_CHARS = 4 << 20
 #: rows listed in the summary
 TOP_N = 50
 
@@ -96,15 +99,28 @@ def render_chat_template(model: "LoadedModel") -> tuple[str | None, str]:
     return None, f"render failed: {err}"
 
 
+def _chunks(texts: Sequence[str]):
+    """``(start, end)`` runs of at most :data:`BATCH` texts and :data:`BATCH_CHARS` characters (one
+    text may be longer): a tokenizer call's encodings cost far more memory than its text."""
+    start, size = 0, 0
+    for i, t in enumerate(texts):
+        if i > start and (i - start >= BATCH or size + len(t) > BATCH_CHARS):
+            yield start, i
+            start, size = i, 0
+        size += len(t)
+    if start < len(texts):
+        yield start, len(texts)
+
+
 def count_ids(model: "LoadedModel", texts: Sequence[str], wanted: np.ndarray) -> tuple[Counter, int]:
     """Occurrences of the ids where ``wanted`` (bool, n_rows) is true, and the total token count."""
     from embscope.progress import track
 
     counts: Counter = Counter()
     total = 0
-    batches = range(0, len(texts), BATCH)
-    for s in track(batches, total=len(batches), description="counting flagged tokens in the corpus"):
-        for ids in model.vocab.encode_batch(list(texts[s:s + BATCH])):
+    batches = list(_chunks(texts))
+    for s, e in track(batches, total=len(batches), description="counting flagged tokens in the corpus"):
+        for ids in model.vocab.encode_batch(list(texts[s:e])):
             a = np.asarray(ids, dtype=np.int64)
             total += len(a)
             a = a[(a >= 0) & (a < len(wanted))]

@@ -115,7 +115,7 @@ class RunOptions(Record):
         check_at_most("--top", self.top, bounds.top, "top")
         check_at_most("--max-ngram", self.max_ngram, bounds.max_ngram, "max-ngram")
         if not math.isfinite(self.threshold) or abs(self.threshold) > MAX_THRESHOLD:
-            raise SpecError(f"--threshold must be a number from -{MAX_THRESHOLD:g} to {MAX_THRESHOLD:g} (robust "
+            raise SpecError(f"--threshold must be a finite number from -{MAX_THRESHOLD:g} to {MAX_THRESHOLD:g} (robust "
                             f"sigmas), got {self.threshold}; the default is {DEFAULT_THRESHOLD:g}")
         if self.workers is not None and self.workers > MAX_WORKERS:
             raise SpecError(f"--workers must be at most {MAX_WORKERS}, got {self.workers}")
