@@ -44,8 +44,9 @@ class Limits:
     #: (counted in ``languages_folded``). Each language holds a vocabulary-sized count array
     languages: int = 1000
     #: bytes of text the scan holds in memory for ``--corpus`` (all corpora and languages
-    #: together); the rest is not read (counted as ``texts_past_scan_bytes``)
-    scan_bytes: int = 256 << 20
+    #: together); the rest is not read, and a warning names the corpus. 128 MiB keeps a scan of
+    #: SmolLM2-135M under 1 GB of memory, and is plenty to find which flagged rows a text produces
+    scan_bytes: int = 128 << 20
     #: largest ``--top`` (extension candidates): each one is a row of the extended matrix
     top: int = 100_000
     #: largest ``--max-ngram`` (words per extension term): the counted n-grams grow with it

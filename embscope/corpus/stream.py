@@ -65,6 +65,9 @@ __all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarn
 BATCH_BYTES = 4 << 20
 #: bytes of text looked at for the script guess
 GUESS_BYTES = 64 << 10
+#: most text held while looking ahead for that guess (a file whose first records all carry a
+#: ``lang`` field has nothing to guess from: its later unlabelled records are ``und``)
+LOOKAHEAD_BYTES = 4 << 20
 #: languages listed in ``lang_source`` and ``capped_languages`` (a corpus with a million distinct
 #: ``lang`` values would otherwise write a million entries into summary.json)
 MAX_LISTED_LANGUAGES = 4096
@@ -212,14 +215,17 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
     it = iter_records(file, options, report.issues)
     guessed = None
     if path_lang is None:
-        # Look ahead up to GUESS_BYTES of text without a lang field to guess the script.
-        pending, size = [], 0
+        # Look ahead up to GUESS_BYTES of text without a lang field to guess the script, and at
+        # most LOOKAHEAD_BYTES in all (records that carry a lang field would otherwise be held
+        # until the end of the file: 2.4 GB for a 200 KB .jsonl.zst).
+        pending, size, held = [], 0, 0
         for rec in it:
             pending.append(rec)
+            held += len(rec[0])
             if rec[1] is None:
                 size += len(rec[0])
-                if size >= GUESS_BYTES:
-                    break
+            if size >= GUESS_BYTES or held >= LOOKAHEAD_BYTES:
+                break
         sample = "\n".join(t for t, lang, _ in pending if lang is None)[:GUESS_BYTES]
         guessed = guess_lang(sample) if sample else None
         it = _chain(pending, it)

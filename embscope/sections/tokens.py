@@ -93,6 +93,9 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
 
         texts = None
         if inputs.data:
+            import warnings
+
+            from embscope.corpus.stream import CorpusWarning
             from embscope.corpus.texts import read_texts
 
             # all corpora together hold at most scan_bytes of text, whatever their languages
@@ -101,7 +104,13 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
                 if budget <= 0:
                     cut.append(str(corpus))
                     continue
-                part = read_texts(corpus, options=opts.read_options(), total_bytes=budget, cut=cut)
+                with warnings.catch_warnings(record=True) as caught:  # skipped input goes in the summary
+                    warnings.simplefilter("always", CorpusWarning)
+                    part = read_texts(corpus, options=opts.read_options(), total_bytes=budget, cut=cut)
+                out.warnings += [str(w.message) for w in caught if issubclass(w.category, CorpusWarning)]
+                for w in caught:
+                    if not issubclass(w.category, CorpusWarning):
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
                 texts += part
                 budget -= sum(len(t.encode("utf-8")) for t in part)
             for c in cut:
