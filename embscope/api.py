@@ -217,7 +217,7 @@ def read_tokens_table(path: str | Path):
         raise SpecError(str(err)) from None
     try:
         table = pl.read_parquet(io.BytesIO(data))
-    except Exception as err:  # polars raises a dozen kinds for a file that is not Parquet
+    except Exception:  # polars raises a dozen kinds for a file that is not Parquet
         raise SpecError(f"--tokens {path} is not a Parquet file; pass the tokens.parquet of an embscope "
                         "scan") from None
     if "flagged" not in table.columns or "token_id" not in table.columns:

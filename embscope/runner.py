@@ -63,7 +63,7 @@ def corpus_path(spec: str | Path) -> Path:
     >>> corpus_path("medical").name
     'medical'
     """
-    from embscope.corpus.readers import is_glob
+    from embscope.corpus.listing import is_glob
 
     path = Path(spec).expanduser()
     if is_glob(str(spec)):  # a glob is expanded by the reader (which says when it matches nothing)

@@ -332,7 +332,7 @@ def test_glob_does_not_follow_folder_links(tmp_path, out, capsys):
     for i in range(6):
         (root / "a" / "b" / f"up{i}").symlink_to(root)
         (root / "a" / f"up{i}").symlink_to(root)
-    from embscope.corpus.readers import expand_glob
+    from embscope.corpus.listing import expand_glob
 
     with alarm(20):
         assert expand_glob(str(root / "**" / "*.txt")) == [str(root / "a" / "b" / "eng.txt")]

@@ -14,14 +14,8 @@ What is read (the suffix decides; a compression suffix is looked through first):
 ``.zstd`` ``.bz2``  ``notes.txt.gz``): decompressed as a stream, never whole
 ==================  ===========================================================================
 
-A folder is walked recursively in sorted order, hidden entries skipped. A folder saved by HF
-``datasets`` (``state.json`` next to ``dataset_info.json``) is read through the file list in its
-``state.json`` (``_data_files``), so cache files that ``Dataset.map`` leaves beside the data
-(``cache-*.arrow``) are not read twice; a ``DatasetDict`` folder (``dataset_dict.json``) is one
-such folder per split. The ``datasets`` package is not needed: the files are read with pyarrow.
-
-A path with ``*``, ``?`` or ``[`` is a glob (``data/**/*.jsonl.zst``; ``**`` recurses), expanded
-in sorted order. Several paths may be given; their files are read in the order given.
+Which files a corpus path (file, folder, HF dataset folder, glob) means:
+:mod:`embscope.corpus.listing`.
 
 Bounded memory: text files are read line by line through a cap of :data:`MAX_LINE_BYTES` per
 read; Parquet and Arrow files are read in record batches of at most :data:`BATCH_READ_BYTES` of
@@ -56,7 +50,6 @@ Bad input is never silently dropped. :class:`FileIssues` collects, per file, the
 from __future__ import annotations
 
 import bz2
-import glob
 import gzip
 import io
 import json
@@ -158,145 +151,6 @@ class SourceFile:
     root: str  # the corpus path it was found under (a folder, or the file itself)
     fmt: str  # text | jsonl | parquet | arrow
     compression: str | None  # gz | zst | bz2 | None
-
-
-def classify(path: Path) -> tuple[str | None, str | None]:
-    """``(format, compression)`` from the suffixes: ``eng.jsonl.zst`` → ``("jsonl", "zst")``."""
-    suffixes = [s.lower() for s in path.suffixes]
-    comp = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
-    if comp:
-        suffixes = suffixes[:-1]
-        return (TEXT_FORMATS.get(suffixes[-1]) if suffixes else None), comp
-    last = suffixes[-1] if suffixes else ""
-    return TEXT_FORMATS.get(last) or TABLE_FORMATS.get(last), None
-
-
-def stem(path: str | Path) -> str:
-    """File name without format and compression suffixes: ``eng.jsonl.gz`` → ``eng``."""
-    name = Path(path).name
-    for _ in range(2):
-        p = Path(name)
-        if p.suffix.lower() in COMPRESSIONS or p.suffix.lower() in TEXT_FORMATS or p.suffix.lower() in TABLE_FORMATS:
-            name = p.stem
-    return name
-
-
-def is_glob(path: str) -> bool:
-    return any(c in path for c in "*?[")
-
-
-def _hf_data_files(folder: Path) -> list[Path] | None:
-    """The data files of a folder saved by ``datasets.save_to_disk``, or None when it is not one."""
-    state = folder / "state.json"
-    if not state.is_file():
-        return None
-    try:
-        meta = json.loads(state.read_text(encoding="utf-8"))
-        names = [d["filename"] for d in meta.get("_data_files", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return [folder / n for n in names if isinstance(n, str) and "/" not in n and "\\" not in n]
-
-
-def _outside(p: Path, root: Path) -> bool:
-    """True for a symlink (or a file below one) under ``root`` whose target lies outside ``root``."""
-    try:
-        real = p.resolve()
-        return real != root.resolve() and root.resolve() not in real.parents
-    except (OSError, RuntimeError):  # a link loop
-        return True
-
-
-def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIssues | None) -> None:
-    hf_dirs: dict[Path, list[Path]] = {}
-    emitted: set[Path] = set()
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).parts
-        if any(part.startswith(".") for part in rel) or not p.is_file():
-            continue
-        if _outside(p, root):  # links are followed only inside the corpus folder
-            if issues is not None:
-                issues.add(p, "symlinks_outside_root")
-            continue
-        folder = p.parent
-        if folder not in hf_dirs:
-            hf_dirs[folder] = _hf_data_files(folder) or []
-        listed = hf_dirs[folder]
-        if listed:  # an HF dataset folder: only its listed data files, in listed order
-            if folder not in emitted:
-                emitted.add(folder)
-                out.extend(SourceFile(str(f), str(root), "arrow", None) for f in listed
-                           if f.is_file() and not _outside(f, root))
-            elif p not in listed and p.suffix.lower() not in {".json"}:
-                ignored.append(str(p))
-            continue
-        fmt, comp = classify(p)
-        if fmt:
-            out.append(SourceFile(str(p), str(root), fmt, comp))
-        elif p.name not in {"dataset_info.json", "state.json", "dataset_dict.json"}:
-            ignored.append(str(p))
-
-
-def _match(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
-    """Path components against glob components, ``**`` matching any number of them."""
-    import fnmatch
-
-    if not pattern:
-        return not parts
-    if pattern[0] == "**":
-        return any(_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
-    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _match(parts[1:], pattern[1:])
-
-
-def expand_glob(pattern: str) -> list[str]:
-    """The paths a glob matches, sorted; ``**`` recurses without following symlinked folders (so
-    links that point back up cannot make the walk exponential), and hidden entries are skipped.
-
-    >>> expand_glob("corpora/udhr/en*.jsonl")  # doctest: +SKIP
-    ['corpora/udhr/eng.jsonl']
-    """
-    if "**" not in pattern:
-        return sorted(glob.glob(pattern))
-    parts = Path(pattern).parts
-    n = next(i for i, part in enumerate(parts) if is_glob(part))
-    base = Path(*parts[:n]) if n else Path(".")
-    rest = parts[n:]
-    found = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel = Path(dirpath).relative_to(base).parts
-        for name in dirnames + [f for f in filenames if not f.startswith(".")]:
-            if _match(rel + (name,), rest):
-                found.append(str(base / Path(*rel, name)) if n else str(Path(*rel, name)))
-    return sorted(found)
-
-
-def list_files(paths, ignored: list[str] | None = None, issues: FileIssues | None = None) -> list[SourceFile]:
-    """Expand corpus paths (files, folders, globs; one or a list) into readable files, in order.
-
-    ``ignored`` collects files with suffixes the reader does not read; ``issues`` counts links
-    that point outside their corpus folder (not followed). A path that matches nothing is
-    returned as no files; the caller decides whether that is an error.
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    ignored = ignored if ignored is not None else []
-    out: list[SourceFile] = []
-    for raw in paths:
-        text = os.path.expanduser(str(raw))
-        matches = expand_glob(text) if is_glob(text) else [text]
-        for m in matches:
-            p = Path(m)
-            if p.is_dir():
-                _walk(p, out, ignored, issues)
-            elif p.is_file():
-                fmt, comp = classify(p)
-                if fmt:
-                    out.append(SourceFile(str(p), str(p) if not is_glob(text) else str(p.parent), fmt, comp))
-                else:
-                    ignored.append(str(p))
-    seen: set[str] = set()
-    return [f for f in out if not (f.path in seen or seen.add(f.path))]
 
 
 def open_binary(file: SourceFile):

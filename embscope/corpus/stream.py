@@ -54,8 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embscope.errors import CorpusError
-from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions,
-                                        SourceFile, is_glob, iter_records, list_files, sniff, stem)
+from embscope.corpus.listing import is_glob, list_files, stem
+from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions, SourceFile,
+                                     iter_records, sniff)
 
 __all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarning", "ReadOptions",
            "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang",

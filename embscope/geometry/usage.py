@@ -33,8 +33,9 @@ SAMPLE_CONVERSATION = (
 #: texts per tokenizer call
 BATCH = 512
 #: characters per tokenizer call: 512 texts of 1 MiB would be half a gigabyte of text, and the
-#: encodings (ids, offsets, token strings) of it several gigabytes
-BATCH_CHARS = 4 << 20
+#: encodings (ids, offsets, token strings: about 70 bytes a token) of it several gigabytes; 1 M
+#: characters cost about 70 MB at once
+BATCH_CHARS = 1 << 20
 #: rows listed in the summary
 TOP_N = 50
 
