@@ -266,6 +266,27 @@ def check_target(out: str | Path, *, force: bool = False, inputs: Iterable[str |
                               f"(no {MARKER} marker); pass another --out")
 
 
+def check_distinct(targets: Iterable[tuple[str, str | Path | None]]) -> None:
+    """``[(flag, folder or None), ...]``: the run's output folders must be different and neither
+    inside another, or the last one written would replace (or sit inside) another's files.
+
+    >>> check_distinct([("--out", "r"), ("--apply", "r/m")])
+    Traceback (most recent call last):
+    ...
+    embscope.errors.OutputError: --apply r/m is inside --out r: the run would write one over the other; pass two separate folders
+    """
+    named = [(flag, str(p), Path(p).expanduser().resolve()) for flag, p in targets if p is not None]
+    for i, (fa, ta, a) in enumerate(named):
+        for fb, tb, b in named[i + 1:]:
+            if a == b:
+                raise OutputError(f"{fb} {tb} is the same folder as {fa}: the run would replace its own output; "
+                                "pass two separate folders")
+            for (fx, tx, x), (fy, ty, y) in (((fa, ta, a), (fb, tb, b)), ((fb, tb, b), (fa, ta, a))):
+                if y in x.parents:
+                    raise OutputError(f"{fx} {tx} is inside {fy} {ty}: the run would write one over the other; "
+                                    "pass two separate folders")
+
+
 @contextmanager
 def claim(out: str | Path, *, force: bool = False, inputs: Iterable[str | Path] = (),
           kind: str = "report") -> Iterator[Path]:

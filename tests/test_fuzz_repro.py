@@ -41,7 +41,7 @@ def test_gguf_tokenizer_never_runs_folder_code(tokenizer_model, tmp_path, out, c
     assert not asked and not (folder / "PWNED").exists()
 
 
-@pytest.mark.parametrize("command, has_flag", [("scan", True), ("audit", True), ("extend", False)])
+@pytest.mark.parametrize("command, has_flag", [("scan", True), ("audit", True), ("extend", True)])
 def test_pickle_refusal_names_no_flag_the_command_lacks(command, has_flag, tmp_path, out, corpus, capsys):
     """The refusal of a .bin-only folder suggests --trust-pickle only where the command has it."""
     argv = [command, "--model", str(bin_folder(tmp_path)), "--out", str(out)]
@@ -272,16 +272,17 @@ def test_config_maxima(key, value, message, tmp_path, capsys):
 
 
 def test_extend_tokens_fifo_and_non_parquet(tmp_path, out, corpus, capsys):
+    """Before: ``--tokens <FIFO>`` hung (ignoring SIGINT); a non-Parquet file was a polars traceback."""
     os.mkfifo(tmp_path / "tokens.parquet")
     (tmp_path / "tokens.txt").write_text("not parquet\n")
     base = ["extend", "--model", "smollm2-135m", "--corpus", str(corpus), "--out", str(out)]
     with alarm(20):
         msg = assert_one_line_error(base + ["--tokens", str(tmp_path / "tokens.parquet")], capsys, out.parent)
-    assert msg == (f"error: --tokens file {tmp_path / 'tokens.parquet'} is a FIFO (named pipe), not a regular "
+    assert msg == (f"error: tokens table {tmp_path / 'tokens.parquet'} is a FIFO (named pipe), not a regular "
                    "file; pass a real file")
     msg = assert_one_line_error(base + ["--tokens", str(tmp_path / "tokens.txt")], capsys, out.parent)
-    assert msg == (f"error: --tokens {tmp_path / 'tokens.txt'} is not a Parquet file; pass the tokens.parquet "
-                   "of an embscope scan")
+    assert msg.startswith("error: --tokens tokens.txt is not a readable Parquet file (")
+    assert msg.endswith("); pass the tokens.parquet of an earlier scan or audit")
 
 
 def test_ray_address_nobody_listens_fails_fast(tmp_path, out, corpus, capsys):
