@@ -153,7 +153,7 @@ def test_decompression_bombs_are_counted_skips(bomb, reason, tmp_path, out, caps
     folder = tmp_path / "corpus"
     folder.mkdir()
     bomb(folder)
-    with alarm(60):
+    with alarm(60):  # before: 1,024 x 1 MiB rows took 3.2 GB, 1 GB of newlines 9 minutes
         assert _fertility(_with_good_text(folder), out) == 0, capsys.readouterr().err
     corpus = corpus_summary(out)["corpus"]
     assert corpus["skipped"] == {reason: 1}
@@ -164,7 +164,7 @@ def test_decompression_bombs_are_counted_skips(bomb, reason, tmp_path, out, caps
 def test_file_and_corpus_byte_limits_are_counted(tmp_path, out, capsys):
     folder = tmp_path / "corpus"
     folder.mkdir()
-    (folder / "a.txt").write_text("alpha beta gamma\n" * 200_000)  # 3.4 MB
+    (folder / "a.txt").write_text(("alpha beta gamma " * 50 + "\n") * 4000)  # 3.4 MB
     (folder / "b.txt").write_text("delta epsilon\n" * 10)
     assert _fertility(folder, out, "--limit", "file-bytes=1M", "--limit", "corpus-bytes=512K") == 0, \
         capsys.readouterr().err
@@ -268,7 +268,7 @@ def test_config_maxima(key, value, message, tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({**CONFIG, key: value}))
     with alarm(20):
         msg = assert_one_line_error(["rope", "--model", str(tmp_path / "config.json")], capsys)
-    assert msg == f"error: {tmp_path / 'config.json'}: {message}" or msg == f"error: {message}"
+    assert msg == f"error: {message}"
 
 
 def test_extend_tokens_fifo_and_non_parquet(tmp_path, out, corpus, capsys):
