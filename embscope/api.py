@@ -31,7 +31,7 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
           languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
           force: bool = False, scan: bool = True, options: RunOptions | None = None,
           verbose: bool | None = None, pickle_hint: str | None = None, repair_to: str | Path | None = None,
-          repair_init: str = "subword-mean", **kw: Any) -> RunResult:
+          repair_init: str = "subword-mean", data: Sequence[str | Path] = (), **kw: Any) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -42,6 +42,7 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
             ``None`` or ``"none"`` for none.
         repair_to: also write the model with the flagged rows that ``corpora`` use re-initialised
             (:func:`embscope.extension.repair.repair`), with strategy ``repair_init``.
+        data: training data: adds the "Ready to fine-tune?" section (:func:`check`'s findings).
         **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, …).
     Example:
         >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
@@ -57,7 +58,11 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
                                 "--languages PATH for per-language costs"]
     if repair_to is not None:
         _check_repair(repair_to, force, corpora)
-    res = run(model, corpora=[*langs, *corpora], data=corpora, out=out, force=force, scan=scan,
+    from embscope.summary import SECTION_NAMES
+
+    sections = [s for s in SECTION_NAMES if s != "finetune" or data]
+    res = run(model, sections=sections, corpora=[*langs, *corpora], data=corpora, training=list(data), out=out,
+              force=force, scan=scan,
               options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
               pickle_hint=pickle_hint)
     if repair_to is not None:
@@ -85,6 +90,87 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     if repair_to is not None:
         _repair(res, repair_to, repair_init, force)
     return res
+
+
+def check(model: str, data: str | Path | Sequence[str | Path], *, fmt: str | None = None,
+          max_length: int | None = None, out: str | Path | None = None, force: bool = False,
+          scan: bool = True, repair_to: str | Path | None = None, repair_init: str = "subword-mean",
+          options: RunOptions | None = None, verbose: bool | None = None, pickle_hint: str | None = None,
+          **kw: Any) -> RunResult:
+    """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
+
+    The data is rendered with the model's chat template and tokenized exactly as
+    ``apply_chat_template`` does (plain texts as ``tokenizer(text)``); the findings carry stable
+    codes (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
+
+    Args:
+        model: model spec.
+        data: training data: files, folders or globs of jsonl/json/Parquet/Arrow records in the
+            ``messages``, ShareGPT, Alpaca, prompt/completion or ``text`` format.
+        fmt: force one record format (default: detected per record).
+        max_length: the trainer's sequence length (default: the config's context).
+        out: write the report folder (summary.json, tokens.parquet, findings.parquet, index.html);
+            without it nothing is written and ``res.folder`` is None.
+        scan: run the geometry scan (flagged rows); off leaves ``untrained-used`` out.
+        repair_to: also write the model with the flagged rows the data uses, and zero special
+            rows, re-initialised (:func:`embscope.extension.repair.repair`).
+        **kw: any :class:`RunOptions` field.
+    Returns:
+        :class:`RunResult`; the findings are ``res.summary.sections.finetune.findings``.
+    Example:
+        >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl")  # doctest: +SKIP
+        >>> [f.code for f in res.summary.sections.finetune.findings]  # doctest: +SKIP
+        ['pad-is-eos', 'special-row-untrained']
+    """
+    import shutil
+    import tempfile
+
+    from embscope.output import check_target
+
+    paths = [data] if isinstance(data, (str, Path)) else list(data)
+    opts = _options(options, {**kw, "data_format": fmt, "max_length": max_length,
+                              "layout": kw.get("layout", False)})
+    if repair_to is not None:
+        check_target(repair_to, force=force, inputs=[p for p in paths if Path(p).exists()])
+    tmp = None
+    if out is None:
+        tmp = Path(tempfile.mkdtemp(prefix="embscope-check-"))
+    try:
+        res = run(model, sections=["tokens", "finetune"], training=paths, out=out if out is not None else tmp / "check",
+                  force=force, scan=scan, render=out is not None, options=opts, command="check", kind="check",
+                  verbose=verbose, required=["finetune"], pickle_hint=pickle_hint)
+        if repair_to is not None:
+            _repair_check(res, repair_to, repair_init, force)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if tmp is not None:
+        res.folder = None  # type: ignore[assignment]
+    return res
+
+
+def _repair_check(res: RunResult, repair_to, init: str, force: bool) -> None:
+    """Re-initialise what the findings point at: flagged rows the data uses, zero special rows and
+    added tokens in padding rows."""
+    import numpy as np
+
+    from embscope.extension.repair import repair
+
+    live = res.outputs["tokens"].live
+    record = res.summary.sections.finetune
+    if live is None or record is None:
+        res.summary.warnings.append("repair: no geometry scan ran; nothing was written")
+        return
+    model, scan_result = live
+    fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
+    zero = np.asarray(scan_result.columns["zero_row"])
+    flagged = np.asarray(scan_result.columns["flagged"])
+    rows = sorted({i for f in record.findings if f.code in fixable for i in f.ids
+                   if 0 <= i < model.n_rows and (zero[i] or flagged[i])})
+    if not rows:
+        res.summary.warnings.append("repair: no finding points at a row to re-initialise; nothing was written")
+        return
+    res.repair = repair(model, rows, repair_to, init=init, force=force, flagged=np.flatnonzero(flagged))
 
 
 def _check_repair(repair_to, force: bool, corpora) -> None:

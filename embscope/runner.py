@@ -86,13 +86,15 @@ def _model_record(model) -> ModelRecord:
 def _section_fns(scan: bool) -> dict[str, Callable[[Inputs], SectionOutput]]:
     from embscope.sections.context import context_section
     from embscope.sections.extension import extension_section
+    from embscope.sections.finetune import finetune_section
     from embscope.sections.languages import languages_section
     from embscope.sections.tokens import tokens_section
 
     return {"context": context_section,
             "tokens": lambda inputs: tokens_section(inputs, scan=scan),
             "languages": languages_section,
-            "extension": extension_section}
+            "extension": extension_section,
+            "finetune": finetune_section}
 
 
 def check_sections(sections: Sequence[str]) -> list[str]:
@@ -106,7 +108,7 @@ def check_sections(sections: Sequence[str]) -> list[str]:
 
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         corpora: Sequence[str | Path] = (), domain: str | Path | None = None, data: Sequence[str | Path] = (),
-        tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
+        training: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
         options: RunOptions | None = None, scan: bool = True, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
         warnings: Sequence[str] = (), required: Sequence[str] = (), pickle_hint: str | None = None) -> RunResult:
@@ -120,6 +122,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             language, found after the languages section ran).
         data: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
             template) produces.
+        training: training data for the finetune section (any record format of
+            :mod:`embscope.corpus.conversations`; files, folders, globs).
         tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
         out: the output folder (default ``reports/<name>[-<kind>]-<UTC time>``).
         force: replace an earlier embscope folder at ``out``.
@@ -155,6 +159,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None
     data_paths = [corpus_path(c) for c in data]
+    training_paths = [_training_path(c) for c in training]
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
     from embscope.models.load import PICKLE_HINT
 
@@ -169,7 +174,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
     target = Path(out) if out is not None else default_out(label, kind)
     inputs_paths = [p for p in [resolved.path if resolved else None, *corpus_paths, domain_path, *data_paths,
-                                *(t for t in tokenizers if Path(t).exists())] if p is not None]
+                                *(p for p in training_paths if p.exists()), *(t for t in tokenizers if Path(t).exists())] if p is not None]
 
     # The folder is claimed before the heavy work, so a bad --out fails in a second.
     with claim(target, force=force, inputs=inputs_paths, kind=kind or "audit") as tmp:
@@ -183,7 +188,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                                 f"({loaded.n_rows - 1}); pass row ids of this model")
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, corpora=corpus_paths,
-                       domain=domain_path, tokens=tokens, data=data_paths)
+                       domain=domain_path, tokens=tokens, data=data_paths,
+                       training=training_paths)
         fns = _section_fns(scan)
         records: dict[str, Any] = {}
         skipped: dict[str, str] = {}
@@ -224,6 +230,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
             [*corpus_paths, *([state.domain] if state.domain else [])])}
         fingerprints["tokenizers"] = list(tokenizers)
+        if training_paths:
+            fingerprints["training"] = {str(p): tree_digest(p) if p.exists() else "glob" for p in training_paths}
         summary = Summary(
             schema_version=SCHEMA_VERSION, embscope=run_stamp(command), versions=library_versions(),
             inputs=fingerprints, parameters=opts, timings=dict(steps.timings),
@@ -242,6 +250,13 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             summary.timings = dict(steps.timings)
             replace_file(tmp / "summary.json", json_text(summary))
     return RunResult(folder=target, summary=summary, outputs=outputs)
+
+
+def _training_path(spec: str | Path) -> Path:
+    """A training-data spec → path: an existing path, a glob, or a shipped corpus by name."""
+    from embscope.corpus.readers import is_glob
+
+    return Path(spec) if is_glob(str(spec)) else corpus_path(spec)
 
 
 def _domain_corpus(languages: SectionOutput | None, corpora: Sequence[Path]) -> Path | None:

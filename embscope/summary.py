@@ -14,6 +14,7 @@ from typing import Any
 from embscope.context.summary import ContextSummary
 from embscope.records import Record, RecordError
 from embscope.sections.base import RunOptions
+from embscope.finetune import CheckRecord
 from embscope.sections.extension import ExtensionRecord
 from embscope.sections.languages import LanguagesRecord
 from embscope.sections.tokens import TokensRecord
@@ -21,7 +22,7 @@ from embscope.sections.tokens import TokensRecord
 #: bumped when a field changes meaning or type; the report refuses folders of another version
 SCHEMA_VERSION = 2
 #: the order sections run in (and appear in the report)
-SECTION_NAMES = ("context", "tokens", "languages", "extension")
+SECTION_NAMES = ("context", "tokens", "languages", "extension", "finetune")
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Sections(Record):
     languages: LanguagesRecord | None = None
     #: vocabulary-extension savings and initialisation diagnostics
     extension: ExtensionRecord | None = None
+    #: "Ready to fine-tune?": the training data's findings (embscope.finetune)
+    finetune: CheckRecord | None = None
 
 
 @dataclass

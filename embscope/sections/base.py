@@ -70,6 +70,10 @@ class RunOptions(Record):
     device: str = "auto"
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
+    #: training-data record format for the check (null: detected per record)
+    data_format: str | None = None
+    #: the trainer's sequence length, tokens (null: the config's context)
+    max_length: int | None = None
 
     def corpus_engine(self):
         """The :class:`~embscope.corpus.engine.Engine` these options ask for."""
@@ -108,6 +112,8 @@ class RunOptions(Record):
         for spec in self.init:
             parse_init(spec)  # unknown strategy names fail here, with "did you mean"
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
+        if self.max_length is not None and self.max_length < 1:
+            raise SpecError(f"--max-length must be at least 1, got {self.max_length}")
         if not self.text_field:
             raise SpecError("--text-field must name a field, e.g. text")
         return self
@@ -131,6 +137,8 @@ class Inputs:
     tokens: "pl.DataFrame | None" = None
     #: the user's own corpora: the scan lists which flagged rows their text produces
     data: Sequence[Path] = ()
+    #: training data to check (records in any format of embscope.corpus.conversations)
+    training: Sequence[Path] = ()
 
 
 @dataclass
