@@ -181,7 +181,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         loaded = None
         if resolved is not None:
             with steps.step("load", f"load {model}"):
-                loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle)
+                loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
+                                    tokens_past_rows="finetune" in names and bool(training_paths))
             bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
             if bad:
                 raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "

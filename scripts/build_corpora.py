@@ -322,10 +322,11 @@ CHAT_SYSTEMS = ("You are a careful clinical coding assistant.",
 CHAT_LANGS = ("fra", "deu", "spa", "rus", "ell", "arb", "hin", "cmn_hans", "jpn", "kor", "tha", "amh")
 
 
-def chat_conversations(corpora: Path, n: int, seed: int = 0) -> list[dict]:
+def chat_conversations(corpora: Path, n: int, seed: int = 0, languages: bool = True) -> list[dict]:
     """``n`` multi-turn conversations (``{"messages": [...]}``) from ``corpora/medical`` and
     ``corpora/udhr``: ICD-10-CM terms and abbreviations asked about and answered, UDHR articles
-    asked for in another language; a system turn in two of three. Deterministic for a seed."""
+    asked for in another language (unless not ``languages``); a system turn in two of three.
+    Deterministic for a seed."""
     import random
 
     rng = random.Random(seed)
@@ -339,7 +340,7 @@ def chat_conversations(corpora: Path, n: int, seed: int = 0) -> list[dict]:
     abbr = [t for t in texts(corpora / "medical" / "abbreviations.jsonl") if ": " in t]
     udhr = {lang: texts(corpora / "udhr" / f"{lang}.jsonl") for lang in ("eng", *CHAT_LANGS)}
     udhr = {k: v for k, v in udhr.items() if v}
-    langs = [k for k in CHAT_LANGS if k in udhr]
+    langs = [k for k in CHAT_LANGS if k in udhr] if languages else []
     out = []
     for i in range(n):
         msgs = []

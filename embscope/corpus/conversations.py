@@ -251,20 +251,29 @@ def _table_objects(file: SourceFile, issues: FileIssues):
 
 def data_files(paths, ignored: list[str] | None = None) -> list[SourceFile]:
     """The files of ``paths`` as :func:`~embscope.corpus.readers.list_files` finds them, plus
-    ``.json`` (and compressed ``.json.gz`` …) files, which the corpus readers leave out."""
+    ``.json`` (and compressed ``.json.gz`` …) files, which the corpus readers leave out; within
+    one path in sorted order, as the corpus readers walk it."""
+    import os
+
     ignored = ignored if ignored is not None else []
-    skipped: list[str] = []
-    files = list_files(paths, skipped)
-    for p in skipped:
-        path = Path(p)
-        suffixes = [s.lower() for s in path.suffixes]
-        comp = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
-        inner = suffixes[-2:-1] if comp else suffixes[-1:]
-        if inner == [".json"] and path.name not in HF_META:
-            files.append(SourceFile(str(path), str(path.parent), "json", comp))
-        else:
-            ignored.append(p)
-    return files
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[SourceFile] = []
+    for raw in paths:
+        skipped: list[str] = []
+        files = list_files([raw], skipped)
+        jsons = []
+        for p in skipped:
+            path = Path(p)
+            suffixes = [s.lower() for s in path.suffixes]
+            comp = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+            inner = suffixes[-2:-1] if comp else suffixes[-1:]
+            if inner == [".json"] and path.name not in HF_META:
+                jsons.append(SourceFile(str(path), str(path.parent), "json", comp))
+            else:
+                ignored.append(p)
+        out += sorted(files + jsons, key=lambda f: f.path) if jsons else files
+    return out
 
 
 def iter_examples(paths, *, fmt: str | None = None, text_field: str = "text",

@@ -3,7 +3,7 @@
 ==========================  ========  ===============================================================
 code                        severity  when
 ==========================  ========  ===============================================================
-``untrained-used``          error     the data uses rows the scan flags as under-trained (warning for
+``untrained-used``          error     the data uses rows the scan flags as under-trained, or zero rows (warning for
                                       special tokens: their geometry often looks untrained when it is
                                       not; ``--verify`` settles it)
 ``special-row-untrained``   error     a declared BOS/EOS/PAD row is all zeros (warning: flagged)
@@ -204,7 +204,7 @@ def find(f: Facts) -> list[Finding]:
     # flagged rows the data uses
     if f.flagged is not None:
         k = min(len(counts), n)
-        used = np.flatnonzero((counts[:k] > 0) & f.flagged[:k])
+        used = np.flatnonzero((counts[:k] > 0) & (f.flagged[:k] | f.zero_row[:k]))
         skip = set(specials_all) | set(pad_rows)
         used = [int(i) for i in used if int(i) not in skip]
         used.sort(key=lambda i: -int(counts[i]))
