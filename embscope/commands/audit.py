@@ -15,6 +15,7 @@ from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddr
 def audit(
     model: Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")] = "smollm2-135m",
     corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="domain corpus (folder/file or shipped name: medical); repeat for several")] = None,
+    data: Annotated[Optional[list[Path]], typer.Option("--data", "-d", help="training data (as for `check`): adds the \"Ready to fine-tune?\" section; repeat for several")] = None,
     languages: Annotated[str, typer.Option("--languages", help="multilingual corpus for per-language costs: udhr (shipped), none, or a path")] = "udhr",
     out: Out = None,
     force: Force = False,
@@ -46,7 +47,7 @@ def audit(
     from embscope.models.resolve import TRUST_PICKLE_HINT
 
     setup(quiet, verbose)
-    res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,
+    res = run_audit(model, corpora=corpus or [], data=[str(p) for p in data or []], languages=languages, out=out, force=force,
                     scan=not no_scan, k=k, layout=not no_map, unused_ids=parse_ids(unused_ids),
                     threshold=threshold, verify=verify, repair_to=repair, repair_init=repair_init,
                     reference=reference, sample_bytes=sample_bytes,
