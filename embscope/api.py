@@ -150,8 +150,8 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, fmt: str | Non
 
 
 def _repair_check(res: RunResult, repair_to, init: str, force: bool) -> None:
-    """Re-initialise what the findings point at: flagged rows the data uses, zero special rows and
-    added tokens in padding rows."""
+    """Re-initialise what the error-level findings point at: flagged or zero rows the data uses,
+    zero special rows and added tokens in padding rows."""
     import numpy as np
 
     from embscope.extension.repair import repair
@@ -165,7 +165,9 @@ def _repair_check(res: RunResult, repair_to, init: str, force: bool) -> None:
     fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
     zero = np.asarray(scan_result.columns["zero_row"])
     flagged = np.asarray(scan_result.columns["flagged"])
-    rows = sorted({i for f in record.findings if f.code in fixable for i in f.ids
+    # error-level findings only: a special row the scan merely flags (a warning) is often trained,
+    # and re-initialising SmolLM2's own <|im_start|> would break the chat model
+    rows = sorted({i for f in record.findings if f.code in fixable and f.severity == "error" for i in f.ids
                    if 0 <= i < model.n_rows and (zero[i] or flagged[i])})
     if not rows:
         res.summary.warnings.append("repair: no finding points at a row to re-initialise; nothing was written")

@@ -287,3 +287,19 @@ def test_out_folder_and_exit_codes(tmp_path, smol, train_data, capsys):
     assert "Ready to fine-tune?" in html and "pad-is-eos" in html
     assert main(["check", "--model", str(folder), "--data", str(tmp_path / "missing.jsonl"), "-q"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_repair_fixes_used_zero_rows(tmp_path, smol, train_data):
+    """--repair re-initialises what the findings point at: a zeroed row the data uses and the
+    zeroed EOS row (a rows file: the folder holds only the embedding)."""
+    from safetensors.torch import load_file
+
+    import embscope
+
+    stands = smol.vocab.encode(" stands")
+    folder = build_folder(tmp_path / "m", smol, zero_ids=[2, *stands])
+    res = embscope.check(str(folder), str(train_data), device="cpu", threshold=THRESHOLD,
+                         repair_to=str(tmp_path / "fixed"))
+    assert res.repair is not None and res.repair["token_ids"] == sorted([2, *stands])
+    rows = load_file(str(tmp_path / "fixed" / "repaired_rows.safetensors"))
+    assert rows["token_ids"].tolist() == sorted([2, *stands]) and float(rows["embed"].abs().min(dim=1).values.max()) > 0

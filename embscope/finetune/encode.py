@@ -97,32 +97,33 @@ def encode_examples(model: "LoadedModel", examples: Iterable["Example"], special
         if not batch_texts:
             return
         ids_list = model.vocab.encode_batch(batch_texts)
-        for (index, chat), text, ids in zip(batch_meta, batch_texts, ids_list):
-            enc.bytes += len(text.encode("utf-8"))
-            if chat:
-                if ids and ids[0] in bos:
-                    enc.double_bos["chat"].append(index)
-            else:
-                if ids and ids[0] in bos:
-                    enc.double_bos["text"].append(index)
+        enc.bytes += sum(len(t.encode("utf-8")) for t in batch_texts)
+        arrays = []
+        for (index, chat), ids in zip(batch_meta, ids_list):
+            if ids and ids[0] in bos:
+                enc.double_bos["chat" if chat else "text"].append(index)
+            if not chat:
                 ids = [*specials.prefix, *ids, *specials.suffix]
-            a = np.asarray(ids, dtype=np.int64)
-            enc.lengths.append(len(a))
-            enc.indices.append(index)
-            enc.tokens += len(a)
-            if not len(a):
-                continue
-            top = int(a.max()) + 1
+            arrays.append(np.asarray(ids, dtype=np.int64))
+        lengths = [len(a) for a in arrays]
+        enc.lengths += lengths
+        enc.indices += [index for index, _ in batch_meta]
+        enc.tokens += sum(lengths)
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+        if len(flat):
+            top = int(flat.max()) + 1
             if top > len(enc.counts):
                 enc.counts, enc.example_counts = _grow(enc.counts, top), _grow(enc.example_counts, top)
-            enc.counts += np.bincount(a, minlength=len(enc.counts))
-            u = np.unique(a)
-            enc.example_counts[u] += 1
-            hot = u[(u >= len(watch)) | watch[np.minimum(u, len(watch) - 1)]]
-            for i in hot.tolist():
+            enc.counts += np.bincount(flat, minlength=len(enc.counts))
+            uniq = [np.unique(a) for a in arrays]
+            distinct = np.concatenate(uniq)
+            enc.example_counts += np.bincount(distinct, minlength=len(enc.counts))
+            owner = np.repeat([index for index, _ in batch_meta], [len(u) for u in uniq])
+            hot = (distinct >= len(watch)) | watch[np.minimum(distinct, len(watch) - 1)]
+            for i, e in zip(distinct[hot].tolist(), owner[hot].tolist()):
                 kept = enc.where.setdefault(i, [])
                 if len(kept) < EXAMPLES:
-                    kept.append(index)
+                    kept.append(e)
         batch_texts.clear()
         batch_meta.clear()
 
