@@ -41,6 +41,7 @@ def check(
     data: Annotated[list[Path], typer.Option("--data", "-d", help="training data: jsonl/json/Parquet/Arrow file, folder or glob (messages, ShareGPT conversations, Alpaca, prompt/completion or text records); repeat for several")],
     fmt: Annotated[Optional[Format], typer.Option("--format", help="force one record format (default: detected per record)")] = None,
     max_length: Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the model's context)")] = None,
+    chat_template: Annotated[Optional[Path], typer.Option("--chat-template", help="render with this template file (.jinja) instead of the model's own, e.g. the instruct model's for a base model")] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="exit 1 when a finding reaches this severity (never: always 0)")] = FailOn.error,
     out: Out = None,
     force: Force = False,
@@ -63,7 +64,7 @@ def check(
     setup(quiet, verbose)
     res = run_check(model, [str(p) for p in data], fmt=fmt.value if fmt else None, max_length=max_length, out=out,
                     force=force, scan=not no_scan, repair_to=repair, repair_init=repair_init, threshold=threshold,
-                    k=k, text_field=text_field, device=device.value, trust_pickle=trust_pickle,
+                    k=k, text_field=text_field, chat_template=str(chat_template) if chat_template else None, device=device.value, trust_pickle=trust_pickle,
                     pickle_hint=TRUST_PICKLE_HINT)
     record = res.summary.sections.finetune
     print_warnings(res.warnings)

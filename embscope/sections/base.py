@@ -74,6 +74,8 @@ class RunOptions(Record):
     data_format: str | None = None
     #: the trainer's sequence length, tokens (null: the config's context)
     max_length: int | None = None
+    #: a chat template file (.jinja) to render the training data with (null: the model's own)
+    chat_template: str | None = None
 
     def corpus_engine(self):
         """The :class:`~embscope.corpus.engine.Engine` these options ask for."""

@@ -7,6 +7,8 @@ the scan's; without a scan the rules that need it are left out (and say so).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from embscope.sections.base import Inputs, SectionOutput
 
 
@@ -28,9 +30,15 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
         flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
     else:
         out.warnings.append("finetune: no geometry scan, so flagged rows the data uses are not checked")
+    template = ...
+    if opts.chat_template:
+        from embscope.formats.files import read_bytes
+
+        raw = read_bytes(Path(opts.chat_template), what="chat template", max_bytes=1 << 20)
+        template = raw.decode("utf-8", "replace")
     with inputs.steps.step("finetune", "read, render and tokenize the training data"):
         record = check_data(model, inputs.training, fmt=opts.data_format, text_field=opts.text_field,
-                            flagged=flagged, max_length=opts.max_length)
+                            flagged=flagged, max_length=opts.max_length, template=template)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
     out.live = record
