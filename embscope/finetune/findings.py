@@ -212,8 +212,8 @@ def find(f: Facts) -> list[Finding]:
         special = [i for i in used if cats[i] == "special"]
         if normal:
             add("untrained-used", "error",
-                f"the data uses {len(normal)} row(s) flagged as under-trained, {int(counts[normal].sum())} times "
-                f"in {int(enc.example_counts[normal].max()) if normal else 0}+ examples: large, badly scaled "
+                f"the data uses {len(normal)} row(s) flagged as under-trained (or zero), {int(counts[normal].sum())} "
+                f"times (the most used in {int(enc.example_counts[normal].max())} examples): large, badly scaled "
                 "gradients (NaN losses)", normal, int(counts[normal].sum()), _examples(enc, normal),
                 "re-initialise them before training (--repair OUT)")
         if special:
