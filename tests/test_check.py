@@ -303,3 +303,18 @@ def test_repair_fixes_used_zero_rows(tmp_path, smol, train_data):
     assert res.repair is not None and res.repair["token_ids"] == sorted([2, *stands])
     rows = load_file(str(tmp_path / "fixed" / "repaired_rows.safetensors"))
     assert rows["token_ids"].tolist() == sorted([2, *stands]) and float(rows["embed"].abs().min(dim=1).values.max()) > 0
+
+
+def test_byte_fallback_share_on_gemma3(tmp_path):
+    """Gemma-3's SentencePiece vocabulary spells scripts it lacks byte by byte: an info finding
+    (no scan needed)."""
+    import embscope
+
+    data = tmp_path / "rare.jsonl"
+    data.write_text(json.dumps({"text": "𐀀𐀁𐀂𐀃𐀄𐀅 𓀀𓀁𓀂𓀃 𒀀𒀁𒀂"}, ensure_ascii=False) + "\n"
+                    + json.dumps({"text": "plain english text here"}) + "\n", "utf-8")
+    res = embscope.check("gemma3-270m", str(data), scan=False, device="cpu")
+    record = res.summary.sections.finetune
+    f = next(f for f in record.findings if f.code == "unknown-tokens")
+    assert f.severity == "info" and f.count > 0.5 * record.tokens and f.ids and len(f.tokens) == len(f.ids)
+    assert any("no geometry scan" in w for w in res.warnings)
