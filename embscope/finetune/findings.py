@@ -260,7 +260,7 @@ def find(f: Facts) -> list[Finding]:
             "set tokenizer.chat_template (the instruct model's, or ChatML) or pass plain-text records")
     elif enc.untemplated:
         add("render-refused", "error", enc.template, (), len(enc.untemplated), enc.untemplated[:5],
-            "use a chat template that renders within the bounds (see docs/limits)")
+            "use a chat template that renders within the bounds (embscope/models/chat_template.py)")
     if enc.render_failed:
         total = sum(enc.render_failed.values())
         msg, _ = enc.render_failed.most_common(1)[0]
