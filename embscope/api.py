@@ -9,29 +9,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from embscope.models.registry import DEFAULT_MODEL
 from embscope.runner import DEFAULT_LANGUAGES, RunResult, corpus_path, run
 from embscope.sections.base import RunOptions
 
 
-def _options(options: RunOptions | None, kw: dict[str, Any]) -> RunOptions:
-    from embscope.errors import SpecError
-
-    opts = options or RunOptions()
-    unknown = sorted(set(kw) - set(RunOptions.__dataclass_fields__))
-    if unknown:
-        raise SpecError(f"unknown option(s) {unknown}; see embscope.RunOptions")
-    return replace(opts, **kw)
-
-
-def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
+def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
           languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
-          force: bool = False, scan: bool = True, options: RunOptions | None = None,
-          verbose: bool | None = None, pickle_hint: str | None = None, repair_to: str | Path | None = None,
-          repair_init: str = "subword-mean", data: Sequence[str | Path] = (), **kw: Any) -> RunResult:
+          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
+          data: Sequence[str | Path] = (), **kw: Any) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -40,10 +29,10 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
             extension candidates, and each adds its languages to the language table.
         languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
             ``None`` or ``"none"`` for none.
-        repair_to: also write the model with the flagged rows that ``corpora`` use re-initialised
-            (:func:`embscope.extension.repair.repair`), with strategy ``repair_init``.
         data: training data: adds the "Ready to fine-tune?" section (:func:`check`'s findings).
-        **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, …).
+        **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, ``scan``, …);
+            ``repair_to=OUT`` also writes the model with the flagged rows that ``corpora`` use
+            re-initialised (:func:`embscope.extension.repair.repair`, strategy ``repair_init``).
     Example:
         >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
     """
@@ -56,24 +45,13 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
-    if repair_to is not None:
-        _check_repair(repair_to, force, corpora)
-    from embscope.summary import SECTION_NAMES
-
-    sections = [s for s in SECTION_NAMES if s != "finetune" or data]
-    res = run(model, sections=sections, corpora=[*langs, *corpora], data=corpora, training=list(data), out=out,
-              force=force, scan=scan,
-              options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
-              pickle_hint=pickle_hint)
-    if repair_to is not None:
-        _repair(res, repair_to, repair_init, force)
-    return res
+    return run(model, corpora=[*langs, *corpora], data=corpora, training=list(data), out=out, force=force,
+               options=options, command="audit", verbose=verbose, warnings=notes, **kw)
 
 
 def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | None = None,
          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-         pickle_hint: str | None = None, repair_to: str | Path | None = None,
-         repair_init: str = "subword-mean", **kw: Any) -> RunResult:
+         **kw: Any) -> RunResult:
     """Under-trained and isolated rows: indicators, kNN graph, 2-D map (tokens section only).
 
     ``corpora`` (the user's data) lists which flagged rows the text and the model's chat template
@@ -83,19 +61,12 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     Example:
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
-    if repair_to is not None:
-        _check_repair(repair_to, force, corpora)
-    res = run(model, sections=["tokens"], data=corpora, out=out, force=force, options=_options(options, kw),
-              command="scan", kind="scan", verbose=verbose, required=["tokens"], pickle_hint=pickle_hint)
-    if repair_to is not None:
-        _repair(res, repair_to, repair_init, force)
-    return res
+    return run(model, sections=["tokens", "repair"], data=corpora, out=out, force=force, options=options,
+               command="scan", kind="scan", verbose=verbose, required=["tokens"], **kw)
 
 
-def check(model: str, data: str | Path | Sequence[str | Path], *, fmt: str | None = None,
-          max_length: int | None = None, out: str | Path | None = None, force: bool = False,
-          scan: bool = True, repair_to: str | Path | None = None, repair_init: str = "subword-mean",
-          options: RunOptions | None = None, verbose: bool | None = None, pickle_hint: str | None = None,
+def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Path | None = None,
+          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
           **kw: Any) -> RunResult:
     """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
 
@@ -107,14 +78,13 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, fmt: str | Non
         model: model spec.
         data: training data: files, folders or globs of jsonl/json/Parquet/Arrow records in the
             ``messages``, ShareGPT, Alpaca, prompt/completion or ``text`` format.
-        fmt: force one record format (default: detected per record).
-        max_length: the trainer's sequence length (default: the config's context).
         out: write the report folder (summary.json, tokens.parquet, findings.parquet, index.html);
             without it nothing is written and ``res.folder`` is None.
-        scan: run the geometry scan (flagged rows); off leaves ``untrained-used`` out.
-        repair_to: also write the model with the flagged rows the data uses, and zero special
-            rows, re-initialised (:func:`embscope.extension.repair.repair`).
-        **kw: any :class:`RunOptions` field.
+        **kw: any :class:`RunOptions` field: ``data_format`` (force one record format),
+            ``max_length`` (the trainer's sequence length; default the config's context),
+            ``chat_template`` (a template file instead of the model's own), ``scan=False`` (no
+            ``untrained-used``), ``threshold``, ``repair_to`` (also write the model with the rows
+            the error-level findings point at re-initialised), …; ``layout`` defaults to off.
     Returns:
         :class:`RunResult`; the findings are ``res.summary.sections.finetune.findings``.
     Example:
@@ -125,81 +95,19 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, fmt: str | Non
     import shutil
     import tempfile
 
-    from embscope.output import check_target
-
     paths = [data] if isinstance(data, (str, Path)) else list(data)
-    opts = _options(options, {**kw, "data_format": fmt, "max_length": max_length,
-                              "layout": kw.get("layout", False)})
-    if repair_to is not None:
-        check_target(repair_to, force=force, inputs=[p for p in paths if Path(p).exists()])
-    tmp = None
-    if out is None:
-        tmp = Path(tempfile.mkdtemp(prefix="embscope-check-"))
+    kw.setdefault("layout", False)
+    tmp = Path(tempfile.mkdtemp(prefix="embscope-check-")) if out is None else None
     try:
-        res = run(model, sections=["tokens", "finetune"], training=paths, out=out if out is not None else tmp / "check",
-                  force=force, scan=scan, render=out is not None, options=opts, command="check", kind="check",
-                  verbose=verbose, required=["finetune"], pickle_hint=pickle_hint)
-        if repair_to is not None:
-            _repair_check(res, repair_to, repair_init, force)
+        res = run(model, sections=["tokens", "finetune", "repair"], training=paths,
+                  out=out if out is not None else tmp / "check", force=force, render=out is not None,
+                  options=options, command="check", kind="check", verbose=verbose, required=["finetune"], **kw)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     if tmp is not None:
         res.folder = None  # type: ignore[assignment]
     return res
-
-
-def _repair_check(res: RunResult, repair_to, init: str, force: bool) -> None:
-    """Re-initialise what the error-level findings point at: flagged or zero rows the data uses,
-    zero special rows and added tokens in padding rows."""
-    import numpy as np
-
-    from embscope.extension.repair import repair
-
-    live = res.outputs["tokens"].live
-    record = res.summary.sections.finetune
-    if live is None or record is None:
-        res.summary.warnings.append("repair: no geometry scan ran; nothing was written")
-        return
-    model, scan_result = live
-    fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
-    zero = np.asarray(scan_result.columns["zero_row"])
-    flagged = np.asarray(scan_result.columns["flagged"])
-    # error-level findings only: a special row the scan merely flags (a warning) is often trained,
-    # and re-initialising SmolLM2's own <|im_start|> would break the chat model
-    rows = sorted({i for f in record.findings if f.code in fixable and f.severity == "error" for i in f.ids
-                   if 0 <= i < model.n_rows and (zero[i] or flagged[i])})
-    if not rows:
-        res.summary.warnings.append("repair: no finding points at a row to re-initialise; nothing was written")
-        return
-    res.repair = repair(model, rows, repair_to, init=init, force=force, flagged=np.flatnonzero(flagged))
-
-
-def _check_repair(repair_to, force: bool, corpora) -> None:
-    from embscope.errors import SpecError
-    from embscope.output import check_target
-
-    if not corpora:
-        raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
-    check_target(repair_to, force=force, inputs=[corpus_path(c) for c in corpora])
-
-
-def _repair(res: RunResult, repair_to, init: str, force: bool) -> None:
-    """Re-initialise the flagged rows the corpus uses; the manifest goes into ``res.repair``."""
-    import numpy as np
-
-    from embscope.extension.repair import repair
-
-    live = res.outputs["tokens"].live
-    if live is None:
-        return
-    model, scan_result = live
-    rows = scan_result.repair_rows(model.categories)
-    if not rows:
-        res.summary.warnings.append("repair: none of the flagged rows occurs in the corpus; nothing was written")
-        return
-    res.repair = repair(model, rows, repair_to, init=init, force=force,
-                        flagged=np.flatnonzero(np.asarray(scan_result.columns["flagged"])))
 
 
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
@@ -222,8 +130,8 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
         >>> compare(["gpt2", "cl100k_base"], "udhr").folder  # doctest: +SKIP
     """
     return run(None, sections=["languages"], corpora=[corpus], tokenizers=list(tokenizers), out=out,
-               force=force, options=_options(options, kw), command="compare" if len(tokenizers) > 1
-               else "fertility", kind="languages", verbose=verbose, required=["languages"])
+               force=force, options=options, command="compare" if len(tokenizers) > 1
+               else "fertility", kind="languages", verbose=verbose, required=["languages"], **kw)
 
 
 def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, force: bool = False,
@@ -244,14 +152,10 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
     corpus = corpus_path(corpus)
     if apply_to is not None:
         check_target(apply_to, force=force, inputs=[corpus])
-    table = None
-    if tokens is not None:
-        import polars as pl
-
-        table = pl.read_parquet(tokens)
+    table = read_tokens_table(tokens) if tokens is not None else None
     res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
-              options=_options(options, kw), command="extend", kind="extend", verbose=verbose,
-              required=["extension"], pickle_hint="")
+              options=options, command="extend", kind="extend", verbose=verbose,
+              required=["extension"], **kw)
     manifest = None
     live = res.outputs["extension"].live
     if apply_to is not None and live is not None:
@@ -274,3 +178,21 @@ def rope(model: str):
     from embscope.models.resolve import resolve_config
 
     return context_summary(resolve_config(model))
+
+
+def read_tokens_table(path: str | Path):
+    """A ``tokens.parquet`` of an earlier run (its ``flagged`` rows stay out of the extension's
+    means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`."""
+    import polars as pl
+
+    from embscope.errors import SpecError
+    from embscope.formats.files import check_regular
+
+    path = Path(path)
+    check_regular(path, what="tokens table")
+    try:
+        table = pl.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - polars raises many kinds for a damaged file
+        raise SpecError(f"--tokens {path.name} is not a readable Parquet file ({type(exc).__name__}); "
+                        "pass the tokens.parquet of an earlier scan or audit") from None
+    return table

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from embscope.commands.options import (THRESHOLD, Device, DeviceOpt, Force, Json, K, ModelOpt, Out, Quiet, Repair,
-                                       RepairInit, TextField, Threshold, TrustPickle, Verbose, print_json,
-                                       print_warnings, setup)
+from embscope.commands.options import (CHECK, LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, print_json,
+                                       print_warnings, run_options, setup)
 
 
 class FailOn(str, enum.Enum):
@@ -24,48 +23,27 @@ class FailOn(str, enum.Enum):
     never = "never"
 
 
-class Format(str, enum.Enum):
-    messages = "messages"
-    sharegpt = "sharegpt"
-    alpaca = "alpaca"
-    prompt_completion = "prompt-completion"
-    text = "text"
-
-
 #: rank of a severity, for --fail-on
 RANK = {"info": 0, "warning": 1, "error": 2, "never": 3}
 
 
+@run_options(*LOAD, "no_scan", *SCAN, *CHECK, "text_field")
 def check(
     model: ModelOpt,
     data: Annotated[list[Path], typer.Option("--data", "-d", help="training data: jsonl/json/Parquet/Arrow file, folder or glob (messages, ShareGPT conversations, Alpaca, prompt/completion or text records); repeat for several")],
-    fmt: Annotated[Optional[Format], typer.Option("--format", help="force one record format (default: detected per record)")] = None,
-    max_length: Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the model's context)")] = None,
-    chat_template: Annotated[Optional[Path], typer.Option("--chat-template", help="render with this template file (.jinja) instead of the model's own, e.g. the instruct model's for a base model")] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="exit 1 when a finding reaches this severity (never: always 0)")] = FailOn.error,
     out: Out = None,
     force: Force = False,
-    repair: Repair = None,
-    repair_init: RepairInit = "subword-mean",
-    no_scan: Annotated[bool, typer.Option("--no-scan", help="skip the geometry scan (no untrained-used findings)")] = False,
-    threshold: Threshold = THRESHOLD,
-    k: K = 10,
-    text_field: TextField = "text",
-    device: DeviceOpt = Device.auto,
-    trust_pickle: TrustPickle = False,
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
+    options=None,
 ) -> None:
     """Ready to fine-tune? Read the training data as the trainer will and report every vocabulary hazard."""
     from embscope.api import check as run_check
-    from embscope.models.resolve import TRUST_PICKLE_HINT
 
     setup(quiet, verbose)
-    res = run_check(model, [str(p) for p in data], fmt=fmt.value if fmt else None, max_length=max_length, out=out,
-                    force=force, scan=not no_scan, repair_to=repair, repair_init=repair_init, threshold=threshold,
-                    k=k, text_field=text_field, chat_template=str(chat_template) if chat_template else None, device=device.value, trust_pickle=trust_pickle,
-                    pickle_hint=TRUST_PICKLE_HINT)
+    res = run_check(model, [str(p) for p in data], out=out, force=force, options=options)
     record = res.summary.sections.finetune
     print_warnings(res.warnings)
     failed = any(RANK[f.severity] >= RANK[fail_on.value] for f in record.findings)
@@ -77,8 +55,8 @@ def check(
                     "exit": 1 if failed else 0})
     else:
         _print(record, res)
-        if repair is not None and res.repair is not None:
-            typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {repair}")
+        if res.repair is not None:
+            typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {options.repair_to}")
     if failed:
         raise typer.Exit(1)
 
@@ -90,8 +68,7 @@ def _print(record, res) -> None:
     from embscope.report.escape import display_token
 
     con = Console()
-    data = record.data
-    formats = ", ".join(f"{n} {k}" for k, n in data["formats"].items())
+    formats = ", ".join(f"{n} {k}" for k, n in record.data["formats"].items())
     con.print(Text(f"Ready to fine-tune? {record.examples} examples ({formats}), {record.tokens} tokens, "
                    f"longest {record.lengths['max']}, context {record.context or 'unknown'}; template: "
                    f"{record.template}"))

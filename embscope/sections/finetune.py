@@ -41,5 +41,11 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
                             flagged=flagged, max_length=opts.max_length, template=template)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
+    # what --repair rewrites: the rows error-level findings point at (flagged or zero rows the data
+    # uses, zero special rows, added tokens in padding rows); a special row the scan merely flags
+    # (a warning) is often trained, and re-initialising SmolLM2's own <|im_start|> would break it
+    fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
+    out.gives["repair_rows"] = sorted({i for f in record.findings if f.code in fixable and f.severity == "error"
+                                       for i in f.ids if 0 <= i < model.n_rows})
     out.live = record
     return out
