@@ -30,6 +30,7 @@ _LAZY = {
     "compare": "embscope.api",
     "extend": "embscope.api",
     "rope": "embscope.api",
+    "check": "embscope.api",
     "run": "embscope.runner",
     "RunResult": "embscope.runner",
     "RunOptions": "embscope.sections.base",

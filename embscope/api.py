@@ -20,7 +20,7 @@ from embscope.sections.base import RunOptions
 def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
           languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
           force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-          **kw: Any) -> RunResult:
+          data: Sequence[str | Path] = (), **kw: Any) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -29,6 +29,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
             extension candidates, and each adds its languages to the language table.
         languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
             ``None`` or ``"none"`` for none.
+        data: training data: adds the "Ready to fine-tune?" section (:func:`check`'s findings).
         **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, ``scan``, …);
             ``repair_to=OUT`` also writes the model with the flagged rows that ``corpora`` use
             re-initialised (:func:`embscope.extension.repair.repair`, strategy ``repair_init``).
@@ -44,8 +45,8 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
-    return run(model, corpora=[*langs, *corpora], data=corpora, out=out, force=force, options=options,
-               command="audit", verbose=verbose, warnings=notes, **kw)
+    return run(model, corpora=[*langs, *corpora], data=corpora, training=list(data), out=out, force=force,
+               options=options, command="audit", verbose=verbose, warnings=notes, **kw)
 
 
 def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | None = None,
@@ -62,6 +63,51 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     """
     return run(model, sections=["tokens", "repair"], data=corpora, out=out, force=force, options=options,
                command="scan", kind="scan", verbose=verbose, required=["tokens"], **kw)
+
+
+def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Path | None = None,
+          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
+          **kw: Any) -> RunResult:
+    """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
+
+    The data is rendered with the model's chat template and tokenized exactly as
+    ``apply_chat_template`` does (plain texts as ``tokenizer(text)``); the findings carry stable
+    codes (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
+
+    Args:
+        model: model spec.
+        data: training data: files, folders or globs of jsonl/json/Parquet/Arrow records in the
+            ``messages``, ShareGPT, Alpaca, prompt/completion or ``text`` format.
+        out: write the report folder (summary.json, tokens.parquet, findings.parquet, index.html);
+            without it nothing is written and ``res.folder`` is None.
+        **kw: any :class:`RunOptions` field: ``data_format`` (force one record format),
+            ``max_length`` (the trainer's sequence length; default the config's context),
+            ``chat_template`` (a template file instead of the model's own), ``scan=False`` (no
+            ``untrained-used``), ``threshold``, ``repair_to`` (also write the model with the rows
+            the error-level findings point at re-initialised), …; ``layout`` defaults to off.
+    Returns:
+        :class:`RunResult`; the findings are ``res.summary.sections.finetune.findings``.
+    Example:
+        >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl")  # doctest: +SKIP
+        >>> [f.code for f in res.summary.sections.finetune.findings]  # doctest: +SKIP
+        ['pad-is-eos', 'special-row-untrained']
+    """
+    import shutil
+    import tempfile
+
+    paths = [data] if isinstance(data, (str, Path)) else list(data)
+    kw.setdefault("layout", False)
+    tmp = Path(tempfile.mkdtemp(prefix="embscope-check-")) if out is None else None
+    try:
+        res = run(model, sections=["tokens", "finetune", "repair"], training=paths,
+                  out=out if out is not None else tmp / "check", force=force, render=out is not None,
+                  options=options, command="check", kind="check", verbose=verbose, required=["finetune"], **kw)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if tmp is not None:
+        res.folder = None  # type: ignore[assignment]
+    return res
 
 
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,

@@ -30,6 +30,7 @@ app = typer.Typer(
 _COMMAND_MODULES = [
     "embscope.commands.audit",
     "embscope.commands.scan",
+    "embscope.commands.check",
     "embscope.commands.languages",
     "embscope.commands.extend",
     "embscope.commands.rope",

@@ -111,7 +111,7 @@ def check_sections(sections: Sequence[str]) -> list[str]:
 
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         corpora: Sequence[str | Path] = (), domain: str | Path | None = None, data: Sequence[str | Path] = (),
-        tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
+        training: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
         options: RunOptions | None = None, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
         warnings: Sequence[str] = (), required: Sequence[str] = (), **kw: Any) -> RunResult:
@@ -126,6 +126,9 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             language, given by the languages section).
         data: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
             template) produces, and ``repair_to`` re-initialises them.
+        training: training data for the finetune section (any record format of
+            :mod:`embscope.corpus.conversations`; files, folders, globs); ``repair_to`` then
+            re-initialises the rows its error-level findings point at.
         tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
         out: the output folder (default ``reports/<name>[-<kind>]-<UTC time>``).
         force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
@@ -150,18 +153,20 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     from embscope.output import check_distinct, check_target, claim, default_out
 
     opts = RunOptions.build(options, **kw)
-    specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)]
+    specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
+             and ("training" not in BY_NAME[n].reads or training)]  # the check runs on training data only
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
     steps = Steps(verbose=verbose)
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None
     data_paths = [corpus_path(c) for c in data]
+    training_paths = [_training_path(c) for c in training]
     if opts.repair_to is not None:  # refused before any work, like --out
-        if not data_paths:
+        if not data_paths and not training_paths:
             raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
         check_distinct([("--out", out), ("--repair", opts.repair_to)])
-        check_target(opts.repair_to, force=force, inputs=data_paths)
+        check_target(opts.repair_to, force=force, inputs=[*data_paths, *(p for p in training_paths if p.exists())])
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
     resolved = resolve(model, trust_pickle=opts.trust_pickle) if model is not None else None
     if resolved is None and not tokenizers:
@@ -170,21 +175,23 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
     target = Path(out) if out is not None else default_out(label, kind)
     inputs_paths = [p for p in [resolved.path if resolved else None, *corpus_paths, domain_path, *data_paths,
-                                *(t for t in tokenizers if Path(t).exists())] if p is not None]
+                                *(p for p in training_paths if p.exists()), *(t for t in tokenizers if Path(t).exists())] if p is not None]
 
     # The folder is claimed before the heavy work, so a bad --out fails in a second.
     with claim(target, force=force, inputs=inputs_paths, kind=kind or "audit") as tmp:
         loaded = None
         if resolved is not None:
             with steps.step("load", f"load {model}"):
-                loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle)
+                loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
+                                    tokens_past_rows=any(s.name == "finetune" for s in specs) and bool(training_paths))
             bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
             if bad:
                 raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
                                 f"({loaded.n_rows - 1}); pass row ids of this model")
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, corpora=corpus_paths,
-                       domain=domain_path, tokens=tokens, data=data_paths, force=force)
+                       domain=domain_path, tokens=tokens, data=data_paths, force=force,
+                       training=training_paths)
         outputs: dict[str, SectionOutput] = {}
         for spec in specs:
             outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
@@ -193,6 +200,13 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                            [*warnings, *(w for r in outputs.values() for w in r.warnings)])
         _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
     return RunResult(folder=target, summary=summary, outputs=outputs)
+
+
+def _training_path(spec: str | Path) -> Path:
+    """A training-data spec → path: an existing path, a glob, or a shipped corpus by name."""
+    from embscope.corpus.readers import is_glob
+
+    return Path(spec) if is_glob(str(spec)) else corpus_path(spec)
 
 
 def _run_section(spec: Section, state: Inputs, steps: Steps, required: bool) -> SectionOutput:
@@ -229,6 +243,8 @@ def _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, 
     fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
         [*corpus_paths, *([state.domain] if state.domain else [])])}
     fingerprints["tokenizers"] = list(tokenizers)
+    if state.training:
+        fingerprints["training"] = {str(p): tree_digest(p) if p.exists() else "glob" for p in state.training}
     summary = Summary(
         schema_version=SCHEMA_VERSION, embscope=run_stamp(command), versions=library_versions(),
         inputs=fingerprints, parameters=opts, timings=dict(steps.timings),

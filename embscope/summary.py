@@ -16,6 +16,7 @@ from embscope.records import Record, RecordError
 from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
 from embscope.sections.languages import LanguagesRecord
+from embscope.finetune import CheckRecord
 from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
 
@@ -72,6 +73,8 @@ class Sections(Record):
     languages: LanguagesRecord | None = None
     #: vocabulary-extension savings and initialisation diagnostics
     extension: ExtensionRecord | None = None
+    #: "Ready to fine-tune?": the training data's findings (embscope.finetune)
+    finetune: CheckRecord | None = None
     #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)
     repair: RepairRecord | None = None
 

@@ -24,7 +24,7 @@ LAYERS = [
     ("corpus",),
     ("tokenizer",),
     ("models",),
-    ("tables", "schema", "context", "geometry", "languages", "extension"),
+    ("tables", "schema", "context", "geometry", "languages", "extension", "finetune"),
     ("sections",),
     ("summary",),
     ("report",),

@@ -16,6 +16,7 @@ from embscope.models.registry import DEFAULT_MODEL
 def audit(
     model: Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")] = DEFAULT_MODEL,
     corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="domain corpus (folder/file or shipped name: medical); repeat for several")] = None,
+    data: Annotated[Optional[list[Path]], typer.Option("--data", "-d", help="training data (as for `check`): adds the \"Ready to fine-tune?\" section; repeat for several")] = None,
     languages: Annotated[str, typer.Option("--languages", help="multilingual corpus for per-language costs: udhr (shipped), none, or a path")] = "udhr",
     out: Out = None,
     force: Force = False,
@@ -28,7 +29,7 @@ def audit(
     from embscope.api import audit as run_audit
 
     setup(quiet, verbose)
-    res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force, options=options)
+    res = run_audit(model, corpora=corpus or [], data=[str(p) for p in data or []], languages=languages, out=out, force=force, options=options)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})

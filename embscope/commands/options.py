@@ -38,6 +38,14 @@ class EngineKind(str, enum.Enum):
     ray = "ray"
 
 
+class DataFormat(str, enum.Enum):
+    messages = "messages"
+    sharegpt = "sharegpt"
+    alpaca = "alpaca"
+    prompt_completion = "prompt-completion"
+    text = "text"
+
+
 # ------------------------------------------------------------------ run options, declared once
 #
 # Every option that sets a field of embscope.sections.base.RunOptions is declared here, once: its
@@ -98,6 +106,12 @@ RUN_OPTS: dict[str, RunOpt] = {
     "workers": RunOpt("workers", Annotated[Optional[int], typer.Option("--workers", min=1, help="local: worker processes (default: all cores for corpora of 32 MB or more); ray: CPUs of a local Ray")]),
     "ray_address": RunOpt("ray_address", Annotated[Optional[str], typer.Option("--ray-address", help="an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")]),
     "text_field": RunOpt("text_field", Annotated[str, typer.Option("--text-field", help="text field of .jsonl records and Parquet/Arrow/HF-dataset columns")]),
+    # the pre-fine-tune check
+    "format": RunOpt("data_format", Annotated[Optional[DataFormat], typer.Option("--format", help="force one training-data record format (default: detected per record)")],
+                     to_field=lambda f: f.value if f is not None else None, from_field=lambda v: DataFormat(v) if v else None),
+    "max_length": RunOpt("max_length", Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the model's context)")]),
+    "chat_template": RunOpt("chat_template", Annotated[Optional[Path], typer.Option("--chat-template", help="render the training data with this template file (.jinja) instead of the model's own")],
+                            to_field=lambda p: str(p) if p is not None else None),
     "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
     # the bounds of docs/limits.md
     "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram); repeat for several; see docs/limits.md")],
@@ -108,6 +122,7 @@ LOAD = ("device", "trust_pickle")
 SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "repair", "repair_init")
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
+CHECK = ("format", "max_length", "chat_template")
 
 
 def run_options(*names: str) -> Callable:

@@ -46,7 +46,8 @@ class Usage:
 
     texts: int
     corpus_tokens: int
-    #: ``rendered`` or why the template was not used (``none shipped``, ``render failed: …``, ``off``)
+    #: ``rendered`` or why the template was not used (``none shipped``, ``render failed: …``,
+    #: ``render refused: …``, ``off``)
     template: str
     #: row id -> occurrences in the corpus (flagged ids only, zero counts omitted)
     corpus: dict[int, int] = field(default_factory=dict)
@@ -84,7 +85,7 @@ class Usage:
 def render_chat_template(model: "LoadedModel") -> tuple[str | None, str]:
     """``(text, status)``: the model's chat template rendered on :data:`SAMPLE_CONVERSATION` in a
     sandboxed Jinja environment (templates are untrusted text), or ``(None, why not)``."""
-    from embscope.models.chat_template import read_chat_template, render, special_token_strings
+    from embscope.models.chat_template import RenderRefused, read_chat_template, render, special_token_strings
 
     template = read_chat_template(model)
     if not template:
@@ -95,6 +96,8 @@ def render_chat_template(model: "LoadedModel") -> tuple[str | None, str]:
         try:
             text = render(template, messages, add_generation_prompt=True, **names)
             return text, "rendered"
+        except RenderRefused as exc:  # too much output, work or time: the template itself, not the turns
+            return None, str(exc)
         except Exception as exc:  # noqa: BLE001 - a template that does not render is reported, not fatal
             err = f"{type(exc).__name__}: {str(exc)[:120]}"
     return None, f"render failed: {err}"

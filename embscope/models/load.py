@@ -107,7 +107,8 @@ def _read_gguf(r: Resolved):
             names, dtype, [str(r.path)])
 
 
-def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False) -> LoadedModel:
+def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False,
+               tokens_past_rows: bool = False) -> LoadedModel:
     """Load the embedding (and untied output) matrix of a model, with its tokenizer.
 
     Args:
@@ -118,6 +119,9 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
             on CPU safetensors are memory-mapped, and each analysis converts row chunks to float32
             as it goes.
         trust_pickle: allow PyTorch ``.bin`` checkpoints (still ``weights_only=True``).
+        tokens_past_rows: accept a tokenizer with more tokens than the matrix has rows (a resize
+            forgotten after adding tokens: what ``embscope check`` reports as ``id-beyond-matrix``);
+            the ids past the rows have no row and no category.
 
     Returns:
         :class:`~embscope.models.model.LoadedModel`.
@@ -156,7 +160,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
 
     vocab = model_vocabulary(r)
     rows = int(embed.shape[0])
-    if vocab is not None and len(vocab) > rows:
+    if vocab is not None and len(vocab) > rows and not tokens_past_rows:
         raise VocabError(f"the tokenizer has {len(vocab)} tokens but the embedding has only {rows} rows; "
                          "the tokenizer does not belong to this model")
     return LoadedModel(spec=r.spec, name=r.name, source=r.source, path=str(r.path),

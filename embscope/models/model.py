@@ -58,7 +58,7 @@ class LoadedModel:
         cached = self.__dict__.get("_categories")
         if cached is None:
             cats = list(self.vocab.categories()) if self.vocab is not None else ["normal"] * self.n_rows
-            cats += ["padding"] * (self.n_rows - len(cats))
+            cats = cats[:self.n_rows] + ["padding"] * (self.n_rows - len(cats))  # ids past the rows: none
             self.__dict__["_categories"] = cached = cats
         return cached
 

@@ -151,7 +151,7 @@ def render_html(out_dir: Path) -> str:
     template = _env().from_string(_asset("page.html"))
     return template.render(
         model=v["model"], prov=v["prov"], params=v["parameters"], timings=v["timings"],
-        categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"],
+        categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"], ft=v.get("ft") or {},
         skipped=v["skipped"], warnings=v["warnings"], versions=v["versions"],
         tokens=payload["tokens"],
         languages=payload["languages"],

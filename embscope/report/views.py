@@ -137,6 +137,7 @@ def summary_view(s: Summary) -> dict[str, Any]:
         "geo": geometry_view(tokens.geometry if tokens is not None else None, categories),
         "ext": extension_view(s.sections.extension),
         "langs": languages_view(s.sections.languages),
+        "ft": getattr(s.sections, "finetune", None).to_dict() if getattr(s.sections, "finetune", None) else {},
         "skipped": s.skipped,
         "warnings": s.warnings,
         "versions": s.versions,

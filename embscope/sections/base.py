@@ -86,6 +86,12 @@ class RunOptions(Record):
     repair_init: str = "subword-mean"
     #: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults (docs/limits.md)
     limits: list[str] = field(default_factory=list)
+    #: training-data record format for the check (null: detected per record)
+    data_format: str | None = None
+    #: the trainer's sequence length, tokens (null: the config's context)
+    max_length: int | None = None
+    #: a chat template file (.jinja) to render the training data with (null: the model's own)
+    chat_template: str | None = None
 
     @classmethod
     def build(cls, options: "RunOptions | None" = None, **fields: Any) -> "RunOptions":
@@ -154,6 +160,8 @@ class RunOptions(Record):
         for spec in [*self.init, self.repair_init]:
             parse_init(spec)  # unknown strategy names fail here, with "did you mean"
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
+        if self.max_length is not None and self.max_length < 1:
+            raise SpecError(f"--max-length must be at least 1, got {self.max_length}")
         if not self.text_field:
             raise SpecError("--text-field must name a field, e.g. text")
         return self
@@ -180,6 +188,11 @@ class Inputs:
     data: Sequence[Path] = ()
     #: ``(model, ScanResult)`` of the geometry scan (given by the tokens section), or None
     scan: Any = None
+    #: training data to check (records in any format of embscope.corpus.conversations)
+    training: Sequence[Path] = ()
+    #: rows the check's error-level findings point at (given by the finetune section): what
+    #: ``--repair`` rewrites instead of the scan's used flagged rows; None without a check
+    repair_rows: list[int] | None = None
     #: a section that writes a folder of its own (repair) may replace an earlier embscope folder
     force: bool = False
 

@@ -15,7 +15,8 @@ tokens        model, data                            tokens, scan               
 languages     vocabs, model, corpora, tokens, domain domain (first 1-language    languages
                                                      corpus, when none given)
 extension     model, domain, tokens                  —                           candidates
-repair        model, scan, data                      —                           —
+finetune      model, tokens, training                repair_rows                 findings
+repair        model, scan, data, repair_rows         —                           —
 ============  =====================================  ==========================  ===================
 
 Adding a section: write ``sections/<name>.py`` (a function ``(Inputs) -> SectionOutput`` and its
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from embscope.context.summary import ContextSummary
+from embscope.finetune import CheckRecord
 from embscope.records import Record
 from embscope.sections.base import Inputs, RunOptions, SectionOutput
 from embscope.sections.extension import ExtensionRecord
@@ -74,7 +76,10 @@ SECTIONS: tuple[Section, ...] = (
             tables=("languages",), reads=("vocabs", "model", "corpora", "tokens", "domain"), gives=("domain",)),
     Section("extension", "embscope.sections.extension:extension_section", ExtensionRecord,
             tables=("candidates",), reads=("model", "domain", "tokens")),
-    Section("repair", "embscope.sections.repair:repair_section", RepairRecord, reads=("model", "scan", "data"),
+    Section("finetune", "embscope.sections.finetune:finetune_section", CheckRecord, tables=("findings",),
+            reads=("model", "tokens", "training"), gives=("repair_rows",)),
+    Section("repair", "embscope.sections.repair:repair_section", RepairRecord,
+            reads=("model", "scan", "data", "repair_rows"),
             enabled=lambda o: o.repair_to is not None),
 )
 #: section names in run order

@@ -49,7 +49,8 @@ def repair_section(inputs: Inputs) -> SectionOutput:
         return SectionOutput(skipped="the geometry scan did not run, so no row is flagged",
                              warnings=["repair: the scan did not run; nothing was written"])
     model, scan = inputs.scan
-    rows = scan.repair_rows(model.categories)
+    # a check names its rows (error-level findings); otherwise the flagged rows the data uses
+    rows = inputs.repair_rows if inputs.repair_rows is not None else scan.repair_rows(model.categories)
     if not rows:
         return SectionOutput(skipped="none of the flagged rows occurs in the data",
                              warnings=["repair: none of the flagged rows occurs in the corpus; nothing was written"])

@@ -1,0 +1,51 @@
+"""The finetune section: "Ready to fine-tune?" — the user's training data checked against the
+model (:mod:`embscope.finetune`); ``findings.parquet`` has one row per finding.
+
+It runs after the tokens section and reads its ``flagged`` column, so the under-trained rows are
+the scan's; without a scan the rules that need it are left out (and say so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from embscope.sections.base import Inputs, SectionOutput
+
+
+def finetune_section(inputs: Inputs) -> SectionOutput:
+    """Check ``inputs.training`` against ``inputs.model``."""
+    import numpy as np
+
+    from embscope.finetune import check_data, findings_frame
+
+    model = inputs.model
+    if model is None:
+        return SectionOutput(skipped="no model: the check tokenizes the data with the model's tokenizer")
+    if not inputs.training:
+        return SectionOutput(skipped="no training data: pass --data")
+    opts = inputs.options
+    flagged = None
+    out = SectionOutput()
+    if inputs.tokens is not None and "flagged" in inputs.tokens.columns:
+        flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
+    else:
+        out.warnings.append("finetune: no geometry scan, so flagged rows the data uses are not checked")
+    template = ...
+    if opts.chat_template:
+        from embscope.formats.files import read_bytes
+
+        raw = read_bytes(Path(opts.chat_template), what="chat template", max_bytes=1 << 20)
+        template = raw.decode("utf-8", "replace")
+    with inputs.steps.step("finetune", "read, render and tokenize the training data"):
+        record = check_data(model, inputs.training, fmt=opts.data_format, text_field=opts.text_field,
+                            flagged=flagged, max_length=opts.max_length, template=template)
+    out.record = record
+    out.tables["findings"] = findings_frame(record.findings)
+    # what --repair rewrites: the rows error-level findings point at (flagged or zero rows the data
+    # uses, zero special rows, added tokens in padding rows); a special row the scan merely flags
+    # (a warning) is often trained, and re-initialising SmolLM2's own <|im_start|> would break it
+    fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
+    out.gives["repair_rows"] = sorted({i for f in record.findings if f.code in fixable and f.severity == "error"
+                                       for i in f.ids if 0 <= i < model.n_rows})
+    out.live = record
+    return out
