@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
+from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, THRESHOLD, Repair, RepairInit, AuditVerify, VerifySample, VerifyTimeCap, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
                                        Threshold, TrustPickle, UnusedIds, Verbose,
                                        parse_ids, print_json, print_warnings, setup)
 
@@ -24,7 +24,9 @@ def audit(
     no_map: NoMap = False,
     unused_ids: UnusedIds = None,
     threshold: Threshold = THRESHOLD,
-    verify: Verify = 0,
+    verify: AuditVerify = None,
+    verify_sample: VerifySample = "top",
+    verify_time_cap: VerifyTimeCap = None,
     repair: Repair = None,
     repair_init: RepairInit = "subword-mean",
     reference: Reference = "eng",
@@ -48,7 +50,7 @@ def audit(
     setup(quiet, verbose)
     res = run_audit(model, corpora=corpus or [], languages=languages, out=out, force=force,
                     scan=not no_scan, k=k, layout=not no_map, unused_ids=parse_ids(unused_ids),
-                    threshold=threshold, verify=verify, repair_to=repair, repair_init=repair_init,
+                    threshold=threshold, verify=verify, verify_sample=verify_sample, verify_time_cap=verify_time_cap, repair_to=repair, repair_init=repair_init,
                     reference=reference, sample_bytes=sample_bytes,
                     engine=engine.value, workers=workers, ray_address=ray_address, text_field=text_field,
                     lang_field=lang_field,

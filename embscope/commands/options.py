@@ -31,7 +31,10 @@ K = Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours
 Threshold = Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score (robust sigmas of the strongest indicator) is at least this")]
 #: the default of --threshold (embscope.geometry.indicators.DEFAULT_THRESHOLD)
 THRESHOLD = 4.0
-Verify = Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on the top N flagged rows and N trained controls (causal LMs that fit in memory)")]
+Verify = Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows and up to 100 trained controls (causal LMs that fit in memory; at most 2000)")]
+AuditVerify = Annotated[Optional[int], typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows and up to 100 trained controls (default: 100 random flagged rows within 10 minutes when the whole weights fit in memory; 0: off; at most 2000)")]
+VerifySample = Annotated[str, typer.Option("--verify-sample", help="which flagged rows --verify checks: top (highest scores) or random (a seeded sample of all flags: estimates their precision)")]
+VerifyTimeCap = Annotated[Optional[float], typer.Option("--verify-time-cap", help="stop prompting after this many seconds (whole batches; the summary says so)")]
 Repair = Annotated[Optional[Path], typer.Option("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]
 RepairInit = Annotated[str, typer.Option("--repair-init", help="strategy for --repair: NAME or INPUT/OUTPUT (mean, subword-mean, ...)")]
 UnusedIds = Annotated[Optional[str], typer.Option("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, ModelOpt, NoMap, Out, Quiet, Threshold,
+from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, VerifySample, VerifyTimeCap, Device, DeviceOpt, Force, Json, K, ModelOpt, NoMap, Out, Quiet, Threshold,
                                        TrustPickle, UnusedIds, Verbose, parse_ids,
                                        print_json, print_warnings, setup)
 
@@ -22,6 +22,8 @@ def scan(
     unused_ids: UnusedIds = None,
     threshold: Threshold = THRESHOLD,
     verify: Verify = 0,
+    verify_sample: VerifySample = "top",
+    verify_time_cap: VerifyTimeCap = None,
     repair: Repair = None,
     repair_init: RepairInit = "subword-mean",
     no_map: NoMap = False,
@@ -37,7 +39,7 @@ def scan(
 
     setup(quiet, verbose)
     res = run_scan(model, corpora=corpus or [], out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),
-                   threshold=threshold, verify=verify, repair_to=repair, repair_init=repair_init, layout=not no_map, device=device.value,
+                   threshold=threshold, verify=verify, verify_sample=verify_sample, verify_time_cap=verify_time_cap, repair_to=repair, repair_init=repair_init, layout=not no_map, device=device.value,
                    trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT)
     print_warnings(res.warnings)
     if as_json:

@@ -79,6 +79,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: how many of the most under-trained normal tokens the summary lists
 TOP_N = 30
+#: verified rows listed in the summary at most (all of them on the models we measured)
+LIST_MAX = 500
 
 
 @dataclass
@@ -125,7 +127,8 @@ def _nullable(v: np.ndarray) -> Any:
 
 def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = None,
          threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
-         seed: int = 0, knn_method: str = "auto", verify: int = 0,
+         seed: int = 0, knn_method: str = "auto", verify: int = 0, verify_sample: str = "top",
+         verify_time_cap: float | None = None,
          corpus_texts: Sequence[str] | None = None, chat_template: bool = True) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
 
@@ -137,8 +140,12 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         cache_dir: kNN cache folder (default ``~/.cache/embscope/knn``).
         layout: compute the UMAP map (``x``, ``y``).
         seed: seeds the kNN sample, k-means, UMAP and the verification controls.
-        verify: check the top ``verify`` flagged rows (and as many trained controls) by prompting
-            the whole model; 0 skips it. A model that cannot load gets a note, not an error.
+        verify: check ``verify`` flagged rows (and as many trained controls, up to
+            :data:`~embscope.geometry.verify.MAX_CONTROLS`) by prompting the whole model; 0 skips
+            it. A model that cannot load gets a note, not an error.
+        verify_sample: ``top`` (the highest scores) or ``random`` (a seeded sample of all flags,
+            whose verified share estimates the precision of every flag).
+        verify_time_cap: seconds after which the prompting stops (whole batches; the record says so).
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
     Returns:
@@ -170,7 +177,8 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         from embscope.geometry.verify import verify_rows
 
         t = time.perf_counter()
-        verification = verify_rows(model, ind, verify, seed=seed)
+        verification = verify_rows(model, ind, verify, sample=verify_sample, seed=seed, texts=corpus_texts,
+                                   time_cap_s=verify_time_cap)
         verify_col = verification.column(n)
         timings["verify"] = time.perf_counter() - t
 
@@ -211,6 +219,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "isolated": ind.isolated,
         "flag_reason": ind.flag_reason,
         "verify_max_prob": verify_col,
+        "undertrained_status": status_column(ind.flagged, verification),
         **(usage.columns(n) if usage is not None else {"corpus_count": [None] * n, "template_count": [None] * n}),
         "neighbors": graph.neighbors.tolist(),
         "neighbor_sims": [list(map(float, r)) for r in graph.sims],
@@ -219,10 +228,62 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     }
     summary = _summary(cats, strings, scripts, ind, graph, threshold, tied)
     summary["verification"] = verification.to_dict() if verification is not None else None
+    summary.update(verdict_lists(columns["undertrained_status"], strings, ind, verification))
     summary["usage"] = usage.to_dict() if usage is not None else None
     summary["layout"] = layout_record
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
+
+
+#: values of the ``undertrained_status`` column
+STATUSES = ("verified", "candidate", "cleared", "control")
+
+
+def status_column(flagged: np.ndarray, verification: "Verification | None") -> list[str | None]:
+    """Per row: ``verified`` (prompting confirmed: max_prob < cut; flagged normal rows and the
+    special tokens checked in context), ``cleared`` (flagged, but the model predicts it: trained),
+    ``candidate`` (flagged, not checked: indicators only), ``control`` (a trained control), else
+    None."""
+    out: list[str | None] = ["candidate" if f else None for f in flagged]
+    if verification is None:
+        return out
+    ctrl = set(verification.control_ids)
+    for i, p in verification.max_prob.items():
+        if i in ctrl:
+            out[i] = "control"
+        elif p < verification.max_prob_cut:
+            out[i] = "verified"
+        elif flagged[i]:
+            out[i] = "cleared"
+    return out
+
+
+def verdict_lists(status: list[str | None], strings, ind, verification) -> dict[str, Any]:
+    """``verified_undertrained`` and ``candidates`` for the summary, kept apart: ``{count, rows}``
+    each (rows: ``id``, ``token``, ``score``, ``reason``, and ``max_prob`` for the verified), the
+    verified in full up to :data:`LIST_MAX`, the candidates by score up to :data:`TOP_N`; plus
+    ``cleared`` (flagged rows the prompting found trained)."""
+    score = ind.undertrained_score
+    probs = verification.max_prob if verification is not None else {}
+
+    def row(i):
+        r = {"id": int(i), "token": strings[i], "score": round(float(score[i]), 3), "reason": ind.flag_reason[i]}
+        if i in probs:
+            r["max_prob"] = probs[i]
+        return r
+
+    by = defaultdict(list)
+    for i, s in enumerate(status):
+        if s is not None:
+            by[s].append(i)
+    order = lambda ids: sorted(ids, key=lambda i: -float(np.nan_to_num(score[i], nan=-np.inf)))  # noqa: E731
+    return {
+        "verified_undertrained": None if verification is None or verification.n_checked is None else
+        {"count": len(by["verified"]), "rows": [row(i) for i in order(by["verified"])[:LIST_MAX]]},
+        "candidates": {"count": len(by["candidate"]), "rows": [row(i) for i in order(by["candidate"])[:TOP_N]]},
+        "cleared": None if verification is None or verification.n_checked is None else
+        {"count": len(by["cleared"]), "rows": [row(i) for i in order(by["cleared"])[:TOP_N]]},
+    }
 
 
 def _by_reason(ind) -> dict[str, int]:
