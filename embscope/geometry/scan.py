@@ -8,7 +8,8 @@ Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicator
 
 - raw indicators: ``in_norm``, ``out_norm`` (null when tied), ``zero_row``, ``magikarp_sim`` (null
   without reference), ``knot`` (mean cosine to the k nearest rows), ``isolation`` (1 − cosine to the
-  nearest row), ``knn_sim_k``;
+  nearest row), ``knn_sim_k``, ``neighbor_spread`` (mean relative distance to the k nearest rows, the
+  collapse gate);
 - evidence, robust z against the trained rows, positive toward "untrained": ``z_in_norm``,
   ``z_out_norm``, ``z_magikarp``, ``z_knot``, ``z_isolation`` (null where the indicator does not exist);
 - ``undertrained_score`` (max of the scored evidence), ``flagged``, ``isolated`` (own flag),
@@ -26,7 +27,8 @@ Summary keys (``summary.json`` → ``geometry``):
 ``flagged``
     ``normal`` (flagged normal rows), ``normal_share``, ``by_category``, ``by_reason`` (each
     indicator and ``zero``: flagged rows it fired on, all categories), ``zero_rows``, ``isolated``
-    (normal rows with the isolation flag).
+    (normal rows with the isolation flag), ``family`` (normal rows whose knot is a trained family,
+    not a collapse: not flagged, see ``collapse`` in :mod:`embscope.geometry.indicators`).
 ``threshold``, ``threshold_note``
     the cut and what it means on this run (scale, share of trained rows flagged, per indicator).
 ``indicators``
@@ -164,7 +166,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     cats = list(model.categories)
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
-                             unused_ids=unused_ids, threshold=threshold)
+                             unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors)
     script_of = _script_fn()
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
@@ -180,6 +182,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         verification = verify_rows(model, ind, verify, sample=verify_sample, seed=seed, texts=corpus_texts,
                                    time_cap_s=verify_time_cap)
         verify_col = verification.column(n)
+        confirm_flags(ind, verification)
         timings["verify"] = time.perf_counter() - t
 
     usage = None
@@ -211,6 +214,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "knot": ind.knot.astype(np.float32),
         "isolation": ind.isolation.astype(np.float32),
         "knn_sim_k": ind.knn_sim_k.astype(np.float32),
+        "neighbor_spread": _nullable(ind.spread) if ind.spread is not None else [None] * n,
         **{f"z_{name}": _nullable(ind.z[name]) if name in ind.z else [None] * n
            for name in (*SCORED, "isolation")},
         "script": scripts,
@@ -233,6 +237,17 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     summary["layout"] = layout_record
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
+
+
+def confirm_flags(ind, verification: "Verification") -> None:
+    """Flag the rows prompting confirmed although the indicators did not flag them: family rows
+    (knot without collapse) and special tokens checked in context. Controls stay as they are
+    (a failed control measures the check's false alarms)."""
+    ctrl = set(verification.control_ids)
+    for i in verification.verified_ids():
+        if i not in ctrl and not ind.flagged[i]:
+            ind.flagged[i] = True
+            ind.flag_reason[i] = ind.flag_reason[i] or "verified"
 
 
 #: values of the ``undertrained_status`` column
@@ -327,7 +342,9 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
                     "by_category": flagged_by_cat,
                     "by_reason": _by_reason(ind),
                     "zero_rows": int(ind.zero_row.sum()),
-                    "isolated": int(ind.isolated[normal].sum())},
+                    "isolated": int(ind.isolated[normal].sum()),
+                    "family": sum(1 for i in np.flatnonzero(normal & ~ind.flagged)
+                                  if ind.flag_reason[i] is not None and "family" in ind.flag_reason[i])},
         "threshold": threshold,
         "threshold_note": ind.note,
         "indicators": fit,

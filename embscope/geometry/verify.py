@@ -118,6 +118,9 @@ class Verification:
     #: the time cap the run was given (null: none) and whether it stopped there
     time_cap_s: float | None = None
     stopped_at_cap: bool = False
+    #: family rows (knot without collapse, not flagged) checked, and of those verified (flagged then)
+    family_checked: int | None = None
+    family_verified: int | None = None
     #: special and template tokens checked in context: {source (template, data), checked, verified,
     #: rows [{id, token, max_prob, verified}]}; null when none was used
     specials: dict[str, Any] | None = None
@@ -306,11 +309,22 @@ def context_texts(model: "LoadedModel", wanted: set[int], texts: Sequence[str] |
     return out, "+".join(src) or "none"
 
 
+def family_rows(ind: "Indicators", categories, n: int) -> list[int]:
+    """The ``n`` highest-scoring normal rows whose knot is a family, not a collapse (reason
+    ``family``, not flagged): checked too, so that a member the model cannot produce is found."""
+    cats = np.asarray(categories)
+    fam = [i for i, r in enumerate(ind.flag_reason) if r is not None and "family" in r and cats[i] == "normal"
+           and not ind.flagged[i]]
+    score = np.asarray(ind.undertrained_score)
+    return sorted(fam, key=lambda i: -float(score[i]))[:n]
+
+
 def pick_rows(ind: "Indicators", categories, n: int, n_vocab: int, *, sample: str = "top",
               seed: int = 0) -> tuple[list[int], list[int], int]:
     """``(candidates, controls, pool)``: ``n`` flagged normal rows (not in the reference set) by
     ``sample`` — the highest scores, or a seeded uniform sample — and ``min(n, MAX_CONTROLS)``
-    random trained rows (normal, unflagged, not in the reference, inside the tokenizer)."""
+    random trained rows (normal, unflagged, not a family row, not in the reference, inside the
+    tokenizer)."""
     if sample not in SAMPLES:
         from embscope.errors import SpecError
 
@@ -328,7 +342,8 @@ def pick_rows(ind: "Indicators", categories, n: int, n_vocab: int, *, sample: st
         cands = [int(i) for i in pool[np.argsort(-score, kind="stable")][:n]]
     else:
         cands = sorted(int(i) for i in rng.choice(pool, size=min(n, len(pool)), replace=False))
-    trained = np.flatnonzero(normal & ~flagged & ~ref & (np.arange(n_rows) < n_vocab))
+    family = np.array([r is not None and "family" in r for r in ind.flag_reason], bool)
+    trained = np.flatnonzero(normal & ~flagged & ~family & ~ref & (np.arange(n_rows) < n_vocab))
     controls = sorted(int(i) for i in rng.choice(trained, size=min(n, MAX_CONTROLS, len(trained)), replace=False))
     return cands, controls, len(pool)
 
@@ -336,8 +351,9 @@ def pick_rows(ind: "Indicators", categories, n: int, n_vocab: int, *, sample: st
 def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str = "top", seed: int = 0,
                 device: str | None = None, texts: Sequence[str] | None = None,
                 time_cap_s: float | None = None) -> Verification:
-    """Prompt-check ``n`` flagged normal rows (:func:`pick_rows`), the trained controls, and — in
-    context (:func:`in_context_probs`) — the special tokens the chat template or ``texts`` use.
+    """Prompt-check ``n`` flagged normal rows (:func:`pick_rows`), the trained controls, the ``n``
+    highest-scoring family rows (:func:`family_rows`), and — in context (:func:`in_context_probs`)
+    — the special tokens the chat template or ``texts`` use.
 
     ``time_cap_s`` stops after the batch that crosses it (the record says so); the rows not
     reached stay unchecked and are left out of ``n_checked``.
@@ -357,6 +373,7 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     if reason is not None:
         return Verification(**base, note=f"not verified: {reason}")
     cands, controls, pool = pick_rows(ind, model.categories, n, len(model.vocab), sample=sample, seed=seed)
+    families = family_rows(ind, model.categories, n)
     holder = placeholder_token(model.vocab, model.categories)
     prompts = build_prompts(model, holder) if holder is not None else []
     if not prompts:
@@ -376,15 +393,17 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         # means a capped run still has its precision, and the controls get the rest of the time
         probs = max_probs(lm, prompts, cands, dev, deadline=deadline)
         probs.update(max_probs(lm, prompts, controls, dev, deadline=deadline, description="verifying controls"))
+        probs.update(max_probs(lm, prompts, families, dev, deadline=deadline, description="verifying families"))
         prompt_seconds = time.perf_counter() - t1
         specials = _check_specials(model, ind, lm, dev, texts)
     finally:
         lm.to("cpu")
     checked = [i for i in cands if i in probs]
     ctrl = [i for i in controls if i in probs]
+    fam = [i for i in families if i in probs]
     ver = [probs[i] < MAX_PROB_CUT for i in checked]
     failed = [probs[i] < MAX_PROB_CUT for i in ctrl]
-    stopped = len(checked) < len(cands) or len(ctrl) < len(controls)
+    stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
     sp_probs = {r["id"]: r["max_prob"] for r in (specials or {}).get("rows", [])}
     k = int(sum(ver))
     what = "the highest-scoring flags" if sample == "top" else f"a random sample of all {pool} flagged normal rows"
@@ -397,10 +416,11 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         device=dev, seconds=round(time.perf_counter() - t0, 2),
         seconds_per_row=round(prompt_seconds / max(1, len(checked) + len(ctrl)), 3),
         stopped_at_cap=stopped, specials=specials,
+        family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
         note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
               f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
               + (f"; stopped at the {time_cap_s:g} s cap" if stopped else "")),
-        max_prob={**{i: round(probs[i], 6) for i in checked + ctrl}, **sp_probs}, control_ids=ctrl)
+        max_prob={**{i: round(probs[i], 6) for i in checked + ctrl + fam}, **sp_probs}, control_ids=ctrl)
 
 
 def _check_specials(model: "LoadedModel", ind: "Indicators", lm, device: str,

@@ -24,7 +24,8 @@ class GeometryRecord(Record):
     #: rows per category
     categories: dict[str, int]
     #: flagged rows: {normal, normal_share (fraction of normal rows), by_category {category: rows},
-    #: by_reason {indicator or zero: rows it fired on}, zero_rows, isolated (normal rows flagged isolated)}
+    #: by_reason {indicator or zero: rows it fired on}, zero_rows, isolated (normal rows flagged isolated),
+    #: family (normal rows whose knot is a trained family of near-synonyms, not a collapse: not flagged)}
     flagged: dict[str, Any]
     #: the flag threshold on ``undertrained_score``
     threshold: float
@@ -48,8 +49,17 @@ class GeometryRecord(Record):
     #: {knn, indicators, verify, usage, layout} seconds
     timings: dict[str, float]
     #: prompt verification (``--verify N``): {n_checked, n_verified_undertrained, precision,
-    #: controls_checked, controls_failed, prompts, max_prob_cut, device, seconds, note}; null when off
+    #: precision_ci95, sample (top or random), seed, pool, controls_checked, controls_failed, prompts,
+    #: max_prob_cut, device, seconds, seconds_per_row, time_cap_s, stopped_at_cap, specials {source,
+    #: checked, verified, rows}, note}; null when off
     verification: dict[str, Any] | None = None
+    #: rows prompting confirmed as under-trained (max_prob < cut): {count, rows [{id, token, score,
+    #: reason, max_prob}]}; null when nothing was verified
+    verified_undertrained: dict[str, Any] | None = None
+    #: flagged rows not checked by prompting (indicators only): {count, rows [{id, token, score, reason}]}
+    candidates: dict[str, Any] | None = None
+    #: flagged rows the prompting found trained (max_prob ≥ cut): {count, rows}; null without verification
+    cleared: dict[str, Any] | None = None
     #: the flagged rows the user's corpus and chat template produce: {texts, corpus_tokens, template,
     #: flagged_used, flagged_in_template, occurrences, top [{id, token, reason, corpus, template}]};
     #: null without a corpus
