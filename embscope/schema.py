@@ -77,7 +77,7 @@ TABLES: dict[str, list[tuple[str, str, str, str]]] = {
          '`z_isolation` ≥ the threshold: far from every row; a flag of its own ("look at this row"), not part of `flagged`',
          ''),
         ('flag_reason', 'string',
-         "what fired, `+`-joined: `in_norm`, `out_norm`, `magikarp`, `knot`, `zero`, `isolated`, `family` (knot without collapse: not flagged); null where nothing fired",
+         "what fired, `+`-joined: `in_norm`, `out_norm`, `magikarp`, `knot`, `zero`, `isolated`, `family` (knot without collapse), `drift` (magikarp short of the unused rows' similarity), neither flagged on its own, `verified` (flagged by prompting alone); null where nothing fired",
          ''),
         ('verify_max_prob', 'float32',
          'with `--verify N`: the highest probability the model gave the token when asked to repeat it (Magikarp-style prompts); below 0.01 counts as verified under-trained; null where not checked',

@@ -348,3 +348,44 @@ def test_two_lists_apart_in_column_and_summary():
     assert [r["id"] for r in lists["candidates"]["rows"]] == [2, 3] and lists["cleared"]["count"] == 1
     assert status_column(flagged, None)[:4] == ["candidate"] * 4
     assert verdict_lists(status_column(flagged, None), ["t"] * 6, ind, None)["verified_undertrained"] is None
+
+
+@pytest.mark.slow
+def test_smollm2_special_tokens_are_checked_in_the_template(smollm2):
+    """<|im_start|> and <|im_end|> cannot be checked by repetition; in the rendered template the
+    Instruct model predicts both (trained), where a never-used special is not asked about."""
+    from embscope.geometry.verify import MAX_PROB_CUT, context_texts, in_context_probs
+    from embscope.models.fullmodel import load_causal_lm
+
+    strings = smollm2.token_strings()
+    im_start, im_end = strings.index("<|im_start|>"), strings.index("<|im_end|>")
+    special = {i for i, c in enumerate(smollm2.categories) if c == "special"}
+    ids, source = context_texts(smollm2, special, ["no special token here"])
+    assert source == "template" and len(ids) == 1
+    probs = in_context_probs(load_causal_lm(smollm2), ids, special, "cpu")
+    assert set(probs) == {im_start, im_end}  # the only specials the template uses
+    assert probs[im_start] > MAX_PROB_CUT and probs[im_end] > MAX_PROB_CUT
+
+
+@pytest.mark.slow
+def test_smollm2_knot_flags_only_the_collapse(smollm2, tmp_path):
+    """On SmolLM2 (no reference set: the knot is the only indicator that fires) the flags are the
+    collapsed code-artifact merges, which prompting confirms; the runs of spaces and newlines
+    and the quote-punctuation pieces, trained near-synonyms, are a ``family``, not flagged."""
+    from embscope.geometry.indicators import COLLAPSE_SPREAD
+    from embscope.geometry.scan import scan
+
+    res = scan(smollm2, layout=False, cache_dir=tmp_path)
+    strings = smollm2.token_strings()
+    cols = res.columns
+    flagged = np.asarray(cols["flagged"])
+    cats = np.asarray(smollm2.categories)
+    normal_flags = [strings[i] for i in np.flatnonzero(flagged & (cats == "normal"))]
+    for t in ("MetaInfoClass", "swigfaiss", " InstancePreprocess", "kinesisfirehose"):
+        assert t in normal_flags
+    for t in ("LEGATO", " iprot", "|'.'", "\n" + " " * 46):
+        i = strings.index(t)
+        assert not flagged[i] and cols["flag_reason"][i] == "family", t
+    spread = np.asarray(cols["neighbor_spread"])
+    assert (spread[flagged & (cats == "normal")] <= COLLAPSE_SPREAD).all()
+    assert res.summary["flagged"]["family"] > 50 and len(normal_flags) < 30

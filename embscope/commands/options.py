@@ -32,7 +32,7 @@ Threshold = Annotated[float, typer.Option("--threshold", help="flag rows whose u
 #: the default of --threshold (embscope.geometry.indicators.DEFAULT_THRESHOLD)
 THRESHOLD = 4.0
 Verify = Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows and up to 100 trained controls (causal LMs that fit in memory; at most 2000)")]
-AuditVerify = Annotated[Optional[int], typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows and up to 100 trained controls (default: 100 random flagged rows within 10 minutes when the whole weights fit in memory; 0: off; at most 2000)")]
+AuditVerify = Annotated[Optional[int], typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows and up to 100 trained controls (default: 50 random flagged rows, stopped at 300 s, when the whole weights fit in memory; 0: off; at most 2000)")]
 VerifySample = Annotated[str, typer.Option("--verify-sample", help="which flagged rows --verify checks: top (highest scores) or random (a seeded sample of all flags: estimates their precision)")]
 VerifyTimeCap = Annotated[Optional[float], typer.Option("--verify-time-cap", help="stop prompting after this many seconds (whole batches; the summary says so)")]
 Repair = Annotated[Optional[Path], typer.Option("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]

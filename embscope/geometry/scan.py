@@ -28,7 +28,8 @@ Summary keys (``summary.json`` → ``geometry``):
     ``normal`` (flagged normal rows), ``normal_share``, ``by_category``, ``by_reason`` (each
     indicator and ``zero``: flagged rows it fired on, all categories), ``zero_rows``, ``isolated``
     (normal rows with the isolation flag), ``family`` (normal rows whose knot is a trained family,
-    not a collapse: not flagged, see ``collapse`` in :mod:`embscope.geometry.indicators`).
+    not a collapse) and ``drift`` (normal rows whose Magikarp similarity stops short of the unused
+    rows): not flagged, see the gates in :mod:`embscope.geometry.indicators`.
 ``threshold``, ``threshold_note``
     the cut and what it means on this run (scale, share of trained rows flagged, per indicator).
 ``indicators``
@@ -343,8 +344,9 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
                     "by_reason": _by_reason(ind),
                     "zero_rows": int(ind.zero_row.sum()),
                     "isolated": int(ind.isolated[normal].sum()),
-                    "family": sum(1 for i in np.flatnonzero(normal & ~ind.flagged)
-                                  if ind.flag_reason[i] is not None and "family" in ind.flag_reason[i])},
+                    **{tag: sum(1 for i in np.flatnonzero(normal & ~ind.flagged)
+                                if ind.flag_reason[i] is not None and tag in ind.flag_reason[i])
+                       for tag in ("family", "drift")}},
         "threshold": threshold,
         "threshold_note": ind.note,
         "indicators": fit,

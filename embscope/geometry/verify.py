@@ -59,9 +59,9 @@ MAX_VERIFY = 2000
 #: SmolLM2-135M, high: Gemma-3-270M; see docs/undertrained.md), for the cap's message
 SECONDS_PER_ROW_CPU = (0.5, 2.0)
 #: ``audit`` without ``--verify``: this many random flagged rows, when the whole weights fit ...
-AUTO_VERIFY = 100
+AUTO_VERIFY = 50
 #: ... within this many seconds of prompting
-AUTO_TIME_CAP = 600.0
+AUTO_TIME_CAP = 300.0
 #: trained controls checked at most (as many as the rows checked, up to this)
 MAX_CONTROLS = 100
 #: the ways ``--verify-sample`` picks the rows: the highest scores, or a seeded random sample of
@@ -310,11 +310,12 @@ def context_texts(model: "LoadedModel", wanted: set[int], texts: Sequence[str] |
 
 
 def family_rows(ind: "Indicators", categories, n: int) -> list[int]:
-    """The ``n`` highest-scoring normal rows whose knot is a family, not a collapse (reason
-    ``family``, not flagged): checked too, so that a member the model cannot produce is found."""
+    """The ``n`` highest-scoring normal rows that an indicator reached but its gate stopped
+    (reason ``family`` or ``drift``, not flagged): checked too, so that one the model cannot
+    produce is found."""
     cats = np.asarray(categories)
-    fam = [i for i, r in enumerate(ind.flag_reason) if r is not None and "family" in r and cats[i] == "normal"
-           and not ind.flagged[i]]
+    fam = [i for i, r in enumerate(ind.flag_reason) if r is not None and ("family" in r or "drift" in r)
+           and cats[i] == "normal" and not ind.flagged[i]]
     score = np.asarray(ind.undertrained_score)
     return sorted(fam, key=lambda i: -float(score[i]))[:n]
 
@@ -342,7 +343,7 @@ def pick_rows(ind: "Indicators", categories, n: int, n_vocab: int, *, sample: st
         cands = [int(i) for i in pool[np.argsort(-score, kind="stable")][:n]]
     else:
         cands = sorted(int(i) for i in rng.choice(pool, size=min(n, len(pool)), replace=False))
-    family = np.array([r is not None and "family" in r for r in ind.flag_reason], bool)
+    family = np.array([r is not None and ("family" in r or "drift" in r) for r in ind.flag_reason], bool)
     trained = np.flatnonzero(normal & ~flagged & ~family & ~ref & (np.arange(n_rows) < n_vocab))
     controls = sorted(int(i) for i in rng.choice(trained, size=min(n, MAX_CONTROLS, len(trained)), replace=False))
     return cands, controls, len(pool)

@@ -25,7 +25,8 @@ class GeometryRecord(Record):
     categories: dict[str, int]
     #: flagged rows: {normal, normal_share (fraction of normal rows), by_category {category: rows},
     #: by_reason {indicator or zero: rows it fired on}, zero_rows, isolated (normal rows flagged isolated),
-    #: family (normal rows whose knot is a trained family of near-synonyms, not a collapse: not flagged)}
+    #: family (normal rows whose knot is a trained family of near-synonyms, not a collapse), drift
+    #: (normal rows whose Magikarp similarity stops short of the unused rows): neither is flagged}
     flagged: dict[str, Any]
     #: the flag threshold on ``undertrained_score``
     threshold: float
