@@ -113,7 +113,7 @@ class Verification:
     max_prob_cut: float = MAX_PROB_CUT
     device: str | None = None
     seconds: float | None = None
-    #: wall seconds of the prompting per row checked (candidates and controls)
+    #: wall seconds of the prompting per row checked (candidates, controls and family rows)
     seconds_per_row: float | None = None
     #: the time cap the run was given (null: none) and whether it stopped there
     time_cap_s: float | None = None
@@ -390,8 +390,7 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
     t1 = time.perf_counter()
     try:
-        # controls first and interleaved with the candidates would bias nothing; candidates first
-        # means a capped run still has its precision, and the controls get the rest of the time
+        # candidates first: a run stopped at the time cap still has its precision
         probs = max_probs(lm, prompts, cands, dev, deadline=deadline)
         probs.update(max_probs(lm, prompts, controls, dev, deadline=deadline, description="verifying controls"))
         probs.update(max_probs(lm, prompts, families, dev, deadline=deadline, description="verifying families"))
@@ -415,7 +414,7 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         precision_ci95=list(wilson(k, len(checked)) or []) or None,
         pool=pool, controls_checked=len(ctrl), controls_failed=int(sum(failed)),
         device=dev, seconds=round(time.perf_counter() - t0, 2),
-        seconds_per_row=round(prompt_seconds / max(1, len(checked) + len(ctrl)), 3),
+        seconds_per_row=round(prompt_seconds / max(1, len(checked) + len(ctrl) + len(fam)), 3),
         stopped_at_cap=stopped, specials=specials,
         family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
         note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
