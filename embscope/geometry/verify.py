@@ -52,12 +52,13 @@ PROMPTS: tuple[tuple[str, str], ...] = (
 BATCH = 32
 
 
-#: the most flagged rows one run may check (``--verify``): about 0.5–2 s per row on 2 busy CPU
-#: cores for SmolLM2-135M / Gemma-3-270M, so the cap is 15–60 minutes there (seconds on a GPU)
+#: the most flagged rows one run may check (``--verify``): 1–9 s per row on 2 busy CPU cores for
+#: SmolLM2-135M / Gemma-3-270M (:data:`SECONDS_PER_ROW_CPU`), so the cap is 0.5–5 hours there
 MAX_VERIFY = 2000
-#: measured wall seconds per checked row on this project's 2-core CPU machine under load (low:
-#: SmolLM2-135M, high: Gemma-3-270M; see docs/undertrained.md), for the cap's message
-SECONDS_PER_ROW_CPU = (0.5, 2.0)
+#: wall seconds per checked row measured on this project's shared 2-core CPU machine (0.9–1.5 CPU
+#: seconds; wall 3.8 s for Gemma-3-270M at load 15, 8.6 s for SmolLM2-135M at load 13, where most
+#: rows checked were under-trained and ran every prompt; docs/undertrained.md), for the cap's message
+SECONDS_PER_ROW_CPU = (1.0, 9.0)
 #: ``audit`` without ``--verify``: this many random flagged rows, when the whole weights fit ...
 AUTO_VERIFY = 50
 #: ... within this many seconds of prompting
