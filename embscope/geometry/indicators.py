@@ -431,10 +431,11 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
         for i in np.flatnonzero(family):
             why[i] = why[i].replace("knot", "family")
     if "magikarp" in hits:  # the position gate on the Magikarp indicator
-        med_ref = float(np.nanmedian(magikarp[ref.ids]))
+        live_ref = [i for i in ref.ids if not zero[i]]  # a zero row has no direction (similarity 0)
+        med_ref = float(np.nanmedian(magikarp[live_ref])) if live_ref else math.nan
         med_fit = fit["magikarp"]["median"]
         fit["magikarp"]["reference_median"] = med_ref
-        if med_ref > med_fit:
+        if med_ref > med_fit:  # (NaN compares false: no gate)
             position = (magikarp - med_fit) / (med_ref - med_fit)
             drift = hits["magikarp"] & ~(position >= MAGIKARP_POSITION)
             hits["magikarp"] = hits["magikarp"] & ~drift
