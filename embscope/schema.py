@@ -47,7 +47,7 @@ TABLES: dict[str, list[tuple[str, str, str, str]]] = {
          'cosine similarity to the k-th nearest row',
          ''),
         ('neighbor_spread', 'float32',
-         'mean relative distance to the k nearest rows, mean ‖x_i − x_j‖/‖x_i‖ (norms and cosines together); a knot counts as a collapse (flagged) only at ≤ 0.2, else its reason is `family` (trained near-synonyms, not flagged)',
+         'mean relative distance to the ⌈k/2⌉ nearest rows, mean ‖x_i − x_j‖/‖x_i‖ (norms and cosines together); a knot counts as a collapse (flagged) only at ≤ 0.2, else its reason is `family` (trained near-synonyms, not flagged)',
          ''),
         ('z_in_norm', 'float32',
          'robust z of −log `in_norm` against the trained rows, `(v − median) / max(1.4826·MAD, floor)`, positive = more like an untrained row; null where the indicator does not exist',

@@ -27,7 +27,8 @@ sits in a tight knot with other untrained rows. One value per matrix row:
     at 1, so on an anisotropic matrix (SmolLM2: median s = 0.70, robust sd 0.08) a raw z could never
     pass 3.9; the log spreads the last few hundredths (0.99 → 4.6, 0.999 → 6.9).
 ``collapse`` — the gate on ``knot`` (no evidence of its own), needs the neighbours' ids
-    Mean relative distance to the k nearest rows, ``δ_i = mean_j ‖x_i − x_j‖ / ‖x_i‖``; with
+    Mean relative distance to the ⌈k/2⌉ nearest rows, ``δ_i = mean_j ‖x_i − x_j‖ / ‖x_i‖`` (half
+    the neighbourhood: a collapsed cluster of fewer than k + 1 rows still counts); with
     ``r = ‖x_j‖/‖x_i‖`` and ``s`` the cosine, ``‖x_i − x_j‖²/‖x_i‖² = 1 + r² − 2rs``, so it needs
     only the norms and the graph's cosines. A high ``knot`` has two causes that look alike to the
     cosine alone: rows that training never moved apart — they received the same update (a tied
@@ -144,7 +145,7 @@ class Indicators:
     fit: dict[str, Any] = field(default_factory=dict)
     #: what the cut means on this run (one paragraph)
     note: str = ""
-    #: mean relative distance ‖x_i − x_j‖/‖x_i‖ to the k nearest rows (the collapse gate); NaN
+    #: mean relative distance ‖x_i − x_j‖/‖x_i‖ to the ⌈k/2⌉ nearest rows (the collapse gate); None
     #: without the neighbours' ids
     spread: np.ndarray | None = None
 
@@ -425,7 +426,8 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
     hits = {k: np.nan_to_num(zs[k], nan=-np.inf) >= threshold for k in SCORED if k in zs}
     spread = None
     if neighbors is not None:  # the collapse gate on the knot
-        spread = neighbour_spread(in_norm, neighbors, sims)
+        half = max(1, math.ceil(sims.shape[1] / 2))  # the collapse must hold half the neighbourhood
+        spread = neighbour_spread(in_norm, np.asarray(neighbors)[:, :half], sims[:, :half])
         family = hits["knot"] & ~(np.nan_to_num(spread, nan=np.inf) <= COLLAPSE_SPREAD)
         hits["knot"] = hits["knot"] & ~family
         for i in np.flatnonzero(family):

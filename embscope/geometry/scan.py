@@ -8,7 +8,7 @@ Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicator
 
 - raw indicators: ``in_norm``, ``out_norm`` (null when tied), ``zero_row``, ``magikarp_sim`` (null
   without reference), ``knot`` (mean cosine to the k nearest rows), ``isolation`` (1 − cosine to the
-  nearest row), ``knn_sim_k``, ``neighbor_spread`` (mean relative distance to the k nearest rows, the
+  nearest row), ``knn_sim_k``, ``neighbor_spread`` (mean relative distance to the ⌈k/2⌉ nearest rows, the
   collapse gate);
 - evidence, robust z against the trained rows, positive toward "untrained": ``z_in_norm``,
   ``z_out_norm``, ``z_magikarp``, ``z_knot``, ``z_isolation`` (null where the indicator does not exist);
