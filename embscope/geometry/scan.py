@@ -110,13 +110,6 @@ class ScanResult:
         return [i for i in self.usage.used_ids() if include_special or categories[i] != "special"]
 
 
-def _script_fn():
-    try:
-        from embscope.text.script import script_of
-    except ImportError:  # pragma: no cover - the shared helper is part of the package
-        return lambda s: "none"
-    return script_of
-
 
 def _clean(v):
     """float NaN -> None for JSON."""
@@ -168,7 +161,8 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
                              unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors)
-    script_of = _script_fn()
+    from embscope.text.script import script_of
+
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
     timings["indicators"] = time.perf_counter() - t
@@ -181,7 +175,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
         t = time.perf_counter()
         verification = verify_rows(model, ind, verify, sample=verify_sample, seed=seed, texts=corpus_texts,
-                                   time_cap_s=verify_time_cap)
+                                   time_cap_s=verify_time_cap, device=model.device)
         verify_col = verification.column(n)
         confirm_flags(ind, verification)
         timings["verify"] = time.perf_counter() - t
