@@ -65,7 +65,7 @@ def smollm2_audit(tmp_path_factory) -> Path:
     from embscope.cli import main
 
     out = tmp_path_factory.mktemp("audit") / "smollm2"
-    assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50",
+    assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50", "--verify", "8",
                  "--out", str(out)]) == 0
     return out
 

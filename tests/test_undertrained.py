@@ -301,3 +301,111 @@ def test_repair_rows_are_the_used_flagged_rows_without_specials():
     assert r.repair_rows(cats) == [5, 7]
     assert r.repair_rows(cats, include_special=True) == [5, 7, 1]
     assert u.columns(10)["corpus_count"][9] == 0 and u.columns(10)["corpus_count"][0] is None
+
+
+def _fake_indicators(n, flagged, score, ref=()):
+    return SimpleNamespace(undertrained_score=np.asarray(score, float), flagged=np.asarray(flagged, bool),
+                           reference=SimpleNamespace(ids=list(ref)), flag_reason=["knot" if f else None for f in flagged])
+
+
+def test_verify_picks_top_or_a_seeded_random_sample():
+    from embscope.geometry.verify import pick_rows
+
+    n = 400
+    flagged = np.zeros(n, bool)
+    flagged[:200] = True
+    score = np.arange(n)[::-1].astype(float)  # row 0 scores highest
+    cats = ["normal"] * n
+    cats[5] = "special"
+    ind = _fake_indicators(n, flagged, score, ref=[7])
+    top, ctrl, pool = pick_rows(ind, cats, 20, n, sample="top")
+    assert pool == 198 and top == [i for i in range(22) if i not in (5, 7)][:20]
+    assert len(ctrl) == 20 and not flagged[ctrl].any()
+    r1, c1, _ = pick_rows(ind, cats, 20, n, sample="random", seed=3)
+    r2, c2, _ = pick_rows(ind, cats, 20, n, sample="random", seed=3)
+    r3, _, _ = pick_rows(ind, cats, 20, n, sample="random", seed=4)
+    assert r1 == r2 and c1 == c2 and r1 != r3 and len(set(r1)) == 20
+    assert all(flagged[i] and cats[i] == "normal" and i != 7 for i in r1)
+    assert max(r1) > 22  # not the top rows
+    _, ctrl, _ = pick_rows(ind, cats, 1000, n, sample="top")
+    assert len(ctrl) == 100  # MAX_CONTROLS
+
+
+def test_verify_cap_and_sample_are_refused_in_one_line():
+    from embscope.errors import SpecError
+    from embscope.sections.base import RunOptions
+
+    with pytest.raises(SpecError) as e:
+        RunOptions(verify=10**9).check()
+    msg = str(e.value)
+    assert "--verify" in msg and "2000" in msg and "min" in msg and "\n" not in msg
+    with pytest.raises(SpecError, match="--verify-sample"):
+        RunOptions(verify=5, verify_sample="best").check()
+    RunOptions(verify=2000, verify_sample="random").check()
+    RunOptions(verify=None).check()  # audit's automatic default
+
+
+def test_wilson_interval():
+    from embscope.geometry.verify import wilson
+
+    lo, hi = wilson(45, 100)
+    assert abs(lo - 0.3561) < 1e-3 and abs(hi - 0.5476) < 1e-3
+    assert wilson(100, 100)[1] == 1.0 and wilson(0, 0) is None
+
+
+def test_two_lists_apart_in_column_and_summary():
+    from embscope.geometry.scan import status_column, verdict_lists
+    from embscope.geometry.verify import Verification
+
+    flagged = np.array([True, True, True, True, False, False])
+    v = Verification(n_checked=2, max_prob={0: 1e-4, 1: 0.5, 4: 0.9, 5: 0.002}, control_ids=[4])
+    status = status_column(flagged, v)
+    # row 5 is an unflagged special checked in context and confirmed
+    assert status == ["verified", "cleared", "candidate", "candidate", "control", "verified"]
+    ind = _fake_indicators(6, flagged, [9, 8, 7, 6, 0, 0])
+    lists = verdict_lists(status, [f"t{i}" for i in range(6)], ind, v)
+    assert lists["verified_undertrained"]["count"] == 2 and lists["verified_undertrained"]["rows"][0]["max_prob"] == 1e-4
+    assert [r["id"] for r in lists["candidates"]["rows"]] == [2, 3] and lists["cleared"]["count"] == 1
+    assert status_column(flagged, None)[:4] == ["candidate"] * 4
+    assert verdict_lists(status_column(flagged, None), ["t"] * 6, ind, None)["verified_undertrained"] is None
+
+
+@pytest.mark.slow
+def test_smollm2_special_tokens_are_checked_in_the_template(smollm2):
+    """<|im_start|> and <|im_end|> cannot be checked by repetition; in the rendered template the
+    Instruct model predicts both (trained), where a never-used special is not asked about."""
+    from embscope.geometry.verify import MAX_PROB_CUT, context_texts, in_context_probs
+    from embscope.models.fullmodel import load_causal_lm
+
+    strings = smollm2.token_strings()
+    im_start, im_end = strings.index("<|im_start|>"), strings.index("<|im_end|>")
+    special = {i for i, c in enumerate(smollm2.categories) if c == "special"}
+    ids, source = context_texts(smollm2, special, ["no special token here"])
+    assert source == "template" and len(ids) == 1
+    probs = in_context_probs(load_causal_lm(smollm2), ids, special, "cpu")
+    assert set(probs) == {im_start, im_end}  # the only specials the template uses
+    assert probs[im_start] > MAX_PROB_CUT and probs[im_end] > MAX_PROB_CUT
+
+
+@pytest.mark.slow
+def test_smollm2_knot_flags_only_the_collapse(smollm2, tmp_path):
+    """On SmolLM2 (no reference set: the knot is the only indicator that fires) the flags are the
+    collapsed code-artifact merges, which prompting confirms; the runs of spaces and newlines
+    and the quote-punctuation pieces, trained near-synonyms, are a ``family``, not flagged."""
+    from embscope.geometry.indicators import COLLAPSE_SPREAD
+    from embscope.geometry.scan import scan
+
+    res = scan(smollm2, layout=False, cache_dir=tmp_path)
+    strings = smollm2.token_strings()
+    cols = res.columns
+    flagged = np.asarray(cols["flagged"])
+    cats = np.asarray(smollm2.categories)
+    normal_flags = [strings[i] for i in np.flatnonzero(flagged & (cats == "normal"))]
+    for t in ("MetaInfoClass", "swigfaiss", " InstancePreprocess", "kinesisfirehose"):
+        assert t in normal_flags
+    for t in ("LEGATO", " iprot", "|'.'", "\n" + " " * 46):
+        i = strings.index(t)
+        assert not flagged[i] and cols["flag_reason"][i] == "family", t
+    spread = np.asarray(cols["neighbor_spread"])
+    assert (spread[flagged & (cats == "normal")] <= COLLAPSE_SPREAD).all()
+    assert res.summary["flagged"]["family"] > 50 and len(normal_flags) < 30

@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (CORPUS, EXTENSION, LOAD, SCAN, Force, Json, Out, Quiet, Verbose,
+from embscope.commands.options import (AUDIT_SCAN, CORPUS, EXTENSION, LOAD, Force, Json, Out, Quiet, Verbose,
                                        print_json, print_warnings, run_options, setup)
 from embscope.models.registry import DEFAULT_MODEL
 
 
-@run_options(*LOAD, "no_scan", *SCAN, "reference", *EXTENSION, *CORPUS)
+@run_options(*LOAD, "no_scan", *AUDIT_SCAN, "reference", *EXTENSION, *CORPUS)
 def audit(
     model: Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")] = DEFAULT_MODEL,
     corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="domain corpus (folder/file or shipped name: medical); repeat for several")] = None,

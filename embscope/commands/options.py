@@ -86,7 +86,12 @@ RUN_OPTS: dict[str, RunOpt] = {
     "unused_ids": RunOpt("unused_ids", Annotated[Optional[str], typer.Option("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")],
                          to_field=lambda v: parse_ids(v), from_field=lambda v: None if v is None else ",".join(map(str, v))),
     "threshold": RunOpt("threshold", Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score (robust sigmas of the strongest indicator) is at least this")]),
-    "verify": RunOpt("verify", Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on the top N flagged rows and N trained controls (causal LMs that fit in memory)")]),
+    "verify": RunOpt("verify", Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows, up to 100 trained controls and N rows the gates stopped (causal LMs that fit in memory; at most 2000)")]),
+    # audit's --verify: automatic by default (a capped random sample when the whole weights fit)
+    "audit_verify": RunOpt("verify", Annotated[Optional[int], typer.Option("--verify", min=0, help="prompt the whole model on N flagged rows, up to 100 trained controls and N rows the gates stopped (default: 50 random flagged rows, stopped at 300 s, when the whole weights fit in memory; 0: off; at most 2000)")],
+                           from_field=lambda v: None),
+    "verify_sample": RunOpt("verify_sample", Annotated[str, typer.Option("--verify-sample", help="which flagged rows --verify checks: top (highest scores) or random (a seeded sample of all flags: estimates their precision)")]),
+    "verify_time_cap": RunOpt("verify_time_cap", Annotated[Optional[float], typer.Option("--verify-time-cap", help="stop prompting after this many seconds (whole batches; the summary says so)")]),
     "repair": RunOpt("repair_to", Annotated[Optional[Path], typer.Option("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]),
     "repair_init": RunOpt("repair_init", Annotated[str, typer.Option("--repair-init", help="strategy for --repair: NAME or INPUT/OUTPUT (mean, subword-mean, ...)")]),
     # languages
@@ -119,7 +124,9 @@ RUN_OPTS: dict[str, RunOpt] = {
 }
 #: the groups commands take
 LOAD = ("device", "trust_pickle")
-SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "repair", "repair_init")
+SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_time_cap", "repair", "repair_init")
+#: audit's scan options: --verify is automatic by default
+AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
 CHECK = ("format", "max_length", "chat_template")

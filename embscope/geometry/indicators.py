@@ -26,6 +26,34 @@ sits in a tight knot with other untrained rows. One value per matrix row:
     ``MetaInfoClass`` at s = 1.000. The evidence is the robust z of ``−log(1 − s)``: cosine is capped
     at 1, so on an anisotropic matrix (SmolLM2: median s = 0.70, robust sd 0.08) a raw z could never
     pass 3.9; the log spreads the last few hundredths (0.99 → 4.6, 0.999 → 6.9).
+``collapse`` — the gate on ``knot`` (no evidence of its own), needs the neighbours' ids
+    Mean relative distance to the ⌈k/2⌉ nearest rows, ``δ_i = mean_j ‖x_i − x_j‖ / ‖x_i‖`` (half
+    the neighbourhood: a collapsed cluster of fewer than k + 1 rows still counts); with
+    ``r = ‖x_j‖/‖x_i‖`` and ``s`` the cosine, ``‖x_i − x_j‖²/‖x_i‖² = 1 + r² − 2rs``, so it needs
+    only the norms and the graph's cosines. A high ``knot`` has two causes that look alike to the
+    cosine alone: rows that training never moved apart — they received the same update (a tied
+    row that is never a target gets only the softmax normaliser's push ``p_i·h``, the same
+    direction for all of them; Land & Bartolo 2024, §2) and sit at one point, with *equal norms*
+    and a tiny spread — and a trained family of near-synonyms (runs of spaces, quote-punctuation
+    pieces, month names in one script), whose rows training made similar but kept apart, with
+    norms that differ by 5–20 %. The knot counts only when the neighbourhood is a collapse,
+    ``δ ≤`` :data:`COLLAPSE_SPREAD`; otherwise ``family`` replaces ``knot`` in the reason, and a
+    row that nothing else flags is not flagged. Example: ten neighbours at cosine 0.999 and equal norms
+    give δ = √0.002 = 0.045 (a collapse); cosine 0.93 with norms 10 % apart give
+    √(1 + 1.105² − 2·1.105·0.93) = 0.41 (a family). On SmolLM2 the code-artifact merges that
+    prompting confirms have δ ≤ 0.17; the runs of spaces and newlines it does not, 0.3–0.45.
+``drift`` — the gate on ``magikarp`` (no evidence of its own)
+    Where the row's similarity lies between the trained rows and the known-unused ones:
+    ``position_i = (magikarp_sim_i − m_trained) / (m_ref − m_trained)`` with the medians of the
+    trained rows and of the reference rows (0: a typical trained row, 1: a typical unused row).
+    A never-trained row sits with the unused rows (Gemma-3-270M: ``<unusedN>`` at median 0.990,
+    the collapsed code identifiers and cuneiform signs at 0.989–0.991); a row that training moved
+    partway has drifted toward the trained rows, and half of those can still be produced. The
+    Magikarp evidence counts only at ``position ≥`` :data:`MAGIKARP_POSITION` (2/3); below, its
+    reason reads ``drift`` and a row that nothing else flags is not flagged. Example (Gemma-3-270M:
+    m_trained 0.297, m_ref 0.990): the cut is at similarity 0.759; ``z ≥ 4`` alone sat at 0.62.
+    The 2/3 was chosen on the first 64 rows of a random sample of Gemma-3-270M's flags (precision
+    0.83 at 1/2, 0.93 at 2/3) and measured on the rest (docs/undertrained.md).
 ``isolation`` — side **high**, its own flag (``isolated``), not part of the score
     ``1 − cos`` to the single nearest row: far from every row. On SmolLM2 the most isolated rows
     are frequent short word-starts, well trained and merely distinctive, so isolation alone says
@@ -41,8 +69,12 @@ difference into "ten sigmas".
 Score: ``undertrained_score = max(z_in_norm, z_out_norm, z_magikarp, z_knot)`` over the
 indicators that exist: one strong signal is enough (a mean would dilute it: a row that only has a
 weak input row, with a normal head and neighbourhood, would average to a third of its evidence).
-``flagged`` = score ≥ threshold, or a zero row. ``flag_reason`` names what fired, e.g.
-``"in_norm+knot"``, ``"zero"``, ``"isolated"``. What the cut means on each run (scale, share of
+``flagged`` = a zero row, or an indicator at or above the threshold that passes its gate: ``knot``
+only as a collapse (``δ ≤`` :data:`COLLAPSE_SPREAD`), ``magikarp`` only at ``position ≥``
+:data:`MAGIKARP_POSITION`; the norms have no gate. ``flag_reason`` names what fired, e.g.
+``"in_norm+knot"``, ``"zero"``, ``"isolated"``, ``"family"`` (knot without collapse), ``"drift"``
+(magikarp short of the unused rows); a row whose reason holds only ``family``/``drift`` is not
+flagged. Prompting (:mod:`embscope.geometry.verify`) checks those rows too. What the cut means on each run (scale, share of
 trained rows flagged per indicator) is measured and written into :attr:`Indicators.note`.
 """
 
@@ -71,6 +103,12 @@ DEFAULT_THRESHOLD = 4.0
 MIN_SCALE = {"in_norm": 0.02, "out_norm": 0.02, "magikarp": 0.01, "knot": 0.05, "isolation": 0.01}
 #: evidence columns that raise the score, in report order
 SCORED = ("in_norm", "out_norm", "magikarp", "knot")
+#: largest mean relative distance to the k nearest rows at which a knot counts as a collapse
+#: (δ = 0.2: cosine 0.98 at equal norms, or norms ±20 % at cosine 1)
+COLLAPSE_SPREAD = 0.2
+#: least position of a row's Magikarp similarity between the trained rows' median (0) and the
+#: reference rows' median (1) at which the Magikarp indicator counts (see ``drift``)
+MAGIKARP_POSITION = 2 / 3
 #: rows per block when scanning a matrix (keeps temporaries to ~ block × d floats)
 BLOCK = 16384
 
@@ -107,6 +145,9 @@ class Indicators:
     fit: dict[str, Any] = field(default_factory=dict)
     #: what the cut means on this run (one paragraph)
     note: str = ""
+    #: mean relative distance ‖x_i − x_j‖/‖x_i‖ to the ⌈k/2⌉ nearest rows (the collapse gate); None
+    #: without the neighbours' ids
+    spread: np.ndarray | None = None
 
 
 def zero_rows(m: "torch.Tensor", tol: float = ZERO_TOL) -> np.ndarray:
@@ -324,12 +365,26 @@ def threshold_note(zs: dict[str, np.ndarray], fit_rows: np.ndarray, flagged: np.
                   "gaussian_tail": gauss}
 
 
+def neighbour_spread(norms: np.ndarray, neighbors: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """``δ_i = mean_j ‖x_i − x_j‖ / ‖x_i‖`` over the k nearest rows, from norms and cosines:
+    ``√(1 + r² − 2rs)`` with ``r = ‖x_j‖/‖x_i‖`` (see ``collapse`` in the module docstring).
+    Example: norms 1 and 1, cosine 0.98 → √0.04 = 0.2. Zero rows get NaN."""
+    a = np.asarray(norms, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = a[np.asarray(neighbors)] / a[:, None]
+        d = np.sqrt(np.maximum(1.0 + r * r - 2.0 * r * np.asarray(sims, dtype=np.float64), 0.0))
+        out = d.mean(axis=1)
+    out[~(a > 0)] = np.nan
+    return out
+
+
 def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Sequence[str],
                        strings: Sequence[str], neighbor_sims: np.ndarray, *, vocab: "Vocabulary | None" = None,
-                       unused_ids: Sequence[int] | None = None,
-                       threshold: float = DEFAULT_THRESHOLD) -> Indicators:
+                       unused_ids: Sequence[int] | None = None, threshold: float = DEFAULT_THRESHOLD,
+                       neighbors: np.ndarray | None = None) -> Indicators:
     """All indicator columns for one model. ``neighbor_sims`` (n, k), sorted descending, from the
-    kNN graph of ``embed``; ``categories`` one per row (``normal`` rows not in the reference fit the
+    kNN graph of ``embed`` (``neighbors``, the same graph's ids, turns on the collapse gate);
+    ``categories`` one per row (``normal`` rows not in the reference fit the
     z-scores); ``strings`` the display string per row (placeholder names); ``vocab`` finds byte
     tokens for the reference set.
     """
@@ -367,11 +422,37 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
 
     scored = np.vstack([np.nan_to_num(zs[k], nan=-np.inf) for k in SCORED if k in zs])
     score = scored.max(axis=0)
-    flagged = (score >= threshold) | zero
+    why = reasons(zs, zero, threshold)
+    hits = {k: np.nan_to_num(zs[k], nan=-np.inf) >= threshold for k in SCORED if k in zs}
+    spread = None
+    if neighbors is not None:  # the collapse gate on the knot
+        half = max(1, math.ceil(sims.shape[1] / 2))  # the collapse must hold half the neighbourhood
+        spread = neighbour_spread(in_norm, np.asarray(neighbors)[:, :half], sims[:, :half])
+        family = hits["knot"] & ~(np.nan_to_num(spread, nan=np.inf) <= COLLAPSE_SPREAD)
+        hits["knot"] = hits["knot"] & ~family
+        for i in np.flatnonzero(family):
+            why[i] = why[i].replace("knot", "family")
+    if "magikarp" in hits:  # the position gate on the Magikarp indicator
+        live_ref = [i for i in ref.ids if not zero[i]]  # a zero row has no direction (similarity 0)
+        med_ref = float(np.nanmedian(magikarp[live_ref])) if live_ref else math.nan
+        med_fit = fit["magikarp"]["median"]
+        fit["magikarp"]["reference_median"] = med_ref
+        if med_ref > med_fit:  # (NaN compares false: no gate)
+            position = (magikarp - med_fit) / (med_ref - med_fit)
+            drift = hits["magikarp"] & ~(position >= MAGIKARP_POSITION)
+            hits["magikarp"] = hits["magikarp"] & ~drift
+            for i in np.flatnonzero(drift):
+                why[i] = why[i].replace("magikarp", "drift")
+    flagged = zero.copy()
+    for h in hits.values():
+        flagged |= h
     isolated = np.nan_to_num(zs["isolation"], nan=-np.inf) >= threshold
     note, shares = threshold_note(zs, fit_rows, flagged, threshold)
     fit["run"] = shares
+    for tag in ("family", "drift"):
+        fit["run"][f"{tag}_unflagged"] = int((np.asarray([w is not None and tag in w for w in why]) & fit_rows
+                                              & ~flagged).sum())
     return Indicators(in_norm=in_norm, out_norm=out_norm, zero_row=zero, magikarp_sim=magikarp, knot=knot,
                       isolation=isolation, knn_sim_k=sims[:, -1].copy(), z=zs, undertrained_score=score,
-                      flagged=flagged, isolated=isolated, flag_reason=reasons(zs, zero, threshold),
-                      threshold=threshold, reference=ref, fit=fit, note=note)
+                      flagged=flagged, isolated=isolated, flag_reason=why,
+                      threshold=threshold, reference=ref, fit=fit, note=note, spread=spread)

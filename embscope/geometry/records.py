@@ -30,6 +30,10 @@ class FlaggedCounts(Record):
     zero_rows: int
     #: normal rows flagged isolated (their own flag, not part of ``normal``)
     isolated: int
+    #: normal rows whose knot is a trained family of near-synonyms, not a collapse (not flagged)
+    family: int = 0
+    #: normal rows whose Magikarp similarity stops short of the unused rows (not flagged)
+    drift: int = 0
 
 
 @dataclass
@@ -126,6 +130,62 @@ class ReferenceRecord(Record):
 
 
 @dataclass
+class SpecialRow(Record):
+    """A special or template token checked where it is used."""
+
+    #: row id
+    id: int
+    #: the token's text (raw, untrusted)
+    token: str
+    #: highest p(token | text before it) over its occurrences
+    max_prob: float
+    #: max_prob below the cut: under-trained, confirmed
+    verified: bool
+    #: flagged by the indicators
+    flagged: bool
+
+
+@dataclass
+class SpecialsRecord(Record):
+    """Special and template tokens checked in context (the repetition prompts cannot apply)."""
+
+    #: where the text came from: ``template``, ``data`` or ``template+data``
+    source: str
+    #: special tokens checked
+    checked: int
+    #: of those, verified under-trained
+    verified: int
+    #: one per token checked
+    rows: list[SpecialRow] = field(default_factory=list)
+
+
+@dataclass
+class VerdictRow(Record):
+    """A row of the verified, candidate or cleared list."""
+
+    #: row id
+    id: int
+    #: the token's text (raw, untrusted)
+    token: str
+    #: ``undertrained_score``
+    score: float
+    #: what fired (``family``/``drift``: a gate stopped the indicator; ``verified``: prompting alone)
+    reason: str | None
+    #: highest probability the model gave it when asked to produce it; absent when not checked
+    max_prob: float | None = None
+
+
+@dataclass
+class VerdictList(Record):
+    """One of the lists kept apart: how many rows, and the first of them."""
+
+    #: rows in the list
+    count: int
+    #: the rows, highest score first (verified: up to 500; candidates, cleared: up to 30)
+    rows: list[VerdictRow] = field(default_factory=list)
+
+
+@dataclass
 class VerificationRecord(Record):
     """What prompting the whole model found (``--verify N``, :mod:`embscope.geometry.verify`)."""
 
@@ -135,6 +195,15 @@ class VerificationRecord(Record):
     n_verified_undertrained: int | None = None
     #: n_verified_undertrained / n_checked (higher: the flags hold up)
     precision: float | None = None
+    #: 95 % Wilson interval of ``precision``, [low, high]
+    precision_ci95: list[float] | None = None
+    #: how the rows were picked: ``top`` (highest scores) or ``random`` (a seeded sample of all flags,
+    #: whose precision estimates every flag's)
+    sample: str = "top"
+    #: seed of the random sample and of the controls
+    seed: int = 0
+    #: flagged normal rows the rows were picked from
+    pool: int | None = None
     #: trained control rows checked
     controls_checked: int | None = None
     #: controls whose max_prob stayed below the cut (lower is better)
@@ -147,6 +216,17 @@ class VerificationRecord(Record):
     device: str | None = None
     #: seconds spent
     seconds: float | None = None
+    #: wall seconds of prompting per row checked (candidates, controls, family rows)
+    seconds_per_row: float | None = None
+    #: the time cap given (null: none)
+    time_cap_s: float | None = None
+    #: the cap stopped the prompting before every row was checked
+    stopped_at_cap: bool = False
+    #: rows a gate stopped (``family``, ``drift``) that were checked, and of those verified (then flagged)
+    family_checked: int | None = None
+    family_verified: int | None = None
+    #: special and template tokens checked in context; null when the template and data use none
+    specials: SpecialsRecord | None = None
     #: why it did not run, or what limited it
     note: str | None = None
 
@@ -241,6 +321,12 @@ class GeometryRecord(Record):
     timings: dict[str, float]
     #: prompt verification (``--verify N``); null when off
     verification: VerificationRecord | None = None
+    #: rows prompting confirmed as under-trained; null when nothing was verified
+    verified_undertrained: VerdictList | None = None
+    #: flagged rows not checked by prompting (indicators only)
+    candidates: VerdictList | None = None
+    #: flagged rows the prompting found trained (max_prob ≥ cut); null without verification
+    cleared: VerdictList | None = None
     #: the flagged rows the user's corpus and chat template produce; null without a corpus
     usage: UsageRecord | None = None
     #: the 2-D map; null without the map

@@ -8,7 +8,8 @@ Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicator
 
 - raw indicators: ``in_norm``, ``out_norm`` (null when tied), ``zero_row``, ``magikarp_sim`` (null
   without reference), ``knot`` (mean cosine to the k nearest rows), ``isolation`` (1 − cosine to the
-  nearest row), ``knn_sim_k``;
+  nearest row), ``knn_sim_k``, ``neighbor_spread`` (mean relative distance to the ⌈k/2⌉ nearest rows, the
+  collapse gate);
 - evidence, robust z against the trained rows, positive toward "untrained": ``z_in_norm``,
   ``z_out_norm``, ``z_magikarp``, ``z_knot``, ``z_isolation`` (null where the indicator does not exist);
 - ``undertrained_score`` (max of the scored evidence), ``flagged``, ``isolated`` (own flag),
@@ -26,7 +27,9 @@ Summary keys (``summary.json`` → ``geometry``):
 ``flagged``
     ``normal`` (flagged normal rows), ``normal_share``, ``by_category``, ``by_reason`` (each
     indicator and ``zero``: flagged rows it fired on, all categories), ``zero_rows``, ``isolated``
-    (normal rows with the isolation flag).
+    (normal rows with the isolation flag), ``family`` (normal rows whose knot is a trained family,
+    not a collapse) and ``drift`` (normal rows whose Magikarp similarity stops short of the unused
+    rows): not flagged, see the gates in :mod:`embscope.geometry.indicators`.
 ``threshold``, ``threshold_note``
     the cut and what it means on this run (scale, share of trained rows flagged, per indicator).
 ``indicators``
@@ -79,6 +82,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: how many of the most under-trained normal tokens the summary lists
 TOP_N = 30
+#: verified rows listed in the summary at most (all of them on the models we measured)
+LIST_MAX = 500
 
 
 @dataclass
@@ -118,7 +123,8 @@ def _nullable(v: np.ndarray) -> Any:
 
 def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = None,
          threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
-         seed: int = 0, knn_method: str = "auto", verify: int = 0,
+         seed: int = 0, knn_method: str = "auto", verify: int = 0, verify_sample: str = "top",
+         verify_time_cap: float | None = None,
          corpus_texts: Sequence[str] | None = None, chat_template: bool = True) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
 
@@ -130,8 +136,12 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         cache_dir: kNN cache folder (default ``~/.cache/embscope/knn``).
         layout: compute the UMAP map (``x``, ``y``).
         seed: seeds the kNN sample, k-means, UMAP and the verification controls.
-        verify: check the top ``verify`` flagged rows (and as many trained controls) by prompting
-            the whole model; 0 skips it. A model that cannot load gets a note, not an error.
+        verify: check ``verify`` flagged rows (and as many trained controls, up to
+            :data:`~embscope.geometry.verify.MAX_CONTROLS`) by prompting the whole model; 0 skips
+            it. A model that cannot load gets a note, not an error.
+        verify_sample: ``top`` (the highest scores) or ``random`` (a seeded sample of all flags,
+            whose verified share estimates the precision of every flag).
+        verify_time_cap: seconds after which the prompting stops (whole batches; the record says so).
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
     Returns:
@@ -150,7 +160,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     cats = list(model.categories)
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
-                             unused_ids=unused_ids, threshold=threshold)
+                             unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors)
     from embscope.text.script import script_of
 
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
@@ -164,8 +174,10 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         from embscope.geometry.verify import verify_rows
 
         t = time.perf_counter()
-        verification = verify_rows(model, ind, verify, seed=seed, device=model.device)
+        verification = verify_rows(model, ind, verify, sample=verify_sample, seed=seed, texts=corpus_texts,
+                                   time_cap_s=verify_time_cap, device=model.device)
         verify_col = verification.column(n)
+        confirm_flags(ind, verification)
         timings["verify"] = time.perf_counter() - t
 
     usage = None
@@ -197,6 +209,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "knot": ind.knot.astype(np.float32),
         "isolation": ind.isolation.astype(np.float32),
         "knn_sim_k": ind.knn_sim_k.astype(np.float32),
+        "neighbor_spread": _nullable(ind.spread) if ind.spread is not None else [None] * n,
         **{f"z_{name}": _nullable(ind.z[name]) if name in ind.z else [None] * n
            for name in (*SCORED, "isolation")},
         "script": scripts,
@@ -205,6 +218,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "isolated": ind.isolated,
         "flag_reason": ind.flag_reason,
         "verify_max_prob": verify_col,
+        "undertrained_status": status_column(ind.flagged, verification),
         **(usage.columns(n) if usage is not None else {"corpus_count": [None] * n, "template_count": [None] * n}),
         "neighbors": graph.neighbors.tolist(),
         "neighbor_sims": [list(map(float, r)) for r in graph.sims],
@@ -213,10 +227,73 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     }
     summary = _summary(cats, strings, scripts, ind, graph, threshold, tied)
     summary["verification"] = verification.to_dict() if verification is not None else None
+    summary.update(verdict_lists(columns["undertrained_status"], strings, ind, verification))
     summary["usage"] = usage.to_dict() if usage is not None else None
     summary["layout"] = layout_record
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
+
+
+def confirm_flags(ind, verification: "Verification") -> None:
+    """Flag the rows prompting confirmed although the indicators did not flag them: family rows
+    (knot without collapse) and special tokens checked in context. Controls stay as they are
+    (a failed control measures the check's false alarms)."""
+    ctrl = set(verification.control_ids)
+    for i in verification.verified_ids():
+        if i not in ctrl and not ind.flagged[i]:
+            ind.flagged[i] = True
+            ind.flag_reason[i] = ind.flag_reason[i] or "verified"
+
+
+#: values of the ``undertrained_status`` column
+STATUSES = ("verified", "candidate", "cleared", "control")
+
+
+def status_column(flagged: np.ndarray, verification: "Verification | None") -> list[str | None]:
+    """Per row: ``verified`` (prompting confirmed: max_prob < cut; flagged normal rows and the
+    special tokens checked in context), ``cleared`` (flagged, but the model predicts it: trained),
+    ``candidate`` (flagged, not checked: indicators only), ``control`` (a trained control), else
+    None."""
+    out: list[str | None] = ["candidate" if f else None for f in flagged]
+    if verification is None:
+        return out
+    ctrl = set(verification.control_ids)
+    for i, p in verification.max_prob.items():
+        if i in ctrl:
+            out[i] = "control"
+        elif p < verification.max_prob_cut:
+            out[i] = "verified"
+        elif flagged[i]:
+            out[i] = "cleared"
+    return out
+
+
+def verdict_lists(status: list[str | None], strings, ind, verification) -> dict[str, Any]:
+    """``verified_undertrained`` and ``candidates`` for the summary, kept apart: ``{count, rows}``
+    each (rows: ``id``, ``token``, ``score``, ``reason``, and ``max_prob`` for the verified), the
+    verified in full up to :data:`LIST_MAX`, the candidates by score up to :data:`TOP_N`; plus
+    ``cleared`` (flagged rows the prompting found trained)."""
+    score = ind.undertrained_score
+    probs = verification.max_prob if verification is not None else {}
+
+    def row(i):
+        r = {"id": int(i), "token": strings[i], "score": round(float(score[i]), 3), "reason": ind.flag_reason[i]}
+        if i in probs:
+            r["max_prob"] = probs[i]
+        return r
+
+    by = defaultdict(list)
+    for i, s in enumerate(status):
+        if s is not None:
+            by[s].append(i)
+    order = lambda ids: sorted(ids, key=lambda i: -float(np.nan_to_num(score[i], nan=-np.inf)))  # noqa: E731
+    return {
+        "verified_undertrained": None if verification is None or verification.n_checked is None else
+        {"count": len(by["verified"]), "rows": [row(i) for i in order(by["verified"])[:LIST_MAX]]},
+        "candidates": {"count": len(by["candidate"]), "rows": [row(i) for i in order(by["candidate"])[:TOP_N]]},
+        "cleared": None if verification is None or verification.n_checked is None else
+        {"count": len(by["cleared"]), "rows": [row(i) for i in order(by["cleared"])[:TOP_N]]},
+    }
 
 
 def _by_reason(ind) -> dict[str, int]:
@@ -260,7 +337,10 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
                     "by_category": flagged_by_cat,
                     "by_reason": _by_reason(ind),
                     "zero_rows": int(ind.zero_row.sum()),
-                    "isolated": int(ind.isolated[normal].sum())},
+                    "isolated": int(ind.isolated[normal].sum()),
+                    **{tag: sum(1 for i in np.flatnonzero(normal & ~ind.flagged)
+                                if ind.flag_reason[i] is not None and tag in ind.flag_reason[i])
+                       for tag in ("family", "drift")}},
         "threshold": threshold,
         "threshold_note": ind.note,
         "indicators": fit,

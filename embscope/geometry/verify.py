@@ -26,6 +26,7 @@ others get a note. Runs on the GPU when there is one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,43 @@ PROMPTS: tuple[tuple[str, str], ...] = (
               + "Q: Say '{t}' once more.\nA: '"),
 )
 #: candidates per forward batch
-BATCH = 16
+BATCH = 32
+
+
+#: the most flagged rows one run may check (``--verify``): 1–9 s per row on 2 busy CPU cores for
+#: SmolLM2-135M / Gemma-3-270M (:data:`SECONDS_PER_ROW_CPU`), so the cap is 0.5–5 hours there
+MAX_VERIFY = 2000
+#: wall seconds per checked row measured on this project's shared 2-core CPU machine (0.9–1.5 CPU
+#: seconds; wall 3.8 s for Gemma-3-270M at load 15, 8.6 s for SmolLM2-135M at load 13, where most
+#: rows checked were under-trained and ran every prompt; docs/undertrained.md), for the cap's message
+SECONDS_PER_ROW_CPU = (1.0, 9.0)
+#: ``audit`` without ``--verify``: this many random flagged rows, when the whole weights fit ...
+AUTO_VERIFY = 50
+#: ... within this many seconds of prompting
+AUTO_TIME_CAP = 300.0
+#: trained controls checked at most (as many as the rows checked, up to this)
+MAX_CONTROLS = 100
+#: the ways ``--verify-sample`` picks the rows: the highest scores, or a seeded random sample of
+#: all flagged normal rows (whose verified share estimates the precision of every flag)
+SAMPLES = ("top", "random")
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """Wilson score interval for a binomial share ``k / n`` (95 % with ``z = 1.96``; Wilson 1927,
+    "Probable inference, the law of succession, and statistical inference", JASA 22:209).
+
+    ``centre = (p + z²/2n) / (1 + z²/n)``, ``half = z·√(p(1−p)/n + z²/4n²) / (1 + z²/n)``.
+    Example: 45 of 100 → (0.356, 0.548); 100 of 100 → (0.963, 1.0).
+    """
+    import math
+
+    if n <= 0:
+        return None
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return round(max(0.0, c - h), 4), round(min(1.0, c + h), 4)
 
 
 @dataclass
@@ -61,6 +98,14 @@ class Verification:
     n_verified_undertrained: int | None = None
     #: n_verified_undertrained / n_checked
     precision: float | None = None
+    #: 95 % Wilson interval of ``precision`` ([low, high])
+    precision_ci95: list[float] | None = None
+    #: how the rows were picked: ``top`` (highest scores) or ``random`` (seeded sample of all flags)
+    sample: str = "top"
+    #: the seed of the random sample and of the controls
+    seed: int = 0
+    #: flagged normal rows the sample was drawn from
+    pool: int | None = None
     controls_checked: int | None = None
     #: controls (trained rows) with max_prob < MAX_PROB_CUT
     controls_failed: int | None = None
@@ -69,8 +114,19 @@ class Verification:
     max_prob_cut: float = MAX_PROB_CUT
     device: str | None = None
     seconds: float | None = None
+    #: wall seconds of the prompting per row checked (candidates, controls and family rows)
+    seconds_per_row: float | None = None
+    #: the time cap the run was given (null: none) and whether it stopped there
+    time_cap_s: float | None = None
+    stopped_at_cap: bool = False
+    #: family rows (knot without collapse, not flagged) checked, and of those verified (flagged then)
+    family_checked: int | None = None
+    family_verified: int | None = None
+    #: special and template tokens checked in context: {source (template, data), checked, verified,
+    #: rows [{id, token, max_prob, verified}]}; null when none was used
+    specials: dict[str, Any] | None = None
     note: str | None = None
-    #: row id -> max_prob (candidates and controls)
+    #: row id -> max_prob (candidates, controls and specials)
     max_prob: dict[int, float] = field(default_factory=dict, repr=False)
     #: row ids of the controls
     control_ids: list[int] = field(default_factory=list, repr=False)
@@ -87,6 +143,11 @@ class Verification:
         for i, p in self.max_prob.items():
             col[i] = p
         return col
+
+    def verified_ids(self) -> list[int]:
+        """Rows prompting confirmed as under-trained (controls excluded)."""
+        ctrl = set(self.control_ids)
+        return sorted(i for i, p in self.max_prob.items() if p < self.max_prob_cut and i not in ctrl)
 
 
 def placeholder_token(vocab, categories, limit: int = 20000) -> int | None:
@@ -124,35 +185,181 @@ def build_prompts(model: "LoadedModel", holder: int) -> list[tuple[str, list[int
     return out
 
 
-def max_probs(lm, prompts, rows: list[int], device: str, *, description: str = "verifying") -> dict[int, float]:
+def max_probs(lm, prompts, rows: list[int], device: str, *, cut: float | None = MAX_PROB_CUT,
+              description: str = "verifying", deadline: float | None = None) -> dict[int, float]:
     """``max_prob`` per row: over prompts and :data:`GEN_STEPS` greedy steps, the probability of the
-    row's token, batched (all prompts for one row share a length)."""
-    import torch
+    row's token, batched (all prompts for one row share a length, so a batch needs no padding).
+
+    With ``cut`` (the default), a row leaves as soon as its probability reaches ``cut``: the
+    remaining steps and prompts could only raise a maximum that already says "trained", so the
+    verdict ``max_prob < cut`` is the same as with every prompt, and the stored value is a lower
+    bound for those rows (exact for the rows that stay below the cut). A trained row mostly costs
+    one prompt and one step instead of ``len(prompts) × GEN_STEPS``; ``cut=None`` runs everything.
+    Batches run row-major (every prompt of a batch before the next batch), so a ``deadline``
+    (``time.monotonic()`` value) leaves whole batches unchecked rather than half-checked rows.
+    """
+    import time
 
     from embscope.progress import track
 
-    best = {r: 0.0 for r in rows}
-    batches = [(p, rows[s:s + BATCH]) for p in prompts for s in range(0, len(rows), BATCH)]
-    for (name, ids, pos), chunk in track(batches, total=len(batches), description=description):
-        x = torch.tensor(ids, device=device).repeat(len(chunk), 1)
-        tok = torch.tensor(chunk, device=device)
-        x[:, torch.as_tensor(pos, device=device)] = tok[:, None]
-        with torch.no_grad():
-            out = lm(input_ids=x, use_cache=True, logits_to_keep=1)
-            for step in range(GEN_STEPS):
-                probs = torch.softmax(out.logits[:, -1].float(), dim=-1)
-                p = probs.gather(1, tok[:, None])[:, 0].cpu().tolist()
-                for r, v in zip(chunk, p):
-                    best[r] = max(best[r], float(v))
-                if step + 1 < GEN_STEPS:
-                    nxt = probs.argmax(dim=-1, keepdim=True)
-                    out = lm(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+    best: dict[int, float] = {}
+    starts = range(0, len(rows), BATCH)
+    for s in track(starts, total=len(starts), description=description):
+        if deadline is not None and time.monotonic() > deadline:
+            break  # rows of the batches not started stay unchecked (absent from the result)
+        for r in rows[s:s + BATCH]:
+            best[r] = 0.0
+        for name, ids, pos in prompts:
+            chunk = [r for r in rows[s:s + BATCH] if cut is None or best[r] < cut]
+            if chunk:
+                _one_prompt(lm, ids, pos, chunk, best, device, cut)
     return best
 
 
-def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, seed: int = 0,
-                device: str | None = None) -> Verification:
-    """Prompt-check the ``n`` highest-scoring flagged normal rows and ``n`` trained controls."""
+def _one_prompt(lm, ids, pos, chunk, best, device, cut) -> None:
+    """One prompt for one batch of rows: substitute, forward, :data:`GEN_STEPS` greedy steps."""
+    import torch
+
+    x = torch.tensor(ids, device=device).repeat(len(chunk), 1)
+    tok = torch.tensor(chunk, device=device)
+    x[:, torch.as_tensor(pos, device=device)] = tok[:, None]
+    live = list(chunk)
+    with torch.no_grad():
+        out = lm(input_ids=x, use_cache=True, logits_to_keep=1)
+        for step in range(GEN_STEPS):
+            probs = torch.softmax(out.logits[:, -1].float(), dim=-1)
+            p = probs.gather(1, tok[:, None])[:, 0].cpu().tolist()
+            for r, v in zip(live, p):
+                best[r] = max(best[r], float(v))
+            if step + 1 == GEN_STEPS:
+                break
+            if cut is not None:
+                keep = [j for j, v in enumerate(p) if v < cut]
+                if not keep:
+                    break
+                if len(keep) < len(live):  # drop the rows already decided from the KV cache
+                    idx = torch.tensor(keep, device=device)
+                    out.past_key_values.batch_select_indices(idx)
+                    probs, tok = probs[idx], tok[idx]
+                    live = [live[j] for j in keep]
+            nxt = probs.argmax(dim=-1, keepdim=True)
+            out = lm(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+
+
+#: tokens of one text given to :func:`in_context_probs` (a rendered template is ~40; a corpus text is cut)
+CONTEXT_TOKENS = 512
+#: corpus texts searched for special tokens to check in context
+CONTEXT_TEXTS = 8
+
+
+def in_context_probs(lm, texts_ids: Sequence[list[int]], wanted: set[int], device: str) -> dict[int, float]:
+    """``max_prob`` of each wanted id where it occurs in real text: ``p(x_t | x_<t)`` with teacher
+    forcing, maximised over its occurrences past the first position.
+
+    A special token such as ``<|im_end|>`` cannot be checked by repetition (no text repeats a
+    turn end sixteen times, and a model that learned the template predicts it only where a turn
+    ends). Its own prompt is the place it is used: the chat template rendered on a short
+    conversation, or a corpus text that contains it. A trained template token gets most of the
+    probability at its place (SmolLM2-Instruct: ``<|im_end|>`` after the answer); an under-trained
+    one stays below the same :data:`MAX_PROB_CUT`. Ids seen only at position 0 (a leading BOS)
+    get no value.
+    """
+    import torch
+
+    best: dict[int, float] = {}
+    for ids in texts_ids:
+        ids = list(ids)[:CONTEXT_TOKENS]
+        hits = [t for t in range(1, len(ids)) if ids[t] in wanted]
+        if not hits:
+            continue
+        x = torch.tensor([ids], device=device)
+        with torch.no_grad():
+            logits = lm(input_ids=x).logits[0].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        for t in hits:
+            v = float(logp[t - 1, ids[t]].exp())
+            best[ids[t]] = max(best.get(ids[t], 0.0), v)
+    return best
+
+
+def context_texts(model: "LoadedModel", wanted: set[int], texts: Sequence[str] | None) -> tuple[list[list[int]], str]:
+    """Token ids of the rendered chat template and of up to :data:`CONTEXT_TEXTS` corpus texts that
+    contain a wanted id; and where they came from (``template``, ``template+data``, ``data``, ``none``)."""
+    from embscope.geometry.usage import render_chat_template
+
+    out: list[list[int]] = []
+    src = []
+    text, _ = render_chat_template(model)
+    if text is not None:
+        ids = model.vocab.encode(text)
+        bos = model.config.get("bos_token_id")
+        if isinstance(bos, int) and (not ids or ids[0] != bos) and str(model.config.get("model_type", "")).startswith("gemma"):
+            ids = [bos] + ids
+        out.append(ids)
+        src.append("template")
+    found = 0
+    for t in texts or ():
+        if found >= CONTEXT_TEXTS:
+            break
+        ids = model.vocab.encode(t)[:CONTEXT_TOKENS]
+        if wanted & set(ids[1:]):
+            out.append(ids)
+            found += 1
+    if found:
+        src.append("data")
+    return out, "+".join(src) or "none"
+
+
+def family_rows(ind: "Indicators", categories, n: int) -> list[int]:
+    """The ``n`` highest-scoring normal rows that an indicator reached but its gate stopped
+    (reason ``family`` or ``drift``, not flagged): checked too, so that one the model cannot
+    produce is found."""
+    cats = np.asarray(categories)
+    fam = [i for i, r in enumerate(ind.flag_reason) if r is not None and ("family" in r or "drift" in r)
+           and cats[i] == "normal" and not ind.flagged[i]]
+    score = np.asarray(ind.undertrained_score)
+    return sorted(fam, key=lambda i: -float(score[i]))[:n]
+
+
+def pick_rows(ind: "Indicators", categories, n: int, n_vocab: int, *, sample: str = "top",
+              seed: int = 0) -> tuple[list[int], list[int], int]:
+    """``(candidates, controls, pool)``: ``n`` flagged normal rows (not in the reference set) by
+    ``sample`` — the highest scores, or a seeded uniform sample — and ``min(n, MAX_CONTROLS)``
+    random trained rows (normal, unflagged, not a family row, not in the reference, inside the
+    tokenizer)."""
+    if sample not in SAMPLES:
+        from embscope.errors import SpecError
+
+        raise SpecError(f"--verify-sample must be one of {', '.join(SAMPLES)}, got {sample!r}")
+    cats = np.asarray(categories)
+    n_rows = len(cats)
+    normal = cats == "normal"
+    ref = np.zeros(n_rows, bool)
+    ref[list(ind.reference.ids)] = True
+    flagged = np.asarray(ind.flagged, bool)
+    pool = np.flatnonzero(flagged & normal & ~ref)
+    rng = np.random.default_rng(seed)
+    if sample == "top":
+        score = np.asarray(ind.undertrained_score)[pool]
+        cands = [int(i) for i in pool[np.argsort(-score, kind="stable")][:n]]
+    else:
+        cands = sorted(int(i) for i in rng.choice(pool, size=min(n, len(pool)), replace=False))
+    family = np.array([r is not None and ("family" in r or "drift" in r) for r in ind.flag_reason], bool)
+    trained = np.flatnonzero(normal & ~flagged & ~family & ~ref & (np.arange(n_rows) < n_vocab))
+    controls = sorted(int(i) for i in rng.choice(trained, size=min(n, MAX_CONTROLS, len(trained)), replace=False))
+    return cands, controls, len(pool)
+
+
+def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str = "top", seed: int = 0,
+                device: str | None = None, texts: Sequence[str] | None = None,
+                time_cap_s: float | None = None) -> Verification:
+    """Prompt-check ``n`` flagged normal rows (:func:`pick_rows`), the trained controls, the ``n``
+    highest-scoring family rows (:func:`family_rows`), and — in context (:func:`in_context_probs`)
+    — the special tokens the chat template or ``texts`` use.
+
+    ``time_cap_s`` stops after the batch that crosses it (the record says so); the rows not
+    reached stay unchecked and are left out of ``n_checked``.
+    """
     import time
 
     import torch
@@ -161,43 +368,77 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, seed: int = 
 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]
+    base = {"sample": sample, "seed": seed, "prompts": names, "time_cap_s": time_cap_s}
     if model.vocab is None:
-        return Verification(prompts=names, note=f"{model.name} ships no tokenizer: prompts cannot be built")
+        return Verification(**base, note=f"{model.name} ships no tokenizer: prompts cannot be built")
     reason = why_not_causal(model)
     if reason is not None:
-        return Verification(prompts=names, note=f"not verified: {reason}")
-    cats = np.asarray(model.categories)
-    normal = cats == "normal"
-    ref = np.zeros(model.n_rows, bool)
-    ref[ind.reference.ids] = True
-    order = np.argsort(-ind.undertrained_score)
-    cands = [int(i) for i in order if ind.flagged[i] and normal[i] and not ref[i]][:n]
-    trained = np.flatnonzero(normal & ~ind.flagged & ~ref & (np.arange(model.n_rows) < len(model.vocab)))
-    rng = np.random.default_rng(seed)
-    controls = sorted(int(i) for i in rng.choice(trained, size=min(n, len(trained)), replace=False))
+        return Verification(**base, note=f"not verified: {reason}")
+    cands, controls, pool = pick_rows(ind, model.categories, n, len(model.vocab), sample=sample, seed=seed)
+    families = family_rows(ind, model.categories, n)
     holder = placeholder_token(model.vocab, model.categories)
     prompts = build_prompts(model, holder) if holder is not None else []
     if not prompts:
-        return Verification(prompts=names, note="not verified: no placeholder token survives tokenization "
-                            "in the prompts")
+        return Verification(**base, pool=pool, note="not verified: no placeholder token survives "
+                            "tokenization in the prompts")
     try:
         lm = load_causal_lm(model)
     except Exception as exc:  # noqa: BLE001 - weights that do not load are a note
-        return Verification(prompts=names, note=f"not verified: the weights did not load ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
+        return Verification(**base, pool=pool, note=f"not verified: the weights did not load "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})")
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     lm.to(dev)
+    deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
+    t1 = time.perf_counter()
     try:
-        probs = max_probs(lm, prompts, cands + controls, dev)
+        # candidates first: a run stopped at the time cap still has its precision
+        probs = max_probs(lm, prompts, cands, dev, deadline=deadline)
+        probs.update(max_probs(lm, prompts, controls, dev, deadline=deadline, description="verifying controls"))
+        probs.update(max_probs(lm, prompts, families, dev, deadline=deadline, description="verifying families"))
+        prompt_seconds = time.perf_counter() - t1
+        specials = _check_specials(model, ind, lm, dev, texts)
     finally:
         lm.to("cpu")
-    ver = [probs[i] < MAX_PROB_CUT for i in cands]
-    failed = [probs[i] < MAX_PROB_CUT for i in controls]
+    checked = [i for i in cands if i in probs]
+    ctrl = [i for i in controls if i in probs]
+    fam = [i for i in families if i in probs]
+    ver = [probs[i] < MAX_PROB_CUT for i in checked]
+    failed = [probs[i] < MAX_PROB_CUT for i in ctrl]
+    stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
+    sp_probs = {r["id"]: r["max_prob"] for r in (specials or {}).get("rows", [])}
+    k = int(sum(ver))
+    what = "the highest-scoring flags" if sample == "top" else f"a random sample of all {pool} flagged normal rows"
     return Verification(
-        n_checked=len(cands), n_verified_undertrained=int(sum(ver)),
-        precision=round(sum(ver) / len(cands), 4) if cands else None,
-        controls_checked=len(controls), controls_failed=int(sum(failed)),
-        prompts=[p[0] for p in prompts], device=dev, seconds=round(time.perf_counter() - t0, 2),
-        note=(f"max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × {GEN_STEPS} greedy steps "
-              f"counts as verified under-trained; controls are random trained rows"),
-        max_prob={i: round(probs[i], 6) for i in cands + controls}, control_ids=controls)
+        **{**base, "prompts": [p[0] for p in prompts]},
+        n_checked=len(checked), n_verified_undertrained=k,
+        precision=round(k / len(checked), 4) if checked else None,
+        precision_ci95=list(wilson(k, len(checked)) or []) or None,
+        pool=pool, controls_checked=len(ctrl), controls_failed=int(sum(failed)),
+        device=dev, seconds=round(time.perf_counter() - t0, 2),
+        seconds_per_row=round(prompt_seconds / max(1, len(checked) + len(ctrl) + len(fam)), 3),
+        stopped_at_cap=stopped, specials=specials,
+        family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
+        note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
+              f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
+              + (f"; stopped at the {time_cap_s:g} s cap" if stopped else "")),
+        max_prob={**{i: round(probs[i], 6) for i in checked + ctrl + fam}, **sp_probs}, control_ids=ctrl)
+
+
+def _check_specials(model: "LoadedModel", ind: "Indicators", lm, device: str,
+                    texts: Sequence[str] | None) -> dict[str, Any] | None:
+    """The ``specials`` block of :class:`Verification`: every special token the rendered chat
+    template or the corpus uses, checked where it is used (flagged or not: a template token
+    appears in every chat example, so its state matters either way)."""
+    cats = model.categories
+    special = {i for i, c in enumerate(cats) if c == "special"}
+    if not special:
+        return None
+    ids_list, source = context_texts(model, special, texts)
+    used = special & {t for ids in ids_list for t in ids[1:]}
+    if not used:
+        return None
+    probs = in_context_probs(lm, ids_list, used, device)
+    strings = model.token_strings()
+    rows = [{"id": i, "token": strings[i], "max_prob": round(p, 6), "verified": p < MAX_PROB_CUT,
+             "flagged": bool(ind.flagged[i])} for i, p in sorted(probs.items())]
+    return {"source": source, "checked": len(rows), "verified": sum(r["verified"] for r in rows), "rows": rows}

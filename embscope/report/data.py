@@ -74,7 +74,7 @@ def skip_reason(summary: Summary, *names: str) -> str | None:
 _KINDS = {
     "token_id": "int", "in_norm": "num", "out_norm": "num", "isolation": "num",
     "knn_sim_k": "num", "undertrained_score": "num", "x": "num", "y": "num", "flagged": "bool",
-    "magikarp_sim": "num", "knot": "num", "verify_max_prob": "num", "corpus_count": "int", "flag_reason": "text",
+    "magikarp_sim": "num", "knot": "num", "verify_max_prob": "num", "undertrained_status": "text", "corpus_count": "int", "flag_reason": "text",
     "zero_row": "bool", "token": "text", "category": "text", "script": "text", "neighbors": "list",
     "neighbor_sims": "list", "pieces": "list", "term": "text", "frequency": "int", "savings_tokens": "int",
     "parity": "num", "fertility": "num", "language": "text", "tokenizer": "text",
@@ -174,7 +174,7 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
     path = Path(out_dir) / "tokens.parquet"
     df = _read_parquet(path, ["token_id", "token", "category", "in_norm", "out_norm", "zero_row",
                               "magikarp_sim", "knot", "isolation", "knn_sim_k", "script", "undertrained_score",
-                              "flagged", "flag_reason", "verify_max_prob", "corpus_count", "neighbors",
+                              "flagged", "flag_reason", "verify_max_prob", "undertrained_status", "corpus_count", "neighbors",
                               "neighbor_sims", "x", "y"])
     if df is None:
         return {"reason": skip_reason(summary, "tokens") or "tokens.parquet not found"}
@@ -232,8 +232,8 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
             top = scored.sort("undertrained_score", descending=True).head(TOP_N)
         show = [c for c in ("token_id", "token", "category", "script", "undertrained_score", "flag_reason",
                             "in_norm", "out_norm", "magikarp_sim", "knot", "isolation", "verify_max_prob",
-                            "corpus_count", "flagged")
-                if c in top.columns and not (c in ("out_norm", "magikarp_sim", "verify_max_prob", "corpus_count")
+                            "undertrained_status", "corpus_count", "flagged")
+                if c in top.columns and not (c in ("out_norm", "magikarp_sim", "verify_max_prob", "undertrained_status", "corpus_count")
                                              and top[c].null_count() == top.height)]
         rows = []
         for rec in top.iter_rows(named=True):

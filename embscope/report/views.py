@@ -96,7 +96,8 @@ def geometry_view(geo, categories: dict[str, int]) -> dict[str, Any]:
         "normal": f.get("normal"), "normal_share": f.get("normal_share"), "normal_rows": categories.get("normal"),
         "others": [{"category": c, "flagged": n, "rows": categories.get(c)} for c, n in by_cat.items()
                    if c != "normal"],
-        "zero_rows": f.get("zero_rows"), "by_reason": f.get("by_reason") or {}, "isolated": f.get("isolated")}
+        "zero_rows": f.get("zero_rows"), "by_reason": f.get("by_reason") or {}, "isolated": f.get("isolated"),
+        "family": f.get("family") or 0, "drift": f.get("drift") or 0}
     rows = [{"script": k, **{kk: v.get(kk) for kk in ("rows", "flagged", "flagged_share", "mean_norm")}}
             for k, v in view["per_script"].items()]
     rows.sort(key=lambda r: -(r["rows"] if isinstance(r["rows"], (int, float)) else 0))

@@ -44,8 +44,13 @@ class RunOptions(Record):
     #: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row is
     #: flagged (see embscope.geometry.indicators)
     threshold: float = 4.0
-    #: check the top N flagged rows (and N trained controls) by prompting the whole model; 0: off
-    verify: int = 0
+    #: check N flagged rows (and up to 100 trained controls) by prompting the whole model; 0: off;
+    #: null: automatic (``audit``): a random sample when the whole weights fit the memory budget
+    verify: int | None = 0
+    #: which flagged rows ``verify`` checks: top (highest scores) or random (seeded sample of all flags)
+    verify_sample: str = "top"
+    #: seconds after which the prompting stops (null: the automatic run's cap, else none)
+    verify_time_cap: float | None = None
     #: token ids known to be unused (the Magikarp reference set); null finds them automatically
     unused_ids: list[int] | None = None
     #: kNN method: auto, exact or ivf
@@ -149,8 +154,19 @@ class RunOptions(Record):
                             f"sigmas), got {self.threshold}; the default is {DEFAULT_THRESHOLD:g}")
         if self.workers is not None and self.workers > MAX_WORKERS:
             raise SpecError(f"--workers must be at most {MAX_WORKERS}, got {self.workers}")
-        if self.verify < 0:
+        from embscope.geometry.verify import MAX_VERIFY, SAMPLES, SECONDS_PER_ROW_CPU
+
+        if self.verify is not None and self.verify < 0:
             raise SpecError(f"--verify must be 0 or more, got {self.verify}")
+        if self.verify is not None and self.verify > MAX_VERIFY:
+            lo, hi = (round(MAX_VERIFY * s / 60) for s in SECONDS_PER_ROW_CPU)
+            raise SpecError(f"--verify {self.verify} is over the cap of {MAX_VERIFY} rows (each takes "
+                            f"{SECONDS_PER_ROW_CPU[0]:g}–{SECONDS_PER_ROW_CPU[1]:g} s on a CPU, so {MAX_VERIFY} rows "
+                            f"take {lo}–{hi} min); pass --verify {MAX_VERIFY} or less")
+        if self.verify_sample not in SAMPLES:
+            raise SpecError(f"--verify-sample must be one of {', '.join(SAMPLES)}, got {self.verify_sample!r}")
+        if self.verify_time_cap is not None and not (self.verify_time_cap > 0 and math.isfinite(self.verify_time_cap)):
+            raise SpecError(f"--verify-time-cap must be a positive number of seconds, got {self.verify_time_cap}")
         if self.sample_bytes is not None and self.sample_bytes < 1:
             raise SpecError(f"--sample-bytes must be at least 1, got {self.sample_bytes}")
         if self.device not in ("auto", "cpu", "cuda"):
