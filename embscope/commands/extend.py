@@ -18,8 +18,9 @@ def extend(
     corpus: Corpus,
     top: Annotated[int, typer.Option("--top", min=1, help="terms to add (best estimated savings first)")] = 200,
     init: Annotated[list[str], typer.Option(
-        "--init", help="initialisation to diagnose: NAME or INPUT/OUTPUT (untied models); repeat or "
-                       "comma-separate; names: mean, hewitt, subword-mean, weighted-subword, knn-pull")] = ["subword-mean"],
+        "--init", help="initialisation to diagnose: auto (every strategy, and recommend one), NAME or "
+                       "INPUT/OUTPUT (untied models); repeat or comma-separate; names: mean, hewitt, "
+                       "subword-mean, weighted-subword, knn-pull, subword-mean-norm, omp, distil")] = ["auto"],
     max_ngram: Annotated[int, typer.Option("--max-ngram", min=1, help="longest multi-word term, in words")] = 1,
     min_freq: Annotated[int, typer.Option("--min-freq", min=1, help="least occurrences of a term")] = 5,
     out: Out = None,
@@ -27,7 +28,8 @@ def extend(
     apply_to: Annotated[Optional[Path], typer.Option(
         "--apply", help="also write the extended model here (full transformers folder when the whole "
                         "model loads, else the new rows + tokenizer + README)")] = None,
-    apply_init: Annotated[str, typer.Option("--apply-init", help="strategy for --apply: NAME or INPUT/OUTPUT")] = "subword-mean",
+    apply_init: Annotated[str, typer.Option(
+        "--apply-init", help="strategy for --apply: auto (the recommended one), NAME or INPUT/OUTPUT")] = "auto",
     rows_only: Annotated[bool, typer.Option("--rows-only", help="with --apply: write only the new rows")] = False,
     tokens: Annotated[Optional[Path], typer.Option(
         "--tokens", help="tokens.parquet with a 'flagged' column: under-trained rows left out of every mean")] = None,

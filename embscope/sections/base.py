@@ -60,8 +60,8 @@ class RunOptions(Record):
     max_ngram: int = 1
     #: least occurrences of an extension term
     min_freq: int = 5
-    #: initialisation strategies to diagnose for extension candidates
-    init: list[str] = field(default_factory=lambda: ["mean", "hewitt", "subword-mean"])
+    #: initialisation strategies to diagnose for extension candidates (``auto``: all, and recommend one)
+    init: list[str] = field(default_factory=lambda: ["auto"])
     #: load the whole model (when it fits) for the extension's KL and new-token-mass check
     diagnostics: bool = True
     #: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``)
@@ -88,7 +88,7 @@ class RunOptions(Record):
         import math
 
         from embscope.errors import SpecError
-        from embscope.extension.init import parse_init
+        from embscope.extension.init import expand_specs
         from embscope.geometry.indicators import DEFAULT_THRESHOLD
 
         for name in ("k", "top", "max_ngram", "min_freq"):
@@ -105,8 +105,7 @@ class RunOptions(Record):
             raise SpecError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
-        for spec in self.init:
-            parse_init(spec)  # unknown strategy names fail here, with "did you mean"
+        expand_specs(self.init)  # unknown strategy names fail here, with "did you mean"
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
         if not self.text_field:
             raise SpecError("--text-field must name a field, e.g. text")
