@@ -36,11 +36,11 @@ AFTER = 3
 MAX_PREFIX = 48
 #: held-out contexts per term, and in all (the fidelity pass costs one forward per strategy each)
 HELD_PER_TERM = 1
-HELD_MAX = 96
+HELD_MAX = 64
 #: fit contexts per term (``distil``)
 FIT_PER_TERM = 2
 #: held-out text for bits per byte, in UTF-8 bytes, spread evenly over the held-out texts
-BPB_BYTES = 2048
+BPB_BYTES = 1536
 #: held-out texts kept to draw that sample from (bytes)
 HELD_TEXT_BYTES = 1 << 22
 

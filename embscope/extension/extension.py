@@ -210,6 +210,8 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         result.summary.update(extra)
         if AUTO in init or len(specs) > 1:
             best, why = recommend(strategies)
+            if "distil" not in specs and result.contexts is not None:
+                why += "; distil (fits each row through the model: minutes on a CPU) was not run: add --init distil"
             result.summary["recommended"], result.summary["recommended_why"] = best, why
             strategies = ordered(strategies, best)
         result.summary["strategies"] = strategies

@@ -266,30 +266,40 @@ def fidelity(lm, ctxs: Sequence["TermContext"], rows: dict[str, "torch.Tensor"],
     return out
 
 
-def _nll(p: Parts, seqs: Sequence[Sequence[int]], n_start: int, embeds_of, logits_of) -> tuple[float, int]:
-    """Σ −ln p(t_i | t_<i) over every token after the first ``n_start`` of each sequence, and
-    how many tokens that is. ``embeds_of(ids)`` gives the input embeddings, ``logits_of(h)``
-    the (M, V) logits."""
+def _hidden(p: Parts, seqs: Sequence[Sequence[int]], embeds_of) -> list["torch.Tensor"]:
+    """Per sequence, the (len − 1, d) final hidden states that predict its tokens 2..len;
+    ``embeds_of(ids)`` gives the input embeddings of right-padded ids."""
     import torch
 
-    total, count = 0.0, 0
+    out: list = [None] * len(seqs)
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     for s in range(0, len(order), CHUNK):
-        batch = [seqs[i] for i in order[s:s + CHUNK]]
-        ids, mask = _right_padded(batch)
+        idx = order[s:s + CHUNK]
+        ids, mask = _right_padded([seqs[i] for i in idx])
         with torch.no_grad():
             h = p.base(inputs_embeds=embeds_of(ids), attention_mask=mask).last_hidden_state
-            src = [(r, t) for r, x in enumerate(batch) for t in range(max(n_start, 1) - 1, len(x) - 1)]
-            if not src:
-                continue
-            rr = torch.tensor([a for a, _ in src])
-            tt = torch.tensor([b for _, b in src])
-            hs, target = h[rr, tt], ids[rr, tt + 1]
-            for a in range(0, hs.shape[0], LOGIT_ROWS):
-                lp = torch.log_softmax(logits_of(hs[a:a + LOGIT_ROWS]).double(), 1)
-                total -= float(lp.gather(1, target[a:a + LOGIT_ROWS, None]).sum())
-        count += len(src)
-    return total, count
+        for r, i in enumerate(idx):
+            out[i] = h[r, :max(len(seqs[i]) - 1, 0)]
+    return out
+
+
+def _nll(hidden, seqs: Sequence[Sequence[int]], n_start: int, logits_of) -> tuple[float, int]:
+    """Σ −ln p(t_i | t_<i) over every token after the first ``n_start`` (at least 1) of each
+    sequence, and how many tokens that is; ``logits_of(h)`` gives (M, V) logits."""
+    import torch
+
+    first = max(n_start, 1) - 1
+    hs = [h[first:] for h in hidden]
+    targets = [torch.tensor(list(x[first + 1:]), dtype=torch.long) for x in seqs]
+    h = torch.cat(hs) if hs else None
+    if h is None or h.shape[0] == 0:
+        return 0.0, 0
+    t = torch.cat(targets)
+    total = 0.0
+    for a in range(0, h.shape[0], LOGIT_ROWS):
+        lp = torch.log_softmax(logits_of(h[a:a + LOGIT_ROWS]).double(), 1)
+        total -= float(lp.gather(1, t[a:a + LOGIT_ROWS, None]).sum())
+    return total, int(t.shape[0])
 
 
 def bits_per_byte(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[int], new_ids: Sequence[int],
@@ -310,7 +320,11 @@ def bits_per_byte(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[in
     start = list(start)
     old = [start + e.ids for e in old_tok.encode_batch(list(texts), add_special_tokens=False)]
     ext = [start + e.ids for e in ext_tok.encode_batch(list(texts), add_special_tokens=False)]
-    nats, n_old = _nll(p, old, len(start), lambda ids: _embed_ids(p, ids), lambda h: old_logits(p, h))
+    hidden = _hidden(p, old, lambda ids: _embed_ids(p, ids))
+    nats, n_old = _nll(hidden, old, len(start), lambda h: old_logits(p, h))
+    # a text without a new term reads the same with both tokenizers: its hidden states are the
+    # original's, only the softmax gains the new columns
+    changed = [i for i, (a, b) in enumerate(zip(old, ext)) if a != b]
     base = {"bits_per_byte": round(nats / math.log(2) / n_bytes, 5),
             "tokens_per_byte": round(n_old / n_bytes, 5), "bytes": n_bytes, "texts": len(texts)}
     ids_t = torch.tensor(list(new_ids), dtype=torch.long)
@@ -336,7 +350,10 @@ def bits_per_byte(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[in
             full[:, ids_t] = h @ out_rows.T + (0 if new_bias is None else new_bias)
             return _cap(p, full)
 
-        nats_e, n_ext = _nll(p, ext, len(start), embeds_of, logits_of)
+        h_ext = list(hidden)
+        for i, h in zip(changed, _hidden(p, [ext[i] for i in changed], embeds_of)):
+            h_ext[i] = h
+        nats_e, n_ext = _nll(h_ext, ext, len(start), logits_of)
         bpb = nats_e / math.log(2) / n_bytes
         out[name] = {"bits_per_byte": round(bpb, 5), "tokens_per_byte": round(n_ext / n_bytes, 5),
                      "bits_per_byte_change": round(bpb - base["bits_per_byte"], 5),

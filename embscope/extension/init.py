@@ -303,19 +303,29 @@ STRATEGIES: dict[str, Callable[[InitContext], "torch.Tensor"]] = {
 }
 
 
-#: ``--init auto``: diagnose every strategy and recommend one (:mod:`embscope.extension.choose`)
+#: ``--init auto``: diagnose these and recommend one (:mod:`embscope.extension.choose`)
 AUTO = "auto"
+#: strategies ``auto`` leaves out unless named: ``distil`` runs the whole model forward and
+#: backward a few times per row (minutes on a CPU for a few hundred terms, see distil.py)
+NAMED_ONLY = ("distil",)
+
+
+def auto_strategies() -> list[str]:
+    """What ``--init auto`` diagnoses: every training-free strategy."""
+    return [n for n in STRATEGIES if n not in NAMED_ONLY]
 
 
 def expand_specs(specs: Sequence[str]) -> list[str]:
-    """Validated specs, ``auto`` replaced by every registered strategy (duplicates dropped).
+    """Validated specs, ``auto`` replaced by :func:`auto_strategies` (duplicates dropped).
 
     >>> expand_specs(["subword-mean", "auto"])[:3]
     ['subword-mean', 'mean', 'hewitt']
+    >>> "distil" in expand_specs(["auto"]), "distil" in expand_specs(["auto", "distil"])
+    (False, True)
     """
     out: list[str] = []
     for spec in specs:
-        for s in (STRATEGIES if spec == AUTO else [spec]):
+        for s in (auto_strategies() if spec == AUTO else [spec]):
             parse_init(s)
             if s not in out:
                 out.append(s)
