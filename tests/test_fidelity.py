@@ -80,9 +80,14 @@ def test_auto_is_the_default_and_unknown_names_still_fail():
 
 @pytest.fixture(scope="module")
 def result(smollm2_model):
+    import embscope.extension.contexts as contexts
+    import embscope.extension.distil as distil
     from embscope.extension import suggest
 
-    return suggest(smollm2_model, CORPUS, top=TOP, init=SPECS)
+    with pytest.MonkeyPatch.context() as mp:  # fewer texts and steps: the direct check runs each alone
+        mp.setattr(contexts, "BPB_BYTES", 400)
+        mp.setattr(distil, "STEPS", 3)
+        return suggest(smollm2_model, CORPUS, top=TOP, init=SPECS)
 
 
 @pytest.fixture(scope="module")

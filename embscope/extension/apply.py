@@ -131,6 +131,12 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     from embscope.models.fullmodel import load_causal_lm, set_rows
 
     lm = copy.deepcopy(load_causal_lm(model))
+    # A GGUF read through ``from_pretrained(gguf_file=...)`` is dequantised to float32 but keeps
+    # transformers' GGUF quantizer, which refuses ``save_pretrained``; what is written is float32.
+    if type(getattr(lm, "hf_quantizer", None)).__name__ == "GgufHfQuantizer":
+        lm.hf_quantizer = None
+        if hasattr(lm.config, "quantization_config"):
+            del lm.config.quantization_config
     size = max(lm.get_input_embeddings().weight.shape[0], max(ids) + 1)
     lm.resize_token_embeddings(size, mean_resizing=False)
     set_rows(lm, ids, rows)

@@ -93,13 +93,18 @@ def start_ids(tok: "Tokenizer", bos_id: int | None) -> list[int]:
 
 def collect(texts: Iterable[str], ext: "Tokenizer", term_ids: Sequence[int],
             pieces: Sequence[Sequence[int]], start: Sequence[int], *, batch: int = 1024,
-            held_per_term: int = HELD_PER_TERM, held_max: int = HELD_MAX,
-            fit_per_term: int = FIT_PER_TERM, bpb_bytes: int = BPB_BYTES) -> Contexts:
+            held_per_term: int | None = None, held_max: int | None = None,
+            fit_per_term: int | None = None, bpb_bytes: int | None = None) -> Contexts:
     """Contexts of each new term (ids ``term_ids``, pieces ``pieces``) in ``texts``.
 
     Texts are encoded with the extended tokenizer ``ext``; every new id is then written back as
-    its pieces except the one occurrence a context is about.
+    its pieces except the one occurrence a context is about. Limits default to the module's
+    constants (read at call time).
     """
+    held_per_term = HELD_PER_TERM if held_per_term is None else held_per_term
+    held_max = HELD_MAX if held_max is None else held_max
+    fit_per_term = FIT_PER_TERM if fit_per_term is None else fit_per_term
+    bpb_bytes = BPB_BYTES if bpb_bytes is None else bpb_bytes
     index = {int(t): k for k, t in enumerate(term_ids)}
     out = Contexts()
     held_n = [0] * len(term_ids)

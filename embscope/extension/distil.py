@@ -48,10 +48,12 @@ def _chunks(ctxs: Sequence["TermContext"], size: int):
 
 
 def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: Sequence[int], *,
-             steps: int = STEPS, lr: float = LR) -> "torch.Tensor":
-    """(n_terms, d) rows fitted from ``start`` on ``ctxs`` (see the module docstring)."""
+             steps: int | None = None, lr: float = LR) -> "torch.Tensor":
+    """(n_terms, d) rows fitted from ``start`` on ``ctxs`` (see the module docstring);
+    ``steps`` defaults to :data:`STEPS`, read at call time."""
     import torch
 
+    steps = STEPS if steps is None else steps
     from embscope.extension.fidelity import log_probs, new_token_hidden, old_vocabulary, parts, reference
 
     rows = start.detach().float().clone()
