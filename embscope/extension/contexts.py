@@ -38,7 +38,7 @@ MAX_PREFIX = 48
 HELD_PER_TERM = 1
 HELD_MAX = 64
 #: fit contexts per term (``distil``)
-FIT_PER_TERM = 2
+FIT_PER_TERM = 1
 #: held-out text for bits per byte, in UTF-8 bytes, spread evenly over the held-out texts
 BPB_BYTES = 1536
 #: held-out texts kept to draw that sample from (bytes)

@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from embscope.extension.contexts import TermContext
 
-#: Adam steps per row (measured on SmolLM2-135M + corpora/medical, see the extension docs)
-STEPS = 8
+#: Adam steps per row: on SmolLM2-135M + corpora/medical (40 terms, 1 fit context each), 4 steps took
+#: the held-out fidelity KL from 3.86 (subword-mean) to 1.62 nats, top-1 agreement 6 % → 38 %
+STEPS = 4
 #: Adam step size, as a fraction of the start rows' median per-element RMS (‖r‖ / √d)
 LR = 0.1
 #: contexts per chunk (all contexts of a term fall in one chunk, so chunks fit independently)
