@@ -135,7 +135,7 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
 
 
 def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, force: bool = False,
-           apply_to: str | Path | None = None, apply_init: str = "subword-mean", rows_only: bool = False,
+           apply_to: str | Path | None = None, apply_init: str = "auto", rows_only: bool = False,
            tokens: str | Path | None = None, options: RunOptions | None = None,
            verbose: bool | None = None, **kw: Any) -> tuple[RunResult, dict | None]:
     """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.

@@ -9,6 +9,7 @@ audit of the demo model. Tampered folders are real folders edited afterwards.
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -450,3 +451,37 @@ def test_extension_cards_use_the_real_keys(smollm2_audit):
     assert f"Tokens added {ext.tokens_added} top {ext.top_n} terms by savings + {ext.space_twins_added} space twins" in text
     assert f"of {ext.corpus_tokens:,} corpus tokens" in text and f"(estimate {ext.estimated_savings:,})" in text
     assert "KL measured on:" in text
+
+
+def test_strategy_table_leads_with_the_recommended_and_carries_fidelity(fake_out, tmp_path):
+    """Fidelity, bits per byte and disturbance columns come first; the recommended row is first and marked."""
+    import shutil
+
+    from embscope.cli import main
+
+    out = tmp_path / "s"
+    shutil.copytree(fake_out, out)
+    raw = json.loads((out / "summary.json").read_text())
+    ext = raw["sections"]["extension"]
+    base = {"name": "", "norm_percentile_median": 40.0, "norm_percentile_min": 1.0, "norm_percentile_max": 90.0,
+            "nearest_cosine_median": 0.5, "kl": 1e-5, "kl_max": 1e-4, "new_token_mass": 1e-5,
+            "new_token_mass_max": 1e-4, "examples": {}}
+    ext["strategies"] = {
+        "omp": {**base, "fidelity_kl": 1.25, "fidelity_kl_p90": 2.5, "fidelity_top1": 0.5,
+                "bits_per_byte": 2.4, "bits_per_byte_change": -0.1, "tokens_per_byte_change": -0.05},
+        "mean": {**base, "fidelity_kl": 3.5, "fidelity_kl_p90": 6.0, "fidelity_top1": 0.25,
+                 "bits_per_byte": 2.6, "bits_per_byte_change": 0.1, "tokens_per_byte_change": -0.05}}
+    ext["recommended"], ext["recommended_why"] = "omp", "omp: fidelity KL 1.25 nats at the term"
+    ext["bits_per_byte_original"] = {"bits_per_byte": 2.5, "tokens_per_byte": 0.25, "bytes": 100, "texts": 3}
+    (out / "summary.json").write_text(json.dumps(raw))
+    assert main(["report", str(out)]) == 0
+    html = (out / "index.html").read_text(encoding="utf-8")
+    table = html[html.index('id="strategy-table"'):]
+    table = table[:table.index("</table>")]
+    heads = re.findall(r'<th class="n" title="([^"]+)"', table)
+    assert heads[:3] == ["fidelity_kl", "fidelity_kl_p90", "fidelity_top1"]
+    assert heads.index("bits_per_byte_change") < heads.index("kl") < heads.index("norm_percentile_median")
+    rows = re.findall(r"<tr[^>]*><td><b>([^<]+)</b>", table)
+    assert rows == ["omp", "mean"] and 'class="recommended"' in table
+    text = _text(out / "index.html")
+    assert "Recommended initialisation omp omp: fidelity KL 1.25 nats at the term" in text

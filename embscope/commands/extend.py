@@ -21,7 +21,8 @@ def extend(
     apply_to: Annotated[Optional[Path], typer.Option(
         "--apply", help="also write the extended model here (full transformers folder when the whole "
                         "model loads, else the new rows + tokenizer + README)")] = None,
-    apply_init: Annotated[str, typer.Option("--apply-init", help="strategy for --apply: NAME or INPUT/OUTPUT")] = "subword-mean",
+    apply_init: Annotated[str, typer.Option(
+        "--apply-init", help="strategy for --apply: auto (the recommended one), NAME or INPUT/OUTPUT")] = "auto",
     rows_only: Annotated[bool, typer.Option("--rows-only", help="with --apply: write only the new rows")] = False,
     tokens: Annotated[Optional[Path], typer.Option(
         "--tokens", help="tokens.parquet with a 'flagged' column: under-trained rows left out of every mean")] = None,

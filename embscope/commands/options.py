@@ -98,7 +98,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "reference": RunOpt("reference", Reference),
     # extension
     "top": RunOpt("top", Annotated[int, typer.Option("--top", min=1, help="vocabulary-extension terms to add (best estimated savings first)")]),
-    "init": RunOpt("init", Annotated[list[str], typer.Option("--init", help="initialisation to diagnose: NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: mean, hewitt, subword-mean, weighted-subword, knn-pull")],
+    "init": RunOpt("init", Annotated[list[str], typer.Option("--init", help="initialisation to diagnose: auto (every training-free strategy, and recommend one), NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: mean, hewitt, subword-mean, weighted-subword, knn-pull, subword-mean-norm, omp, distil (fits each row through the model; named only)")],
                    to_field=_split_specs, from_field=list),
     "max_ngram": RunOpt("max_ngram", Annotated[int, typer.Option("--max-ngram", min=1, help="longest multi-word extension term, in words")]),
     "min_freq": RunOpt("min_freq", Annotated[int, typer.Option("--min-freq", min=1, help="least occurrences of an extension term")]),

@@ -65,14 +65,24 @@ def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
               f"{s.corpus_tokens:,} corpus tokens ({100 * s.saved_fraction:.1f} %, measured; estimate "
               f"{s.estimated_savings:,})")
     if s.strategies:
-        t = Table("init", "KL nats (mean / max)", "new-token mass (mean / max)", "norm pct (median)",
-                  "nearest cos (median)", title=Text(s.kl_note or ""))
+        t = Table("init", "fidelity KL (mean / p90)", "top-1", "bits/byte (Δ)", "KL old text (mean / max)",
+                  "new-token mass (max)", "norm pct", title=Text(s.kl_note or ""))
+
+        def num(v, f):
+            return "—" if v is None else format(v, f)
+
         for name, d in s.strategies.items():
+            mark = " *" if name == getattr(s, "recommended", None) else ""
+            fid = ("—" if d.get("fidelity_kl") is None
+                   else f"{d['fidelity_kl']:.3f} / {num(d.get('fidelity_kl_p90'), '.3f')}")
+            bpb = ("—" if d.get("bits_per_byte") is None
+                   else f"{d['bits_per_byte']:.4f} ({d['bits_per_byte_change']:+.4f})")
             kl = "—" if d.get("kl") is None else f"{d['kl']:.2e} / {d['kl_max']:.2e}"
-            mass = ("—" if d.get("new_token_mass") is None
-                    else f"{d['new_token_mass']:.2e} / {d['new_token_mass_max']:.2e}")
-            t.add_row(name, kl, mass, f"{d['norm_percentile_median']:.1f}", f"{d['nearest_cosine_median']:.3f}")
+            t.add_row(Text(name + mark), fid, num(d.get("fidelity_top1"), ".0%"), bpb, kl,
+                      num(d.get("new_token_mass_max"), ".2e"), f"{d['norm_percentile_median']:.1f}")
         con.print(t)
+        if getattr(s, "recommended", None):
+            con.print(Text(f"* recommended: {s.recommended_why}"))
     con.print(Text(f"candidates: {res.folder / 'candidates.parquet'}"))
     if manifest is not None:
         con.print(Text(f"extended model ({manifest['format']}, {manifest['init']}): {apply_to}"))

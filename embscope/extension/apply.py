@@ -60,14 +60,17 @@ with torch.no_grad():
 
 
 def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, *,
-          init: str = "subword-mean", mode: str = "auto", tokens=None, force: bool = False) -> dict:
+          init: str = "auto", mode: str = "auto", tokens=None, force: bool = False) -> dict:
     """Write the extended model to ``out_dir`` (atomically); returns a manifest dict.
 
     Args:
         model: the model :func:`suggest` ran on.
         result: from :func:`suggest`; its ``terms`` are added.
         out_dir: output folder (must not exist or be empty, unless ``force``).
-        init: strategy spec, ``NAME`` or ``INPUT/OUTPUT``.
+        init: strategy spec, ``NAME`` or ``INPUT/OUTPUT``; ``auto`` (the default) writes the one
+            :func:`suggest` recommended (``result.summary["recommended"]``; ``subword-mean`` when
+            nothing was measured). Rows :func:`suggest` diagnosed are written as they were
+            measured.
         mode: ``full`` (transformers folder), ``rows`` (new rows only) or ``auto`` (full when the
             whole model loads here, else rows).
         tokens: tokens table with ``flagged`` rows to exclude from the means.
@@ -82,8 +85,14 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
     from embscope.extension.init import parse_init
     from embscope.extension.extension import new_rows, reference_mask
 
+    from embscope.extension.choose import FALLBACK
+    from embscope.extension.init import AUTO
+
     if mode not in MODES:
         raise SpecError(f"unknown apply mode {mode!r}; choose from {', '.join(MODES)}")
+    asked = init
+    if init == AUTO:
+        init = result.summary.get("recommended") or FALLBACK
     parse_init(init)
     reason = why_not_loadable(model)
     if mode == "full" and reason is not None:
@@ -93,9 +102,12 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
     tok = load_hf_tokenizer(model)
     ext = extended_tokenizer(tok, result.terms)
     ids = [ext.token_to_id(t) for t in result.terms]
-    rows = new_rows(model, result, init, reference_mask(model, tokens))
+    rows = result.rows.get(init)
+    if rows is None:
+        rows = new_rows(model, result, init, reference_mask(model, tokens))
     manifest = {
         "base_model": model.name, "base_path": str(model.path), "init": init,
+        "init_reason": result.summary.get("recommended_why") if asked == AUTO else "asked for",
         "format": "transformers" if full else "rows", "n_added": len(ids),
         "token_ids": ids, "terms": result.terms,
         "vocab_size": max(model.n_rows, max(ids) + 1) if ids else model.n_rows,
@@ -119,6 +131,12 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     from embscope.models.fullmodel import load_causal_lm, set_rows
 
     lm = copy.deepcopy(load_causal_lm(model))
+    # A GGUF read through ``from_pretrained(gguf_file=...)`` is dequantised to float32 but keeps
+    # transformers' GGUF quantizer, which refuses ``save_pretrained``; what is written is float32.
+    if type(getattr(lm, "hf_quantizer", None)).__name__ == "GgufHfQuantizer":
+        lm.hf_quantizer = None
+        if hasattr(lm.config, "quantization_config"):
+            del lm.config.quantization_config
     size = max(lm.get_input_embeddings().weight.shape[0], max(ids) + 1)
     lm.resize_token_embeddings(size, mean_resizing=False)
     set_rows(lm, ids, rows)

@@ -35,6 +35,19 @@ Strategies (``--init NAME``):
   rescaling the pulled rows to the median trained-row norm instead raised the mean
   KL(p_old ‖ p_new) from 9e-6 to 0.098 nats and put up to 99.9 % of one position's next-token
   mass on new tokens (10th-percentile norm: KL 0.006, max mass 47 %).
+- ``subword-mean-norm``: ``subword-mean`` rescaled to the median norm of the trained rows,
+  ``x = s · median‖E_trained‖ / ‖s‖``. Averaging shrinks rows (the mean of k unrelated vectors has
+  about 1/√k of their norm); NVIDIA's tokenizer-extension recipe corrects the input rows' norm to
+  the median norm of the target script's existing rows ("subword/uniform … with input norm
+  correction to the median Devanagari norm",
+  https://docs.nvidia.com/nemotron/nightly/tokenizer-extension/reference/init-embeddings-config.html).
+  Here every trained row is the reference (one domain, not one script).
+- ``omp``: sparse combination of trained rows found in a donor space (GloVe), as mergekit's
+  tokensurgeon does (:mod:`embscope.extension.omp`).
+- ``distil``: each new input row fitted, the model frozen, so that the model's next-token
+  distributions after the new token match those after the old pieces on corpus contexts
+  (:mod:`embscope.extension.distil`; Dobler, Elliott & de Melo 2025, "Token Distillation").
+  Needs the whole model; output rows of untied models stay ``subword-mean``.
 """
 
 from __future__ import annotations
@@ -78,6 +91,11 @@ class InitContext:
     piece_counts: "np.ndarray | None" = None
     #: random seed (hewitt)
     seed: int = 0
+    #: per row, its decoded text (" hyper"), and per new term its text (omp's donor lookups)
+    token_text: "Sequence[str] | None" = None
+    terms: "Sequence[str] | None" = None
+    #: ``distil``: rows (n, d) to start from → fitted rows; None where no model and contexts
+    distil: "Callable[[torch.Tensor], torch.Tensor] | None" = None
     #: values derived from the matrix alone (trained mean, trained norms), computed once per
     #: context: each is a pass over a matrix that is gigabytes at 7B scale
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -228,6 +246,50 @@ def init_knn_pull(ctx: InitContext) -> "torch.Tensor":
     return x * (s.norm(dim=1, keepdim=True) / x.norm(dim=1, keepdim=True).clamp_min(1e-12))
 
 
+def init_subword_mean_norm(ctx: InitContext) -> "torch.Tensor":
+    s = init_subword_mean(ctx)
+    target = trained_norms(ctx).median()
+    return s * (target / s.norm(dim=1, keepdim=True).clamp_min(1e-12))
+
+
+def init_omp(ctx: InitContext) -> "torch.Tensor":
+    """OMP in GloVe space, coefficients applied to the trained rows (:mod:`.omp`); terms GloVe
+    lacks keep their subword mean. ``ctx.memo["omp_known"]``: how many terms GloVe knew."""
+    import torch
+
+    from embscope.extension.omp import glove, omp_rows, sparsity, word_of
+
+    if ctx.token_text is None or ctx.terms is None:
+        raise SpecError("--init omp needs the token and term texts; run it through suggest()")
+    vocab, vectors = glove()
+    shared: dict[str, int] = {}
+    for i in torch.nonzero(ctx.trained).flatten().tolist():
+        if i >= len(ctx.token_text):
+            continue
+        text = ctx.token_text[i]
+        w = word_of(text)
+        if w in vocab and any(ch.isalpha() for ch in w) and (w not in shared or text[:1] in (" ", "▁")):
+            shared[w] = i
+    out = init_subword_mean(ctx)
+    known = [k for k, t in enumerate(ctx.terms) if word_of(t) in vocab]
+    ctx.memo["omp_known"] = len(known)
+    if not known or not shared:
+        return out
+    words = list(shared)
+    donor = torch.from_numpy(vectors[[vocab[w] for w in words]].astype("float32"))
+    model_rows = ctx.matrix[[shared[w] for w in words]].float()
+    targets = torch.from_numpy(vectors[[vocab[word_of(ctx.terms[k])] for k in known]].astype("float32"))
+    out[known] = omp_rows(targets, donor, model_rows, sparsity(donor.shape[1]))
+    return out
+
+
+def init_distil(ctx: InitContext) -> "torch.Tensor":
+    if ctx.distil is None:
+        raise SpecError("--init distil fits each row through the whole model on corpus contexts: it needs a "
+                        "model that loads whole here (a causal LM under the size limit) and the diagnostics on")
+    return ctx.distil(init_subword_mean(ctx))
+
+
 #: name → strategy; ``--init`` accepts these names
 STRATEGIES: dict[str, Callable[[InitContext], "torch.Tensor"]] = {
     "mean": init_mean,
@@ -235,14 +297,46 @@ STRATEGIES: dict[str, Callable[[InitContext], "torch.Tensor"]] = {
     "subword-mean": init_subword_mean,
     "weighted-subword": init_weighted_subword,
     "knn-pull": init_knn_pull,
+    "subword-mean-norm": init_subword_mean_norm,
+    "omp": init_omp,
+    "distil": init_distil,
 }
+
+
+#: ``--init auto``: diagnose these and recommend one (:mod:`embscope.extension.choose`)
+AUTO = "auto"
+#: strategies ``auto`` leaves out unless named: ``distil`` runs the whole model forward and
+#: backward a few times per row (minutes on a CPU for a few hundred terms, see distil.py)
+NAMED_ONLY = ("distil",)
+
+
+def auto_strategies() -> list[str]:
+    """What ``--init auto`` diagnoses: every training-free strategy."""
+    return [n for n in STRATEGIES if n not in NAMED_ONLY]
+
+
+def expand_specs(specs: Sequence[str]) -> list[str]:
+    """Validated specs, ``auto`` replaced by :func:`auto_strategies` (duplicates dropped).
+
+    >>> expand_specs(["subword-mean", "auto"])[:3]
+    ['subword-mean', 'mean', 'hewitt']
+    >>> "distil" in expand_specs(["auto"]), "distil" in expand_specs(["auto", "distil"])
+    (False, True)
+    """
+    out: list[str] = []
+    for spec in specs:
+        for s in (auto_strategies() if spec == AUTO else [spec]):
+            parse_init(s)
+            if s not in out:
+                out.append(s)
+    return out
 
 
 def check_strategy(name: str) -> str:
     """``name`` if registered, else :class:`UnknownStrategy` with a "did you mean"."""
     if name not in STRATEGIES:
-        raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(name, STRATEGIES)}; "
-                              f"choose from {', '.join(STRATEGIES)}")
+        raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(name, [*STRATEGIES, AUTO])}; "
+                              f"choose from {AUTO}, {', '.join(STRATEGIES)}")
     return name
 
 

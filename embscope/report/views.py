@@ -60,6 +60,13 @@ def _band_class(band: str, declared: bool | None) -> str:
     return "moderate" if band == "up to 4x" else "high"
 
 
+#: strategy-table columns first: what the row means (fidelity), what it costs (bits per byte),
+#: what it disturbs (KL on old text, new-token mass); the rest (norms, neighbours) after
+STRATEGY_COLUMNS = ("fidelity_kl", "fidelity_kl_p90", "fidelity_top1", "fidelity_kl_after", "fidelity_top1_after",
+                    "bits_per_byte_change", "tokens_per_byte_change", "bits_per_byte", "kl", "kl_max",
+                    "new_token_mass", "new_token_mass_max")
+
+
 def extension_view(ext) -> dict[str, Any]:
     """Extension record with strategies split into scalar columns and nearest-token examples."""
     if ext is None:
@@ -67,8 +74,9 @@ def extension_view(ext) -> dict[str, Any]:
     view = ext.to_dict()
     strategies, examples = {}, {}
     for name, d in ext.strategies.items():
-        strategies[name] = {k: v for k, v in d.items()
-                            if k != "name" and (v is None or isinstance(v, (int, float, str, bool)))}
+        cols = [k for k in STRATEGY_COLUMNS if k in d] + [k for k in d if k not in STRATEGY_COLUMNS]
+        strategies[name] = {k: d[k] for k in cols
+                            if k != "name" and (d[k] is None or isinstance(d[k], (int, float, str, bool)))}
         ex = d.get("examples")
         if isinstance(ex, dict) and ex:
             examples[name] = {str(t): [[str(p[0]), p[1] if len(p) > 1 else None] for p in near

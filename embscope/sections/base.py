@@ -75,8 +75,8 @@ class RunOptions(Record):
     max_ngram: int = 1
     #: least occurrences of an extension term
     min_freq: int = 5
-    #: initialisation strategies to diagnose for extension candidates
-    init: list[str] = field(default_factory=lambda: ["mean", "hewitt", "subword-mean"])
+    #: initialisation strategies to diagnose for extension candidates (``auto``: all, and recommend one)
+    init: list[str] = field(default_factory=lambda: ["auto"])
     #: load the whole model (when it fits) for the extension's KL and new-token-mass check
     diagnostics: bool = True
     #: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``)
@@ -139,7 +139,7 @@ class RunOptions(Record):
         import math
 
         from embscope.errors import SpecError
-        from embscope.extension.init import parse_init
+        from embscope.extension.init import expand_specs, parse_init
         from embscope.geometry.indicators import DEFAULT_THRESHOLD
         from embscope.limits import check_at_most
 
@@ -173,8 +173,8 @@ class RunOptions(Record):
             raise SpecError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
-        for spec in [*self.init, self.repair_init]:
-            parse_init(spec)  # unknown strategy names fail here, with "did you mean"
+        expand_specs(self.init)  # unknown strategy names fail here, with "did you mean"
+        parse_init(self.repair_init)
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
         if self.max_length is not None and self.max_length < 1:
             raise SpecError(f"--max-length must be at least 1, got {self.max_length}")

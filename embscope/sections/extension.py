@@ -49,10 +49,27 @@ class ExtensionRecord(Record):
     #: input and output matrices are one
     tied: bool
     #: {strategy: {norm_percentile_median/min/max, nearest_cosine_median, kl, kl_max, new_token_mass,
-    #: new_token_mass_max, examples {term: [[nearest token, cosine], …]}, …}}
+    #: new_token_mass_max, fidelity_kl (nats, lower is better), fidelity_kl_p90, fidelity_top1
+    #: (higher is better), fidelity_kl_after, fidelity_top1_after, fidelity_contexts, bits_per_byte
+    #: (held-out domain text, lower is better), tokens_per_byte, bits_per_byte_change,
+    #: tokens_per_byte_change, examples {term: [[nearest token, cosine], …]}, …}}; the recommended
+    #: strategy first, then by fidelity_kl
     strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: what the KL was measured on, or why it was not
     kl_note: str | None = None
+    #: the strategy ``--init auto`` / ``--apply-init auto`` writes (fidelity first, disturbance bounded)
+    recommended: str | None = None
+    #: why, with the figures that decided it
+    recommended_why: str | None = None
+    #: what fidelity and bits per byte were measured on, or why they were not
+    fidelity_note: str | None = None
+    #: the original model + tokenizer on the same held-out text: {bits_per_byte, tokens_per_byte,
+    #: bytes, texts}
+    bits_per_byte_original: dict[str, Any] = field(default_factory=dict)
+    #: strategies of ``auto`` that could not run here, {name: reason}
+    skipped_strategies: dict[str, str] = field(default_factory=dict)
+    #: new terms GloVe knows (omp approximates those; the rest keep their subword mean)
+    omp_known_terms: int | None = None
     #: what was read: files_read, texts, bytes, skipped {reason: count}, per_file, ignored_files,
     #: capped_languages (cut by sample_bytes), lang_source
     corpus_report: dict[str, Any] = field(default_factory=dict)

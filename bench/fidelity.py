@@ -1,0 +1,101 @@
+"""Extension diagnostics timed per step: the terms, the whole model, fidelity, bits per byte.
+
+    python bench/fidelity.py [--model smollm2-135m] [--top 200] [--init auto] [--json OUT]
+
+Runs :func:`embscope.extension.suggest` once in this process (the corpus passes, then the
+diagnostics of every strategy) and prints each step's wall time, the process's CPU seconds
+(user + system, all threads) and the load average beside them: on a shared machine wall time
+alone says little. Goal (SmolLM2-135M + corpora/medical, 269 new tokens): the diagnostics
+within 60 s on the 2-core development machine.
+
+Prints the strategy table too (fidelity, bits per byte, disturbance), recommended first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Timed:
+    """A :class:`embscope.progress.Steps` stand-in that records wall and CPU seconds per step."""
+
+    def __init__(self):
+        self.rows: list[tuple[str, float, float, float]] = []
+        self.timings: dict = {}
+
+    def step(self, name, _what=""):
+        import contextlib
+
+        @contextlib.contextmanager
+        def run():
+            w, c = time.perf_counter(), cpu()
+            try:
+                yield
+            finally:
+                self.rows.append((name, time.perf_counter() - w, cpu() - c, os.getloadavg()[0]))
+        return run()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--corpus", default=str(ROOT / "corpora" / "medical"))
+    ap.add_argument("--top", type=int, default=200)
+    ap.add_argument("--init", default="auto", help="comma-separated specs")
+    ap.add_argument("--json", default=None, help="also write the summary and the timings here")
+    args = ap.parse_args()
+
+    import embscope
+    from embscope.extension import suggest
+
+    steps = Timed()
+    w0, c0 = time.perf_counter(), cpu()
+    model = embscope.load_model(args.model)
+    load = (time.perf_counter() - w0, cpu() - c0)
+    w1, c1 = time.perf_counter(), cpu()
+    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), steps=steps)
+    total = (time.perf_counter() - w1, cpu() - c1)
+    print(f"model {args.model}: {res.summary['tokens_added']} new tokens; load {load[0]:.1f} s wall, "
+          f"{load[1]:.1f} s CPU")
+    print(f"{'step':<16}{'wall s':>9}{'cpu s':>9}{'load':>7}")
+    diag = [0.0, 0.0]
+    for name, w, c, ld in steps.rows:
+        print(f"{name:<16}{w:>9.1f}{c:>9.1f}{ld:>7.1f}")
+        if name == "diagnostics":
+            diag = [w, c]
+    print(f"{'suggest total':<16}{total[0]:>9.1f}{total[1]:>9.1f}{os.getloadavg()[0]:>7.1f}")
+    print(f"diagnostics: {diag[0]:.1f} s wall, {diag[1]:.1f} s CPU (goal: 60 s)")
+    s = res.summary
+    print(f"recommended: {s.get('recommended')} — {s.get('recommended_why')}")
+    base = s.get("bits_per_byte_original") or {}
+    print(f"original: {base.get('bits_per_byte')} bits/byte, {base.get('tokens_per_byte')} tokens/byte "
+          f"on {base.get('bytes')} held-out bytes")
+    cols = ("fidelity_kl", "fidelity_kl_p90", "fidelity_top1", "fidelity_kl_after", "fidelity_top1_after",
+            "bits_per_byte", "bits_per_byte_change", "tokens_per_byte_change", "kl", "new_token_mass_max",
+            "norm_percentile_median")
+    print("| strategy | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for name, d in s["strategies"].items():
+        print(f"| {name} | " + " | ".join("—" if d.get(k) is None else f"{d[k]:.4g}" for k in cols) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": {k: v for k, v in s.items()},
+                                               "steps": steps.rows, "load": load, "total": total},
+                                              default=str, indent=1))
+
+
+if __name__ == "__main__":
+    main()
