@@ -159,7 +159,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     from embscope.models.load import PICKLE_HINT
 
     hint = PICKLE_HINT if pickle_hint is None else pickle_hint
-    resolved = resolve(model, trust_pickle=opts.trust_pickle, pickle_hint=hint) if model is not None else None
+    resolved = (resolve(model, trust_pickle=opts.trust_pickle, pickle_hint=hint, download=opts.download)
+                if model is not None else None)
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
 
@@ -221,6 +222,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             fingerprints["model"] = {"spec": model, "tensors": {
                 "embed": tensor_digest(loaded.embed),
                 "output": tensor_digest(loaded.output) if loaded.output is not None else None}}
+            if resolved.hub is not None:  # read by ranges: the hub's commit and each file's ETag
+                fingerprints["model"]["hub"] = resolved.hub
         fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
             [*corpus_paths, *([state.domain] if state.domain else [])])}
         fingerprints["tokenizers"] = list(tokenizers)

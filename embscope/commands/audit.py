@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.commands.options import (EngineKind, EngineOpt, LangField, RayAddress, TextField, Workers, THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, NoMap, Out, Quiet, Reference, SampleBytes,
-                                       Threshold, TrustPickle, UnusedIds, Verbose,
+                                       Threshold, Download, DownloadOpt, TrustPickle, UnusedIds, Verbose,
                                        parse_ids, print_json, print_warnings, setup)
 
 
@@ -36,6 +36,7 @@ def audit(
     lang_field: LangField = "lang",
     top: Annotated[int, typer.Option("--top", min=1, help="vocabulary-extension candidates to add")] = 200,
     trust_pickle: TrustPickle = False,
+    download: DownloadOpt = Download.ranges,
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -52,7 +53,8 @@ def audit(
                     reference=reference, sample_bytes=sample_bytes,
                     engine=engine.value, workers=workers, ray_address=ray_address, text_field=text_field,
                     lang_field=lang_field,
-                    top=top, trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT, device=device.value)
+                    top=top, trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT, download=download.value,
+                    device=device.value)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})

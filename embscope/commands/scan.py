@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.commands.options import (THRESHOLD, Repair, RepairInit, Verify, Device, DeviceOpt, Force, Json, K, ModelOpt, NoMap, Out, Quiet, Threshold,
-                                       TrustPickle, UnusedIds, Verbose, parse_ids,
+                                       Download, DownloadOpt, TrustPickle, UnusedIds, Verbose, parse_ids,
                                        print_json, print_warnings, setup)
 
 
@@ -26,6 +26,7 @@ def scan(
     repair_init: RepairInit = "subword-mean",
     no_map: NoMap = False,
     trust_pickle: TrustPickle = False,
+    download: DownloadOpt = Download.ranges,
     as_json: Json = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -38,7 +39,7 @@ def scan(
     setup(quiet, verbose)
     res = run_scan(model, corpora=corpus or [], out=out, force=force, k=k, unused_ids=parse_ids(unused_ids),
                    threshold=threshold, verify=verify, repair_to=repair, repair_init=repair_init, layout=not no_map, device=device.value,
-                   trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT)
+                   trust_pickle=trust_pickle, pickle_hint=TRUST_PICKLE_HINT, download=download.value)
     print_warnings(res.warnings)
     if as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})

@@ -109,7 +109,8 @@ def _read_gguf(r: Resolved):
             names, dtype, [str(r.path)])
 
 
-def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False) -> LoadedModel:
+def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False,
+               download: str = "ranges") -> LoadedModel:
     """Load the embedding (and untied output) matrix of a model, with its tokenizer.
 
     Args:
@@ -120,6 +121,8 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
             on CPU safetensors are memory-mapped, and each analysis converts row chunks to float32
             as it goes.
         trust_pickle: allow PyTorch ``.bin`` checkpoints (still ``weights_only=True``).
+        download: a hub model's weights: ``ranges`` reads only the embedding/head tensors' bytes
+            (:mod:`embscope.models.hub_ranges`), ``full`` the whole shards that hold them.
 
     Returns:
         :class:`~embscope.models.model.LoadedModel`.
@@ -131,7 +134,8 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     """
     t0 = time.perf_counter()
     dev = pick_device(device)
-    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, pickle_hint=PICKLE_HINT)
+    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, pickle_hint=PICKLE_HINT,
+                                                        download=download)
     config = r.config()
     readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
     embed, out, names, dtype, files = readers[r.format](r)
