@@ -34,6 +34,7 @@ _COMMAND_MODULES = [
     "embscope.commands.extend",
     "embscope.commands.rope",
     "embscope.commands.report",
+    "embscope.commands.export",
     "embscope.commands.models",
 ]
 

@@ -15,6 +15,9 @@ Answers, for each repo given (a folder of files):
   ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``, the last with the
   ``X-Repo-Commit`` it is missing at).
 
+``GET /__stats`` returns the counters as JSON (``/__reset`` also zeroes them), for a server run
+in its own process: ``python -m tests.hub_server REPO_ID FOLDER`` prints its URL and serves.
+
 Knobs for failure tests: ``refuse_ranges`` (answer every ``Range`` with the whole file, ``200``, as
 a server without range support does); ``drop_after`` (``(file name, n)``: the first ``GET`` of that
 file longer than ``n`` bytes is cut off after ``n`` body bytes, the TCP connection closed
@@ -146,6 +149,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, head: bool) -> None:
         path = unquote(self.path.split("?", 1)[0])
+        if path in ("/__stats", "/__reset"):  # the counters, for a server in another process (bench)
+            doc = {"bytes_sent": self.hub.bytes_sent, "requests": list(self.hub.requests)}
+            if path == "/__reset":
+                self.hub.reset_counts()
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         m = re.match(r"^/api/models/([^/]+/[^/]+)/revision/([^/]+)$", path)
         if m:
             folder = self._repo(*m.groups())
@@ -219,3 +233,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self.hub._count((self.command, self.path, rng, status, sent))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.hub_server REPO_ID FOLDER``: serve until killed; prints the URL."""
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("repo_id")
+    ap.add_argument("folder", type=Path)
+    args = ap.parse_args(argv)
+    with HubServer({args.repo_id: args.folder}) as hub:
+        print(hub.url, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
