@@ -146,3 +146,39 @@ def test_offline_without_cache_says_so(hub, monkeypatch):
     with pytest.raises(SpecError, match="HF_HUB_OFFLINE=1 is set"):
         load()
     assert hub.requests == []
+
+
+@pytest.fixture
+def gguf_hub(hub, tmp_path):
+    """The SmolLM2 GGUF asset in a second loopback repo (the file linked, not copied)."""
+    from embscope.models.resolve import resolve
+
+    src = resolve("smollm2-135m").path
+    folder = tmp_path / "gguf-repo"
+    folder.mkdir()
+    (folder / src.name).symlink_to(src)
+    hub.repos["acme/smol-gguf"] = folder
+    hub.commits["acme/smol-gguf"] = "c" * 40
+    return f"acme/smol-gguf/{src.name}", src
+
+
+def test_gguf_metadata_then_token_embd_only(gguf_hub, hub, smollm2_model):
+    import numpy as np
+
+    from embscope.formats.gguf import open_gguf
+    from embscope.models.load import load_model
+
+    spec, src = gguf_hub
+    m = load_model(spec, device="cpu")
+    assert m.source == "hub-ranges" and m.tied
+    assert np.array_equal(m.embed.numpy(), smollm2_model.embed.numpy())
+    assert len(m.vocab) == len(smollm2_model.vocab)
+    t = open_gguf(src).tensors["token_embd.weight"]
+    sent = sum(r[-1] for r in hub.requests if r[1].endswith(".gguf"))
+    # metadata + tensor table (1.8 MB, inside the first 4 MiB), then the rest of token_embd: nothing twice
+    assert sent == max(t.offset + t.nbytes, 1 << 22), sent
+    assert sent < 0.4 * src.stat().st_size
+    hub.reset_counts()
+    again = load_model(spec, device="cpu")
+    assert np.array_equal(again.embed.numpy(), m.embed.numpy())
+    assert hub.requests == []

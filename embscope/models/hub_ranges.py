@@ -25,6 +25,10 @@ the HEAD's size, and the byte count of each tensor equals ``prod(shape) × items
 (:func:`embscope.formats.safetensors.read_header`). A connection dropped mid-tensor is resumed from
 the last byte written, at most :data:`MAX_RESUMES` times per range. A server that ignores ``Range``
 (answers ``200`` with the whole file) is a one-line error naming ``--download full``.
+
+A GGUF file on the hub (spec ``org/name/file.gguf``) is read the same way by :func:`fetch_gguf`:
+its metadata and tensor table (a growing prefix, parsed by :mod:`embscope.formats.gguf`), then the
+``token_embd`` and ``output`` ranges.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from embscope.errors import ModelFileError, SpecError
 #: bytes asked for first: the length prefix and, for every real shard, its whole header
 #: (Qwen2-7B's headers are 10–40 KB; a longer one costs a second request)
 HEAD_PREFETCH = 1 << 16
+#: first bytes of a GGUF file read for its metadata (a 150k-token vocabulary takes 3–5 MB); doubled
+#: until the metadata and tensor table fit
+GGUF_PREFETCH = 1 << 22
 #: reconnections allowed per byte range after a dropped connection
 MAX_RESUMES = 5
 #: seconds to wait for the server (connect and each read); a stalled stream counts as dropped
@@ -113,7 +120,7 @@ class _Remote:
         from huggingface_hub.utils import build_hf_headers
 
         self.repo_id, self.filename, self.commit = repo_id, filename, commit
-        self.url = hf_hub_url(repo_id, filename, revision=commit, endpoint=constants.ENDPOINT)
+        self.url = hf_hub_url(repo_id, filename, revision=commit or "main", endpoint=constants.ENDPOINT)
         self.headers = build_hf_headers()  # the user's token, as hf download sends it
         self.headers["Accept-Encoding"] = "identity"  # byte offsets are offsets of the file itself
         self.requests = self.bytes_read = 0
@@ -123,7 +130,12 @@ class _Remote:
             raise SpecError(f"cannot read {filename} of {repo_id}: {str(exc).splitlines()[0]}; check the "
                             "repo id and your HF token, or pass --download full") from None
         self.requests += 1
-        if meta.commit_hash and meta.commit_hash != commit:
+        if commit is None:  # "main": pin every later request to the commit it names now
+            if not meta.commit_hash:
+                raise ModelFileError(f"the hub named no commit for {filename} of {repo_id}; pass --download full")
+            self.commit = commit = meta.commit_hash
+            self.url = hf_hub_url(repo_id, filename, revision=commit, endpoint=constants.ENDPOINT)
+        elif meta.commit_hash and meta.commit_hash != commit:
             raise ModelFileError(f"{filename} of {repo_id} is at commit {meta.commit_hash}, not {commit} "
                                  "as its config; run again (the repo changed meanwhile)")
         if not meta.size:
@@ -266,3 +278,84 @@ def link_small_files(snapshot: Path, folder: Path) -> None:
                 continue
             dst.unlink()
         dst.symlink_to(src.resolve())
+
+
+def cached_commit(root: Path, repo_id: str, revision: str = "main") -> str | None:
+    """The commit ``revision`` pointed to when a GGUF file was last read (``refs/<revision>``)."""
+    try:
+        commit = (Path(root) / repo_id.replace("/", "--") / "refs" / revision).read_text().strip()
+    except OSError:
+        return None
+    return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool) -> tuple[Path, Fetched, str]:
+    """A sparse copy of a hub GGUF file holding its metadata, tensor table and ``token_embd`` /
+    ``output`` tensors; returns ``(path, what was read, commit)``.
+
+    The metadata (tokenizer arrays included) has no length prefix: the first :data:`GGUF_PREFETCH`
+    bytes are read and parsed, and the prefix doubles until the parse ends inside it
+    (:attr:`embscope.formats.gguf.GGUFFile.header_bytes` ≤ bytes held; the parse only moves forward,
+    so it read nothing past them). Then one ranged GET per tensor. Offline, or when the copy for
+    the commit ``main`` last named is complete, nothing is read.
+    """
+    from embscope.formats.gguf import open_gguf
+
+    commit = cached_commit(root, repo_id)
+    if commit is not None:
+        copy = repo_cache(root, repo_id, commit) / filename
+        doc = read_manifest(copy)
+        if doc is not None and doc.get("picked") and cached(copy, doc["picked"]):
+            return copy, Fetched(filename, doc.get("etag"), int(doc["size"]),
+                                 {n: doc["tensors"][n]["range"] for n in doc["picked"]}), commit
+    if not online:
+        raise SpecError(f"{filename} of {repo_id} is not in the embscope cache ({root})")
+    remote = _Remote(repo_id, filename, None)
+    commit = remote.commit
+    folder = repo_cache(root, repo_id, commit)
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / filename
+    doc = read_manifest(copy)
+    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+            or not copy.is_file() or copy.stat().st_size != remote.size:
+        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+               "size": remote.size, "header": False, "prefix": 0, "tensors": {}}
+        with open(copy, "wb") as fh:
+            fh.truncate(remote.size)
+    fd = os.open(copy, os.O_RDWR)
+    try:
+        have = int(doc.get("prefix", 0))
+        want = max(have, min(remote.size, GGUF_PREFETCH))
+        while True:
+            if want > have:
+                remote.fetch(have, want, fd)
+                have = doc["prefix"] = want
+                _write_manifest(copy, doc)
+            try:
+                g = open_gguf(copy)
+                if g.header_bytes <= have:
+                    break
+            except ModelFileError:
+                if have >= remote.size:
+                    raise
+            want = min(remote.size, 2 * have)
+        names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
+        if names[0] not in g.tensors:
+            raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a language-model GGUF")
+        doc["header"], doc["header_bytes"], doc["picked"] = True, g.header_bytes, names
+        for name in names:
+            t = g.tensors[name]
+            b, e = t.offset, t.offset + t.nbytes
+            entry = doc["tensors"].get(name)
+            if not (entry and entry.get("complete") and entry.get("range") == [b, e]):
+                remote.fetch(max(b, have) if b <= have else b, e, fd)
+                doc["tensors"][name] = {"range": [b, e], "complete": True, "ggml_type": t.ggml_type,
+                                        "shape": list(t.shape)}
+            _write_manifest(copy, doc)
+    finally:
+        os.close(fd)
+    refs = Path(root) / repo_id.replace("/", "--") / "refs"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "main").write_text(commit)
+    return copy, Fetched(filename, remote.etag, remote.size, {n: doc["tensors"][n]["range"] for n in names},
+                         bytes_read=remote.bytes_read, requests=remote.requests), commit

@@ -14,7 +14,11 @@ A spec is, in the order tried:
    ``HF_HUB_OFFLINE=1`` nothing is fetched; without it, an unreachable hub is detected by one TCP
    connect of at most :data:`HUB_CONNECT_TIMEOUT` seconds instead of huggingface_hub's retries.
    Either way a missing file is a one-line error naming the ``hf download`` command for exactly
-   what the command needs.
+   what the command needs. Of the weights, only the embedding/output tensors' bytes are read, by
+   range requests into the embscope cache (:mod:`embscope.models.hub_ranges`), unless
+   ``download="full"`` or the shards are already whole in the HF cache;
+4. a GGUF file in a hub repo, ``org/name/file.gguf``: its metadata and tensor table, then the
+   ``token_embd``/``output`` ranges, the same way (``download="full"``: the whole file).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 #: the end of the ``.bin`` refusal for commands that offer ``--trust-pickle``
 TRUST_PICKLE_HINT = ", or pass --trust-pickle to load them with torch.load(weights_only=True)"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: a GGUF file in a hub repo: ``org/name/file.gguf``
+_HUB_GGUF = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+)/([\w.-]+\.gguf)$")
 #: seconds one TCP connect to the hub (or the HTTPS proxy) may take before the hub counts as unreachable
 HUB_CONNECT_TIMEOUT = 1.5
 #: what a command needs of a model, smallest first
@@ -311,6 +317,42 @@ def _need(need: str | None, need_weights: bool) -> str:
     return need
 
 
+def _hub_gguf(spec: str, repo_id: str, filename: str, download: str) -> Resolved:
+    """``org/name/file.gguf``: by ranges, its metadata and the embedding/output tensors into the
+    embscope cache (:func:`embscope.models.hub_ranges.fetch_gguf`); ``full``: the file into the HF cache."""
+    from huggingface_hub import constants
+
+    name = Path(filename).stem.lower()
+    offline = bool(constants.HF_HUB_OFFLINE)
+    if download == "full":
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = hf_hub_download(repo_id, filename, cache_dir=constants.HF_HUB_CACHE,
+                                   endpoint=constants.ENDPOINT, local_files_only=offline)
+        except Exception as exc:
+            raise SpecError(f"cannot fetch {filename} of {repo_id}: {str(exc).splitlines()[0]}; check the "
+                            "repo id and your HF token, or pass a local .gguf file") from None
+        return Resolved(spec, name, "hub-cache", Path(path), "gguf")
+    from embscope.assets import cache_dir
+    from embscope.models.hub_ranges import fetch_gguf
+
+    online = not offline and hub_reachable(constants.ENDPOINT)
+    try:
+        path, fetched, commit = fetch_gguf(repo_id, filename, cache_dir("hub"), online=online)
+    except SpecError as err:
+        if online:
+            raise
+        how = ("HF_HUB_OFFLINE=1 is set" if offline else
+               f"the hub ({constants.ENDPOINT}) could not be reached within {HUB_CONNECT_TIMEOUT:g} s")
+        raise SpecError(f"{err} and {how}; run once online, or download it with: hf download {repo_id} "
+                        f"{filename}, and pass the local file") from None
+    hub = {"repo": repo_id, "commit": commit, "download": "ranges", "bytes_read": fetched.bytes_read,
+           "files": {filename: {"etag": fetched.etag, "bytes": fetched.size, "tensors": fetched.tensors,
+                                "bytes_read": fetched.bytes_read, "requests": fetched.requests}}}
+    return Resolved(spec, name, "hub-ranges", path, "gguf", hub=hub)
+
+
 def _from_hub(r: Resolved, hub: dict[str, Any] | None) -> Resolved:
     if hub is not None:
         r.source, r.hub = "hub-ranges", hub
@@ -366,6 +408,9 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
             raise SpecError(f"{spec!r} is a file but not a .gguf model; pass a .gguf file or a model folder")
         return _from_folder(spec, path, source="folder", name=name, trust_pickle=trust_pickle,
                             need_weights=need == "weights", pickle_hint=pickle_hint)
+    m = _HUB_GGUF.match(spec)
+    if m and not spec.startswith((".", "/")):
+        return _hub_gguf(spec, m.group(1), m.group(2), download)
     if _HUB_ID.match(spec) and not spec.startswith((".", "/")):
         folder, hub = _hub_download(spec, need, download)
         return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
