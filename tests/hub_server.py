@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
     with HubServer({args.repo_id: args.folder}) as hub:
+        for f in sorted(args.folder.iterdir()):  # ETags first: hashing GBs inside a HEAD would time it out
+            if f.is_file():
+                hub.etag(f)
         print(hub.url, flush=True)
         while True:
             time.sleep(3600)
