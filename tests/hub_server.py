@@ -62,6 +62,8 @@ class HubServer:
         self.bytes_sent = 0
         #: ``(method, path, Range header or None, status, body bytes)`` per request
         self.requests: list[tuple[str, str, str | None, int, int]] = []
+        #: the ``Authorization`` header of each request (None when absent), in order
+        self.auth: list[str | None] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -91,14 +93,16 @@ class HubServer:
         with self._lock:
             self.bytes_sent = 0
             self.requests.clear()
+            self.auth.clear()
 
     def etag(self, path: Path) -> str:
         if path not in self._etags:
             self._etags[path] = file_sha256(path)
         return self._etags[path]
 
-    def _count(self, record: tuple) -> None:
+    def _count(self, record: tuple, auth: str | None = None) -> None:
         with self._lock:
+            self.auth.append(auth)
             self.requests.append(record)
             self.bytes_sent += record[-1]
 
@@ -130,7 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        self.hub._count((self.command, self.path, self.headers.get("Range"), status, 0))
+        self.hub._count((self.command, self.path, self.headers.get("Range"), status, 0), self.headers.get("Authorization"))
 
     def _repo(self, rid: str, rev: str):
         if rid not in self.hub.repos:
@@ -191,7 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Range", f"bytes */{size}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                self.hub._count((self.command, self.path, rng, 416, 0))
+                self.hub._count((self.command, self.path, rng, 416, 0), self.headers.get("Authorization"))
                 return
             begin = int(r.group(1))
             end = min(size, int(r.group(2)) + 1) if r.group(2) else size
@@ -232,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            self.hub._count((self.command, self.path, rng, status, sent))
+            self.hub._count((self.command, self.path, rng, status, sent), self.headers.get("Authorization"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -182,3 +182,10 @@ def test_gguf_metadata_then_token_embd_only(gguf_hub, hub, smollm2_model):
     again = load_model(spec, device="cpu")
     assert np.array_equal(again.embed.numpy(), m.embed.numpy())
     assert hub.requests == []
+
+
+def test_ranged_reads_send_the_users_token(hub, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_loopbacktoken")
+    load()
+    ranged = [a for r, a in zip(hub.requests, hub.auth) if r[2] is not None]
+    assert ranged and all(a == "Bearer hf_loopbacktoken" for a in ranged)
