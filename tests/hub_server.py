@@ -18,6 +18,10 @@ Answers, for each repo given (a folder of files):
 ``GET /__stats`` returns the counters as JSON (``/__reset`` also zeroes them), for a server run
 in its own process: ``python -m tests.hub_server REPO_ID FOLDER`` prints its URL and serves.
 
+``redirect_lfs`` answers ``resolve`` for ``.safetensors``/``.gguf`` files as the hub does for LFS
+files: ``302`` to ``/cdn/{repo}/{file}`` (the storage host's stand-in) with ``X-Linked-Size`` and
+``X-Linked-Etag``; the ``/cdn`` path serves the bytes, ranges included.
+
 Knobs for failure tests: ``refuse_ranges`` (answer every ``Range`` with the whole file, ``200``, as
 a server without range support does); ``drop_after`` (``(file name, n)``: the first ``GET`` of that
 file longer than ``n`` bytes is cut off after ``n`` body bytes, the TCP connection closed
@@ -58,6 +62,7 @@ class HubServer:
         self.commits = {rid: commit or hashlib.sha1(f"loopback/{rid}".encode()).hexdigest() for rid in repos}
         self._etags: dict[Path, str] = {}
         self.refuse_ranges = False
+        self.redirect_lfs = False
         self.drop_after: tuple[str, int] | None = None
         self.bytes_sent = 0
         #: ``(method, path, Range header or None, status, body bytes)`` per request
@@ -174,16 +179,29 @@ class _Handler(BaseHTTPRequestHandler):
                                       "siblings": [{"rfilename": f} for f in files]})
             return
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
-        if not m:
+        cdn = re.match(r"^/cdn/([^/]+/[^/]+)/(.+)$", path)
+        if not m and not cdn:
             self._send_json(404, {"error": "not found"})
             return
-        rid, rev, name = m.groups()
+        rid, rev, name = m.groups() if m else (cdn.group(1), self.hub.commits.get(cdn.group(1), ""), cdn.group(2))
         folder = self._repo(rid, rev)
         if folder is None:
             return
         f = folder / name
         if "/" in name or not f.is_file():
             self._send_json(404, {"error": f"Entry {name} not found"}, "EntryNotFound", self.hub.commits[rid])
+            return
+        if m and self.hub.redirect_lfs and name.endswith((".safetensors", ".gguf")):
+            # as the hub answers LFS files: 302 to the storage host, the file's facts in X-Linked-*
+            self.send_response(302)
+            self.send_header("Location", f"/cdn/{rid}/{name}")
+            self.send_header("X-Linked-Size", str(f.stat().st_size))
+            self.send_header("X-Linked-Etag", f'"{self.hub.etag(f)}"')
+            self.send_header("X-Repo-Commit", self.hub.commits[rid])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self.hub._count((self.command, self.path, self.headers.get("Range"), 302, 0),
+                            self.headers.get("Authorization"))
             return
         size = f.stat().st_size
         begin, end, status = 0, size, 200

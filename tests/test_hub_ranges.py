@@ -189,3 +189,16 @@ def test_ranged_reads_send_the_users_token(hub, monkeypatch):
     load()
     ranged = [a for r, a in zip(hub.requests, hub.auth) if r[2] is not None]
     assert ranged and all(a == "Bearer hf_loopbacktoken" for a in ranged)
+
+
+def test_ranges_follow_the_hubs_lfs_redirect(hub, checkpoint):
+    import torch
+
+    _, tensors = checkpoint
+    hub.redirect_lfs = True
+    m = load()
+    assert torch.equal(m.embed, tensors["model.embed_tokens.weight"])
+    assert torch.equal(m.output, tensors["lm_head.weight"])
+    cdn = [r for r in hub.requests if r[1].startswith("/cdn/") and r[0] == "GET"]
+    assert cdn and all(r[3] == 206 and r[2] for r in cdn)  # the Range header survived the redirect
+    assert sum(shard_bytes(hub).values()) <= 2 * MATRIX_BYTES + 2 * 1024
