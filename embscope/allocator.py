@@ -22,6 +22,7 @@ glibc) it does nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import ctypes.util
 
 #: allocations below this come from the heap (a 16384-row float32 block of a 4096-wide matrix is
@@ -35,8 +36,9 @@ _M_MMAP_THRESHOLD = -3
 _done = False
 
 
+@functools.lru_cache(maxsize=1)
 def _libc():
-    """glibc's ``mallopt`` and ``malloc_trim``, or None elsewhere."""
+    """glibc's ``mallopt`` and ``malloc_trim``, or None elsewhere (loaded once per process)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

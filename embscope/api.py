@@ -9,29 +9,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from embscope.models.registry import DEFAULT_MODEL
 from embscope.runner import DEFAULT_LANGUAGES, RunResult, corpus_path, run
 from embscope.sections.base import RunOptions
 
 
-def _options(options: RunOptions | None, kw: dict[str, Any]) -> RunOptions:
-    from embscope.errors import SpecError
-
-    opts = options or RunOptions()
-    unknown = sorted(set(kw) - set(RunOptions.__dataclass_fields__))
-    if unknown:
-        raise SpecError(f"unknown option(s) {unknown}; see embscope.RunOptions")
-    return replace(opts, **kw)
-
-
-def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
+def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
           languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
-          force: bool = False, scan: bool = True, options: RunOptions | None = None,
-          verbose: bool | None = None, pickle_hint: str | None = None, repair_to: str | Path | None = None,
-          repair_init: str = "subword-mean", **kw: Any) -> RunResult:
+          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
+          **kw: Any) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -40,9 +29,9 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
             extension candidates, and each adds its languages to the language table.
         languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
             ``None`` or ``"none"`` for none.
-        repair_to: also write the model with the flagged rows that ``corpora`` use re-initialised
-            (:func:`embscope.extension.repair.repair`), with strategy ``repair_init``.
-        **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, …).
+        **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, ``scan``, …);
+            ``repair_to=OUT`` also writes the model with the flagged rows that ``corpora`` use
+            re-initialised (:func:`embscope.extension.repair.repair`, strategy ``repair_init``).
     Example:
         >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
     """
@@ -55,20 +44,13 @@ def audit(model: str = "smollm2-135m", *, corpora: Sequence[str | Path] = (),
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
-    if repair_to is not None:
-        _check_repair(repair_to, force, corpora)
-    res = run(model, corpora=[*langs, *corpora], data=corpora, out=out, force=force, scan=scan,
-              options=_options(options, kw), command="audit", verbose=verbose, warnings=notes,
-              pickle_hint=pickle_hint)
-    if repair_to is not None:
-        _repair(res, repair_to, repair_init, force)
-    return res
+    return run(model, corpora=[*langs, *corpora], data=corpora, out=out, force=force, options=options,
+               command="audit", verbose=verbose, warnings=notes, **kw)
 
 
 def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | None = None,
          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-         pickle_hint: str | None = None, repair_to: str | Path | None = None,
-         repair_init: str = "subword-mean", **kw: Any) -> RunResult:
+         **kw: Any) -> RunResult:
     """Under-trained and isolated rows: indicators, kNN graph, 2-D map (tokens section only).
 
     ``corpora`` (the user's data) lists which flagged rows the text and the model's chat template
@@ -78,40 +60,8 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     Example:
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
-    if repair_to is not None:
-        _check_repair(repair_to, force, corpora)
-    res = run(model, sections=["tokens"], data=corpora, out=out, force=force, options=_options(options, kw),
-              command="scan", kind="scan", verbose=verbose, required=["tokens"], pickle_hint=pickle_hint)
-    if repair_to is not None:
-        _repair(res, repair_to, repair_init, force)
-    return res
-
-
-def _check_repair(repair_to, force: bool, corpora) -> None:
-    from embscope.errors import SpecError
-    from embscope.output import check_target
-
-    if not corpora:
-        raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
-    check_target(repair_to, force=force, inputs=[corpus_path(c) for c in corpora])
-
-
-def _repair(res: RunResult, repair_to, init: str, force: bool) -> None:
-    """Re-initialise the flagged rows the corpus uses; the manifest goes into ``res.repair``."""
-    import numpy as np
-
-    from embscope.extension.repair import repair
-
-    live = res.outputs["tokens"].live
-    if live is None:
-        return
-    model, scan_result = live
-    rows = scan_result.repair_rows(model.categories)
-    if not rows:
-        res.summary.warnings.append("repair: none of the flagged rows occurs in the corpus; nothing was written")
-        return
-    res.repair = repair(model, rows, repair_to, init=init, force=force,
-                        flagged=np.flatnonzero(np.asarray(scan_result.columns["flagged"])))
+    return run(model, sections=["tokens", "repair"], data=corpora, out=out, force=force, options=options,
+               command="scan", kind="scan", verbose=verbose, required=["tokens"], **kw)
 
 
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
@@ -134,8 +84,8 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
         >>> compare(["gpt2", "cl100k_base"], "udhr").folder  # doctest: +SKIP
     """
     return run(None, sections=["languages"], corpora=[corpus], tokenizers=list(tokenizers), out=out,
-               force=force, options=_options(options, kw), command="compare" if len(tokenizers) > 1
-               else "fertility", kind="languages", verbose=verbose, required=["languages"])
+               force=force, options=options, command="compare" if len(tokenizers) > 1
+               else "fertility", kind="languages", verbose=verbose, required=["languages"], **kw)
 
 
 def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, force: bool = False,
@@ -156,14 +106,10 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
     corpus = corpus_path(corpus)
     if apply_to is not None:
         check_target(apply_to, force=force, inputs=[corpus])
-    table = None
-    if tokens is not None:
-        import polars as pl
-
-        table = pl.read_parquet(tokens)
+    table = read_tokens_table(tokens) if tokens is not None else None
     res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
-              options=_options(options, kw), command="extend", kind="extend", verbose=verbose,
-              required=["extension"], pickle_hint="")
+              options=options, command="extend", kind="extend", verbose=verbose,
+              required=["extension"], **kw)
     manifest = None
     live = res.outputs["extension"].live
     if apply_to is not None and live is not None:
@@ -250,3 +196,21 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     with claim(target, force=force, inputs=[src], kind="projector") as tmp:
         info = write_projector(tokens, m.embed, tmp, name=m.name, sample=sample)
     return {"folder": target, **info}
+
+
+def read_tokens_table(path: str | Path):
+    """A ``tokens.parquet`` of an earlier run (its ``flagged`` rows stay out of the extension's
+    means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`."""
+    import polars as pl
+
+    from embscope.errors import SpecError
+    from embscope.formats.files import check_regular
+
+    path = Path(path)
+    check_regular(path, what="tokens table")
+    try:
+        table = pl.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - polars raises many kinds for a damaged file
+        raise SpecError(f"--tokens {path.name} is not a readable Parquet file ({type(exc).__name__}); "
+                        "pass the tokens.parquet of an earlier scan or audit") from None
+    return table

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=True)
     except EmbscopeError as err:
-        typer.secho(f"error: {_one_line(str(err))}", err=True, fg=typer.colors.RED)
+        typer.secho(f"error: {_one_line(err.cli_message())}", err=True, fg=typer.colors.RED)
         return 2
     except Terminated:
         typer.secho("terminated: nothing was written", err=True, fg=typer.colors.YELLOW)

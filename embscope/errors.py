@@ -11,11 +11,36 @@ from collections.abc import Iterable
 
 
 class EmbscopeError(Exception):
-    """Base class. ``str(err)`` is shown to the user as it is."""
+    """Base class. ``str(err)`` is shown to a library user as it is; the CLI shows
+    :meth:`cli_message`, which differs only where the remedy is an option (a flag there, a keyword
+    argument here)."""
+
+    def cli_message(self) -> str:
+        return str(self)
 
 
 class SpecError(EmbscopeError):
     """A model or tokenizer spec that resolves to nothing (unknown alias, missing path, uncached hub id)."""
+
+
+class PickleRefused(SpecError):
+    """A folder whose only weights are PyTorch pickles, which can run code when loaded; refused
+    unless the caller allows them. The remedy names the library keyword or the CLI flag."""
+
+    #: how a library caller allows them, and how a command-line user does
+    keyword = "trust_pickle=True"
+    flag = "--trust-pickle"
+
+    def __init__(self, folder) -> None:
+        self.folder = folder
+        super().__init__(self._text(self.keyword))
+
+    def _text(self, how: str) -> str:
+        return (f"{self.folder} holds only PyTorch .bin weights (pickle, which can run code when loaded); "
+                f"convert them to safetensors, or pass {how} to load them with torch.load(weights_only=True)")
+
+    def cli_message(self) -> str:
+        return self._text(self.flag)
 
 
 class ModelFileError(EmbscopeError):

@@ -28,7 +28,9 @@ FULL_HASH_BYTES = 256 * 2**20
 #: bytes per hashing step (bounded memory for memory-mapped matrices)
 BLOCK = 64 * 2**20
 
-_TENSOR_DIGESTS: dict[tuple, str] = {}
+#: id(tensor) → (weak reference, version counter, digest); an entry is used only while the reference
+#: still points at that tensor and its version is unchanged
+_TENSOR_DIGESTS: dict[int, tuple[Any, int, str]] = {}
 
 
 def git_hash() -> str | None:
@@ -81,7 +83,9 @@ def tensor_digest(t) -> str:
     its raw 16-bit patterns; no float32 copy), in two halves hashed on two threads (both hashes drop
     the GIL on large blocks) whose digests are hashed together: a two-leaf hash tree. XXH3-128 takes
     about 0.3 CPU-s for a 152064×3584 bf16 matrix (1.09 GB), BLAKE2b about 1.5. The result is cached
-    per tensor storage, so the runner's fingerprint and the kNN cache key hash a matrix once.
+    per tensor object and its version counter (which every in-place edit bumps), so the runner's
+    fingerprint and the kNN cache key hash a matrix once, and an edited or new tensor never reuses
+    an old digest.
 
     >>> import torch; tensor_digest(torch.zeros(2, 2)) == tensor_digest(torch.zeros(2, 2))
     True
@@ -89,13 +93,13 @@ def tensor_digest(t) -> str:
     import numpy as np
     import torch
 
+    cached = _TENSOR_DIGESTS.get(id(t))
+    if cached is not None and cached[0]() is t and cached[1] == t._version:
+        return cached[2]
     x = t.detach()
     if x.device.type != "cpu":
         x = x.cpu()
     x = x.contiguous()
-    key = (x.data_ptr(), x.numel() * x.element_size(), str(x.dtype), tuple(x.shape))
-    if key[0] and key in _TENSOR_DIGESTS:
-        return _TENSOR_DIGESTS[key]
     name, new = _new_hash()
     n = x.shape[0] if x.ndim else 1
     flat = x.reshape(n, -1) if x.numel() else x.reshape(0, 1)
@@ -126,8 +130,10 @@ def tensor_digest(t) -> str:
     for lf in leaves:
         root.update(lf)
     digest = f"{name}:{root.hexdigest()}"
-    if key[0]:
-        _TENSOR_DIGESTS[key] = digest
+    import weakref
+
+    key = id(t)
+    _TENSOR_DIGESTS[key] = (weakref.ref(t, lambda _, k=key: _TENSOR_DIGESTS.pop(k, None)), t._version, digest)
     return digest
 
 

@@ -56,12 +56,12 @@ def _short(v: Any) -> str:
 
 
 @lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _check(tp: Any, v: Any, where: str, depth: int = 0) -> Any:
-    """``v`` converted to ``tp``, or :class:`RecordError`."""
+def _check(tp: Any, v: Any, where: str, depth: int = 0, strict: bool = False) -> Any:
+    """``v`` converted to ``tp``, or :class:`RecordError` (``strict``: see :meth:`Record.from_dict`)."""
     if depth > MAX_DEPTH:
         raise RecordError(f"{where} is nested too deeply")
     origin = typing.get_origin(tp)
@@ -76,7 +76,7 @@ def _check(tp: Any, v: Any, where: str, depth: int = 0) -> Any:
             if a is type(None):
                 continue
             try:
-                return _check(a, v, where, depth)
+                return _check(a, v, where, depth, strict)
             except RecordError as err:
                 last = err
         raise last or RecordError(f"{where} must not be null")
@@ -102,7 +102,7 @@ def _check(tp: Any, v: Any, where: str, depth: int = 0) -> Any:
         if not isinstance(v, list):
             raise RecordError(f"{where} must be a list, got {_short(v)}")
         (item,) = typing.get_args(tp)[:1] or (Any,)
-        return [_check(item, x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+        return [_check(item, x, f"{where}[{i}]", depth + 1, strict) for i, x in enumerate(v)]
     if origin is dict:
         if not isinstance(v, dict):
             raise RecordError(f"{where} must be an object, got {_short(v)}")
@@ -115,10 +115,10 @@ def _check(tp: Any, v: Any, where: str, depth: int = 0) -> Any:
                     key = int(k)
                 except (TypeError, ValueError):
                     raise RecordError(f"{where} keys must be integers, got {_short(k)}") from None
-            out[key] = _check(vt, x, f"{where}.{k}", depth + 1)
+            out[key] = _check(vt, x, f"{where}.{k}", depth + 1, strict)
         return out
     if isinstance(tp, type) and issubclass(tp, Record):
-        return tp.from_dict(v, where=where, depth=depth + 1)
+        return tp.from_dict(v, where=where, depth=depth + 1, strict=strict)
     raise TypeError(f"records.py cannot check the annotation {tp!r} of {where}")  # a bug, not input
 
 
@@ -173,23 +173,24 @@ class Record:
         """Build the record from JSON data, checking every field's type.
 
         Keys the record does not declare are ignored (a newer embscope may write more), unless
-        ``strict`` (used when a producer hands over its own dict, so a misspelt key is caught).
+        ``strict`` (used when a producer hands over its own dict, so a misspelt key is caught, in
+        nested records too).
         A missing field takes its default; a missing field without one is an error.
         """
         name = where or cls.__name__
         if not isinstance(data, dict):
             raise RecordError(f"{name} must be an object, got {_short(data)}")
-        hints = _hints(cls)
+        hints = field_types(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         if strict:
             unknown = sorted(set(data) - set(fields))
             if unknown:
-                raise TypeError(f"{cls.__name__} has no field(s) {unknown}")  # a producer bug
+                raise TypeError(f"{cls.__name__} ({name}) has no field(s) {unknown}")  # a producer bug
         kwargs = {}
         for fname, f in fields.items():
             sub = f"{where}.{fname}" if where else fname
             if fname in data:
-                kwargs[fname] = _check(hints[fname], data[fname], sub, depth)
+                kwargs[fname] = _check(hints[fname], data[fname], sub, depth, strict)
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise RecordError(f"{sub} is missing")
         return cls(**kwargs)

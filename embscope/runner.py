@@ -9,23 +9,27 @@ Every command that writes a folder goes through :func:`run`, so every folder has
     candidates.parquet   one row per extension candidate       (extension section)
     index.html           the offline report, rendered from the files above
 
-Data flows one way: resolve → load → sections → tables → render. A section with nothing to report
-records why (``skipped``) and the run goes on; only a model that cannot load ends it.
+The order is resolve → load → sections → tables → render. The sections run in the order of
+:data:`embscope.sections.registry.SECTIONS`; what one hands to the next (the tokens table, the scan
+result, the domain corpus) is declared there, and the runner only folds each section's declared
+``gives`` into the inputs of the ones after it. A section with nothing to report records why
+(``skipped``) and the run goes on; only a model that cannot load ends it.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
 from embscope.progress import Steps
 from embscope.sections.base import Inputs, RunOptions, SectionOutput
-from embscope.summary import SCHEMA_VERSION, SECTION_NAMES, ModelRecord, Sections, Summary
+from embscope.sections.registry import BY_NAME, SECTION_NAMES, Section
+from embscope.summary import SCHEMA_VERSION, ModelRecord, Sections, Summary
 
 #: corpora that ship with embscope, by name (``--corpus medical``)
 SHIPPED_CORPORA = ("medical", "udhr")
@@ -41,12 +45,15 @@ class RunResult:
     summary: Summary
     #: live section outputs (e.g. the extension result, for ``extend --apply``); not written
     outputs: dict[str, SectionOutput] = field(default_factory=dict, repr=False)
-    #: the manifest of a ``--repair`` folder written after the run, if any
-    repair: dict[str, Any] | None = None
-
     @property
     def warnings(self) -> list[str]:
         return self.summary.warnings
+
+    @property
+    def repair(self) -> dict[str, Any] | None:
+        """The manifest of the ``repair_to`` folder the run wrote, if any."""
+        out = self.outputs.get("repair")
+        return out.live if out is not None else None
 
 
 def corpora_root() -> Path:
@@ -83,18 +90,6 @@ def _model_record(model) -> ModelRecord:
         load_seconds=round(model.load_seconds, 3))
 
 
-def _section_fns(scan: bool) -> dict[str, Callable[[Inputs], SectionOutput]]:
-    from embscope.sections.context import context_section
-    from embscope.sections.extension import extension_section
-    from embscope.sections.languages import languages_section
-    from embscope.sections.tokens import tokens_section
-
-    return {"context": context_section,
-            "tokens": lambda inputs: tokens_section(inputs, scan=scan),
-            "languages": languages_section,
-            "extension": extension_section}
-
-
 def check_sections(sections: Sequence[str]) -> list[str]:
     """Validate section names; returns them in run order."""
     for s in sections:
@@ -107,24 +102,24 @@ def check_sections(sections: Sequence[str]) -> list[str]:
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         corpora: Sequence[str | Path] = (), domain: str | Path | None = None, data: Sequence[str | Path] = (),
         tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
-        options: RunOptions | None = None, scan: bool = True, render: bool = True, tokens=None,
+        options: RunOptions | None = None, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
-        warnings: Sequence[str] = (), required: Sequence[str] = (), pickle_hint: str | None = None) -> RunResult:
+        warnings: Sequence[str] = (), required: Sequence[str] = (), **kw: Any) -> RunResult:
     """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
 
     Args:
         model: a model spec (alias, hub id, folder, ``.gguf``); ``None`` for tokenizer-only runs.
-        sections: which of ``context``, ``tokens``, ``languages``, ``extension`` to run.
+        sections: which of :data:`~embscope.sections.registry.SECTION_NAMES` to run (a section
+            whose option is off, e.g. ``repair`` without ``repair_to``, does not run).
         corpora: corpora for per-language figures (paths, or shipped names ``medical``, ``udhr``).
         domain: the corpus that extension candidates come from (default: the first corpus with one
-            language, found after the languages section ran).
+            language, given by the languages section).
         data: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
-            template) produces.
+            template) produces, and ``repair_to`` re-initialises them.
         tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
         out: the output folder (default ``reports/<name>[-<kind>]-<UTC time>``).
-        force: replace an earlier embscope folder at ``out``.
-        options: :class:`~embscope.sections.base.RunOptions`.
-        scan: run the geometry scan inside the tokens section.
+        force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
+        options: :class:`~embscope.sections.base.RunOptions`; ``**kw`` sets any of its fields.
         render: write ``index.html``.
         command: the command recorded in the provenance.
         kind: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit).
@@ -132,8 +127,6 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         warnings: things the caller already knows the user should hear (listed with the run's own).
         required: sections without which the run means nothing (a command's only section): their
             failure ends the run with its error and writes nothing, instead of being skipped.
-        pickle_hint: how the caller can allow ``.bin`` checkpoints, ending the refusal message
-            (default: the library's ``trust_pickle=True``; the CLI names its flag).
     Returns:
         :class:`RunResult`.
     Example:
@@ -142,30 +135,26 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     """
     from embscope.allocator import reuse_freed_blocks
     from embscope.models.load import load_model, pick_device
-    from embscope.output import claim, default_out, replace_file, json_text, write_json, write_parquet
-    from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
     from embscope.models.resolve import resolve
-    from embscope.schema import conform
+    from embscope.models.vocabulary import load_vocabulary
+    from embscope.output import check_target, claim, default_out
 
-    opts = (options or RunOptions()).check()
-    names = check_sections(sections)
+    opts = RunOptions.build(options, **kw)
+    specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)]
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
     steps = Steps(verbose=verbose)
     corpus_paths = [corpus_path(c) for c in corpora]
     domain_path = corpus_path(domain) if domain is not None else None
     data_paths = [corpus_path(c) for c in data]
+    if opts.repair_to is not None:  # refused before any work, like --out
+        if not data_paths:
+            raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
+        check_target(opts.repair_to, force=force, inputs=data_paths)
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    from embscope.models.load import PICKLE_HINT
-
-    hint = PICKLE_HINT if pickle_hint is None else pickle_hint
-    resolved = (resolve(model, trust_pickle=opts.trust_pickle, pickle_hint=hint, download=opts.download)
-                if model is not None else None)
+    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
-
-    from embscope.models.vocabulary import load_vocabulary
-
     extra_vocabs = [load_vocabulary(t) for t in tokenizers]
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
     target = Path(out) if out is not None else default_out(label, kind)
@@ -184,76 +173,76 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                                 f"({loaded.n_rows - 1}); pass row ids of this model")
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, corpora=corpus_paths,
-                       domain=domain_path, tokens=tokens, data=data_paths)
-        fns = _section_fns(scan)
-        records: dict[str, Any] = {}
-        skipped: dict[str, str] = {}
-        warnings = list(warnings)
+                       domain=domain_path, tokens=tokens, data=data_paths, force=force)
         outputs: dict[str, SectionOutput] = {}
-        tables: dict[str, Any] = {}
-        for name in names:
-            if name == "extension" and state.domain is None:
-                state.domain = _domain_corpus(outputs.get("languages"), corpus_paths)
-            t0 = time.perf_counter()
-            try:
-                res = fns[name](state)
-            except (EmbscopeError, MemoryError) as err:  # only a model that cannot load ends a run
-                if name in required:
-                    raise
-                reason = str(err) if isinstance(err, EmbscopeError) else "not enough memory for this section"
-                res = SectionOutput(skipped=reason, warnings=[f"{name}: {reason}"])
-            outputs[name] = res
-            if name not in steps.timings:
-                steps.timings[name] = round(time.perf_counter() - t0, 3)
-            if res.record is not None:
-                records[name] = res.record
-            if res.skipped and name in required:
-                raise SpecError(f"nothing to report: {res.skipped}")
-            if res.skipped:
-                skipped[name] = res.skipped
-                steps.skip(name, res.skipped)
-            warnings += res.warnings
-            tables.update(res.tables)
-            if name == "tokens" and "tokens" in res.tables:
-                state.tokens = res.tables["tokens"]
-
-        fingerprints: dict[str, Any] = {}
-        if loaded is not None:
-            fingerprints["model"] = {"spec": model, "tensors": {
-                "embed": tensor_digest(loaded.embed),
-                "output": tensor_digest(loaded.output) if loaded.output is not None else None}}
-            if resolved.hub is not None:  # read by ranges: the hub's commit and each file's ETag
-                fingerprints["model"]["hub"] = resolved.hub
-        fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
-            [*corpus_paths, *([state.domain] if state.domain else [])])}
-        fingerprints["tokenizers"] = list(tokenizers)
-        summary = Summary(
-            schema_version=SCHEMA_VERSION, embscope=run_stamp(command), versions=library_versions(),
-            inputs=fingerprints, parameters=opts, timings=dict(steps.timings),
-            model=_model_record(loaded) if loaded is not None else None,
-            sections=Sections(**records), skipped=skipped, warnings=warnings)
-        Summary.from_dict(summary.to_dict())  # what the report will read back must check out now
-        meta = {"embscope.schema_version": str(SCHEMA_VERSION)}
-        for stem, frame in tables.items():
-            write_parquet(tmp / f"{stem}.parquet", conform(stem, frame), meta)
-        write_json(tmp / "summary.json", summary)
-        if render:
-            from embscope.report import render as render_page
-
-            with steps.step("report", "render index.html"):
-                render_page(tmp)
-            summary.timings = dict(steps.timings)
-            replace_file(tmp / "summary.json", json_text(summary))
+        for spec in specs:
+            outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
+            state = replace(state, **res.gives)
+        summary = _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, tokenizers,
+                           [*warnings, *(w for r in outputs.values() for w in r.warnings)])
+        if resolved is not None and resolved.hub is not None and "model" in summary.inputs:
+            summary.inputs["model"]["hub"] = resolved.hub  # read by ranges: the commit, each file's ETag
+        _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
     return RunResult(folder=target, summary=summary, outputs=outputs)
 
 
-def _domain_corpus(languages: SectionOutput | None, corpora: Sequence[Path]) -> Path | None:
-    """The first corpus with a single language (a domain corpus), from the languages section."""
-    if languages is None or languages.record is None:
-        return None
-    table = languages.tables.get("languages")
-    for c in corpora:
-        if table is not None and table.filter(table["corpus"] == str(c))["language"].n_unique() == 1:
-            return c
-    return None
+def _run_section(spec: Section, state: Inputs, steps: Steps, required: bool) -> SectionOutput:
+    """One section: its output, or — when it fails with an embscope error or runs out of memory —
+    the reason as ``skipped`` (a required section's failure ends the run instead)."""
+    t0 = time.perf_counter()
+    try:
+        res = spec.function()(state)
+    except (EmbscopeError, MemoryError) as err:  # only a model that cannot load ends a run
+        if required:
+            raise
+        reason = str(err) if isinstance(err, EmbscopeError) else "not enough memory for this section"
+        res = SectionOutput(skipped=reason, warnings=[f"{spec.name}: {reason}"])
+    if spec.name not in steps.timings:
+        steps.timings[spec.name] = round(time.perf_counter() - t0, 3)
+    if res.skipped and required:
+        raise SpecError(f"nothing to report: {res.skipped}")
+    if res.skipped:
+        steps.skip(spec.name, res.skipped)
+    stray = sorted(set(res.gives) - set(spec.gives)) + sorted(set(res.tables) - set(spec.tables))
+    if stray:
+        raise TypeError(f"section {spec.name} gives {stray}, which the registry does not declare")  # a bug
+    return res
 
+
+def _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, tokenizers, warnings) -> Summary:
+    from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
+
+    fingerprints: dict[str, Any] = {}
+    if loaded is not None:
+        fingerprints["model"] = {"spec": model, "tensors": {
+            "embed": tensor_digest(loaded.embed),
+            "output": tensor_digest(loaded.output) if loaded.output is not None else None}}
+    fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
+        [*corpus_paths, *([state.domain] if state.domain else [])])}
+    fingerprints["tokenizers"] = list(tokenizers)
+    summary = Summary(
+        schema_version=SCHEMA_VERSION, embscope=run_stamp(command), versions=library_versions(),
+        inputs=fingerprints, parameters=opts, timings=dict(steps.timings),
+        model=_model_record(loaded) if loaded is not None else None,
+        sections=Sections(**{n: r.record for n, r in outputs.items() if r.record is not None}),
+        skipped={n: r.skipped for n, r in outputs.items() if r.skipped}, warnings=list(warnings))
+    Summary.from_dict(summary.to_dict())  # what the report will read back must check out now
+    return summary
+
+
+def _write(tmp: Path, summary: Summary, tables: dict[str, Any], steps: Steps, render: bool) -> None:
+    """The folder's files: the tables, ``summary.json``, then ``index.html`` (timings updated)."""
+    from embscope.output import json_text, replace_file, write_json, write_parquet
+    from embscope.schema import conform
+
+    meta = {"embscope.schema_version": str(SCHEMA_VERSION)}
+    for stem, frame in tables.items():
+        write_parquet(tmp / f"{stem}.parquet", conform(stem, frame), meta)
+    write_json(tmp / "summary.json", summary)
+    if render:
+        from embscope.report import render as render_page
+
+        with steps.step("report", "render index.html"):
+            render_page(tmp)
+        summary.timings = dict(steps.timings)
+        replace_file(tmp / "summary.json", json_text(summary))

@@ -16,12 +16,11 @@ from embscope.records import Record, RecordError
 from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
 from embscope.sections.languages import LanguagesRecord
+from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
 
 #: bumped when a field changes meaning or type; the report refuses folders of another version
 SCHEMA_VERSION = 2
-#: the order sections run in (and appear in the report)
-SECTION_NAMES = ("context", "tokens", "languages", "extension")
 
 
 @dataclass
@@ -62,7 +61,8 @@ class ModelRecord(Record):
 
 @dataclass
 class Sections(Record):
-    """One record per section; null when the section did not run or had nothing to report."""
+    """One record per section (:data:`embscope.sections.registry.SECTIONS`, in its order); null when
+    the section did not run or had nothing to report."""
 
     #: RoPE, KV cache and parameter figures (:class:`embscope.context.ContextSummary`)
     context: ContextSummary | None = None
@@ -72,6 +72,8 @@ class Sections(Record):
     languages: LanguagesRecord | None = None
     #: vocabulary-extension savings and initialisation diagnostics
     extension: ExtensionRecord | None = None
+    #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)
+    repair: RepairRecord | None = None
 
 
 @dataclass
@@ -84,7 +86,7 @@ class Summary(Record):
     embscope: dict[str, Any]
     #: {distribution: version} of the libraries that shape the results
     versions: dict[str, str]
-    #: fingerprints: {model: {spec, tensors {embed, output}: blake2b}, corpora {path: {files, bytes, blake2b}}, tokenizers [...]}
+    #: fingerprints: {model: {spec, tensors {embed, output}: XXH3-128 digest}, corpora {path: {files, bytes, blake2b}}, tokenizers [...]}
     inputs: dict[str, Any]
     #: every option of the run
     parameters: RunOptions

@@ -44,19 +44,35 @@ spreadsheet (`embscope.report.display_token` shows control and bidi characters a
 
 
 def _records():
-    from embscope.models.params import ParamEstimate
-    from embscope.context.rope import RopeSummary
-    from embscope.context.summary import ContextSummary
-    from embscope.sections.base import RunOptions
-    from embscope.sections.extension import ExtensionRecord
-    from embscope.sections.languages import LanguagesRecord
-    from embscope.sections.tokens import GeometryRecord, TokensRecord
-    from embscope.summary import ModelRecord, Sections, Summary
+    """``[(path, Record class)]`` of ``summary.json``: every record reachable from
+    :class:`~embscope.summary.Summary` through its fields (``X``, ``X | None``, ``list[X]``,
+    ``dict[str, X]``), depth first in field order, so a new record is listed without editing this."""
+    import dataclasses
+    import typing
 
-    return [("summary.json", Summary), ("parameters", RunOptions), ("model", ModelRecord),
-            ("sections", Sections), ("sections.context", ContextSummary), ("sections.context.rope", RopeSummary), ("sections.context.params", ParamEstimate), ("sections.tokens", TokensRecord),
-            ("sections.tokens.geometry", GeometryRecord), ("sections.languages", LanguagesRecord),
-            ("sections.extension", ExtensionRecord)]
+    from embscope.records import Record, field_types
+    from embscope.summary import Summary
+
+    def records_in(tp):
+        args = typing.get_args(tp)
+        if isinstance(tp, type) and issubclass(tp, Record):
+            return [tp]
+        return [r for a in args for r in records_in(a)]
+
+    out, seen = [], set()
+
+    def walk(path, cls):
+        if cls in seen:
+            return
+        seen.add(cls)
+        out.append((path, cls))
+        hints = field_types(cls)
+        for f in dataclasses.fields(cls):
+            for sub in records_in(hints[f.name]):
+                walk(f.name if cls is Summary else f"{path}.{f.name}", sub)
+
+    walk("summary.json", Summary)
+    return out
 
 
 def _cell(text: str) -> str:

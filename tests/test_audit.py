@@ -47,9 +47,9 @@ def test_audit_writes_every_table(smollm2_audit):
     assert flagged.height > 0 and flagged["flag_reason"].null_count() == 0
     # the medical corpus is the user's data: the flagged rows it produces are counted
     usage = s.sections.tokens.geometry.usage
-    assert usage is not None and usage["texts"] > 0
+    assert usage is not None and usage.texts > 0
     used = tokens.filter((pl.col("corpus_count") > 0) | (pl.col("template_count") > 0))
-    assert used.height == usage["flagged_used"]
+    assert used.height == usage.flagged_used
 
     # UDHR by default: the report shows many languages besides the medical corpus's English
     langs = pl.read_parquet(out / "languages.parquet")

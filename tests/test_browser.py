@@ -189,7 +189,7 @@ def test_real_demo_audit(browser, tmp_path, smollm2_audit):
     assert "no data: the output matrix is tied to the input embedding" in text
     f = geo.flagged
     card = js("return document.getElementById('flagged-card').innerText")
-    assert f"{f['normal']:,} normal rows (" in card and "normal_share" not in card
+    assert f"{f.normal:,} normal rows (" in card and "normal_share" not in card
     assert js("return document.querySelectorAll('#script-table tbody tr').length") == len(geo.per_script) > 5
     assert js("return document.querySelectorAll('#top-undertrained .chip').length") == len(geo.top_undertrained)
     shown = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).map(r => r.cells[3].textContent)")

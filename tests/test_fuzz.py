@@ -64,11 +64,45 @@ SAFETENSORS_CASES: dict[str, bytes] = {
 }
 
 
+#: what each case's one-line error must say (the damage, named)
+SAFETENSORS_EXPECTED = {
+    'string offsets': "has data_offsets ['0', '512'], not two integers",
+    'float shape': 'has shape [16.0, 8.0], not a list of non-negative integers',
+    'fractional shape': 'has shape [15.5, 8], not a list of non-negative integers',
+    'bool shape': 'has shape [True, 8], not a list of non-negative integers',
+    'string shape': "has shape '88', not a list of non-negative integers",
+    'negative shape': 'has shape [-16, -8], not a list of non-negative integers',
+    '100k-deep JSON header': 'its header nests JSON too deeply',
+    'deep JSON inside an entry': 'its header nests JSON too deeply',
+    'entry is an int': "the entry for tensor 'model.embed_tokens.weight' is not an object",
+    'entry is a list': "the entry for tensor 'model.embed_tokens.weight' is not an object",
+    'header is a list': 'header is not a JSON object',
+    'offsets past the data': 'claims bytes 0..1000000 but the data section has 512',
+    'offsets reversed': 'claims bytes 512..0 but the data section has 512',
+    'three offsets': 'has data_offsets [0, 256, 512], not two integers',
+    'overlapping tensors': 'overlap in the data section',
+    'unknown dtype': "has dtype 'Q4_K'",
+    'dtype is a list': "has dtype ['F32']",
+    'size does not match shape': 'is 512 bytes but shape [16, 9] × F32 needs 576',
+    'huge shape': 'is 512 bytes but shape [4611686018427387904, 4611686018427387904]',
+    'header length past the end': 'header claims 1099511627776 bytes but the file has 10',
+    'zero header length': 'its header is not valid JSON',
+    'header not UTF-8': 'its header is not UTF-8 text',
+    'empty file': 'only 0 bytes',
+    'four bytes': 'only 4 bytes',
+    'truncated data': 'claims bytes 0..512 but the data section has 100',
+    'no tensors': 'holds no tensors; is this a language-model checkpoint?',
+    'metadata is a list': '__metadata__ is not a map of strings',
+    'binary garbage': 'header claims 506097522914230528 bytes but the file has 4096',
+}
+
+
 @pytest.mark.parametrize("case", list(SAFETENSORS_CASES))
 def test_malformed_safetensors(case, tmp_path, out, capsys):
     folder = model_folder(tmp_path, SAFETENSORS_CASES[case])
     msg = assert_one_line_error(["audit", "--model", str(folder), "--no-scan", "--out", str(out)], capsys, out.parent)
-    assert "model.safetensors" in msg or "m" in msg
+    assert SAFETENSORS_EXPECTED[case] in msg, msg
+    assert case == "no tensors" or msg.startswith("error: model.safetensors is not a valid safetensors file: ")
 
 
 def test_good_safetensors_control(tmp_path, out, capsys):

@@ -41,7 +41,7 @@ def test_gguf_tokenizer_never_runs_folder_code(tokenizer_model, tmp_path, out, c
     assert not asked and not (folder / "PWNED").exists()
 
 
-@pytest.mark.parametrize("command, has_flag", [("scan", True), ("audit", True), ("extend", False)])
+@pytest.mark.parametrize("command, has_flag", [("scan", True), ("audit", True), ("extend", True)])
 def test_pickle_refusal_names_no_flag_the_command_lacks(command, has_flag, tmp_path, out, corpus, capsys):
     """The refusal of a .bin-only folder suggests --trust-pickle only where the command has it."""
     argv = [command, "--model", str(bin_folder(tmp_path)), "--out", str(out)]

@@ -112,7 +112,7 @@ def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
     from embscope.summary import read_summary
 
     geo = read_summary(json.loads((out / "summary.json").read_text())).sections.tokens.geometry
-    assert geo.reference["source"] == "unused-names" and geo.reference["size"] == 994
+    assert geo.reference.source == "unused-names" and geo.reference.size == 994
     assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map"]) == 2  # exists
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
 

@@ -201,3 +201,29 @@ def test_extend_checks_both_folders_before_any_work(tmp_path, capsys):
                  "--out", str(out)]) == 2
     assert "already exists" in one_error(capsys)
     assert time.perf_counter() - t0 < 20 and not out.exists()
+
+
+def test_tensor_digest_follows_edits_and_never_reuses_a_freed_address():
+    """The digest cache is keyed by the tensor and its version counter: an in-place edit gives a
+    new digest, and a new tensor (even one allocated where a freed one lived) is hashed afresh."""
+    import gc
+
+    import torch
+
+    from embscope.provenance import tensor_digest
+
+    a = torch.zeros(64, 8)
+    before = tensor_digest(a)
+    assert tensor_digest(a) == before  # cached: same tensor, same version
+    a[3, 1] = 1.0
+    edited = tensor_digest(a)
+    assert edited != before
+    a[3, 1] = 0.0
+    assert tensor_digest(a) == before  # same bytes, same digest
+    digests = set()
+    for i in range(20):  # freed and re-allocated buffers of one size often land at one address
+        b = torch.full((64, 8), float(i))
+        digests.add(tensor_digest(b))
+        del b
+        gc.collect()
+    assert len(digests) == 20

@@ -395,12 +395,12 @@ def test_geometry_views_read_the_scan_summary(fake_out):
     s = read_summary(json.loads((fake_out / "summary.json").read_text()))
     g = s.sections.tokens.geometry
     f = g.flagged
-    share = f"{100 * f['normal_share']:.2f} %"
-    assert f"{f['normal']:,} normal rows ({share})" in text
+    share = f"{100 * f.normal_share:.2f} %"
+    assert f"{f.normal:,} normal rows ({share})" in text
     assert "normal_share=" not in text and "by_category" not in text  # no raw dict
     assert f"score ≥ {g.threshold:g}" in text
     # kNN record and the reference note
-    assert f"recall@k {g.knn['recall_at_k']:g}" in text
+    assert f"recall@k {g.knn.recall_at_k:g}" in text
     html = (fake_out / "index.html").read_text(encoding="utf-8")
     table = html[html.index('id="script-table"'):]
     table = table[:table.index("</table>")]
@@ -424,6 +424,7 @@ def test_numbers_have_fixed_precision_and_no_negative_zero():
     assert _num(-1e-9) == -1e-9 and str(_num(-0.0)) == "0.0" and _num(float("nan")) is None
 
 
+@pytest.mark.slow
 def test_cost_table_lists_every_language_most_expensive_first(smollm2_audit):
     import polars as pl
 

@@ -182,3 +182,23 @@ else:
         pytest.skip("not glibc")
     plain, reused, released = map(int, out)
     assert plain > 20000 and reused < 2000 and released > 2000  # an mmap per buffer: ~ 8 × 18432 pages
+
+
+def test_registry_and_summary_agree():
+    """Every registered section has its field in ``Sections``, in run order, typed by its record;
+    every declared hand-off names a field of ``Inputs``."""
+    import dataclasses
+    import typing
+
+    from embscope.records import field_types
+    from embscope.sections.base import Inputs
+    from embscope.sections.registry import SECTIONS
+    from embscope.summary import Sections
+
+    assert [f.name for f in dataclasses.fields(Sections)] == [s.name for s in SECTIONS]
+    types = field_types(Sections)
+    for s in SECTIONS:
+        assert s.record in typing.get_args(types[s.name]), s.name
+        assert callable(s.function()), s.entry
+    inputs = {f.name for f in dataclasses.fields(Inputs)}
+    assert {n for s in SECTIONS for n in (*s.reads, *s.gives)} <= inputs

@@ -269,6 +269,26 @@ def test_repair_full_folder_smollm2(smollm2, tmp_path):
     assert not torch.allclose(w[rows[0]], smollm2.embed[rows[0]].float())
 
 
+@pytest.mark.slow
+def test_scan_repair_is_a_section_recorded_in_the_summary(tmp_path):
+    """``scan --corpus C --repair OUT``: the flagged rows C uses are re-initialised, OUT is a folder
+    transformers loads, and summary.json records what was written (the repair section's record)."""
+    from embscope.cli import main
+    from embscope.summary import read_summary
+
+    data = tmp_path / "data.txt"
+    data.write_text("MetaInfoClass\nswigfaiss\n" * 5, "utf-8")  # each line encodes as one flagged token
+    out, rep = tmp_path / "scan", tmp_path / "repaired"
+    assert main(["scan", "--model", "smollm2-135m", "--corpus", str(data), "--no-map", "--repair-init", "mean",
+                 "--out", str(out), "--repair", str(rep)]) == 0
+    summary = read_summary(json.loads((out / "summary.json").read_text()))
+    record = summary.sections.repair
+    manifest = json.loads((rep / "embscope_repair.json").read_text())
+    assert record is not None and record.folder == str(rep) and record.format == "transformers"
+    assert record.token_ids == manifest["token_ids"] and {"MetaInfoClass", "swigfaiss"} <= set(record.tokens)
+    assert summary.parameters.repair_to == str(rep) and "repair" not in summary.skipped
+
+
 def test_repair_rows_are_the_used_flagged_rows_without_specials():
     from embscope.geometry.scan import ScanResult
     from embscope.geometry.usage import Usage

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
+import inspect
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -21,7 +26,6 @@ class Device(str, enum.Enum):
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")]
 Out = Annotated[Optional[Path], typer.Option("--out", "-o", help="output folder (default reports/<name>-<UTC time>)")]
 Force = Annotated[bool, typer.Option("--force", help="replace the output folder if an earlier embscope run wrote it")]
-DeviceOpt = Annotated[Device, typer.Option("--device", help="where to compute: auto (GPU when present), cpu or cuda")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress output (also: EMBSCOPE_QUIET=1)")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="more detail: every step and its time, log lines")]
 Json = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")]
@@ -31,19 +35,8 @@ class Download(str, enum.Enum):
 
 
 DownloadOpt = Annotated[Download, typer.Option("--download", help="a hub model's weights: ranges (only the embedding and head tensors' bytes, cached under the embscope cache) or full (the whole shards holding them, into the HF cache)")]
-TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="allow PyTorch .bin checkpoints (loaded with weights_only=True)")]
 Corpus = Annotated[Path, typer.Option("--corpus", "-c", help="corpus: a folder or .txt/.md/.jsonl/.parquet file, or a shipped name (medical, udhr)")]
-K = Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours per row in the kNN graph")]
-Threshold = Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score (robust sigmas of the strongest indicator) is at least this")]
-#: the default of --threshold (embscope.geometry.indicators.DEFAULT_THRESHOLD)
-THRESHOLD = 4.0
-Verify = Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on the top N flagged rows and N trained controls (causal LMs that fit in memory)")]
-Repair = Annotated[Optional[Path], typer.Option("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]
-RepairInit = Annotated[str, typer.Option("--repair-init", help="strategy for --repair: NAME or INPUT/OUTPUT (mean, subword-mean, ...)")]
-UnusedIds = Annotated[Optional[str], typer.Option("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")]
-NoMap = Annotated[bool, typer.Option("--no-map", help="skip the 2-D UMAP map")]
 Reference = Annotated[str, typer.Option("--reference", help="language that parity divides by")]
-SampleBytes = Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]
 
 
 class EngineKind(str, enum.Enum):
@@ -51,11 +44,111 @@ class EngineKind(str, enum.Enum):
     ray = "ray"
 
 
-EngineOpt = Annotated[EngineKind, typer.Option("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")]
-Workers = Annotated[Optional[int], typer.Option("--workers", min=1, help="local: worker processes (default: all cores for corpora of 32 MB or more); ray: CPUs of a local Ray")]
-RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")]
-TextField = Annotated[str, typer.Option("--text-field", help="text field of .jsonl records and Parquet/Arrow/HF-dataset columns")]
-LangField = Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]
+# ------------------------------------------------------------------ run options, declared once
+#
+# Every option that sets a field of embscope.sections.base.RunOptions is declared here, once: its
+# flag, its help and how the flag's value becomes the field's value. Its default is the field's
+# default in the library. A command takes a group of them with @run_options(...) and receives the
+# built RunOptions as its ``options`` argument.
+
+
+@dataclass(frozen=True)
+class RunOpt:
+    """One RunOptions field on the command line."""
+
+    #: the RunOptions field it sets
+    field: str
+    #: the command function's parameter: ``Annotated[type, typer.Option(...)]``
+    annotation: Any
+    #: flag value → field value (identity by default)
+    to_field: Callable[[Any], Any] = lambda v: v
+    #: field default → flag default (identity by default)
+    from_field: Callable[[Any], Any] = lambda v: v
+
+
+def _split_specs(items: list[str]) -> list[str]:
+    return [s.strip() for item in items for s in item.split(",") if s.strip()]
+
+
+RUN_OPTS: dict[str, RunOpt] = {
+    # where and how the model loads
+    "device": RunOpt("device", Annotated[Device, typer.Option("--device", help="where to compute: auto (GPU when present), cpu or cuda")],
+                     to_field=lambda d: d.value, from_field=Device),
+    "trust_pickle": RunOpt("trust_pickle", Annotated[bool, typer.Option("--trust-pickle", help="allow PyTorch .bin checkpoints (loaded with weights_only=True)")]),
+    "download": RunOpt("download", DownloadOpt, to_field=lambda d: d.value, from_field=Download),
+    # the scan
+    "k": RunOpt("k", Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours per row in the kNN graph")]),
+    "no_scan": RunOpt("scan", Annotated[bool, typer.Option("--no-scan", help="skip indicators and the kNN graph")],
+                      to_field=lambda v: not v, from_field=lambda v: not v),
+    "no_map": RunOpt("layout", Annotated[bool, typer.Option("--no-map", help="skip the 2-D UMAP map")],
+                     to_field=lambda v: not v, from_field=lambda v: not v),
+    "unused_ids": RunOpt("unused_ids", Annotated[Optional[str], typer.Option("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")],
+                         to_field=lambda v: parse_ids(v), from_field=lambda v: None if v is None else ",".join(map(str, v))),
+    "threshold": RunOpt("threshold", Annotated[float, typer.Option("--threshold", help="flag rows whose undertrained_score (robust sigmas of the strongest indicator) is at least this")]),
+    "verify": RunOpt("verify", Annotated[int, typer.Option("--verify", min=0, help="prompt the whole model on the top N flagged rows and N trained controls (causal LMs that fit in memory)")]),
+    "repair": RunOpt("repair_to", Annotated[Optional[Path], typer.Option("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]),
+    "repair_init": RunOpt("repair_init", Annotated[str, typer.Option("--repair-init", help="strategy for --repair: NAME or INPUT/OUTPUT (mean, subword-mean, ...)")]),
+    # languages
+    "reference": RunOpt("reference", Reference),
+    # extension
+    "top": RunOpt("top", Annotated[int, typer.Option("--top", min=1, help="vocabulary-extension terms to add (best estimated savings first)")]),
+    "init": RunOpt("init", Annotated[list[str], typer.Option("--init", help="initialisation to diagnose: NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: mean, hewitt, subword-mean, weighted-subword, knn-pull")],
+                   to_field=_split_specs, from_field=list),
+    "max_ngram": RunOpt("max_ngram", Annotated[int, typer.Option("--max-ngram", min=1, help="longest multi-word extension term, in words")]),
+    "min_freq": RunOpt("min_freq", Annotated[int, typer.Option("--min-freq", min=1, help="least occurrences of an extension term")]),
+    "no_diagnostics": RunOpt("diagnostics", Annotated[bool, typer.Option("--no-diagnostics", help="skip the extension's KL / new-token-mass check (no whole-model load)")],
+                             to_field=lambda v: not v, from_field=lambda v: not v),
+    # corpus reading and where the passes run
+    "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]),
+    "engine": RunOpt("engine", Annotated[EngineKind, typer.Option("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")],
+                     to_field=lambda e: e.value, from_field=EngineKind),
+    "workers": RunOpt("workers", Annotated[Optional[int], typer.Option("--workers", min=1, help="local: worker processes (default: all cores for corpora of 32 MB or more); ray: CPUs of a local Ray")]),
+    "ray_address": RunOpt("ray_address", Annotated[Optional[str], typer.Option("--ray-address", help="an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")]),
+    "text_field": RunOpt("text_field", Annotated[str, typer.Option("--text-field", help="text field of .jsonl records and Parquet/Arrow/HF-dataset columns")]),
+    "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
+}
+#: the groups commands take
+LOAD = ("device", "trust_pickle", "download")
+SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "repair", "repair_init")
+EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")
+CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field")
+
+
+def run_options(*names: str) -> Callable:
+    """Give a command the run options ``names`` (keys of :data:`RUN_OPTS`) as keyword options with
+    the library's defaults; the command receives them built and checked as ``options``.
+
+    >>> @run_options("k")
+    ... def cmd(model: str, options=None):
+    ...     return options.k
+    >>> cmd("m", k=3)
+    3
+    """
+    from embscope.api import RunOptions
+
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(RunOptions)}
+
+    def wrap(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "options"]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=RUN_OPTS[n].annotation,
+                                   default=RUN_OPTS[n].from_field(defaults[RUN_OPTS[n].field])) for n in names]
+        keyword = [p for p in own if p.kind == inspect.Parameter.KEYWORD_ONLY]
+        positional = [p for p in own if p.kind != inspect.Parameter.KEYWORD_ONLY]
+        # typer reads the order of the signature for --help: the command's own options first
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in positional] + keyword + added
+
+        @functools.wraps(fn)
+        def command(**kw: Any) -> Any:
+            fields = {RUN_OPTS[n].field: RUN_OPTS[n].to_field(kw.pop(n)) for n in names if n in kw}
+            return fn(**kw, options=RunOptions.build(**fields))
+
+        command.__signature__ = inspect.Signature(params)
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        del command.__wrapped__  # typer must read the signature above, not fn's
+        return command
+
+    return wrap
 
 
 def setup(quiet: bool = False, verbose: bool = False) -> None:

@@ -374,19 +374,6 @@ def _add(a, b):
     return a
 
 
-def corpus_token_counts(tok: "Tokenizer", corpus, *, engine=None, sample_bytes: int | None = None,
-                        options=None):
-    """:func:`token_counts` over a corpus on an engine: ``(total, counts, corpus report)``."""
-    import functools
-
-    from embscope.corpus.engine import run_pass
-
-    counts, report = run_pass(corpus, functools.partial(shard_token_counts, tok), _add, engine=engine,
-                              sample_bytes=sample_bytes, options=options,
-                              description="counting tokens")
-    return int(counts.sum()), counts, report
-
-
 def shard_savings(tok: "Tokenizer", ext: "Tokenizer", batches):
     """Map step of the savings pass: ``(counts under tok, total tokens under ext)`` for one shard."""
     import numpy as np

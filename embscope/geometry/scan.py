@@ -105,13 +105,6 @@ class ScanResult:
         return [i for i in self.usage.used_ids() if include_special or categories[i] != "special"]
 
 
-def _script_fn():
-    try:
-        from embscope.text.script import script_of
-    except ImportError:  # pragma: no cover - the shared helper is part of the package
-        return lambda s: "none"
-    return script_of
-
 
 def _clean(v):
     """float NaN -> None for JSON."""
@@ -158,7 +151,8 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
                              unused_ids=unused_ids, threshold=threshold)
-    script_of = _script_fn()
+    from embscope.text.script import script_of
+
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
     timings["indicators"] = time.perf_counter() - t
@@ -170,7 +164,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         from embscope.geometry.verify import verify_rows
 
         t = time.perf_counter()
-        verification = verify_rows(model, ind, verify, seed=seed)
+        verification = verify_rows(model, ind, verify, seed=seed, device=model.device)
         verify_col = verification.column(n)
         timings["verify"] = time.perf_counter() - t
 

@@ -20,8 +20,6 @@ from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
 from embscope.models.model import LoadedModel
 from embscope.models.resolve import Resolved, resolve
 
-#: how a library caller loads a ``.bin``-only folder (the CLI's commands say it their own way)
-PICKLE_HINT = ", or pass trust_pickle=True to load them with torch.load(weights_only=True)"
 
 
 def pick_device(device: str = "auto") -> str:
@@ -134,8 +132,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     """
     t0 = time.perf_counter()
     dev = pick_device(device)
-    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, pickle_hint=PICKLE_HINT,
-                                                        download=download)
+    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, download=download)
     config = r.config()
     readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
     embed, out, names, dtype, files = readers[r.format](r)

@@ -30,12 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embscope.errors import ModelFileError, SpecError, did_you_mean
+from embscope.errors import ModelFileError, PickleRefused, SpecError, did_you_mean
 from embscope.models.registry import ALIASES, ModelAlias
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"]
-#: the end of the ``.bin`` refusal for commands that offer ``--trust-pickle``
-TRUST_PICKLE_HINT = ", or pass --trust-pickle to load them with torch.load(weights_only=True)"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: a GGUF file in a hub repo: ``org/name/file.gguf``
 _HUB_GGUF = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+)/([\w.-]+\.gguf)$")
@@ -102,24 +100,23 @@ def read_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def _folder_format(folder: Path, trust_pickle: bool, pickle_hint: str = "") -> str:
+def _folder_format(folder: Path, trust_pickle: bool) -> str:
     if (folder / "model.safetensors.index.json").is_file() or any(folder.glob("*.safetensors")):
         return "safetensors"
     if any(folder.glob("*.gguf")):
         return "gguf"
     if any(folder.glob("pytorch_model*.bin")):
         if not trust_pickle:
-            raise SpecError(f"{folder} holds only PyTorch .bin weights (pickle, which can run code when "
-                            f"loaded); convert them to safetensors{pickle_hint}")
+            raise PickleRefused(folder)
         return "bin"
     raise ModelFileError(f"{folder} has no weights (*.safetensors, *.gguf or pytorch_model*.bin)")
 
 
 def _from_folder(spec: str, folder: Path, *, source: str, name: str, alias=None,
-                 trust_pickle: bool, need_weights: bool, pickle_hint: str = "") -> Resolved:
+                 trust_pickle: bool, need_weights: bool) -> Resolved:
     if not need_weights:
         return Resolved(spec, name, source, folder, "tokenizer-only", alias)
-    fmt = _folder_format(folder, trust_pickle, pickle_hint)
+    fmt = _folder_format(folder, trust_pickle)
     if fmt == "gguf":
         files = sorted(folder.glob("*.gguf"))
         return Resolved(spec, name, source, files[0], "gguf", alias)
@@ -360,16 +357,16 @@ def _from_hub(r: Resolved, hub: dict[str, Any] | None) -> Resolved:
 
 
 def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
-            need: str | None = None, pickle_hint: str = "", download: str = "ranges") -> Resolved:
+            need: str | None = None, download: str = "ranges") -> Resolved:
     """Turn a model spec into a :class:`Resolved` (see the module docstring for the forms).
 
     ``need`` (``config``, ``tokenizer`` or ``weights``) says what the caller will read; it decides
     what is fetched from the hub and what the offline hint names. ``need_weights=False`` is the
-    older spelling of ``need="tokenizer"``. ``pickle_hint`` ends the refusal of a ``.bin``-only
-    folder; callers that offer a way to load pickles pass it (the CLI: :data:`TRUST_PICKLE_HINT`),
-    so no command suggests a flag it lacks. ``download`` says how a hub model's weights are read:
-    ``ranges`` (only the embedding/head tensors' bytes, see :mod:`embscope.models.hub_ranges`) or
-    ``full`` (the whole shards that hold them, into the HF cache).
+    older spelling of ``need="tokenizer"``. A ``.bin``-only folder is refused with
+    :class:`~embscope.errors.PickleRefused` unless ``trust_pickle``.
+    ``download`` says how a hub model's weights are read: ``ranges`` (only the embedding/head
+    tensors' bytes, see :mod:`embscope.models.hub_ranges`) or ``full`` (the whole shards that hold
+    them, into the HF cache).
     """
     from embscope.assets import package_dir
 
@@ -395,27 +392,24 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
                                 trust_pickle=trust_pickle, need_weights=need == "weights")
         folder, hub = _hub_download(alias.repo_id, need, download)
         return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec, alias=alias,
-                                      trust_pickle=trust_pickle, need_weights=need == "weights",
-                                      pickle_hint=pickle_hint), hub)
+                                      trust_pickle=trust_pickle, need_weights=need == "weights"), hub)
     if path.exists():
         name = path.stem if path.is_file() else path.name
         if path.is_file():
             if path.suffix.lower() == ".gguf":
                 return Resolved(spec, name, "gguf", path, "gguf")
             if path.name == "config.json":
-                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need,
-                               pickle_hint=pickle_hint, download=download)
+                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need, download=download)
             raise SpecError(f"{spec!r} is a file but not a .gguf model; pass a .gguf file or a model folder")
         return _from_folder(spec, path, source="folder", name=name, trust_pickle=trust_pickle,
-                            need_weights=need == "weights", pickle_hint=pickle_hint)
+                            need_weights=need == "weights")
     m = _HUB_GGUF.match(spec)
     if m and not spec.startswith((".", "/")):
         return _hub_gguf(spec, m.group(1), m.group(2), download)
     if _HUB_ID.match(spec) and not spec.startswith((".", "/")):
         folder, hub = _hub_download(spec, need, download)
         return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
-                                      trust_pickle=trust_pickle, need_weights=need == "weights",
-                                      pickle_hint=pickle_hint), hub)
+                                      trust_pickle=trust_pickle, need_weights=need == "weights"), hub)
     raise SpecError(f"unknown model {spec!r}{did_you_mean(spec, ALIASES)}; pass an alias "
                     f"(see `embscope models`), a HF hub id (org/name), a model folder or a .gguf file")
 

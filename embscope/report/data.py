@@ -36,7 +36,6 @@ CANDIDATES_N = 200
 # language on parallel text, Petrov et al. 2023) is at least this.
 DOUBLE_COST = 2.0
 
-SECTIONS = ("overview", "tokens", "languages", "extension", "context")
 #: no run writes a summary this large; a larger file is not ours
 MAX_SUMMARY_BYTES = 64 * 2**20
 

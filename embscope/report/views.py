@@ -90,7 +90,7 @@ def geometry_view(geo, categories: dict[str, int]) -> dict[str, Any]:
     if geo is None:
         return {}
     view = geo.to_dict()
-    f = geo.flagged
+    f = view["flagged"]
     by_cat = f.get("by_category") or {}
     view["flagged"] = {
         "normal": f.get("normal"), "normal_share": f.get("normal_share"), "normal_rows": categories.get("normal"),
@@ -98,10 +98,10 @@ def geometry_view(geo, categories: dict[str, int]) -> dict[str, Any]:
                    if c != "normal"],
         "zero_rows": f.get("zero_rows"), "by_reason": f.get("by_reason") or {}, "isolated": f.get("isolated")}
     rows = [{"script": k, **{kk: v.get(kk) for kk in ("rows", "flagged", "flagged_share", "mean_norm")}}
-            for k, v in geo.per_script.items()]
+            for k, v in view["per_script"].items()]
     rows.sort(key=lambda r: -(r["rows"] if isinstance(r["rows"], (int, float)) else 0))
     view["per_script"] = rows
-    view["top_undertrained"] = [r for r in geo.top_undertrained if isinstance(r, dict)]
+    view["top_undertrained"] = [r for r in view["top_undertrained"] if isinstance(r, dict)]
     return view
 
 

@@ -1,9 +1,11 @@
 """What every section shares: the run's options, its inputs, and what a section hands back.
 
 A section is a function ``(inputs: Inputs) -> SectionOutput``. It reads the loaded model, the
-corpora and the tokens table built so far, and returns a typed record (a
-:class:`~embscope.records.Record`), its Parquet tables, and — when it has nothing to report — the
-reason instead of a record. Only the runner writes files.
+corpora and what earlier sections gave (the tokens table, the scan result, the domain corpus), and
+returns a typed record (a :class:`~embscope.records.Record`), its Parquet tables, the values it
+gives to later sections, and — when it has nothing to report — the reason instead of a record.
+The runner writes the output folder; the one section that writes elsewhere is ``repair``, to the
+folder its option names. :mod:`embscope.sections.registry` lists the sections and their hand-offs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class RunOptions(Record):
 
     #: nearest neighbours per row in the kNN graph
     k: int = 10
+    #: run the geometry scan (indicators, kNN graph) inside the tokens section
+    scan: bool = True
     #: compute the 2-D UMAP map (the slowest part of the scan on large vocabularies)
     layout: bool = True
     #: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row is
@@ -72,6 +76,26 @@ class RunOptions(Record):
     download: str = "ranges"
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
+    #: also write the model with the flagged rows the data uses re-initialised, to this folder
+    repair_to: str | None = None
+    #: initialisation of the repaired rows: ``NAME`` or ``INPUT/OUTPUT``
+    repair_init: str = "subword-mean"
+
+    @classmethod
+    def build(cls, options: "RunOptions | None" = None, **fields: Any) -> "RunOptions":
+        """``options`` (default: every default) with ``fields`` replaced, checked.
+
+        >>> RunOptions.build(k=5).k
+        5
+        """
+        import dataclasses
+
+        from embscope.errors import SpecError
+
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise SpecError(f"unknown option(s) {unknown}; see embscope.RunOptions")
+        return dataclasses.replace(options or cls(), **fields).check()
 
     def corpus_engine(self):
         """The :class:`~embscope.corpus.engine.Engine` these options ask for."""
@@ -109,7 +133,7 @@ class RunOptions(Record):
             raise SpecError(f"--download must be ranges or full, got {self.download!r}")
         if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
-        for spec in self.init:
+        for spec in [*self.init, self.repair_init]:
             parse_init(spec)  # unknown strategy names fail here, with "did you mean"
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
         if not self.text_field:
@@ -119,7 +143,8 @@ class RunOptions(Record):
 
 @dataclass
 class Inputs:
-    """What a section may read. The runner fills it; sections never load or write anything."""
+    """What a section may read: what the runner loaded, and what earlier sections gave
+    (:data:`embscope.sections.registry.SECTIONS` declares who gives what)."""
 
     options: RunOptions
     steps: Steps
@@ -135,6 +160,10 @@ class Inputs:
     tokens: "pl.DataFrame | None" = None
     #: the user's own corpora: the scan lists which flagged rows their text produces
     data: Sequence[Path] = ()
+    #: ``(model, ScanResult)`` of the geometry scan (given by the tokens section), or None
+    scan: Any = None
+    #: a section that writes a folder of its own (repair) may replace an earlier embscope folder
+    force: bool = False
 
 
 @dataclass
@@ -150,3 +179,5 @@ class SectionOutput:
     warnings: list[str] = field(default_factory=list)
     #: live objects a caller may need after the run (never written), e.g. (model, ExtensionResult)
     live: Any = None
+    #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
+    gives: dict[str, Any] = field(default_factory=dict)

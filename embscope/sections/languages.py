@@ -8,6 +8,7 @@ Runs :func:`embscope.languages.fertility.measure` on every corpus; the table has
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from embscope.records import Record
@@ -54,5 +55,15 @@ def languages_section(inputs: Inputs) -> SectionOutput:
                             "there; pass --reference")
     record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
                              corpora=per_corpus)
-    return SectionOutput(record=record, tables={"languages": pl.concat(tables, how="diagonal_relaxed")},
-                         warnings=warnings)
+    table = pl.concat(tables, how="diagonal_relaxed")
+    gives = {} if inputs.domain is not None else {"domain": domain_corpus(table, inputs.corpora)}
+    return SectionOutput(record=record, tables={"languages": table}, warnings=warnings, gives=gives)
+
+
+def domain_corpus(table, corpora) -> Path | None:
+    """The first corpus in which one language was measured: the domain corpus the extension
+    section draws candidates from when none is given."""
+    for c in corpora:
+        if table.filter(table["corpus"] == str(c))["language"].n_unique() == 1:
+            return c
+    return None

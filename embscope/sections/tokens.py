@@ -8,56 +8,10 @@ map. The record holds the category counts and, when the scan ran, its summary.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from embscope.geometry.records import GeometryRecord
 from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput
-
-
-@dataclass
-class GeometryRecord(Record):
-    """The geometry scan's summary (:mod:`embscope.geometry.scan`; formulas in
-    :mod:`embscope.geometry.indicators`)."""
-
-    #: matrix rows scanned
-    rows: int
-    #: rows per category
-    categories: dict[str, int]
-    #: flagged rows: {normal, normal_share (fraction of normal rows), by_category {category: rows},
-    #: by_reason {indicator or zero: rows it fired on}, zero_rows, isolated (normal rows flagged isolated)}
-    flagged: dict[str, Any]
-    #: the flag threshold on ``undertrained_score``
-    threshold: float
-    #: what the threshold means on this run (robust scale, share of trained rows flagged, per indicator)
-    threshold_note: str
-    #: per evidence name {side, median, scale, scale_of}; run {trained_rows, trained_flagged_share,
-    #: per_indicator_share, gaussian_tail}
-    indicators: dict[str, Any]
-    #: the most under-trained normal tokens, [{id, token (raw text, untrusted), score, reason}]
-    top_undertrained: list[dict[str, Any]]
-    #: the most isolated normal tokens, [{id, token, z}]
-    top_isolated: list[dict[str, Any]]
-    #: {script: {rows, flagged, flagged_share, mean_norm}} over normal rows, largest first
-    per_script: dict[str, dict[str, Any]]
-    #: the kNN graph: {method, k, recall_at_k, recall_rows, seconds, cached, ...method parameters}
-    knn: dict[str, Any]
-    #: the Magikarp reference set: {size, source, by_source {rule: rows}, note (what works without one)}
-    reference: dict[str, Any]
-    #: the model's input and output matrices are one
-    tied: bool
-    #: {knn, indicators, verify, usage, layout} seconds
-    timings: dict[str, float]
-    #: prompt verification (``--verify N``): {n_checked, n_verified_undertrained, precision,
-    #: controls_checked, controls_failed, prompts, max_prob_cut, device, seconds, note}; null when off
-    verification: dict[str, Any] | None = None
-    #: the flagged rows the user's corpus and chat template produce: {texts, corpus_tokens, template,
-    #: flagged_used, flagged_in_template, occurrences, top [{id, token, reason, corpus, template}]};
-    #: null without a corpus
-    usage: dict[str, Any] | None = None
-    #: the 2-D map, laid out from the kNN graph above: {seconds, n_epochs, init, neighbor_preservation (share
-    #: of each sampled row's k graph neighbours among its k nearest points in 2-D), preservation_rows};
-    #: null without the map
-    layout: dict[str, Any] | None = None
 
 
 @dataclass
@@ -74,8 +28,8 @@ class TokensRecord(Record):
     geometry: GeometryRecord | None = None
 
 
-def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
-    """Base columns and norms for every row, then (``scan``) indicators, kNN graph and map."""
+def tokens_section(inputs: Inputs) -> SectionOutput:
+    """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map."""
     from collections import Counter
 
     from embscope.tables import base_columns, tokens_frame
@@ -88,7 +42,7 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
         columns = base_columns(model)
     geometry = None
     out = SectionOutput()
-    if scan:
+    if opts.scan:
         from embscope.geometry.scan import scan as run_scan
 
         texts = None
@@ -103,12 +57,14 @@ def tokens_section(inputs: Inputs, *, scan: bool = True) -> SectionOutput:
         columns.update(result.columns)
         geometry = GeometryRecord.from_dict(result.summary, strict=True)
         out.live = (model, result)
-        if geometry.reference.get("size") == 0:
-            out.warnings.append(f"{model.name}: {geometry.reference.get('note')}")
-        note = (geometry.verification or {}).get("note")
+        out.gives["scan"] = out.live
+        if geometry.reference.size == 0:
+            out.warnings.append(f"{model.name}: {geometry.reference.note}")
+        note = geometry.verification.note if geometry.verification is not None else None
         if note:
             out.warnings.append(f"verification: {note}")
     out.record = TokensRecord(rows=model.n_rows, n_tokens=model.n_tokens,
                               categories=dict(Counter(model.categories)), geometry=geometry)
     out.tables["tokens"] = tokens_frame(columns)
+    out.gives["tokens"] = out.tables["tokens"]
     return out

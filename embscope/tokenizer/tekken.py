@@ -13,8 +13,6 @@ Worked example: rank 0 (byte ``0x00``) is id 1000; ids 0–999 are control token
 from __future__ import annotations
 
 import base64
-import json
-from pathlib import Path
 
 from embscope.errors import VocabError
 from embscope.tokenizer.backends import TiktokenVocabulary
@@ -45,7 +43,3 @@ def tekken_vocabulary(spec: dict, name: str) -> TiktokenVocabulary:
         specials.setdefault(text, i)
     enc = tiktoken.Encoding(name=name, pat_str=cfg["pattern"], mergeable_ranks=ranks, special_tokens=specials)
     return TiktokenVocabulary(enc, name)
-
-
-def load_tekken(path: Path, name: str) -> TiktokenVocabulary:
-    return tekken_vocabulary(json.loads(Path(path).read_text("utf-8")), name)

@@ -1,0 +1,247 @@
+"""The geometry scan's summary, typed to the last field (``summary.json`` ``sections.tokens.geometry``).
+
+Each record here is what one part of :func:`embscope.geometry.scan.scan` reports; the scan hands
+its summary over as plain data and :meth:`GeometryRecord.from_dict` (strict) checks every key and
+type, so a producer that writes a field no record declares fails the run's own tests, and
+``docs/schema.md`` lists every field. Formulas: :mod:`embscope.geometry.indicators`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from embscope.records import Record
+
+
+@dataclass
+class FlaggedCounts(Record):
+    """How many rows were flagged, and why."""
+
+    #: flagged normal rows (special, byte and padding rows are counted apart)
+    normal: int
+    #: normal / normal rows (fraction; lower is a better-trained vocabulary)
+    normal_share: float
+    #: {category: flagged rows}
+    by_category: dict[str, int]
+    #: {indicator or ``zero``: rows it fired on} (a row may count under several)
+    by_reason: dict[str, int]
+    #: rows that are exactly zero (or denormal dust)
+    zero_rows: int
+    #: normal rows flagged isolated (their own flag, not part of ``normal``)
+    isolated: int
+
+
+@dataclass
+class ScoredRow(Record):
+    """One of the most under-trained normal tokens."""
+
+    #: row id
+    id: int
+    #: the token's text (raw, untrusted: escape before display)
+    token: str
+    #: ``undertrained_score``, robust sigmas (higher: more under-trained)
+    score: float
+    #: the indicators that fired, joined by ``+``; null when none reached the threshold
+    reason: str | None
+
+
+@dataclass
+class IsolatedRow(Record):
+    """One of the most isolated normal tokens."""
+
+    #: row id
+    id: int
+    #: the token's text (raw, untrusted)
+    token: str
+    #: robust z of the isolation indicator (higher: farther from its neighbours)
+    z: float
+
+
+@dataclass
+class ScriptRow(Record):
+    """The normal rows of one Unicode script."""
+
+    #: normal rows whose token is in this script
+    rows: int
+    #: of those, flagged
+    flagged: int
+    #: flagged / rows (fraction)
+    flagged_share: float
+    #: mean L2 norm of their rows (the output matrix on untied models)
+    mean_norm: float
+
+
+@dataclass
+class KnnRecord(Record):
+    """How the kNN graph was built (:func:`embscope.geometry.knn.knn_graph`)."""
+
+    #: ``exact``, ``ivf`` or ``refined``
+    method: str
+    #: neighbours per row
+    k: int
+    #: recall@k against fp32 exact search on the held-out sample rows (1.0 = perfect)
+    recall_at_k: float
+    #: rows recall was measured on (the held-out half of the sample)
+    recall_rows: int
+    #: seconds the build took (the cached build's, when ``cached``)
+    seconds: float
+    #: read from the kNN cache
+    cached: bool = False
+    #: where the search ran (cpu, cuda)
+    device: str | None = None
+    #: dtype of the similarity tiles (float32, float16, bfloat16)
+    tile_dtype: str | None = None
+    #: why another method than asked for ran
+    fallback: str | None = None
+    #: seconds spent computing the cache key (the matrix digest)
+    key_seconds: float | None = None
+    #: inverted file: lists, lists probed per query, share of rows scanned, recall on the tuning half
+    nlist: int | None = None
+    nprobe: int | None = None
+    scanned_share: float | None = None
+    tuned_recall: float | None = None
+    #: the inverted-file scan kernel
+    scan: str | None = None
+    #: {plan: estimated cost as a share of exact search} that ``auto`` chose by
+    estimated_cost: dict[str, float] | None = None
+    #: refinement (NN-descent over the IVF graph): passes, recall after each, candidate widths
+    refine_passes: int | None = None
+    refine_recall: list[float] | None = None
+    refine_width: list[int] | None = None
+
+
+@dataclass
+class ReferenceRecord(Record):
+    """The Magikarp reference set of known-unused rows (:mod:`embscope.geometry.reference`)."""
+
+    #: rows in it
+    size: int
+    #: ``auto`` (found by the rules), ``given`` (``--unused-ids``) or ``none``
+    source: str
+    #: {rule: rows it found}
+    by_source: dict[str, int] = field(default_factory=dict)
+    #: what still works without one; null when the set is not empty
+    note: str | None = None
+
+
+@dataclass
+class VerificationRecord(Record):
+    """What prompting the whole model found (``--verify N``, :mod:`embscope.geometry.verify`)."""
+
+    #: flagged rows checked (null when the model could not be loaded)
+    n_checked: int | None = None
+    #: of those, rows whose max_prob stayed below ``max_prob_cut`` (under-trained, confirmed)
+    n_verified_undertrained: int | None = None
+    #: n_verified_undertrained / n_checked (higher: the flags hold up)
+    precision: float | None = None
+    #: trained control rows checked
+    controls_checked: int | None = None
+    #: controls whose max_prob stayed below the cut (lower is better)
+    controls_failed: int | None = None
+    #: prompt names used
+    prompts: list[str] = field(default_factory=list)
+    #: the max_prob below which a row counts as verified
+    max_prob_cut: float = 0.01
+    #: where the model ran
+    device: str | None = None
+    #: seconds spent
+    seconds: float | None = None
+    #: why it did not run, or what limited it
+    note: str | None = None
+
+
+@dataclass
+class UsedRow(Record):
+    """A flagged row the user's data or chat template produces."""
+
+    #: row id
+    id: int
+    #: the token's text (raw, untrusted)
+    token: str
+    #: why it is flagged
+    reason: str | None
+    #: occurrences in the corpus
+    corpus: int
+    #: occurrences in the rendered chat template
+    template: int
+
+
+@dataclass
+class UsageRecord(Record):
+    """The flagged rows the user's corpus and the model's chat template produce
+    (:mod:`embscope.geometry.usage`)."""
+
+    #: texts tokenized
+    texts: int
+    #: tokens they gave
+    corpus_tokens: int
+    #: ``rendered`` or why the template was not used (``none shipped``, ``render failed: …``, ``off``)
+    template: str
+    #: flagged ids checked
+    flagged_checked: int
+    #: flagged ids the corpus or template produces (lower is safer)
+    flagged_used: int
+    #: of those, ids the template itself inserts (in every chat example)
+    flagged_in_template: int
+    #: occurrences of flagged ids in the corpus
+    occurrences: int
+    #: the used flagged rows, most used first
+    top: list[UsedRow] = field(default_factory=list)
+
+
+@dataclass
+class LayoutRecord(Record):
+    """The 2-D map, laid out by UMAP from the kNN graph (:mod:`embscope.geometry.layout`)."""
+
+    #: seconds spent
+    seconds: float
+    #: optimisation epochs
+    n_epochs: int
+    #: initial layout: ``spectral`` or ``random``
+    init: str
+    #: share of each sampled row's k graph neighbours among its k nearest 2-D points (higher is
+    #: better); null when not measured
+    neighbor_preservation: float | None
+    #: rows that share was measured on
+    preservation_rows: int
+
+
+@dataclass
+class GeometryRecord(Record):
+    """The geometry scan's summary (:mod:`embscope.geometry.scan`; formulas in
+    :mod:`embscope.geometry.indicators`)."""
+
+    #: matrix rows scanned
+    rows: int
+    #: rows per category
+    categories: dict[str, int]
+    #: flagged rows, by category and by reason
+    flagged: FlaggedCounts
+    #: the flag threshold on ``undertrained_score``
+    threshold: float
+    #: what the threshold means on this run (robust scale, share of trained rows flagged, per indicator)
+    threshold_note: str
+    #: per evidence name {side, median, scale, scale_of}; run {trained_rows, trained_flagged_share,
+    #: per_indicator_share, gaussian_tail}
+    indicators: dict[str, dict[str, Any]]
+    #: the most under-trained normal tokens, highest score first
+    top_undertrained: list[ScoredRow]
+    #: the most isolated normal tokens
+    top_isolated: list[IsolatedRow]
+    #: {script: its normal rows} over normal rows, largest first
+    per_script: dict[str, ScriptRow]
+    #: how the kNN graph was built
+    knn: KnnRecord
+    #: the Magikarp reference set
+    reference: ReferenceRecord
+    #: the model's input and output matrices are one
+    tied: bool
+    #: {knn, indicators, verify, usage, layout} seconds
+    timings: dict[str, float]
+    #: prompt verification (``--verify N``); null when off
+    verification: VerificationRecord | None = None
+    #: the flagged rows the user's corpus and chat template produce; null without a corpus
+    usage: UsageRecord | None = None
+    #: the 2-D map; null without the map
+    layout: LayoutRecord | None = None
