@@ -181,6 +181,70 @@ def rope(model: str):
     return context_summary(resolve_config(model))
 
 
+def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bool = False) -> Path:
+    """The token map of an output folder as Embedding Atlas reads it (:mod:`embscope.report.atlas`).
+
+    Writes ``out/tokens.parquet`` (default ``out`` = ``report/atlas``); returns its path. Open it
+    with :func:`embscope.report.atlas.atlas_command`'s command.
+
+    Example:
+        >>> export_atlas("reports/smollm2-135m")  # doctest: +SKIP
+        PosixPath('reports/smollm2-135m/atlas/tokens.parquet')
+    """
+    from embscope.output import claim
+    from embscope.report.atlas import ATLAS_FILE, write_atlas
+
+    report = Path(report)
+    target = Path(out) if out is not None else report / "atlas"
+    with claim(target, force=force, inputs=[report / "tokens.parquet"], kind="atlas") as tmp:
+        write_atlas(report, tmp)
+    return target / ATLAS_FILE
+
+
+def export_projector(report: str | Path, *, out: str | Path | None = None, model: str | None = None,
+                     sample: int = 10_000, force: bool = False, download: str = "ranges") -> dict[str, Any]:
+    """The input embedding and the token metadata in the TensorBoard projector's formats
+    (:mod:`embscope.report.projector`), for the model the output folder ``report`` was made from
+    (``model`` overrides the spec in its ``summary.json``; the matrix must hash to the fingerprint
+    recorded there). Default ``out``: ``report/projector``. Returns ``{folder, rows, dim, files}``.
+
+    Example:
+        >>> export_projector("reports/smollm2-135m", sample=5000)["rows"]  # doctest: +SKIP
+        5000
+    """
+    import json
+
+    import polars as pl
+
+    from embscope.errors import SpecError
+    from embscope.models.load import load_model
+    from embscope.output import claim
+    from embscope.provenance import tensor_digest
+    from embscope.report.projector import write_projector
+
+    report = Path(report)
+    src = report / "tokens.parquet"
+    if not src.is_file():
+        raise SpecError(f"{report} has no tokens.parquet; pass a folder written by `embscope audit` or `scan`")
+    try:
+        recorded = json.loads((report / "summary.json").read_text(encoding="utf-8"))["inputs"]["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = None
+    spec = model or (recorded or {}).get("spec")
+    if not spec:
+        raise SpecError(f"{report}/summary.json names no model; pass --model")
+    target = Path(out) if out is not None else report / "projector"
+    tokens = pl.read_parquet(src)
+    m = load_model(spec, device="cpu", download=download)
+    want = ((recorded or {}).get("tensors") or {}).get("embed")
+    if want and tensor_digest(m.embed) != want:
+        raise SpecError(f"the embedding of {spec} is not the one {report} was made from (its fingerprint "
+                        "differs from summary.json); pass the model it was made from with --model")
+    with claim(target, force=force, inputs=[src], kind="projector") as tmp:
+        info = write_projector(tokens, m.embed, tmp, name=m.name, sample=sample)
+    return {"folder": target, **info}
+
+
 def read_tokens_table(path: str | Path):
     """A ``tokens.parquet`` of an earlier run (its ``flagged`` rows stay out of the extension's
     means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`."""

@@ -35,6 +35,7 @@ _COMMAND_MODULES = [
     "embscope.commands.extend",
     "embscope.commands.rope",
     "embscope.commands.report",
+    "embscope.commands.export",
     "embscope.commands.models",
 ]
 

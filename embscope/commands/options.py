@@ -29,6 +29,12 @@ Force = Annotated[bool, typer.Option("--force", help="replace the output folder 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress output (also: EMBSCOPE_QUIET=1)")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="more detail: every step and its time, log lines")]
 Json = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")]
+class Download(str, enum.Enum):
+    ranges = "ranges"
+    full = "full"
+
+
+DownloadOpt = Annotated[Download, typer.Option("--download", help="a hub model's weights: ranges (only the embedding and head tensors' bytes, cached under the embscope cache) or full (the whole shards holding them, into the HF cache)")]
 Corpus = Annotated[Path, typer.Option("--corpus", "-c", help="corpus: a folder or .txt/.md/.jsonl/.parquet file, or a shipped name (medical, udhr)")]
 Reference = Annotated[str, typer.Option("--reference", help="language that parity divides by")]
 
@@ -77,6 +83,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "device": RunOpt("device", Annotated[Device, typer.Option("--device", help="where to compute: auto (GPU when present), cpu or cuda")],
                      to_field=lambda d: d.value, from_field=Device),
     "trust_pickle": RunOpt("trust_pickle", Annotated[bool, typer.Option("--trust-pickle", help="allow PyTorch .bin checkpoints (loaded with weights_only=True)")]),
+    "download": RunOpt("download", DownloadOpt, to_field=lambda d: d.value, from_field=Download),
     # the scan
     "k": RunOpt("k", Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours per row in the kNN graph")]),
     "no_scan": RunOpt("scan", Annotated[bool, typer.Option("--no-scan", help="skip indicators and the kNN graph")],
@@ -123,7 +130,7 @@ RUN_OPTS: dict[str, RunOpt] = {
                     to_field=lambda v: list(v or []), from_field=lambda v: list(v) or None),
 }
 #: the groups commands take
-LOAD = ("device", "trust_pickle")
+LOAD = ("device", "trust_pickle", "download")
 SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_time_cap", "repair", "repair_init")
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)

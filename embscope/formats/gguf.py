@@ -138,6 +138,8 @@ class GGUFFile:
             shape = tuple(self._take("<Q") for _ in range(ndim))
             infos.append((name, shape, self._take("<I"), self._take("<Q")))
         _check_fields(self.fields, self.path.name)
+        #: bytes the metadata and the tensor table take: every byte the parse read lies before this
+        self.header_bytes = self._pos
         align = self.fields.get("general.alignment", 32)
         data_start = (self._pos + align - 1) // align * align
         self.tensors: dict[str, TensorInfo] = {}

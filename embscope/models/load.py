@@ -108,7 +108,7 @@ def _read_gguf(r: Resolved):
 
 
 def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False,
-               tokens_past_rows: bool = False) -> LoadedModel:
+               tokens_past_rows: bool = False, download: str = "ranges") -> LoadedModel:
     """Load the embedding (and untied output) matrix of a model, with its tokenizer.
 
     Args:
@@ -122,6 +122,8 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
         tokens_past_rows: accept a tokenizer with more tokens than the matrix has rows (a resize
             forgotten after adding tokens: what ``embscope check`` reports as ``id-beyond-matrix``);
             the ids past the rows have no row and no category.
+        download: a hub model's weights: ``ranges`` reads only the embedding/head tensors' bytes
+            (:mod:`embscope.models.hub_ranges`), ``full`` the whole shards that hold them.
 
     Returns:
         :class:`~embscope.models.model.LoadedModel`.
@@ -133,7 +135,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
     """
     t0 = time.perf_counter()
     dev = pick_device(device)
-    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle)
+    r = spec if isinstance(spec, Resolved) else resolve(spec, trust_pickle=trust_pickle, download=download)
     config = r.config()
     readers = {"safetensors": _read_safetensors, "gguf": _read_gguf, "bin": _read_bin}
     embed, out, names, dtype, files = readers[r.format](r)

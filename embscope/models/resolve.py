@@ -14,7 +14,11 @@ A spec is, in the order tried:
    ``HF_HUB_OFFLINE=1`` nothing is fetched; without it, an unreachable hub is detected by one TCP
    connect of at most :data:`HUB_CONNECT_TIMEOUT` seconds instead of huggingface_hub's retries.
    Either way a missing file is a one-line error naming the ``hf download`` command for exactly
-   what the command needs.
+   what the command needs. Of the weights, only the embedding/output tensors' bytes are read, by
+   range requests into the embscope cache (:mod:`embscope.models.hub_ranges`), unless
+   ``download="full"`` or the shards are already whole in the HF cache;
+4. a GGUF file in a hub repo, ``org/name/file.gguf``: its metadata and tensor table, then the
+   ``token_embd``/``output`` ranges, the same way (``download="full"``: the whole file).
 """
 
 from __future__ import annotations
@@ -31,10 +35,14 @@ from embscope.models.registry import ALIASES, ModelAlias
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: a GGUF file in a hub repo: ``org/name/file.gguf``
+_HUB_GGUF = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+)/([\w.-]+\.gguf)$")
 #: seconds one TCP connect to the hub (or the HTTPS proxy) may take before the hub counts as unreachable
 HUB_CONNECT_TIMEOUT = 1.5
 #: what a command needs of a model, smallest first
 NEEDS = ("config", "tokenizer", "weights")
+#: how a hub model's weights are read: the tensors' byte ranges, or the whole shards holding them
+DOWNLOADS = ("ranges", "full")
 log = logging.getLogger("embscope.models.resolve")
 
 
@@ -45,13 +53,15 @@ class Resolved:
     spec: str
     #: short name for folders and tables
     name: str
-    #: ``package``, ``gguf``, ``folder`` or ``hub-cache``
+    #: ``package``, ``gguf``, ``folder``, ``hub-cache`` or ``hub-ranges``
     source: str
     #: a folder (safetensors / bin) or a ``.gguf`` file
     path: Path
     #: ``safetensors``, ``gguf`` or ``bin``
     format: str
     alias: ModelAlias | None = None
+    #: ``hub-ranges``: repo, commit and, per file, ETag, size, tensor byte ranges and bytes read
+    hub: dict[str, Any] | None = None
     #: ``tensor name → shard path`` for the tensors we need (safetensors only; filled lazily)
     _config: dict | None = None
     _reader: Any = None
@@ -155,8 +165,12 @@ def download_hint(repo_id: str, need: str) -> str:
     return hint
 
 
-def _hub_download(repo_id: str, need: str) -> Path:
-    """Fetch (or find in the cache) what ``need`` requires of a hub repo; returns the snapshot folder."""
+def _hub_download(repo_id: str, need: str, download: str = "ranges") -> tuple[Path, dict[str, Any] | None]:
+    """Fetch (or find in the cache) what ``need`` requires of a hub repo.
+
+    Returns the folder to read (the HF cache snapshot; for weights read by ranges, the embscope
+    cache folder of :func:`_ranged`) and, for ranges, what was read (for the provenance), else None.
+    """
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -171,6 +185,8 @@ def _hub_download(repo_id: str, need: str) -> Path:
         return bool(state["reachable"])
 
     def get(filename: str, required: bool = True) -> Path | None:
+        if not required and _known_missing(repo_id, filename):  # a 404 the HF cache remembers
+            return None
         for local_only in (True, False):
             if not local_only and not online():
                 break
@@ -199,23 +215,95 @@ def _hub_download(repo_id: str, need: str) -> Path:
     config = get("config.json")
     snapshot = config.parent
     if need == "config":
-        return snapshot
+        return snapshot, None
     for fname in TOKENIZER_FILES:
         get(fname, required=False)
     if need != "weights":
-        return snapshot
+        return snapshot, None
     index = get("model.safetensors.index.json", required=False)
-    if index is None:
+    if index is None and download == "full":
         get("model.safetensors")
-        return snapshot
+        return snapshot, None
+    if index is None:  # one file: its header names the tensors
+        if _in_hf_cache(repo_id, snapshot, ["model.safetensors"]):
+            return snapshot, None
+        return _ranged(repo_id, snapshot, {None: "model.safetensors"}, online, offline, need)
     from embscope.models.names import find_embedding_names
     from embscope.formats.safetensors import weight_map
 
     wm = weight_map(snapshot)
     embed, out = find_embedding_names(wm, where=f"{repo_id} index")
-    for shard in sorted({wm[embed]} | ({wm[out]} if out else set())):
-        get(shard)
-    return snapshot
+    shards = sorted({wm[embed]} | ({wm[out]} if out else set()))
+    if download == "full" or _in_hf_cache(repo_id, snapshot, shards):  # whole shards: as downloaded before
+        for shard in shards:
+            get(shard)
+        return snapshot, None
+    return _ranged(repo_id, snapshot, {embed: wm[embed], **({out: wm[out]} if out else {})},
+                   online, offline, need)
+
+
+def _ranged(repo_id: str, snapshot: Path, where: dict[str | None, str], online, offline: bool,
+            need: str) -> tuple[Path, dict[str, Any]]:
+    """The embedding/head tensors (``{tensor: shard}``; ``{None: file}``: the ones its header names)
+    through range requests into the embscope cache (see :mod:`embscope.models.hub_ranges`);
+    returns the cache folder and what was read, for the provenance."""
+    from embscope.assets import cache_dir
+    from embscope.models.hub_ranges import cached, fetch_tensors, link_small_files, repo_cache
+
+    commit = snapshot.name  # the HF cache names each snapshot folder by its commit
+    folder = repo_cache(cache_dir("hub"), repo_id, commit)
+    link_small_files(snapshot, folder)
+    shards: dict[str, Any] = {}
+    for name, shard in where.items():
+        if name is None:
+            shards[shard] = _embedding_names
+        else:
+            shards.setdefault(shard, []).append(name)
+    files = {}
+    for shard, names in sorted(shards.items()):
+        if not cached(folder / shard, names) and not online():
+            how = ("HF_HUB_OFFLINE=1 is set" if offline else
+                   f"the hub ({_endpoint()}) could not be reached within {HUB_CONNECT_TIMEOUT:g} s")
+            raise SpecError(f"the embedding tensors of {repo_id} are not in the embscope cache ({folder}) and "
+                            f"{how}; run once online, or download them with: {download_hint(repo_id, need)}")
+        files[shard] = fetch_tensors(repo_id, commit, shard, names, folder)
+    hub = {"repo": repo_id, "commit": commit, "download": "ranges",
+           "bytes_read": sum(f.bytes_read for f in files.values()),
+           "files": {s: {"etag": f.etag, "bytes": f.size, "tensors": f.tensors, "bytes_read": f.bytes_read,
+                         "requests": f.requests} for s, f in files.items()}}
+    return folder, hub
+
+
+def _in_hf_cache(repo_id: str, snapshot: Path, files: list[str]) -> bool:
+    """Whether every file is already whole in the HF cache at this snapshot's commit (no network)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    for f in files:
+        found = try_to_load_from_cache(repo_id, f, cache_dir=constants.HF_HUB_CACHE, revision=snapshot.name)
+        if not isinstance(found, str):
+            return False
+    return True
+
+
+def _known_missing(repo_id: str, filename: str) -> bool:
+    """Whether the HF cache recorded that ``filename`` does not exist at the cached ``main``."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, filename, cache_dir=constants.HF_HUB_CACHE)
+    return found is not None and not isinstance(found, str)
+
+
+def _embedding_names(header: dict[str, Any]) -> list[str]:
+    from embscope.models.names import find_embedding_names
+
+    embed, out = find_embedding_names(header, where="model.safetensors")
+    return [embed] + ([out] if out else [])
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
 
 
 def _need(need: str | None, need_weights: bool) -> str:
@@ -226,18 +314,65 @@ def _need(need: str | None, need_weights: bool) -> str:
     return need
 
 
+def _hub_gguf(spec: str, repo_id: str, filename: str, download: str) -> Resolved:
+    """``org/name/file.gguf``: by ranges, its metadata and the embedding/output tensors into the
+    embscope cache (:func:`embscope.models.hub_ranges.fetch_gguf`); ``full``: the file into the HF cache."""
+    from huggingface_hub import constants
+
+    name = Path(filename).stem.lower()
+    offline = bool(constants.HF_HUB_OFFLINE)
+    if download == "full":
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = hf_hub_download(repo_id, filename, cache_dir=constants.HF_HUB_CACHE,
+                                   endpoint=constants.ENDPOINT, local_files_only=offline)
+        except Exception as exc:
+            raise SpecError(f"cannot fetch {filename} of {repo_id}: {str(exc).splitlines()[0]}; check the "
+                            "repo id and your HF token, or pass a local .gguf file") from None
+        return Resolved(spec, name, "hub-cache", Path(path), "gguf")
+    from embscope.assets import cache_dir
+    from embscope.models.hub_ranges import fetch_gguf
+
+    online = not offline and hub_reachable(constants.ENDPOINT)
+    try:
+        path, fetched, commit = fetch_gguf(repo_id, filename, cache_dir("hub"), online=online)
+    except SpecError as err:
+        if online:
+            raise
+        how = ("HF_HUB_OFFLINE=1 is set" if offline else
+               f"the hub ({constants.ENDPOINT}) could not be reached within {HUB_CONNECT_TIMEOUT:g} s")
+        raise SpecError(f"{err} and {how}; run once online, or download it with: hf download {repo_id} "
+                        f"{filename}, and pass the local file") from None
+    hub = {"repo": repo_id, "commit": commit, "download": "ranges", "bytes_read": fetched.bytes_read,
+           "files": {filename: {"etag": fetched.etag, "bytes": fetched.size, "tensors": fetched.tensors,
+                                "bytes_read": fetched.bytes_read, "requests": fetched.requests}}}
+    return Resolved(spec, name, "hub-ranges", path, "gguf", hub=hub)
+
+
+def _from_hub(r: Resolved, hub: dict[str, Any] | None) -> Resolved:
+    if hub is not None:
+        r.source, r.hub = "hub-ranges", hub
+    return r
+
+
 def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
-            need: str | None = None) -> Resolved:
+            need: str | None = None, download: str = "ranges") -> Resolved:
     """Turn a model spec into a :class:`Resolved` (see the module docstring for the forms).
 
     ``need`` (``config``, ``tokenizer`` or ``weights``) says what the caller will read; it decides
     what is fetched from the hub and what the offline hint names. ``need_weights=False`` is the
     older spelling of ``need="tokenizer"``. A ``.bin``-only folder is refused with
     :class:`~embscope.errors.PickleRefused` unless ``trust_pickle``.
+    ``download`` says how a hub model's weights are read: ``ranges`` (only the embedding/head
+    tensors' bytes, see :mod:`embscope.models.hub_ranges`) or ``full`` (the whole shards that hold
+    them, into the HF cache).
     """
     from embscope.assets import package_dir
 
     need = _need(need, need_weights)
+    if download not in DOWNLOADS:
+        raise SpecError(f"--download must be one of {', '.join(DOWNLOADS)}, not {download!r}")
     path = Path(spec).expanduser()
     if spec in ALIASES and path.is_dir():
         log.warning("using the local folder %s, not the alias %r (%s); pass ./%s or the hub id to be explicit",
@@ -255,23 +390,26 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
                 return Resolved(spec, spec, "package", path, "gguf", alias)
             return _from_folder(spec, path, source="package", name=spec, alias=alias,
                                 trust_pickle=trust_pickle, need_weights=need == "weights")
-        folder = _hub_download(alias.repo_id, need)
-        return _from_folder(spec, folder, source="hub-cache", name=spec, alias=alias,
-                            trust_pickle=trust_pickle, need_weights=need == "weights")
+        folder, hub = _hub_download(alias.repo_id, need, download)
+        return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec, alias=alias,
+                                      trust_pickle=trust_pickle, need_weights=need == "weights"), hub)
     if path.exists():
         name = path.stem if path.is_file() else path.name
         if path.is_file():
             if path.suffix.lower() == ".gguf":
                 return Resolved(spec, name, "gguf", path, "gguf")
             if path.name == "config.json":
-                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need)
+                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need, download=download)
             raise SpecError(f"{spec!r} is a file but not a .gguf model; pass a .gguf file or a model folder")
         return _from_folder(spec, path, source="folder", name=name, trust_pickle=trust_pickle,
                             need_weights=need == "weights")
+    m = _HUB_GGUF.match(spec)
+    if m and not spec.startswith((".", "/")):
+        return _hub_gguf(spec, m.group(1), m.group(2), download)
     if _HUB_ID.match(spec) and not spec.startswith((".", "/")):
-        folder = _hub_download(spec, need)
-        return _from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
-                            trust_pickle=trust_pickle, need_weights=need == "weights")
+        folder, hub = _hub_download(spec, need, download)
+        return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
+                                      trust_pickle=trust_pickle, need_weights=need == "weights"), hub)
     raise SpecError(f"unknown model {spec!r}{did_you_mean(spec, ALIASES)}; pass an alias "
                     f"(see `embscope models`), a HF hub id (org/name), a model folder or a .gguf file")
 

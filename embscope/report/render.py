@@ -145,6 +145,8 @@ def _version() -> str:
 
 def render_html(out_dir: Path) -> str:
     """The page for ``out_dir`` as a string (see :func:`render` for the file)."""
+    from embscope.report.atlas import atlas_command
+
     payload = build_payload(Path(out_dir))
     js = _script()
     v = payload["view"]
@@ -157,6 +159,7 @@ def render_html(out_dir: Path) -> str:
         languages=payload["languages"],
         candidates=payload["candidates"],
         double_cost=DOUBLE_COST,
+        atlas_cmd="embscope export atlas . && " + atlas_command("atlas/tokens.parquet"),
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         renderer_version=_version(),
         css=_asset("report.css"),

@@ -83,6 +83,8 @@ class RunOptions(Record):
     trust_pickle: bool = False
     #: auto, cpu or cuda
     device: str = "auto"
+    #: a hub model's weights: ``ranges`` (only the embedding/head tensors' bytes) or ``full`` (whole shards)
+    download: str = "ranges"
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
     #: also write the model with the flagged rows the data uses re-initialised, to this folder
@@ -171,6 +173,8 @@ class RunOptions(Record):
             raise SpecError(f"--sample-bytes must be at least 1, got {self.sample_bytes}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise SpecError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        if self.download not in ("ranges", "full"):
+            raise SpecError(f"--download must be ranges or full, got {self.download!r}")
         if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
         expand_specs(self.init)  # unknown strategy names fail here, with "did you mean"

@@ -1,0 +1,361 @@
+"""Read only the embedding and head tensors of a hub checkpoint, with HTTP range requests.
+
+A safetensors shard is ``u64 N`` + ``N bytes of JSON header`` + data, and the header gives every
+tensor's ``data_offsets``; so two small requests (the first :data:`HEAD_PREFETCH` bytes, then the
+rest of the header when it is longer) say where ``model.embed_tokens.weight`` and ``lm_head.weight``
+lie, and one ``Range: bytes=a-b`` request per tensor brings exactly those bytes. For Qwen2-7B that
+is 2 × 152064 × 3584 × 2 B = 2.18 GB instead of the two whole shards that hold them (7.6 GB).
+
+Where the bytes go: a *sparse* copy of each shard, ``<cache>/hub/<org>--<name>/<commit>/<shard>``,
+created at the shard's full size with only the fetched ranges written (the file system stores
+nothing for the holes), beside the repo's small files (config, tokenizer, index) linked from the HF
+cache. The folder is an ordinary model folder to the rest of embscope: :mod:`embscope.formats.safetensors`
+validates the header against the file's size and memory-maps the tensors, as for a full download.
+``<shard>.ranges.json`` records, per tensor, the byte range and that it is complete, with the
+file's ETag (the hub's sha256 of the whole file for LFS files), size and commit; a tensor is read
+from the copy only when the manifest says it is complete, so a hole is never mistaken for data.
+The cache is keyed by repo, commit and tensor: a second run reads nothing from the network.
+
+Every request goes through ``huggingface_hub`` (:func:`~huggingface_hub.hf_hub_url`,
+:func:`~huggingface_hub.get_hf_file_metadata`, :func:`~huggingface_hub.utils.build_hf_headers`,
+:func:`~huggingface_hub.get_session`), so the user's token, ``HF_ENDPOINT``, proxies and
+``HF_HUB_OFFLINE`` apply as they do to ``hf download``. Checked on the way: the HEAD's commit equals
+the snapshot's, every ranged answer is ``206`` with a ``Content-Range`` naming the asked range and
+the HEAD's size, and the byte count of each tensor equals ``prod(shape) × itemsize`` of the header
+(:func:`embscope.formats.safetensors.read_header`). A connection dropped mid-tensor is resumed from
+the last byte written, at most :data:`MAX_RESUMES` times per range. A server that ignores ``Range``
+(answers ``200`` with the whole file) is a one-line error naming ``--download full``.
+
+A GGUF file on the hub (spec ``org/name/file.gguf``) is read the same way by :func:`fetch_gguf`:
+its metadata and tensor table (a growing prefix, parsed by :mod:`embscope.formats.gguf`), then the
+``token_embd`` and ``output`` ranges.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from embscope.errors import ModelFileError, SpecError
+
+#: bytes asked for first: the length prefix and, for every real shard, its whole header
+#: (Qwen2-7B's headers are 10–40 KB; a longer one costs a second request)
+HEAD_PREFETCH = 1 << 16
+#: first bytes of a GGUF file read for its metadata (a 150k-token vocabulary takes 3–5 MB); doubled
+#: until the metadata and tensor table fit
+GGUF_PREFETCH = 1 << 22
+#: reconnections allowed per byte range after a dropped connection
+MAX_RESUMES = 5
+#: seconds to wait for the server (connect and each read); a stalled stream counts as dropped
+TIMEOUT = 60.0
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+@dataclass
+class Fetched:
+    """What one run read from the hub for one file (recorded in the provenance)."""
+
+    #: file name in the repo
+    filename: str
+    #: the file's ETag (sha256 of the whole file for LFS files), as the hub sent it
+    etag: str | None
+    #: size of the whole file, bytes
+    size: int
+    #: ``{tensor: [begin, end]}`` absolute byte ranges held in the sparse copy
+    tensors: dict[str, list[int]] = field(default_factory=dict)
+    #: bytes this run received for this file (0 when everything came from the cache)
+    bytes_read: int = 0
+    #: HTTP requests this run made for this file
+    requests: int = 0
+
+
+def repo_cache(root: Path, repo_id: str, commit: str) -> Path:
+    """``root/<org>--<name>/<commit>``: where the sparse copies of one revision live.
+
+    >>> repo_cache(Path("/c"), "Qwen/Qwen2-7B", "abc").as_posix()
+    '/c/Qwen--Qwen2-7B/abc'
+    """
+    return Path(root) / repo_id.replace("/", "--") / commit
+
+
+def _manifest_path(copy: Path) -> Path:
+    return copy.with_name(copy.name + ".ranges.json")
+
+
+def read_manifest(copy: Path) -> dict[str, Any] | None:
+    """The ``.ranges.json`` of a sparse copy, or ``None`` when absent or unreadable."""
+    try:
+        doc = json.loads(_manifest_path(copy).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("tensors"), dict) else None
+
+
+def _write_manifest(copy: Path, doc: dict[str, Any]) -> None:
+    path = _manifest_path(copy)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def cached(copy: Path, names: list[str]) -> bool:
+    """Whether the sparse copy holds every tensor in ``names`` completely (no network needed)."""
+    doc = read_manifest(copy)
+    if doc is None or not copy.is_file() or copy.stat().st_size != doc.get("size"):
+        return False
+    return doc.get("header") is True and all(doc["tensors"].get(n, {}).get("complete") for n in names)
+
+
+class _Remote:
+    """One file of one revision on the hub: its URL, headers and the checks on each answer."""
+
+    def __init__(self, repo_id: str, filename: str, commit: str):
+        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.utils import build_hf_headers
+
+        self.repo_id, self.filename, self.commit = repo_id, filename, commit
+        self.url = hf_hub_url(repo_id, filename, revision=commit or "main", endpoint=constants.ENDPOINT)
+        self.headers = build_hf_headers()  # the user's token, as hf download sends it
+        self.headers["Accept-Encoding"] = "identity"  # byte offsets are offsets of the file itself
+        self.requests = self.bytes_read = 0
+        try:
+            meta = get_hf_file_metadata(self.url, timeout=TIMEOUT)
+        except Exception as exc:  # gated repo, missing file, network: huggingface_hub's own message
+            raise SpecError(f"cannot read {filename} of {repo_id}: {str(exc).splitlines()[0]}; check the "
+                            "repo id and your HF token, or pass --download full") from None
+        self.requests += 1
+        if commit is None:  # "main": pin every later request to the commit it names now
+            if not meta.commit_hash:
+                raise ModelFileError(f"the hub named no commit for {filename} of {repo_id}; pass --download full")
+            self.commit = commit = meta.commit_hash
+            self.url = hf_hub_url(repo_id, filename, revision=commit, endpoint=constants.ENDPOINT)
+        elif meta.commit_hash and meta.commit_hash != commit:
+            raise ModelFileError(f"{filename} of {repo_id} is at commit {meta.commit_hash}, not {commit} "
+                                 "as its config; run again (the repo changed meanwhile)")
+        if not meta.size:
+            raise ModelFileError(f"the hub gave no size for {filename} of {repo_id}; pass --download full")
+        self.size, self.etag = int(meta.size), meta.etag
+
+    def _transport_errors(self):
+        """The HTTP library's network-error class (httpx for huggingface_hub 1.x, httpx2 for 2.x)."""
+        from huggingface_hub import get_session
+
+        module = importlib.import_module(type(get_session()).__module__.split(".")[0])
+        return (module.TransportError, OSError)
+
+    def fetch(self, begin: int, end: int, fd: int) -> None:
+        """Write bytes ``[begin, end)`` of the file at the same offsets of ``fd``, resuming after a
+        dropped connection from the last byte written."""
+        from huggingface_hub import get_session
+
+        errors = self._transport_errors()
+        at = [begin]  # the next byte to write; _stream advances it as blocks land
+        resumes = 0
+        while at[0] < end:
+            try:
+                self._stream(get_session(), at, end, fd)
+            except errors as exc:
+                resumes += 1
+                if resumes > MAX_RESUMES:
+                    raise ModelFileError(
+                        f"the connection to {self.url} dropped {resumes} times while reading bytes "
+                        f"{begin}..{end}: {str(exc).splitlines()[0] or type(exc).__name__}; run again "
+                        "(what was read is kept), or pass --download full") from None
+                continue
+
+    def _stream(self, client, at: list[int], end: int, fd: int) -> None:
+        pos = at[0]
+        headers = dict(self.headers, Range=f"bytes={pos}-{end - 1}")
+        self.requests += 1
+        with client.stream("GET", self.url, headers=headers, timeout=TIMEOUT) as resp:
+            if resp.status_code == 200:
+                raise ModelFileError(
+                    f"the server answered a range request for {self.filename} of {self.repo_id} with the "
+                    f"whole file (HTTP 200, no Range support); pass --download full to fetch whole shards")
+            if resp.status_code != 206:
+                raise ModelFileError(f"HTTP {resp.status_code} for bytes {pos}..{end} of {self.filename} of "
+                                     f"{self.repo_id}; check your HF token, or pass --download full")
+            m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
+            if not m or int(m.group(1)) != pos or int(m.group(2)) != end - 1 or (
+                    m.group(3) != "*" and int(m.group(3)) != self.size):
+                raise ModelFileError(
+                    f"the server sent Content-Range {resp.headers.get('Content-Range')!r} for bytes "
+                    f"{pos}..{end - 1}/{self.size} of {self.filename}; pass --download full")
+            for block in resp.iter_bytes():  # as they arrive: a dropped stream loses nothing it delivered
+                if pos + len(block) > end:
+                    raise ModelFileError(f"the server sent more than bytes {pos}..{end} of {self.filename}; "
+                                         "pass --download full")
+                os.pwrite(fd, block, pos)
+                pos += len(block)
+                at[0] = pos
+                self.bytes_read += len(block)
+
+
+def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | Callable", folder: Path) -> Fetched:
+    """Make ``folder/filename`` a sparse copy holding the header and the tensors ``names``.
+
+    ``names`` may be a function of the validated header returning the names (an unsharded
+    checkpoint, whose tensors no index lists); the manifest remembers what it chose.
+
+    Reads nothing when the manifest says they are all there (see :func:`cached`); otherwise one
+    HEAD, the header (one or two ranged GETs, unless cached) and one ranged GET per missing tensor.
+
+    Raises:
+        ModelFileError: a header that does not parse or does not hold ``names``, a server without
+            ``Range`` support, a dropped connection that does not resume, a size that changed.
+        SpecError: the hub refused the file (gated, missing, no token).
+    """
+    from embscope.formats.safetensors import read_header
+
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / filename
+    doc = read_manifest(copy)
+    pick = names if callable(names) else None
+    if pick is not None:
+        names = list(doc.get("picked") or ["?"]) if doc is not None else ["?"]
+    if doc is not None and cached(copy, names):
+        t = {n: doc["tensors"][n]["range"] for n in names}
+        return Fetched(filename, doc.get("etag"), int(doc["size"]), t)
+    remote = _Remote(repo_id, filename, commit)
+    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+            or not copy.is_file() or copy.stat().st_size != remote.size:
+        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+               "size": remote.size, "header": False, "tensors": {}}
+        with open(copy, "wb") as fh:  # a fresh sparse file of the remote size: holes read as zeros
+            fh.truncate(remote.size)
+        _write_manifest(copy, doc)
+    fd = os.open(copy, os.O_RDWR)
+    try:
+        if not doc["header"]:
+            remote.fetch(0, min(remote.size, HEAD_PREFETCH), fd)
+            (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+            if 8 + n > remote.size:
+                raise ModelFileError(f"{filename} of {repo_id} claims a {n}-byte header but is "
+                                     f"{remote.size} bytes; not a safetensors file")
+            if 8 + n > HEAD_PREFETCH:
+                remote.fetch(HEAD_PREFETCH, 8 + n, fd)
+            doc["prefix"] = max(8 + n, min(remote.size, HEAD_PREFETCH))  # bytes [0, prefix) are here
+        header = read_header(copy)  # validates every tensor's dtype, shape and range against the size
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+        doc["header"], doc["header_bytes"] = True, 8 + n
+        if pick is not None:
+            names = doc["picked"] = pick(header)
+        _write_manifest(copy, doc)
+        for name in names:
+            if name not in header:
+                raise ModelFileError(f"the index says {name} is in {filename} of {repo_id}, but its header "
+                                     "does not list it; the repo is inconsistent")
+            b, e = (8 + n + o for o in header[name]["data_offsets"])
+            entry = doc["tensors"].get(name)
+            if entry and entry.get("complete") and entry.get("range") == [b, e]:
+                continue
+            prefix = doc.get("prefix", 0)
+            remote.fetch(max(b, prefix) if b <= prefix else b, e, fd)  # the prefetch may hold its start
+            doc["tensors"][name] = {"range": [b, e], "complete": True, "dtype": header[name]["dtype"],
+                                    "shape": header[name]["shape"]}
+            _write_manifest(copy, doc)
+    finally:
+        os.close(fd)
+    return Fetched(filename, remote.etag, remote.size, {n: doc["tensors"][n]["range"] for n in names},
+                   bytes_read=remote.bytes_read, requests=remote.requests)
+
+
+def link_small_files(snapshot: Path, folder: Path) -> None:
+    """Symlink the snapshot's small files (config, tokenizer, index; never shards) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in snapshot.iterdir():
+        if src.suffix == ".safetensors" or not src.is_file():
+            continue
+        dst = folder / src.name
+        if dst.is_symlink() or dst.exists():
+            if dst.is_symlink() and os.path.realpath(dst) == os.path.realpath(src):
+                continue
+            dst.unlink()
+        dst.symlink_to(src.resolve())
+
+
+def cached_commit(root: Path, repo_id: str, revision: str = "main") -> str | None:
+    """The commit ``revision`` pointed to when a GGUF file was last read (``refs/<revision>``)."""
+    try:
+        commit = (Path(root) / repo_id.replace("/", "--") / "refs" / revision).read_text().strip()
+    except OSError:
+        return None
+    return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool) -> tuple[Path, Fetched, str]:
+    """A sparse copy of a hub GGUF file holding its metadata, tensor table and ``token_embd`` /
+    ``output`` tensors; returns ``(path, what was read, commit)``.
+
+    The metadata (tokenizer arrays included) has no length prefix: the first :data:`GGUF_PREFETCH`
+    bytes are read and parsed, and the prefix doubles until the parse ends inside it
+    (:attr:`embscope.formats.gguf.GGUFFile.header_bytes` ≤ bytes held; the parse only moves forward,
+    so it read nothing past them). Then one ranged GET per tensor. Offline, or when the copy for
+    the commit ``main`` last named is complete, nothing is read.
+    """
+    from embscope.formats.gguf import open_gguf
+
+    commit = cached_commit(root, repo_id)
+    if commit is not None:
+        copy = repo_cache(root, repo_id, commit) / filename
+        doc = read_manifest(copy)
+        if doc is not None and doc.get("picked") and cached(copy, doc["picked"]):
+            return copy, Fetched(filename, doc.get("etag"), int(doc["size"]),
+                                 {n: doc["tensors"][n]["range"] for n in doc["picked"]}), commit
+    if not online:
+        raise SpecError(f"{filename} of {repo_id} is not in the embscope cache ({root})")
+    remote = _Remote(repo_id, filename, None)
+    commit = remote.commit
+    folder = repo_cache(root, repo_id, commit)
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / filename
+    doc = read_manifest(copy)
+    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+            or not copy.is_file() or copy.stat().st_size != remote.size:
+        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+               "size": remote.size, "header": False, "prefix": 0, "tensors": {}}
+        with open(copy, "wb") as fh:
+            fh.truncate(remote.size)
+    fd = os.open(copy, os.O_RDWR)
+    try:
+        have = int(doc.get("prefix", 0))
+        want = max(have, min(remote.size, GGUF_PREFETCH))
+        while True:
+            if want > have:
+                remote.fetch(have, want, fd)
+                have = doc["prefix"] = want
+                _write_manifest(copy, doc)
+            try:
+                g = open_gguf(copy)
+                if g.header_bytes <= have:
+                    break
+            except ModelFileError:
+                if have >= remote.size:
+                    raise
+            want = min(remote.size, 2 * have)
+        names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
+        if names[0] not in g.tensors:
+            raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a language-model GGUF")
+        doc["header"], doc["header_bytes"], doc["picked"] = True, g.header_bytes, names
+        for name in names:
+            t = g.tensors[name]
+            b, e = t.offset, t.offset + t.nbytes
+            entry = doc["tensors"].get(name)
+            if not (entry and entry.get("complete") and entry.get("range") == [b, e]):
+                remote.fetch(max(b, have) if b <= have else b, e, fd)
+                doc["tensors"][name] = {"range": [b, e], "complete": True, "ggml_type": t.ggml_type,
+                                        "shape": list(t.shape)}
+            _write_manifest(copy, doc)
+    finally:
+        os.close(fd)
+    refs = Path(root) / repo_id.replace("/", "--") / "refs"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "main").write_text(commit)
+    return copy, Fetched(filename, remote.etag, remote.size, {n: doc["tensors"][n]["range"] for n in names},
+                         bytes_read=remote.bytes_read, requests=remote.requests), commit
