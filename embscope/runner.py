@@ -206,7 +206,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
 
 def _training_path(spec: str | Path) -> Path:
     """A training-data spec → path: an existing path, a glob, or a shipped corpus by name."""
-    from embscope.corpus.readers import is_glob
+    from embscope.corpus.listing import is_glob
 
     return Path(spec) if is_glob(str(spec)) else corpus_path(spec)
 

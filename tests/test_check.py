@@ -318,3 +318,16 @@ def test_byte_fallback_share_on_gemma3(tmp_path):
     f = next(f for f in record.findings if f.code == "unknown-tokens")
     assert f.severity == "info" and f.count > 0.5 * record.tokens and f.ids and len(f.tokens) == len(f.ids)
     assert any("no geometry scan" in w for w in res.warnings)
+
+
+def test_audit_with_data_has_the_section(tmp_path, smol, train_data):
+    """``audit --data`` adds the "Ready to fine-tune?" section to the whole review."""
+    from embscope.cli import main
+
+    folder = build_folder(tmp_path / "m", smol, tokenizer_config={"pad_token": "<|im_end|>"})
+    out = tmp_path / "audit"
+    assert main(["audit", "--model", str(folder), "--languages", "none", "--no-map", "--data", str(train_data),
+                 "--threshold", str(THRESHOLD), "--out", str(out), "-q"]) == 0
+    summary = json.loads((out / "summary.json").read_text("utf-8"))
+    assert "pad-is-eos" in {f["code"] for f in summary["sections"]["finetune"]["findings"]}
+    assert (out / "findings.parquet").is_file() and "Ready to fine-tune?" in (out / "index.html").read_text("utf-8")

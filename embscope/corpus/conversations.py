@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embscope.corpus.readers import (COMPRESSIONS, FileIssues, SourceFile, _lines, _table_batches, list_files,
-                                     open_binary, sniff)
+from embscope.corpus.listing import list_files
+from embscope.corpus.readers import (COMPRESSIONS, FileIssues, ReadOptions, SourceFile, _arrow_batches, _lines,
+                                     _Meter, _parquet_batches, open_binary, sniff)
 
 #: record formats, in detection order
 FORMATS = ("messages", "sharegpt", "prompt-completion", "alpaca", "text")
@@ -241,7 +242,9 @@ def _jsonl_objects(file: SourceFile, issues: FileIssues):
 
 
 def _table_objects(file: SourceFile, issues: FileIssues):
-    for rb in _table_batches(file, lambda schema: list(schema.names), issues):
+    meter = _Meter(file, ReadOptions(), issues)  # the corpus readers' byte limits hold here too
+    read = _parquet_batches if file.fmt == "parquet" else _arrow_batches
+    for rb in read(file, lambda schema: list(schema.names), meter, issues):
         try:
             yield from rb.to_pylist()
         except (UnicodeDecodeError, ValueError):
