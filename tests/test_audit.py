@@ -48,11 +48,11 @@ def test_audit_writes_every_table(smollm2_audit):
     # --verify 8: the two lists, apart in the table and the summary, and on the report's headline
     geo = s.sections.tokens.geometry
     ver = geo.verification
-    assert ver["n_checked"] == 8 and ver["sample"] == "top" and ver["seconds_per_row"] > 0
+    assert ver.n_checked == 8 and ver.sample == "top" and ver.seconds_per_row > 0
     status = tokens["undertrained_status"]
-    assert (status == "verified").sum() == geo.verified_undertrained["count"] > 0
-    assert (status == "candidate").sum() == geo.candidates["count"]
-    assert {r["id"] for r in geo.verified_undertrained["rows"]}.isdisjoint(r["id"] for r in geo.candidates["rows"])
+    assert (status == "verified").sum() == geo.verified_undertrained.count > 0
+    assert (status == "candidate").sum() == geo.candidates.count
+    assert {r.id for r in geo.verified_undertrained.rows}.isdisjoint(r.id for r in geo.candidates.rows)
     html = (out / "index.html").read_text()
     assert 'id="overview-verified"' in html and "verified precision" in html and 'id="candidates"' in html
     # the medical corpus is the user's data: the flagged rows it produces are counted

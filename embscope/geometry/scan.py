@@ -14,7 +14,8 @@ Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicator
   ``z_out_norm``, ``z_magikarp``, ``z_knot``, ``z_isolation`` (null where the indicator does not exist);
 - ``undertrained_score`` (max of the scored evidence), ``flagged``, ``isolated`` (own flag),
   ``flag_reason`` (``"in_norm+knot"``, ``"zero"``, ``"isolated"``; null where nothing fired);
-- ``verify_max_prob`` (null where not checked, see :mod:`embscope.geometry.verify`);
+- ``verify_max_prob`` (null where not checked, see :mod:`embscope.geometry.verify`),
+  ``undertrained_status`` (``verified``, ``candidate``, ``cleared``, ``control``, null; :func:`status_column`);
 - ``corpus_count``, ``template_count`` (occurrences of flagged rows in the corpus and in the
   rendered chat template; null for unflagged rows or without ``corpus_texts``, see
   :mod:`embscope.geometry.usage`);
@@ -50,6 +51,9 @@ Summary keys (``summary.json`` → ``geometry``):
     ``None`` without ``verify``; else :meth:`~embscope.geometry.verify.Verification.to_dict`:
     ``n_checked``, ``n_verified_undertrained``, ``precision``, ``controls_checked``,
     ``controls_failed``, ``prompts``, ``max_prob_cut``, ``device``, ``seconds``, ``note``.
+``verified_undertrained``, ``candidates``, ``cleared``
+    the lists kept apart (:func:`verdict_lists`): ``{count, rows}``; the verified and cleared are
+    null without verification.
 ``usage``
     ``None`` without ``corpus_texts``; else :meth:`~embscope.geometry.usage.Usage.to_dict`:
     ``texts``, ``corpus_tokens``, ``template``, ``flagged_used``, ``flagged_in_template``,
