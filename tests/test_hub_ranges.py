@@ -8,6 +8,7 @@ pointed at it (``ENDPOINT``), with a private HF cache and embscope cache per tes
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,13 @@ def test_ranges_follow_the_hubs_lfs_redirect(hub, checkpoint):
     cdn = [r for r in hub.requests if r[1].startswith("/cdn/") and r[0] == "GET"]
     assert cdn and all(r[3] == 206 and r[2] for r in cdn)  # the Range header survived the redirect
     assert sum(shard_bytes(hub).values()) <= 2 * MATRIX_BYTES + 2 * 1024
+
+
+def test_summary_records_the_hub_provenance(hub, tmp_path):
+    from embscope.cli import main
+
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", REPO, "--no-map", "--device", "cpu", "--out", str(out)]) == 0
+    inputs = json.loads((out / "summary.json").read_text())["inputs"]["model"]
+    assert inputs["hub"]["commit"] == hub.commits[REPO] and inputs["hub"]["download"] == "ranges"
+    assert set(inputs["hub"]["files"]) == {SHARDS[0], SHARDS[2]}
