@@ -93,8 +93,6 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     Returns:
         :class:`CheckRecord`.
     """
-    import torch
-
     from embscope.corpus.conversations import FORMATS, DataReport, iter_examples
     from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
     from embscope.finetune.encode import encode_examples, length_stats
