@@ -56,7 +56,7 @@ def test_recommend_prefers_fidelity_within_the_disturbance_bound():
                "distil": {"fidelity_kl": 1.5, "fidelity_top1": 0.4, "kl": 2e-5}}
     best, why = recommend(figures)
     assert best == "distil"
-    assert "2× higher" in why and "loud" in why
+    assert "2.00× higher" in why and "loud" in why
     assert list(ordered(figures, best)) == ["distil", "loud", "mean"]
     assert recommend({"mean": {"kl": 1e-5}})[0] == "subword-mean"
 

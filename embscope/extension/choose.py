@@ -8,7 +8,7 @@ top-1 agreement; then lower bits per byte). Without fidelity figures (the whole 
 load) nothing can be judged, and ``subword-mean`` (FVT, the common default) is written.
 
 Example: ``mean`` fidelity 3.18 nats, ``distil`` 1.10 nats, both with KL 1e-5 on old text →
-``distil``, "2.9× lower fidelity KL than mean".
+``distil``, "next best mean 3.18 nats (2.89× higher)".
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def recommend(strategies: dict[str, dict[str, Any]]) -> tuple[str, str]:
     if len(ranked) > 1:
         nxt = pool[ranked[1]]
         ratio = nxt["fidelity_kl"] / d["fidelity_kl"] if d["fidelity_kl"] > 0 else float("inf")
-        parts.append(f"next best {ranked[1]} {nxt['fidelity_kl']:.3g} nats ({ratio:.2g}× higher)")
+        parts.append(f"next best {ranked[1]} {nxt['fidelity_kl']:.3g} nats ({ratio:.2f}× higher)")
     if d.get("kl") is not None:
         parts.append(f"disturbance KL {d['kl']:.2g} nats on old text (bound {KL_BOUND})")
     left = sorted(set(measured) - set(ok))

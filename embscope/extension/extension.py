@@ -194,6 +194,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         "strategies": {},
     }
     if diagnostics:
+        from embscope.corpus.stream import iter_corpus
         from embscope.extension.choose import ordered, recommend
 
         def texts():
@@ -201,8 +202,6 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                 warnings.simplefilter("ignore", CorpusWarning)
                 for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
                     yield from batch.texts
-
-        from embscope.corpus.stream import iter_corpus
 
         with steps.step("diagnostics", "checking each initialisation"):
             found = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, ext, texts(), steps)
@@ -214,6 +213,9 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                 why += "; distil (fits each row through the model: minutes on a CPU) was not run: add --init distil"
             result.summary["recommended"], result.summary["recommended_why"] = best, why
             strategies = ordered(strategies, best)
+        elif strategies:  # one strategy asked for: --apply-init auto writes that one
+            result.summary["recommended"] = next(iter(strategies))
+            result.summary["recommended_why"] = f"{result.summary['recommended']}: the only strategy diagnosed"
         result.summary["strategies"] = strategies
     return result
 
