@@ -191,7 +191,14 @@ def test_real_demo_audit(browser, tmp_path, smollm2_audit):
     card = js("return document.getElementById('flagged-card').innerText")
     assert f"{f.normal:,} normal rows (" in card and "normal_share" not in card
     assert js("return document.querySelectorAll('#script-table tbody tr').length") == len(geo.per_script) > 5
-    assert js("return document.querySelectorAll('#top-undertrained .chip').length") == len(geo.top_undertrained)
+    if geo.verified_undertrained is not None:  # verified: the two lists apart, not the plain top list
+        assert js("return document.querySelectorAll('#verified-undertrained .chip').length") == \
+            len(geo.verified_undertrained.rows)
+        assert js("return document.querySelectorAll('#candidates .chip').length") == \
+            (len(geo.candidates.rows) if geo.candidates is not None else 0)
+        assert js("return document.querySelectorAll('#top-undertrained').length") == 0
+    else:
+        assert js("return document.querySelectorAll('#top-undertrained .chip').length") == len(geo.top_undertrained)
     shown = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).map(r => r.cells[3].textContent)")
     assert shown and set(shown) == {"normal"}
     assert "recall@k" in js("return document.getElementById('knn-card').innerText")
