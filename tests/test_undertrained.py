@@ -205,7 +205,8 @@ def test_verify_smollm2_flagged_rows_and_controls(smollm2):
     bad = [strings.index(t) for t in ("MetaInfoClass", "swigfaiss", "kinesisfirehose", " InstancePreprocess")]
     score = np.zeros(smollm2.n_rows)
     score[bad] = 10.0
-    ind = SimpleNamespace(undertrained_score=score, flagged=score > 0, reference=SimpleNamespace(ids=[]))
+    ind = SimpleNamespace(undertrained_score=score, flagged=score > 0, reference=SimpleNamespace(ids=[]),
+                          flag_reason=["knot" if s > 0 else None for s in score])
     v = verify_rows(smollm2, ind, 4, device="cpu")
     print(v.to_dict())
     assert v.n_checked == 4 and v.controls_checked == 4
