@@ -8,7 +8,7 @@ Methods:
 
 ``exact`` (:mod:`embscope.geometry.exact`)
     Tiled matmuls with a running top-k, device-agnostic (CPU or CUDA); 16-bit tiles on CUDA and
-    on CPUs with native bf16, re-ranked in float32.
+    on CPUs with native bf16, re-ranked in float32; in float32 each pair is computed once.
 
 ``ivf`` (:mod:`embscope.geometry.ivf`)
     An inverted file over spherical k-means lists, ``nprobe`` tuned on a sample to
@@ -60,8 +60,9 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
            "rerank", "EXACT_BUDGET", "IVF_MAX_SCAN", "IVF_TUNE_RECALL", "RERANK_EXTRA", "TILE_ELEMENTS",
            "NORM_BLOCK"]
 
-#: CPU exact search is used when n·n·d is below this (≈10 s of bf16 matmul on 2 cores, ~3× more
-#: in fp32); above it the IVF is tuned and used unless it would have to scan most of the matrix
+#: CPU exact search is used when n·n·d is below this (the symmetric fp32 search does n·n·d/2
+#: multiply-adds: ≈30 s on 2 AVX2 cores at 65 GFLOPS); above it the IVF is tuned and used unless it
+#: would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
 #: the values ``method`` accepts
 METHODS = ("auto", "exact", "ivf", "refined")
