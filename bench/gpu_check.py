@@ -22,7 +22,14 @@ On a machine with a CUDA GPU (torch CUDA build; faiss-gpu optional), for each ma
 
 and once:
 
-8. verification by prompting (``embscope.geometry.verify.max_probs``, batched repetition
+8. the CPU's all-rows path (the symmetric fp32 search, each pair once) against CUDA on every row
+   of a 30,000-row subset of the first matrix: tie-aware recall@10 ≥ 0.999 and Spearman's ρ of the
+   knot and isolation indicators ≥ 0.999 (the GPU machine's many cores make this minutes);
+9. the fp16 re-check on CUDA: real-like rows plus 300 near-copies of one (cosine ≈ 0.9999, as
+   Gemma-3's unused rows): fp16 tiles alone cannot order such a cluster, so rows whose last fp16
+   candidate lies within the error bound are searched again in fp32; the result must equal fp32
+   search (tie-aware recall 1.0, max |Δ sim| ≤ 2e-6), and the number of re-searched rows is shown;
+10. verification by prompting (``embscope.geometry.verify.max_probs``, batched repetition
    prompts with greedy steps) on CUDA against the CPU, on a small randomly initialised Llama built
    from a config (no weights to download): ``max |Δ max_prob| ≤ 1e-4`` (fp32 on both).
 
@@ -127,8 +134,68 @@ def check_matrix(name: str, x, cpu_sample: int, failures: list[str]) -> dict:
             "faiss_s": t_faiss, "recall": recall, "recall_ids": recall_ids, "max_dsim": max_diff, "max_dscore": d_score, "key_s": t_key}
 
 
+def check_symmetric(x, failures: list[str], rows: int = 30000) -> str:
+    """Step 8: the CPU symmetric all-rows search against CUDA exact search on a subset."""
+    import torch
+    from scipy.stats import spearmanr
+
+    from embscope.geometry.exact import exact_knn, normalize_rows, symmetric_knn
+
+    pick = torch.from_numpy(np.sort(np.random.default_rng(8).choice(len(x), min(rows, len(x)), replace=False)))
+    sub = x[pick.to(x.device)]
+    t0 = time.perf_counter()
+    gv, _ = exact_knn(normalize_rows(sub), 10, dtype=torch.float16, progress=False)
+    torch.cuda.synchronize()
+    t_gpu = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cv, _ = symmetric_knn(normalize_rows(sub.cpu()), 10, progress=False)
+    t_cpu = time.perf_counter() - t0
+    gv, cv = gv.cpu().numpy(), cv.numpy()
+    recall = float(np.mean(gv >= cv[:, -1:] - 1e-5))
+    rho_k = float(spearmanr(gv.mean(1), cv.mean(1)).statistic)
+    rho_i = float(spearmanr(gv[:, 0], cv[:, 0]).statistic)
+    if recall < 0.999 or rho_k < 0.999 or rho_i < 0.999:
+        failures.append(f"symmetric CPU search vs CUDA: recall {recall:.4f}, knot ρ {rho_k:.4f}, isolation ρ {rho_i:.4f}")
+    return (f"CPU symmetric search vs CUDA fp16 on {len(pick)} rows: CPU {t_cpu:.1f} s ({torch.get_num_threads()} "
+            f"threads), CUDA {t_gpu:.2f} s, tie-aware recall {recall:.4f}, knot ρ {rho_k:.5f}, isolation ρ {rho_i:.5f}")
+
+
+def check_fp16_recheck(failures: list[str]) -> str:
+    """Step 9: fp16 tiles inside a collapsed cluster equal fp32 search on CUDA."""
+    import torch
+
+    from embscope.geometry import exact
+    from embscope.geometry.exact import exact_knn, normalize_rows
+
+    g = torch.Generator().manual_seed(9)
+    base = torch.randn(3000, 384, generator=g)
+    copies = base[7] + 0.01 * base[7].norm() * torch.randn(300, 384, generator=g) / 384 ** 0.5
+    xn = normalize_rows(torch.cat([base, copies]).cuda())
+    rows = torch.arange(2990, len(xn), device="cuda")
+    ref_v, _ = exact_knn(xn, 10, rows=rows, dtype=torch.float32, progress=False)
+    calls = []
+    inner = exact.exact_knn
+
+    def counting(*a, **kw):  # the fp32 re-search of unsafe rows calls exact_knn again
+        if kw.get("dtype") == torch.float32 and kw.get("rows") is not None:
+            calls.append(len(kw["rows"]))
+        return inner(*a, **kw)
+
+    exact.exact_knn = counting
+    try:
+        v, _ = inner(xn, 10, rows=rows, dtype=torch.float16, progress=False)
+    finally:
+        exact.exact_knn = inner
+    recall = float((v >= ref_v[:, -1:] - 1e-6).float().mean())
+    dmax = float((v - ref_v).abs().max())
+    if recall < 1.0 or dmax > 2e-6:
+        failures.append(f"fp16 re-check in a collapsed cluster: recall {recall:.4f}, max |Δ sim| {dmax:.1e}")
+    return (f"fp16 re-check, 310 rows in and near a 300-row cluster: recall {recall:.4f}, max |Δ sim| {dmax:.1e}, "
+            f"rows searched again in fp32: {sum(calls)}")
+
+
 def check_verification(failures: list[str]) -> str:
-    """Step 8: ``max_probs`` on CUDA vs CPU on a seeded random Llama (fp32)."""
+    """Step 10: ``max_probs`` on CUDA vs CPU on a seeded random Llama (fp32)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -183,7 +250,16 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.from_numpy(np.load(path)).to("cuda", torch.bfloat16)
         table.append(check_matrix(f"real {path.rsplit('/', 1)[-1]}", x, args.cpu_sample, failures))
         print(table[-1], flush=True)
-    line = check_verification(failures)
+    lines = []
+    if table:
+        first = synthetic(*(int(v) for v in args.shapes.split(",")[0].lower().split("x")), "cuda") \
+            if args.shapes else torch.from_numpy(np.load(args.real[0])).to("cuda", torch.bfloat16)
+        lines.append(check_symmetric(first, failures))
+        print(lines[-1], flush=True)
+        del first
+    lines.append(check_fp16_recheck(failures))
+    print(lines[-1], flush=True)
+    lines.append(check_verification(failures))
 
     print(f"\n| matrix | embscope exact kNN, GPU (s) | peak GPU GiB | embscope exact kNN, CPU (s, extrapolated) "
           f"| faiss GpuIndexFlatIP (s) | recall@10 GPU vs CPU (tie-aware; by id) | max Δ sim | max Δ score | cache key (s) |")
@@ -192,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         faiss_s = f"{r['faiss_s']:.1f}" if r["faiss_s"] is not None else "no faiss-gpu"
         print(f"| {r['matrix']} | {r['gpu_s']:.2f} | {r['peak_gib']:.1f} | {r['cpu_s']:.1f} | {faiss_s} | "
               f"{r['recall']:.4f}; {r['recall_ids']:.4f} | {r['max_dsim']:.1e} | {r['max_dscore']:.1e} | {r['key_s']:.2f} |")
-    print(line)
+    for line in lines:
+        print(line)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
