@@ -80,7 +80,7 @@ class ScriptRow(Record):
 class KnnRecord(Record):
     """How the kNN graph was built (:func:`embscope.geometry.knn.knn_graph`)."""
 
-    #: ``exact``, ``ivf`` or ``refined``
+    #: ``exact``, ``ivf``, ``refined`` or ``hnsw``
     method: str
     #: neighbours per row
     k: int
@@ -113,6 +113,14 @@ class KnnRecord(Record):
     refine_passes: int | None = None
     refine_recall: list[float] | None = None
     refine_width: list[int] | None = None
+    #: HNSW: links per row (M) and the query's candidate list (efSearch)
+    hnsw_m: int | None = None
+    ef_search: int | None = None
+    #: the HNSW pilot ``auto`` ran: ``pilot_rows``, ``pilot_error`` ({knot, isolation}: 99th
+    #: percentile of the indicator error on the tuning rows, in robust spreads), seconds
+    hnsw_pilot: dict[str, Any] | None = None
+    #: ``auto``'s estimate of exact search's seconds, timed on the recall sample
+    exact_estimate_seconds: float | None = None
 
 
 @dataclass

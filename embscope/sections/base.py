@@ -53,7 +53,7 @@ class RunOptions(Record):
     verify_time_cap: float | None = None
     #: token ids known to be unused (the Magikarp reference set); null finds them automatically
     unused_ids: list[int] | None = None
-    #: kNN method: auto, exact or ivf
+    #: kNN method: auto, exact, ivf, refined or hnsw
     knn_method: str = "auto"
     #: reference language for parity
     reference: str = "eng"
