@@ -52,13 +52,17 @@ PROMPTS: tuple[tuple[str, str], ...] = (
 BATCH = 32
 
 
-#: the most flagged rows one run may check (``--verify``): 1–9 s per row on 2 busy CPU cores for
-#: SmolLM2-135M / Gemma-3-270M (:data:`SECONDS_PER_ROW_CPU`), so the cap is 0.5–5 hours there
+#: the most flagged rows one run may check (``--verify``): 0.1–9 s per row on 2 busy CPU cores for
+#: SmolLM2-135M / Gemma-3-270M (:data:`SECONDS_PER_ROW_CPU`), so the cap is 3 min–5 hours there
 MAX_VERIFY = 2000
-#: wall seconds per checked row measured on this project's shared 2-core CPU machine (0.9–1.5 CPU
-#: seconds; wall 3.8 s for Gemma-3-270M at load 15, 8.6 s for SmolLM2-135M at load 13, where most
-#: rows checked were under-trained and ran every prompt; docs/undertrained.md), for the cap's message
-SECONDS_PER_ROW_CPU = (1.0, 9.0)
+#: seconds per checked row on this project's shared 2-core CPU machine, for the cap's message.
+#: SmolLM2-135M with shared prefixes on the thread count :func:`~embscope.models.fullmodel.fastest_threads`
+#: picks (1 there, under load ~3.5): 0.08 CPU-s for a trained row (it leaves after the first
+#: step), 0.52 for an under-trained one (every prompt and step); 0.11 and 0.58 with whole prompts.
+#: The upper end is the old worst case, kept because Gemma-3-270M was not measured again: wall
+#: 8.6 s for SmolLM2-135M at load 13 with 2 contended threads, 3.8 s for Gemma-3-270M at load 15
+#: (docs/undertrained.md)
+SECONDS_PER_ROW_CPU = (0.1, 9.0)
 #: ``audit`` without ``--verify``: this many random flagged rows, when the whole weights fit ...
 AUTO_VERIFY = 50
 #: ... within this many seconds of prompting
