@@ -215,6 +215,30 @@ def test_verify_smollm2_flagged_rows_and_controls(smollm2):
     assert all(col[i] is not None and col[i] < 0.01 for i in bad[:3])
 
 
+@pytest.mark.slow
+def test_verify_batched_with_shared_prefix_equals_one_row_at_a_time(smollm2):
+    """The batched prompting (rows of a batch together, each prompt's shared prefix run once and its
+    cache repeated) gives every row the verdict, and to float rounding the value, that running each
+    prompt whole for one row at a time gives, on the real model."""
+    from embscope.geometry.verify import MAX_PROB_CUT, build_prompts, max_probs, placeholder_token
+    from embscope.models.fullmodel import load_causal_lm
+
+    strings = smollm2.token_strings()
+    rows = [strings.index(t) for t in ("MetaInfoClass", "swigfaiss", "kinesisfirehose", " InstancePreprocess",
+                                       " the", " patient", "ing", " hospital")]
+    lm = load_causal_lm(smollm2)
+    prompts = build_prompts(smollm2, placeholder_token(smollm2.vocab, smollm2.categories))
+    assert [len(p[1]) for p in prompts] and all(p[2][0] > 0 for p in prompts)  # each has a prefix to share
+    for cut in (MAX_PROB_CUT, None):  # early exit on, and every prompt and step for every row
+        batched = max_probs(lm, prompts, rows, "cpu", cut=cut)
+        one = {}
+        for r in rows:
+            one.update(max_probs(lm, prompts, [r], "cpu", cut=cut, batch=1, share_prefix=False))
+        assert [batched[r] < MAX_PROB_CUT for r in rows] == [one[r] < MAX_PROB_CUT for r in rows]
+        assert max(abs(batched[r] - one[r]) for r in rows) < 1e-4
+    assert sum(one[r] < MAX_PROB_CUT for r in rows) >= 3 and sum(one[r] >= MAX_PROB_CUT for r in rows) >= 3
+
+
 def test_usage_counts_corpus_and_chat_template(smollm2):
     from embscope.geometry.usage import flagged_usage
 

@@ -203,7 +203,10 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                 for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
                     yield from batch.texts
 
-        with steps.step("diagnostics", "checking each initialisation"):
+        from embscope.models.fullmodel import fastest_threads
+
+        # the model's forward passes are small: under load one intra-op thread is often faster
+        with steps.step("diagnostics", "checking each initialisation"), fastest_threads():
             found = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, ext, texts(), steps)
         strategies, result.summary["kl_note"], extra = found
         result.summary.update(extra)

@@ -25,7 +25,10 @@ https://docs.nvidia.com/nemotron/nightly/tokenizer-extension/index.html).
 Both run the transformers model as it is, with the new rows spliced in as input embeddings
 (``inputs_embeds``, times the embedding's own ``embed_scale`` where it has one, Gemma) and as
 extra output columns; the prefix of every context is computed once and its key/value cache
-reused for each strategy (:func:`_suffix_pass`).
+reused for each strategy (:func:`_suffix_pass`). Sequences run in chunks of similar length
+(:func:`_length_chunks`), so little padding is computed. Bits per byte runs each held-out text
+through the original model once; only the texts that hold a new term run again, once per strategy,
+and the old head's share of every softmax is computed once per hidden state (:func:`_nll_with_new`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from embscope.extension.contexts import TermContext
 
-#: contexts per forward pass
+#: contexts (sequences) per forward pass, at most
 CHUNK = 32
 #: positions per logits block: 128 × 262 144 float32 (Gemma-3) = 128 MiB
 LOGIT_ROWS = 128
@@ -236,12 +239,12 @@ def fidelity(lm, ctxs: Sequence["TermContext"], rows: dict[str, "torch.Tensor"],
     if not ctxs:
         return {}
     p = old_vocabulary(parts(lm), new_ids)
-    order = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i].prefix))
     kls = {n: [] for n in rows}
     agree = {n: [] for n in rows}
     offs: list[int] = []
-    for s in range(0, len(order), CHUNK):
-        chunk = [ctxs[i] for i in order[s:s + CHUNK]]
+    # chunks of similar prefix length: the left-padded prefix pass computes little padding
+    for idx in _length_chunks([len(c.prefix) for c in ctxs]):
+        chunk = [ctxs[i] for i in idx]
         cache, mask, lengths, logp = reference(p, chunk)
         offs.extend(k for _, k in positions(chunk))
         for name, r in rows.items():
@@ -266,40 +269,107 @@ def fidelity(lm, ctxs: Sequence["TermContext"], rows: dict[str, "torch.Tensor"],
     return out
 
 
-def _hidden(p: Parts, seqs: Sequence[Sequence[int]], embeds_of) -> list["torch.Tensor"]:
-    """Per sequence, the (len − 1, d) final hidden states that predict its tokens 2..len;
-    ``embeds_of(ids)`` gives the input embeddings of right-padded ids."""
+def _length_chunks(lengths: Sequence[int], size: int = CHUNK, slack: float = 1.25) -> list[list[int]]:
+    """Indices by increasing length, cut into chunks of at most ``size`` whose padding (computed,
+    then thrown away) stays within ``slack − 1`` of their real tokens, plus 8 tokens.
+
+    >>> _length_chunks([3, 1, 2, 9], size=3)
+    [[1, 2, 0], [3]]
+    """
+    out: list[list[int]] = []
+    cur: list[int] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        n = max(lengths[i], 1)
+        if cur and (len(cur) >= size or (len(cur) + 1) * n - (real + n) > (slack - 1) * (real + n) + 8):
+            out.append(cur)
+            cur, real = [], 0
+        cur.append(i)
+        real += n
+    return out + ([cur] if cur else [])
+
+
+def _hidden_of(p: Parts, embeds: Sequence["torch.Tensor"]) -> list["torch.Tensor"]:
+    """Per input sequence of embeddings (L, d), the (L − 1, d) final hidden states that predict
+    its tokens 2..L; right-padded in chunks of similar length (:func:`_length_chunks`)."""
     import torch
 
-    out: list = [None] * len(seqs)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    for s in range(0, len(order), CHUNK):
-        idx = order[s:s + CHUNK]
-        ids, mask = _right_padded([seqs[i] for i in idx])
-        with torch.no_grad():
-            h = p.base(inputs_embeds=embeds_of(ids), attention_mask=mask).last_hidden_state
+    out: list = [None] * len(embeds)
+    d = p.head.shape[1]
+    for idx in _length_chunks([e.shape[0] for e in embeds]):
+        width = max(1, max(embeds[i].shape[0] for i in idx))
+        x = torch.zeros(len(idx), width, d)
+        mask = torch.zeros(len(idx), width, dtype=torch.long)
         for r, i in enumerate(idx):
-            out[i] = h[r, :max(len(seqs[i]) - 1, 0)]
+            x[r, :embeds[i].shape[0]] = embeds[i]
+            mask[r, :embeds[i].shape[0]] = 1
+        with torch.no_grad():
+            h = p.base(inputs_embeds=x, attention_mask=mask).last_hidden_state
+        for r, i in enumerate(idx):
+            out[i] = h[r, :max(embeds[i].shape[0] - 1, 0)]
     return out
 
 
-def _nll(hidden, seqs: Sequence[Sequence[int]], n_start: int, logits_of) -> tuple[float, int]:
-    """Σ −ln p(t_i | t_<i) over every token after the first ``n_start`` (at least 1) of each
-    sequence, and how many tokens that is; ``logits_of(h)`` gives (M, V) logits."""
+def _lse_and_target(logits: "torch.Tensor", target: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """(M,) float64 ``logsumexp`` of (M, C) logits and the logit at ``target`` (−inf where the
+    target is −1: not among these columns)."""
     import torch
 
-    first = max(n_start, 1) - 1
-    hs = [h[first:] for h in hidden]
-    targets = [torch.tensor(list(x[first + 1:]), dtype=torch.long) for x in seqs]
-    h = torch.cat(hs) if hs else None
-    if h is None or h.shape[0] == 0:
-        return 0.0, 0
-    t = torch.cat(targets)
-    total = 0.0
+    lg = logits.double()
+    hit = target >= 0
+    tgt = torch.full((lg.shape[0],), float("-inf"), dtype=torch.float64)
+    tgt[hit] = lg[hit].gather(1, target[hit, None])[:, 0]
+    return torch.logsumexp(lg, 1), tgt
+
+
+def _old_parts(p: Parts, h: "torch.Tensor", targets: "torch.Tensor", drop: "torch.Tensor"):
+    """``(lse, target logit)``, (M,) float64 each: the logsumexp of the old head's logits at each
+    hidden state (the rows ``drop`` left out: a padded matrix's rows that new ids reuse) and the
+    logit of the target where it is one of those columns (−inf where it is not), in blocks of
+    :data:`LOGIT_ROWS`."""
+    import torch
+
+    n = p.head.shape[0]
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[drop[drop < n]] = False
+    col = torch.full((n,), -1, dtype=torch.long)
+    col[keep] = torch.arange(int(keep.sum()))
+    head = p.head[keep].float() if not bool(keep.all()) else p.head.float()
+    bias = None if p.bias is None else p.bias[keep]
+    lses, tgts = [torch.zeros(0, dtype=torch.float64)], [torch.zeros(0, dtype=torch.float64)]
     for a in range(0, h.shape[0], LOGIT_ROWS):
-        lp = torch.log_softmax(logits_of(h[a:a + LOGIT_ROWS]).double(), 1)
-        total -= float(lp.gather(1, t[a:a + LOGIT_ROWS, None]).sum())
-    return total, int(t.shape[0])
+        lg = h[a:a + LOGIT_ROWS] @ head.T
+        if bias is not None:
+            lg = lg + bias
+        t = targets[a:a + LOGIT_ROWS]
+        lse, tgt = _lse_and_target(_cap(p, lg), torch.where(t < n, col[t.clamp_max(n - 1)], -1))
+        lses.append(lse)
+        tgts.append(tgt)
+    return torch.cat(lses), torch.cat(tgts)
+
+
+def _nll_with_new(p: Parts, h, targets, new_ids, old_parts, out_rows=None, new_bias=None) -> float:
+    """Σ −ln p(t | h) over positions, the softmax over the old columns (``old_parts``: their
+    :func:`_old_parts`) and, with ``out_rows``, the new tokens' output rows too:
+
+        ln p(t) = l_t − ln(Σ_old e^{l_i} + Σ_new e^{l_j}) = l_t − logaddexp(lse_old, lse_new),
+
+    the value a log-softmax over the concatenated logits gives; the (V, d) head is thus applied
+    once per hidden state however many strategies add their columns to it."""
+    import torch
+
+    lse_old, tgt_old = old_parts
+    if h.shape[0] == 0:
+        return 0.0
+    if out_rows is None:
+        return float(-(tgt_old - lse_old).sum())
+    lg = h @ out_rows.T
+    if new_bias is not None:
+        lg = lg + new_bias
+    rank = torch.full((max(int(new_ids.max()), int(targets.max())) + 1,), -1, dtype=torch.long)
+    rank[new_ids] = torch.arange(len(new_ids))
+    lse_new, tgt_new = _lse_and_target(_cap(p, lg), rank[targets])
+    return float(-(torch.maximum(tgt_old, tgt_new) - torch.logaddexp(lse_old, lse_new)).sum())
 
 
 def bits_per_byte(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[int], new_ids: Sequence[int],
@@ -310,6 +380,12 @@ def bits_per_byte(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[in
     are the output rows too; a bias gets the mean bias, as :mod:`.diagnostics` does). Keys:
     ``bits_per_byte``, ``tokens_per_byte`` and, per strategy, ``bits_per_byte_change`` and
     ``tokens_per_byte_change`` against the original.
+
+    Computed once and shared by every strategy: the original model's hidden states of every
+    text, and the old head's part of each softmax (``logaddexp`` splits it, :func:`_nll_with_new`). A
+    text without a new term reads the same with both tokenizers, so its hidden states are the
+    original's and only the new columns are added per strategy; the texts that hold a new term
+    run through the model once per strategy, all strategies together in length-sorted chunks.
     """
     import torch
 
@@ -320,40 +396,57 @@ def bits_per_byte(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[in
     start = list(start)
     old = [start + e.ids for e in old_tok.encode_batch(list(texts), add_special_tokens=False)]
     ext = [start + e.ids for e in ext_tok.encode_batch(list(texts), add_special_tokens=False)]
-    hidden = _hidden(p, old, lambda ids: _embed_ids(p, ids))
-    nats, n_old = _nll(hidden, old, len(start), lambda h: old_logits(p, h))
-    # a text without a new term reads the same with both tokenizers: its hidden states are the
-    # original's, only the softmax gains the new columns
+    first = max(len(start), 1) - 1  # the first predicted token is the one after the start
+    ids_t = torch.tensor(list(new_ids), dtype=torch.long)
+
+    def targets_of(seqs):
+        return torch.cat([torch.tensor(list(x[first + 1:]), dtype=torch.long) for x in seqs] or [torch.zeros(0, dtype=torch.long)])
+
+    def stack(hs):
+        hs = [h[first:] for h in hs]
+        return torch.cat(hs) if hs else torch.zeros(0, p.head.shape[1])
+
+    hidden = _hidden_of(p, [_embed_ids(p, torch.tensor([x]))[0] for x in old])
     changed = [i for i, (a, b) in enumerate(zip(old, ext)) if a != b]
+    same = sorted(set(range(len(old))) - set(changed))
+    h_old, t_old = stack(hidden), targets_of(old)
+    parts_old = _old_parts(p, h_old, t_old, ids_t[:0])
+    nats = _nll_with_new(p, h_old, t_old, ids_t, parts_old)
+    n_old = int(t_old.shape[0])
     base = {"bits_per_byte": round(nats / math.log(2) / n_bytes, 5),
             "tokens_per_byte": round(n_old / n_bytes, 5), "bytes": n_bytes, "texts": len(texts)}
-    ids_t = torch.tensor(list(new_ids), dtype=torch.long)
-    width = max(p.head.shape[0], int(ids_t.max()) + 1)
-    out = {}
-    for name, r in rows.items():
-        emb_rows = r["embed"].float() * p.scale
-        out_rows = r.get("output", r["embed"]).float()
-        new_bias = None if p.bias is None else p.bias.mean()
-
-        def embeds_of(ids, emb_rows=emb_rows):
-            is_new = torch.isin(ids, ids_t)
-            e = _embed_ids(p, torch.where(is_new, torch.zeros_like(ids), ids).clamp_max(p.head.shape[0] - 1)).clone()
+    # the unchanged texts' old parts, kept for every strategy
+    h_same, t_same = stack([hidden[i] for i in same]), targets_of([old[i] for i in same])
+    if bool((ids_t < p.head.shape[0]).any()):  # new ids reuse head rows: the old columns differ
+        parts_same = _old_parts(p, h_same, t_same, ids_t)
+    else:
+        ends = torch.tensor([len(x) - 1 - first for x in old]).cumsum(0).tolist()
+        at = torch.cat([torch.arange(ends[i] - (len(old[i]) - 1 - first), ends[i]) for i in same]
+                       or [torch.zeros(0, dtype=torch.long)])
+        parts_same = (parts_old[0][at], parts_old[1][at])
+    # the changed texts, every strategy's input rows spliced in, through the model in one go
+    names = list(rows)
+    order = ids_t.sort()
+    embeds = []
+    for name in names:
+        emb_rows = rows[name]["embed"].float() * p.scale
+        for i in changed:
+            x = torch.tensor([ext[i]])
+            is_new = torch.isin(x, ids_t)
+            e = _embed_ids(p, torch.where(is_new, torch.zeros_like(x), x).clamp_max(p.head.shape[0] - 1))[0].clone()
             if is_new.any():
-                where = torch.searchsorted(ids_t.sort().values, ids[is_new])
-                rank = ids_t.sort().indices[where]
-                e[is_new] = emb_rows[rank]
-            return e
-
-        def logits_of(h, out_rows=out_rows, new_bias=new_bias):
-            full = torch.empty(h.shape[0], width)
-            full[:, :p.head.shape[0]] = h @ p.head.float().T + (0 if p.bias is None else p.bias)
-            full[:, ids_t] = h @ out_rows.T + (0 if new_bias is None else new_bias)
-            return _cap(p, full)
-
-        h_ext = list(hidden)
-        for i, h in zip(changed, _hidden(p, [ext[i] for i in changed], embeds_of)):
-            h_ext[i] = h
-        nats_e, n_ext = _nll(h_ext, ext, len(start), logits_of)
+                e[is_new[0]] = emb_rows[order.indices[torch.searchsorted(order.values, x[is_new])]]
+            embeds.append(e)
+    h_changed = _hidden_of(p, embeds)
+    t_ext = targets_of([ext[i] for i in changed])
+    n_ext = int(t_same.shape[0] + t_ext.shape[0])
+    new_bias = None if p.bias is None else p.bias.mean()
+    out = {}
+    for k, name in enumerate(names):
+        out_rows = rows[name].get("output", rows[name]["embed"]).float()
+        h_ch = stack(h_changed[k * len(changed):(k + 1) * len(changed)])
+        nats_e = (_nll_with_new(p, h_same, t_same, ids_t, parts_same, out_rows, new_bias)
+                  + _nll_with_new(p, h_ch, t_ext, ids_t, _old_parts(p, h_ch, t_ext, ids_t), out_rows, new_bias))
         bpb = nats_e / math.log(2) / n_bytes
         out[name] = {"bits_per_byte": round(bpb, 5), "tokens_per_byte": round(n_ext / n_bytes, 5),
                      "bits_per_byte_change": round(bpb - base["bits_per_byte"], 5),

@@ -52,13 +52,17 @@ PROMPTS: tuple[tuple[str, str], ...] = (
 BATCH = 32
 
 
-#: the most flagged rows one run may check (``--verify``): 1–9 s per row on 2 busy CPU cores for
-#: SmolLM2-135M / Gemma-3-270M (:data:`SECONDS_PER_ROW_CPU`), so the cap is 0.5–5 hours there
+#: the most flagged rows one run may check (``--verify``): 0.1–9 s per row on 2 busy CPU cores for
+#: SmolLM2-135M / Gemma-3-270M (:data:`SECONDS_PER_ROW_CPU`), so the cap is 3 min–5 hours there
 MAX_VERIFY = 2000
-#: wall seconds per checked row measured on this project's shared 2-core CPU machine (0.9–1.5 CPU
-#: seconds; wall 3.8 s for Gemma-3-270M at load 15, 8.6 s for SmolLM2-135M at load 13, where most
-#: rows checked were under-trained and ran every prompt; docs/undertrained.md), for the cap's message
-SECONDS_PER_ROW_CPU = (1.0, 9.0)
+#: seconds per checked row on this project's shared 2-core CPU machine, for the cap's message.
+#: SmolLM2-135M with shared prefixes on the thread count :func:`~embscope.models.fullmodel.fastest_threads`
+#: picks (1 there, under load ~3.5): 0.08 CPU-s for a trained row (it leaves after the first
+#: step), 0.52 for an under-trained one (every prompt and step); 0.11 and 0.58 with whole prompts.
+#: The upper end is the old worst case, kept because Gemma-3-270M was not measured again: wall
+#: 8.6 s for SmolLM2-135M at load 13 with 2 contended threads, 3.8 s for Gemma-3-270M at load 15
+#: (docs/undertrained.md)
+SECONDS_PER_ROW_CPU = (0.1, 9.0)
 #: ``audit`` without ``--verify``: this many random flagged rows, when the whole weights fit ...
 AUTO_VERIFY = 50
 #: ... within this many seconds of prompting
@@ -186,7 +190,8 @@ def build_prompts(model: "LoadedModel", holder: int) -> list[tuple[str, list[int
 
 
 def max_probs(lm, prompts, rows: list[int], device: str, *, cut: float | None = MAX_PROB_CUT,
-              description: str = "verifying", deadline: float | None = None) -> dict[int, float]:
+              description: str = "verifying", deadline: float | None = None, batch: int | None = None,
+              share_prefix: bool = True) -> dict[int, float]:
     """``max_prob`` per row: over prompts and :data:`GEN_STEPS` greedy steps, the probability of the
     row's token, batched (all prompts for one row share a length, so a batch needs no padding).
 
@@ -195,29 +200,55 @@ def max_probs(lm, prompts, rows: list[int], device: str, *, cut: float | None = 
     verdict ``max_prob < cut`` is the same as with every prompt, and the stored value is a lower
     bound for those rows (exact for the rows that stay below the cut). A trained row mostly costs
     one prompt and one step instead of ``len(prompts) × GEN_STEPS``; ``cut=None`` runs everything.
-    Batches run row-major (every prompt of a batch before the next batch), so a ``deadline``
-    (``time.monotonic()`` value) leaves whole batches unchecked rather than half-checked rows.
+    Batches of ``batch`` rows (default :data:`BATCH`) run row-major (every prompt of a batch before
+    the next batch), so a ``deadline`` (``time.monotonic()`` value) leaves whole batches unchecked
+    rather than half-checked rows.
+
+    ``share_prefix``: a prompt's tokens before its first placeholder are the same for every row
+    (causal attention: their keys and values never see the token), so they are run once per
+    prompt and their key/value cache is repeated over each batch; only the rest of the prompt
+    runs per row (SmolLM2: 12 of 28, 17 of 59 and 13 of 54 tokens are shared). ``False`` runs
+    every prompt whole (the reference the tests compare with: same verdicts, values equal to
+    float rounding).
     """
     import time
 
     from embscope.progress import track
 
+    batch = batch or BATCH
+    shared = [_prefix_cache(lm, ids, pos, device) if share_prefix else None for _, ids, pos in prompts]
     best: dict[int, float] = {}
-    starts = range(0, len(rows), BATCH)
+    starts = range(0, len(rows), batch)
     for s in track(starts, total=len(starts), description=description):
         if deadline is not None and time.monotonic() > deadline:
             break  # rows of the batches not started stay unchecked (absent from the result)
-        for r in rows[s:s + BATCH]:
+        for r in rows[s:s + batch]:
             best[r] = 0.0
-        for name, ids, pos in prompts:
-            chunk = [r for r in rows[s:s + BATCH] if cut is None or best[r] < cut]
+        for (name, ids, pos), prefix in zip(prompts, shared):
+            chunk = [r for r in rows[s:s + batch] if cut is None or best[r] < cut]
             if chunk:
-                _one_prompt(lm, ids, pos, chunk, best, device, cut)
+                _one_prompt(lm, ids, pos, chunk, best, device, cut, prefix)
     return best
 
 
-def _one_prompt(lm, ids, pos, chunk, best, device, cut) -> None:
-    """One prompt for one batch of rows: substitute, forward, :data:`GEN_STEPS` greedy steps."""
+def _prefix_cache(lm, ids, pos, device):
+    """``(n, cache)``: the key/value cache of the ``n`` prompt tokens before the first placeholder
+    (batch of one), or None when the placeholder comes first."""
+    import torch
+
+    n = int(pos[0])
+    if n < 1:
+        return None
+    with torch.no_grad():
+        out = lm(input_ids=torch.tensor([ids[:n]], device=device), use_cache=True, logits_to_keep=1)
+    return n, out.past_key_values
+
+
+def _one_prompt(lm, ids, pos, chunk, best, device, cut, prefix=None) -> None:
+    """One prompt for one batch of rows: substitute, forward (after the shared ``prefix`` cache
+    when given), :data:`GEN_STEPS` greedy steps."""
+    import copy
+
     import torch
 
     x = torch.tensor(ids, device=device).repeat(len(chunk), 1)
@@ -225,7 +256,13 @@ def _one_prompt(lm, ids, pos, chunk, best, device, cut) -> None:
     x[:, torch.as_tensor(pos, device=device)] = tok[:, None]
     live = list(chunk)
     with torch.no_grad():
-        out = lm(input_ids=x, use_cache=True, logits_to_keep=1)
+        if prefix is None:
+            out = lm(input_ids=x, use_cache=True, logits_to_keep=1)
+        else:
+            n, cache = prefix
+            cache = copy.deepcopy(cache)  # it grows during the pass; the next batch needs it as it is
+            cache.batch_repeat_interleave(len(chunk))
+            out = lm(input_ids=x[:, n:], past_key_values=cache, use_cache=True, logits_to_keep=1)
         for step in range(GEN_STEPS):
             probs = torch.softmax(out.logits[:, -1].float(), dim=-1)
             p = probs.gather(1, tok[:, None])[:, 0].cpu().tolist()
@@ -361,10 +398,11 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     reached stay unchecked and are left out of ``n_checked``.
     """
     import time
+    from contextlib import nullcontext
 
     import torch
 
-    from embscope.models.fullmodel import load_causal_lm, why_not_causal
+    from embscope.models.fullmodel import fastest_threads, load_causal_lm, why_not_causal
 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]
@@ -391,12 +429,13 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
     t1 = time.perf_counter()
     try:
-        # candidates first: a run stopped at the time cap still has its precision
-        probs = max_probs(lm, prompts, cands, dev, deadline=deadline)
-        probs.update(max_probs(lm, prompts, controls, dev, deadline=deadline, description="verifying controls"))
-        probs.update(max_probs(lm, prompts, families, dev, deadline=deadline, description="verifying families"))
-        prompt_seconds = time.perf_counter() - t1
-        specials = _check_specials(model, ind, lm, dev, texts)
+        with fastest_threads() if dev == "cpu" else nullcontext():
+            # candidates first: a run stopped at the time cap still has its precision
+            probs = max_probs(lm, prompts, cands, dev, deadline=deadline)
+            probs.update(max_probs(lm, prompts, controls, dev, deadline=deadline, description="verifying controls"))
+            probs.update(max_probs(lm, prompts, families, dev, deadline=deadline, description="verifying families"))
+            prompt_seconds = time.perf_counter() - t1
+            specials = _check_specials(model, ind, lm, dev, texts)
     finally:
         lm.to("cpu")
     checked = [i for i in cands if i in probs]
