@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install embscope with the CPU build of torch, the demo assets, and (with --dev) the test tools,
+# Install embscope with the CPU build of torch, the demo assets, the compiled kernels, and (with
+# --dev) the test tools,
 # Embedding Atlas (the atlas extra) and the reference tokenizer files (scripts/fetch_vocabs.py).
 # Usage: bash scripts/install.sh [--dev]
 set -euo pipefail
@@ -7,6 +8,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 $PY -m pip install -q -r requirements.txt
 $PY -m pip install -q --no-deps -r requirements-assets.txt
+# compile the kNN kernels and umap-learn's functions into numba's on-disk cache (machine code only,
+# nothing about any model): ~40 CPU-s once, instead of inside the first audit
+$PY scripts/warm_caches.py
 if [[ "${1:-}" == "--dev" ]]; then
   $PY -m pip install -q -r requirements-dev.txt
   # the atlas extra (tests/test_atlas_browser.py), with requirements.txt's pins as constraints:
