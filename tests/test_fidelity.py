@@ -144,13 +144,15 @@ def test_fidelity_equals_a_direct_transformers_computation(result, direct):
 
     base_lm, models = direct
     vocab = base_lm.get_output_embeddings().weight.shape[0]
+    # the original model's distributions, the same for every strategy: computed once per context
+    base = [_log_softmax(base_lm, c.prefix + c.pieces + c.after)[len(c.prefix) + len(c.pieces) - 1:]
+            for c in result.contexts.held]
     for spec in SPECS:
         tok, lm = models[spec]
         kls, tops, kls_after = [], [], []
-        for c in result.contexts.held:
+        for c, p in zip(result.contexts.held, base):
             new_id = tok.convert_tokens_to_ids(result.terms[c.term])
             assert new_id == vocab + c.term
-            p = _log_softmax(base_lm, c.prefix + c.pieces + c.after)[len(c.prefix) + len(c.pieces) - 1:]
             q = torch.log_softmax(_log_softmax(lm, c.prefix + [new_id] + c.after)[len(c.prefix):, :vocab], -1)
             kl = (p.exp() * (p - q)).sum(-1)
             kls.append(float(kl[0]))
