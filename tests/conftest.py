@@ -61,12 +61,15 @@ def _quiet_and_private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm2_audit(tmp_path_factory) -> Path:
-    """One real audit of the demo model (medical + UDHR, map on), shared by every test that reads one."""
+    """One real audit of the demo model (medical + UDHR, map on, 4 rows verified, the extension's
+    KL diagnostics), shared by every test that reads one. One initialisation (``subword-mean``)
+    is diagnosed instead of ``auto``'s every strategy: no reader asks which was recommended, and
+    ``--init auto`` itself is tested on the same model in tests/test_fidelity.py."""
     from embscope.cli import main
 
     out = tmp_path_factory.mktemp("audit") / "smollm2"
-    assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50", "--verify", "8",
-                 "--out", str(out)]) == 0
+    assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50", "--verify", "4",
+                 "--init", "subword-mean", "--out", str(out)]) == 0
     return out
 
 

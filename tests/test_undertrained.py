@@ -31,8 +31,16 @@ def minilm(minilm_model):
 
 
 @pytest.fixture(scope="module")
-def minilm_graph(minilm, tmp_path_factory):
-    return knn_graph(minilm.embed, 10, cache_dir=tmp_path_factory.mktemp("knn"), progress=False)
+def minilm_graph(minilm):
+    # the session's kNN cache (tests/conftest.py): the same graph the MiniLM scans build
+    return knn_graph(minilm.embed, 10, cache_dir=session_knn_cache(), progress=False)
+
+
+def session_knn_cache():
+    """The session's kNN cache folder, shared with the other tests that read the demo models' graphs."""
+    from pathlib import Path
+
+    return Path(os.environ["EMBSCOPE_CACHE"]) / "knn"
 
 
 @pytest.fixture(scope="module")
@@ -420,7 +428,7 @@ def test_smollm2_knot_flags_only_the_collapse(smollm2, tmp_path):
     from embscope.geometry.indicators import COLLAPSE_SPREAD
     from embscope.geometry.scan import scan
 
-    res = scan(smollm2, layout=False, cache_dir=tmp_path)
+    res = scan(smollm2, layout=False, cache_dir=session_knn_cache())  # the graph the audit built
     strings = smollm2.token_strings()
     cols = res.columns
     flagged = np.asarray(cols["flagged"])
