@@ -125,7 +125,7 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
     assert s.sections.tokens.categories["padding"] == 152064 - 151665
     assert s.inputs["model"]["tensors"]["output"] is not None
     knn = s.sections.tokens.geometry.knn
-    assert knn.method in ("ivf", "refined") and knn.recall_at_k > 0.9
+    assert knn.method in ("ivf", "refined", "hnsw") and knn.recall_at_k > 0.9
     tokens = pl.read_parquet(out / "tokens.parquet", columns=["category", "out_norm", "zero_row", "flagged"])
     padding = tokens.filter(pl.col("category") == "padding")
     assert padding["zero_row"].all() and padding["flagged"].all()
