@@ -17,7 +17,6 @@ Everything is cached under ``$EMBSCOPE_CACHE/bench/real7b`` (default ``~/.cache/
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import struct
 import subprocess
