@@ -110,17 +110,6 @@ def reference(name: str, fraction: float, x: np.ndarray):
     return g.sims, g.neighbors, (wall, cpu), False
 
 
-def _drop_self(ids, sims, k):
-    n = len(ids)
-    keep = ids != np.arange(n)[:, None]
-    out_i = np.full((n, k), -1, np.int64)
-    out_s = np.full((n, k), -1.0, np.float32)
-    for r in range(n):
-        i, s = ids[r][keep[r]][:k], sims[r][keep[r]][:k]
-        out_i[r, :len(i)], out_s[r, :len(s)] = i, s
-    return out_s, out_i
-
-
 def build(method: str, x: np.ndarray):
     """(sims, ids, details) of ``method``'s graph over all rows of ``x``; sims are the exact
     cosines of the returned neighbours, most similar first."""
@@ -131,6 +120,8 @@ def build(method: str, x: np.ndarray):
         det = {k: v for k, v in g.params.items() if k in ("nlist", "nprobe", "scanned_share", "refine_passes",
                                                           "estimated_cost", "fallback")}
         return g.sims, g.neighbors, f"[{g.method}] recall@10 {g.recall_at_k:.3f} {det}"
+    from embscope.geometry.hnsw import drop_self
+
     xn = unit(x)
     if method == "faiss-hnsw":
         import faiss
@@ -140,14 +131,14 @@ def build(method: str, x: np.ndarray):
         index.add(xn)
         index.hnsw.efSearch = 64
         s, i = index.search(xn, K + 1)
-        s, i = _drop_self(i, s, K)
+        s, i = drop_self(s, i, np.arange(len(x)), K)
         return s, i, "M 16, efConstruction 40, efSearch 64"
     if method == "pynndescent":
         from pynndescent import NNDescent
 
         nnd = NNDescent(xn, metric="cosine", n_neighbors=K + 1, random_state=0, verbose=False)
         i, d = nnd.neighbor_graph
-        s, i = _drop_self(i, (1 - d).astype(np.float32), K)
+        s, i = drop_self((1 - d).astype(np.float32), i, np.arange(len(x)), K)
         return s, i, "cosine, n_neighbors 11"
     raise SystemExit(f"unknown method {method!r}")
 

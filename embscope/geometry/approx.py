@@ -63,8 +63,9 @@ def plan_costs(index: IvfIndex, tune_rows, tune_ids, k: int) -> dict[str, Any]:
 def approx_knn(xn: "torch.Tensor", k: int, *, tune_rows: "torch.Tensor", tune_ids: "torch.Tensor",
                tune_kth: "torch.Tensor", method: str = "auto", seed: int = 0, progress: bool = True,
                hnsw_cost: float | None = None):
-    """kNN of unit rows ``xn`` by the cheaper plan (``method`` ``auto``) or the one named
-    (``ivf`` / ``refined``). ``tune_rows`` (s,) with exact neighbour ids ``tune_ids`` (s, k) and
+    """kNN of unit rows ``xn`` by the cheapest plan (``method`` ``auto``; ``hnsw_cost``, HNSW's
+    estimated share of exact search, adds it to the plans) or the one named (``ivf`` /
+    ``refined`` / ``hnsw``). ``tune_rows`` (s,) with exact neighbour ids ``tune_ids`` (s, k) and
     exact k-th similarities ``tune_kth`` (s,).
 
     Returns (sims (n, k), ids (n, k), params) as numpy arrays, or (None, None, params) when
@@ -72,6 +73,11 @@ def approx_knn(xn: "torch.Tensor", k: int, *, tune_rows: "torch.Tensor", tune_id
     """
     from embscope.geometry.refine import refine_graph
 
+    from embscope.geometry.hnsw import hnsw_graph
+
+    if method == "hnsw":  # asked for by name: no lists to build or plans to weigh
+        sims, ids, hp = hnsw_graph(xn, k)
+        return sims, ids, {"method": "hnsw", **hp}
     index = IvfIndex(xn, seed=seed)
     costs = plan_costs(index, tune_rows, tune_ids, k)
     if hnsw_cost is not None:
@@ -83,11 +89,8 @@ def approx_knn(xn: "torch.Tensor", k: int, *, tune_rows: "torch.Tensor", tune_id
     if method == "auto" and plan["cost"] > EXACT_SHARE:
         return None, None, params
     if chosen == "hnsw":
-        from embscope.geometry.hnsw import EF_SEARCH, HNSW_M, hnsw_knn
-
-        sims, ids = hnsw_knn(xn, k)
-        params.update(hnsw_m=HNSW_M, ef_search=EF_SEARCH)
-        return sims, ids, params
+        sims, ids, hp = hnsw_graph(xn, k)
+        return sims, ids, {**params, **hp}
     params.update(nprobe=plan["nprobe"], scanned_share=round(plan["scanned_share"], 4),
                   tuned_recall=round(plan["tuned_recall"], 4))
     keep = k if chosen == "ivf" else max(REFINE_KEEP, k)

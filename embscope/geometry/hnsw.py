@@ -73,6 +73,12 @@ def hnsw_knn(xn: "torch.Tensor | np.ndarray", k: int, *, rows: np.ndarray | None
     return drop_self(sims, ids, q, k)
 
 
+def hnsw_graph(xn: "torch.Tensor | np.ndarray", k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """:func:`hnsw_knn` over every row, with the parameters for the graph's record."""
+    sims, ids = hnsw_knn(xn, k)
+    return sims, ids, {"hnsw_m": HNSW_M, "ef_search": EF_SEARCH}
+
+
 def estimate_seconds(pilot_record: dict[str, Any], n: int) -> float:
     """Seconds to build and query HNSW over ``n`` rows, scaled from the pilot's build: insertion
     costs ∝ log n per row (the greedy descent), and a query about what an insertion does."""

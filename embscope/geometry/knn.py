@@ -206,13 +206,7 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         params["exact_estimate_seconds"] = round(exact_s, 1)
         if pil["ok"]:
             hnsw_cost = estimate_seconds(pil, n) / max(exact_s, 1e-9)
-    if chosen == "hnsw":
-        from embscope.geometry.hnsw import EF_SEARCH, HNSW_M, hnsw_knn
-
-        sims_np, ids_np = hnsw_knn(xn, k)
-        sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
-        params.update(hnsw_m=HNSW_M, ef_search=EF_SEARCH, tile_dtype="float32")
-    if chosen in ("approx", "ivf", "refined"):
+    if chosen in ("approx", "ivf", "refined", "hnsw"):
         from embscope.geometry.approx import approx_knn
 
         sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=ex_i[:half], tune_kth=ex_v[:half, -1],
