@@ -64,9 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     Usage errors (unknown option, bad value) are typer's own one-line messages with exit code 2;
     :class:`EmbscopeError` from the library becomes ``error: <message>`` and exit code 2.
     """
+    import warnings
+
     from embscope.output import Terminated, handle_sigterm
 
     handle_sigterm()
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_line
     try:
         app(args=argv, standalone_mode=True)
     except EmbscopeError as err:
@@ -80,7 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # typer always ends this way in standalone mode
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         return _interrupted() if code == 130 else code
+    finally:
+        warnings.showwarning = shown
     return 0
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library warning (``CorpusWarning``: files skipped) as one ``warning: …`` line, not Python's
+    ``path:line: Category: …`` followed by the source line that raised it."""
+    typer.secho(f"warning: {_one_line(str(message))}", err=True, fg=typer.colors.YELLOW)
 
 
 def _one_line(text: str) -> str:

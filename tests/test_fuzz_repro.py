@@ -161,6 +161,24 @@ def test_decompression_bombs_are_counted_skips(bomb, reason, tmp_path, out, caps
     assert f"skipped in {folder}: {{'{reason}': 1}}" in capsys.readouterr().out
 
 
+def test_skip_warning_is_one_line_in_a_real_process(tmp_path):
+    """Outside pytest (which records warnings itself) the CLI prints a skip's warning as one
+    ``warning: …`` line, not Python's ``path.py:N: CorpusWarning: …`` plus the source line."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    parquet_long_rows(folder)
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "cli.py"), "fertility",
+                          "--tokenizer", "gpt2", "--corpus", str(folder), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2  # nothing usable is left: a one-line error
+    lines = run.stderr.strip().splitlines()
+    assert any(line.startswith("warning: corpus corpus: 1 files over ratio") for line in lines), run.stderr
+    assert "CorpusWarning" not in run.stderr and ".py:" not in run.stderr, run.stderr
+
+
 def test_file_and_corpus_byte_limits_are_counted(tmp_path, out, capsys):
     folder = tmp_path / "corpus"
     folder.mkdir()
