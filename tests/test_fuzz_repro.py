@@ -170,10 +170,11 @@ def test_skip_warning_is_one_line_in_a_real_process(tmp_path):
     folder = tmp_path / "corpus"
     folder.mkdir()
     parquet_long_rows(folder)
+    (folder / "ok.txt").write_text("Aspirin lowers fever.\n")  # something usable is left: a warning, not an error
     run = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "cli.py"), "fertility",
                           "--tokenizer", "gpt2", "--corpus", str(folder), "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2  # nothing usable is left: a one-line error
+    assert run.returncode == 0, run.stderr
     lines = run.stderr.strip().splitlines()
     assert any(line.startswith("warning: corpus corpus: 1 files over ratio") for line in lines), run.stderr
     assert "CorpusWarning" not in run.stderr and ".py:" not in run.stderr, run.stderr

@@ -283,17 +283,18 @@ def _chain(first, rest):
 
 
 def finish(paths, report: CorpusReport, *, stacklevel: int = 3) -> None:
-    """After a whole corpus was read: warn once about skipped input, raise if no text was read."""
+    """After a whole corpus was read: raise if no text was read (the error names what was skipped),
+    otherwise warn once about skipped input."""
     name = ", ".join(Path(str(p)).name for p in ([paths] if isinstance(paths, (str, Path)) else paths))
+    if not report.texts:
+        why = f" (skipped: {report.summary()})" if report.skipped else ""
+        raise CorpusError(f"corpus {name!r} holds no usable text{why}; pass {READABLE} files in "
+                          "UTF-8 (--text-field names the text field of jsonl/Parquet/Arrow)")
     if report.skipped:
         worst = sorted(report.issues.per_file.items(), key=lambda kv: -sum(kv[1].values()))[:3]
         where = "; ".join(f"{Path(f).name}: {sum(c.values())}" for f, c in worst)
         warnings.warn(CorpusWarning(f"corpus {name}: {report.summary()} (most in {where}; every "
                                     "file is listed in the report's per_file)"), stacklevel=stacklevel)
-    if not report.texts:
-        why = f" (skipped: {report.summary()})" if report.skipped else ""
-        raise CorpusError(f"corpus {name!r} holds no usable text{why}; pass {READABLE} files in "
-                          "UTF-8 (--text-field names the text field of jsonl/Parquet/Arrow)")
 
 
 def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,
