@@ -15,6 +15,22 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Under pytest-xdist (``-n``, see pyproject's addopts) the workers share the cores: each gets its
+# share of numba's and torch's threads, so two workers on two cores do not run four threads.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(THREADS))
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    import torch
+
+    torch.set_num_threads(THREADS)
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this run sees (the session's own tmp folder without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
 
 def vocab_dir() -> Path:
     """Where scripts/fetch_vocabs.py put llama.cpp's vocab files: ``$EMBSCOPE_VOCABS``,
@@ -55,7 +71,11 @@ def _quiet_and_private_cache(tmp_path_factory):
     """No progress output, and a kNN/model cache under the session's tmp folder, undone at the end."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EMBSCOPE_QUIET", "1")
-        mp.setenv("EMBSCOPE_CACHE", str(tmp_path_factory.mktemp("embscope-cache")))
+        # one cache for every xdist worker: a demo model's kNN graph is built once per test run
+        # (the cache writes each entry whole, by rename, so concurrent writers are safe)
+        cache = shared_root(tmp_path_factory) / "embscope-cache"
+        cache.mkdir(exist_ok=True)
+        mp.setenv("EMBSCOPE_CACHE", str(cache))
         yield
 
 
@@ -65,11 +85,16 @@ def smollm2_audit(tmp_path_factory) -> Path:
     KL diagnostics), shared by every test that reads one. One initialisation (``subword-mean``)
     is diagnosed instead of ``auto``'s every strategy: no reader asks which was recommended, and
     ``--init auto`` itself is tested on the same model in tests/test_fidelity.py."""
+    from filelock import FileLock
+
     from embscope.cli import main
 
-    out = tmp_path_factory.mktemp("audit") / "smollm2"
-    assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50", "--verify", "4",
-                 "--init", "subword-mean", "--out", str(out)]) == 0
+    # run once per test run: the first worker that needs it writes it, the others wait and read it
+    out = shared_root(tmp_path_factory) / "audit-smollm2"
+    with FileLock(str(out) + ".lock"):
+        if not (out / "index.html").is_file():
+            assert main(["audit", "--model", "smollm2-135m", "--corpus", "medical", "--top", "50", "--verify",
+                         "4", "--init", "subword-mean", "--out", str(out)]) == 0
     return out
 
 
