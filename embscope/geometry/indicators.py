@@ -245,8 +245,10 @@ def _first_pc_exact(m: "torch.Tensor") -> "torch.Tensor":
     total = torch.zeros(d, dtype=torch.float64, device=m.device)
     for s in range(0, m.shape[0], BLOCK):
         blk = m[s:s + BLOCK].float()
-        gram += (blk.T @ blk).double()
+        gram += _gram(blk)
         total += blk.double().sum(0)
+    if m.device.type == "cpu":  # _gram filled the upper triangle only
+        gram = torch.triu(gram) + torch.triu(gram, 1).T
     n = m.shape[0]
     mu = total / n
     cov = gram / n - torch.outer(mu, mu)
@@ -255,6 +257,19 @@ def _first_pc_exact(m: "torch.Tensor") -> "torch.Tensor":
     # only the top eigenpair (LAPACK's MRRR driver): half the time of every eigenvector
     _, vec = eigh(cov.cpu().numpy(), subset_by_index=[d - 1, d - 1], driver="evr")
     return torch.from_numpy(vec[:, 0]).to(m.device)
+
+
+def _gram(blk: "torch.Tensor") -> "torch.Tensor":
+    """``blkᵀ·blk`` (d × d) in float64. On the CPU only its upper triangle, by BLAS's symmetric
+    rank-k update (``ssyrk``): half the multiply-adds of a general product (Qwen2-7B's 152064 ×
+    3584 head: 20 s instead of 45 s on 2 cores); the caller mirrors it once at the end."""
+    if blk.device.type != "cpu":
+        return (blk.T @ blk).double()
+    import torch
+    from scipy.linalg.blas import ssyrk
+
+    a = blk.contiguous().numpy().T  # (d, c), Fortran order: BLAS reads it without a copy
+    return torch.from_numpy(ssyrk(1.0, a, trans=0, lower=0)).double()
 
 
 def magikarp_similarity(m: "torch.Tensor", ref: Sequence[int]) -> np.ndarray | None:
