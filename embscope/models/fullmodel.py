@@ -274,6 +274,8 @@ def _refuse_missing(missing, path: Path) -> None:
 PROBE_OPS = 24
 #: more threads are kept only when they run the probe this many times faster than one
 PROBE_GAIN = 1.5
+#: probe runs per thread count (the fastest of each counts)
+PROBE_REPEATS = 3
 
 
 def _probe_seconds(n_threads: int) -> float:
@@ -305,7 +307,8 @@ def fastest_threads():
     another job running, a 230-token forward of SmolLM2-135M took 9.5 s with 2 threads and
     0.95 s with 1 (120 probe ops: 1.56 s against 0.10 s), while on an idle machine more threads
     are faster.
-    The probe costs ~20 ms per count on an idle machine and ~0.4 s at worst. The risk is
+    The probe (:data:`PROBE_REPEATS` runs per count, the fastest kept) costs ~60 ms per count on
+    an idle machine and ~1 s at worst. The risk is
     lopsided (a wrong "many" can cost 10×, a wrong "one" at most the core count), so more
     threads are kept only when they run it :data:`PROBE_GAIN` times faster. Results do not
     depend on the choice beyond float rounding (the verdicts and figures were the same).
@@ -315,7 +318,10 @@ def fastest_threads():
     before = torch.get_num_threads()
     try:
         if before > 1:
-            t_many, t_one = _probe_seconds(before), _probe_seconds(1)
+            # the fastest of PROBE_REPEATS interleaved runs each: one descheduled run (a blip of
+            # another process) does not decide the thread count of the whole step
+            runs = [(_probe_seconds(before), _probe_seconds(1)) for _ in range(PROBE_REPEATS)]
+            t_many, t_one = min(r[0] for r in runs), min(r[1] for r in runs)
             torch.set_num_threads(before if t_many * PROBE_GAIN < t_one else 1)
         yield
     finally:
