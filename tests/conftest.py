@@ -80,7 +80,19 @@ def _quiet_and_private_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def smollm2_audit(tmp_path_factory) -> Path:
+def smollm2_graph(smollm2_model, tmp_path_factory) -> None:
+    """The demo model's kNN graph (k = 10, ``auto``, as ``scan`` asks for it) in the session's
+    cache, built by the first xdist worker that needs it while the others wait, then read."""
+    from filelock import FileLock
+
+    from embscope.geometry.knn import knn_graph
+
+    with FileLock(str(shared_root(tmp_path_factory) / "smollm2-knn.lock")):
+        knn_graph(smollm2_model.embed, 10, progress=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_audit(tmp_path_factory, smollm2_graph) -> Path:
     """One real audit of the demo model (medical + UDHR, map on, 4 rows verified, the extension's
     KL diagnostics), shared by every test that reads one. One initialisation (``subword-mean``)
     is diagnosed instead of ``auto``'s every strategy: no reader asks which was recommended, and

@@ -36,10 +36,11 @@ def test_robust_z_worked_example():
     assert z[-1] == pytest.approx(97 / 1.4826)
 
 
-def test_smollm2_flags_some_rows(knn_cache, smollm2_model):
+def test_smollm2_flags_some_rows(knn_cache, smollm2_model, smollm2_graph):
     m = smollm2_model
     res = scan(m, cache_dir=knn_cache, layout=False)
     s = res.summary
+    assert s["knn"]["cached"]  # the session's graph (smollm2_graph): the same key as scan's
     assert s["flagged"]["normal"] > 0 and set(s["flagged"]["by_reason"]) <= {"in_norm", "knot", "zero"}
     assert s["reference"]["source"] == "none" and "tied" in s["reference"]["note"]
     assert len(s["top_undertrained"]) == 30

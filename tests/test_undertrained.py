@@ -303,7 +303,7 @@ def test_repair_full_folder_smollm2(smollm2, tmp_path):
 
 
 @pytest.mark.slow
-def test_scan_repair_is_a_section_recorded_in_the_summary(tmp_path):
+def test_scan_repair_is_a_section_recorded_in_the_summary(tmp_path, smollm2_graph):
     """``scan --corpus C --repair OUT``: the flagged rows C uses are re-initialised, OUT is a folder
     transformers loads, and summary.json records what was written (the repair section's record)."""
     from embscope.cli import main
@@ -421,14 +421,14 @@ def test_smollm2_special_tokens_are_checked_in_the_template(smollm2):
 
 
 @pytest.mark.slow
-def test_smollm2_knot_flags_only_the_collapse(smollm2, tmp_path):
+def test_smollm2_knot_flags_only_the_collapse(smollm2, smollm2_graph, tmp_path):
     """On SmolLM2 (no reference set: the knot is the only indicator that fires) the flags are the
     collapsed code-artifact merges, which prompting confirms; the runs of spaces and newlines
     and the quote-punctuation pieces, trained near-synonyms, are a ``family``, not flagged."""
     from embscope.geometry.indicators import COLLAPSE_SPREAD
     from embscope.geometry.scan import scan
 
-    res = scan(smollm2, layout=False, cache_dir=session_knn_cache())  # the graph the audit built
+    res = scan(smollm2, layout=False, cache_dir=session_knn_cache())  # the session's graph (smollm2_graph)
     strings = smollm2.token_strings()
     cols = res.columns
     flagged = np.asarray(cols["flagged"])
@@ -442,3 +442,28 @@ def test_smollm2_knot_flags_only_the_collapse(smollm2, tmp_path):
     spread = np.asarray(cols["neighbor_spread"])
     assert (spread[flagged & (cats == "normal")] <= COLLAPSE_SPREAD).all()
     assert res.summary["flagged"]["family"] > 50 and len(normal_flags) < 30
+
+
+def test_fastest_threads_ignores_one_slow_probe_run(monkeypatch):
+    """A blip (one descheduled probe run of the many-thread count) does not drop the step to one
+    thread; a count that is slow on every run does; the count is restored afterwards."""
+    import torch
+
+    from embscope.models import fullmodel
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        def probe(times):
+            runs = {n: iter(seq) for n, seq in times.items()}
+            return lambda n: next(runs[1 if n == 1 else "many"])
+
+        monkeypatch.setattr(fullmodel, "_probe_seconds", probe({"many": [0.9, 0.03, 0.03], 1: [0.05] * 3}))
+        with fullmodel.fastest_threads():
+            assert torch.get_num_threads() == 2  # 0.03 × 1.5 < 0.05: the blip is ignored
+        monkeypatch.setattr(fullmodel, "_probe_seconds", probe({"many": [0.9, 0.8, 0.7], 1: [0.05] * 3}))
+        with fullmodel.fastest_threads():
+            assert torch.get_num_threads() == 1  # contended every time: one thread
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
