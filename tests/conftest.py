@@ -68,7 +68,8 @@ def minilm_model():
 
 @pytest.fixture(scope="session", autouse=True)
 def _quiet_and_private_cache(tmp_path_factory):
-    """No progress output, and a kNN/model cache under the session's tmp folder, undone at the end."""
+    """No progress output, and a kNN/model cache in the run's tmp folder (shared by its xdist
+    workers), the variables undone at the end."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EMBSCOPE_QUIET", "1")
         # one cache for every xdist worker: a demo model's kNN graph is built once per test run
