@@ -25,8 +25,8 @@ https://docs.nvidia.com/nemotron/nightly/tokenizer-extension/index.html).
 Both run the transformers model as it is, with the new rows spliced in as input embeddings
 (``inputs_embeds``, times the embedding's own ``embed_scale`` where it has one, Gemma) and as
 extra output columns; the prefix of every context is computed once and its key/value cache
-reused for each strategy (:func:`_suffix_pass`). Sequences run in chunks of similar length
-(:func:`_length_chunks`), so little padding is computed. Bits per byte runs each held-out text
+repeated for the strategies, which run together (:func:`new_token_hiddens`). Sequences run in
+chunks of similar length (:func:`_length_chunks`), so little padding is computed. Bits per byte runs each held-out text
 through the original model once; only the texts that hold a new term run again, once per strategy,
 and the old head's share of every softmax is computed once per hidden state (:func:`_nll_with_new`).
 """
@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: contexts (sequences) per forward pass, at most
 CHUNK = 32
+#: sequences per suffix pass of :func:`new_token_hiddens` (strategies × contexts): its cache holds
+#: this many copies of a prefix's keys and values (SmolLM2, 48-token prefixes: ≈ 280 MB)
+SUFFIX_ROWS = 128
 #: positions per logits block: 128 × 262 144 float32 (Gemma-3) = 128 MiB
 LOGIT_ROWS = 128
 
@@ -142,14 +145,19 @@ def _prefix_pass(p: Parts, prefixes):
     return out.past_key_values, mask, mask.sum(1)
 
 
-def _suffix_pass(p: Parts, cache, mask, lengths, embeds: "torch.Tensor", smask: "torch.Tensor"):
-    """(n, S, d) final hidden states of suffix embeddings (n, S, d) read after the cached prefixes
-    (a copy of the cache: it grows during the pass)."""
+def _suffix_pass(p: Parts, cache, mask, lengths, embeds: "torch.Tensor", smask: "torch.Tensor", repeat: int = 1):
+    """(n·repeat, S, d) final hidden states of suffix embeddings (n·repeat, S, d) read after the n
+    cached prefixes (a copy of the cache: it grows during the pass). With ``repeat`` > 1 each
+    prefix serves ``repeat`` consecutive suffix rows (row ``i·repeat + j`` reads prefix ``i``)."""
     import torch
 
+    cache = copy.deepcopy(cache)
+    if repeat > 1:
+        cache.batch_repeat_interleave(repeat)
+        mask, lengths = mask.repeat_interleave(repeat, 0), lengths.repeat_interleave(repeat, 0)
     pos = lengths[:, None] + torch.arange(embeds.shape[1])[None, :]
     out = p.base(inputs_embeds=embeds, attention_mask=torch.cat([mask, smask], 1), position_ids=pos,
-                 past_key_values=copy.deepcopy(cache), use_cache=True)
+                 past_key_values=cache, use_cache=True)
     return out.last_hidden_state
 
 
@@ -207,11 +215,26 @@ def positions(ctxs: Sequence["TermContext"]) -> list[tuple[int, int]]:
 
 def new_token_hidden(p: Parts, cache, mask, lengths, ctxs, rows: "torch.Tensor") -> "torch.Tensor":
     """(M, d) final hidden states at the compared positions with the new token in place."""
+    return new_token_hiddens(p, cache, mask, lengths, ctxs, [rows])[0]
+
+
+def new_token_hiddens(p: Parts, cache, mask, lengths, ctxs, rows: Sequence["torch.Tensor"]) -> list["torch.Tensor"]:
+    """:func:`new_token_hidden` for several strategies' rows, in forward passes of up to
+    :data:`SUFFIX_ROWS` sequences: each prefix's cache is repeated once per strategy, so the small
+    suffix passes (1 + A tokens a context) run as one larger batch instead of one per strategy."""
     import torch
 
-    emb, smask = new_token_suffix(p, ctxs, rows)
-    h = _suffix_pass(p, cache, mask, lengths, emb, smask)
-    return torch.cat([h[r, :len(c.after) + 1] for r, c in enumerate(ctxs)])
+    per = max(1, SUFFIX_ROWS // max(1, len(ctxs)))  # strategies per pass
+    out: list["torch.Tensor"] = []
+    for g in range(0, len(rows), per):
+        group = rows[g:g + per]
+        suffixes = [new_token_suffix(p, ctxs, r) for r in group]
+        emb = torch.stack([e for e, _ in suffixes], 1).flatten(0, 1)        # row i·len(group) + j
+        smask = torch.stack([m for _, m in suffixes], 1).flatten(0, 1)
+        h = _suffix_pass(p, cache, mask, lengths, emb, smask, repeat=len(group))
+        h = h.unflatten(0, (len(ctxs), len(group)))                           # (n, strategies, S, d)
+        out.extend(torch.cat([h[r, j, :len(c.after) + 1] for r, c in enumerate(ctxs)]) for j in range(len(group)))
+    return out
 
 
 def kl_top1(logp: "torch.Tensor", logq: "torch.Tensor"):
@@ -247,9 +270,11 @@ def fidelity(lm, ctxs: Sequence["TermContext"], rows: dict[str, "torch.Tensor"],
         chunk = [ctxs[i] for i in idx]
         cache, mask, lengths, logp = reference(p, chunk)
         offs.extend(k for _, k in positions(chunk))
-        for name, r in rows.items():
+        with torch.no_grad():
+            hidden = new_token_hiddens(p, cache, mask, lengths, chunk, list(rows.values()))
+        for name, h in zip(rows, hidden):
             with torch.no_grad():
-                logq = log_probs(p, new_token_hidden(p, cache, mask, lengths, chunk, r))
+                logq = log_probs(p, h)
             kl, top = kl_top1(logp, logq)
             kls[name].append(kl)
             agree[name].append(top)
