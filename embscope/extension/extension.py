@@ -13,7 +13,6 @@ corpus shard by shard, so its size is not bounded by memory; every engine gives 
 from __future__ import annotations
 
 import contextlib
-
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -210,9 +209,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         # the model's forward passes are small: under load one intra-op thread is often faster.
         # Without the whole model the step is products with the (V, d) matrices, where every
         # thread pays (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2 threads, 30.6 s on 1).
-        threads = fastest_threads() if why_not_loadable(model) is None else contextlib.nullcontext()
+        unloadable = why_not_loadable(model)
+        threads = fastest_threads() if unloadable is None else contextlib.nullcontext()
         with steps.step("diagnostics", "checking each initialisation"), threads:
-            found = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, ext, texts(), steps)
+            found = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, ext, texts(), steps,
+                              unloadable)
         strategies, result.summary["kl_note"], extra = found
         result.summary.update(extra)
         if AUTO in init or len(specs) > 1:
@@ -228,14 +229,14 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     return result
 
 
-def _model_checks(model, result: ExtensionResult, tok, ext, texts, steps: Steps):
+def _model_checks(model, result: ExtensionResult, tok, ext, texts, steps: Steps, reason: str | None):
     """The whole model and what it is measured on: ``(lm, h, logits, contexts, note, reason)``;
-    all but ``note``/``reason`` None when the model does not load here."""
+    all but ``note``/``reason`` None when the model does not load here (``reason``: why not, from
+    :func:`~embscope.models.fullmodel.why_not_loadable`)."""
     from embscope.extension.contexts import collect, start_ids
     from embscope.extension.diagnostics import held_out_ids, hidden_and_logits
-    from embscope.models.fullmodel import load_causal_lm, why_not_loadable
+    from embscope.models.fullmodel import load_causal_lm
 
-    reason = why_not_loadable(model)
     if reason is not None:
         return None, None, None, None, reason, reason
     with steps.step("whole model", "loading the whole model"):
@@ -250,10 +251,11 @@ def _model_checks(model, result: ExtensionResult, tok, ext, texts, steps: Steps)
     return lm, h, logits, ctx, note, None
 
 
-def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, ext, texts, steps: Steps):
+def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, ext, texts, steps: Steps,
+              unloadable: str | None):
     from embscope.extension.diagnostics import kl_and_mass, row_diagnostics
 
-    lm, h, logits, found, note, reason = _model_checks(model, result, tok, ext, texts, steps)
+    lm, h, logits, found, note, reason = _model_checks(model, result, tok, ext, texts, steps, unloadable)
     import torch
 
     from embscope.extension.diagnostics import TOP_K

@@ -26,9 +26,10 @@ Both run the transformers model as it is, with the new rows spliced in as input 
 (``inputs_embeds``, times the embedding's own ``embed_scale`` where it has one, Gemma) and as
 extra output columns; the prefix of every context is computed once and its key/value cache
 repeated for the strategies, which run together (:func:`new_token_hiddens`). Sequences run in
-chunks of similar length (:func:`_length_chunks`), so little padding is computed. Bits per byte runs each held-out text
-through the original model once; only the texts that hold a new term run again, once per strategy,
-and the old head's share of every softmax is computed once per hidden state (:func:`_nll_with_new`).
+chunks of similar length (:func:`_length_chunks`), so little padding is computed. Bits per byte
+runs each held-out text through the original model once; only the texts that hold a new term run
+again, all strategies together, and the old head's share of every softmax is computed once per
+hidden state (:func:`_nll_with_new`).
 """
 
 from __future__ import annotations
@@ -272,9 +273,8 @@ def fidelity(lm, ctxs: Sequence["TermContext"], rows: dict[str, "torch.Tensor"],
         offs.extend(k for _, k in positions(chunk))
         with torch.no_grad():
             hidden = new_token_hiddens(p, cache, mask, lengths, chunk, list(rows.values()))
-        for name, h in zip(rows, hidden):
-            with torch.no_grad():
-                logq = log_probs(p, h)
+            logqs = [log_probs(p, h) for h in hidden]
+        for name, logq in zip(rows, logqs):
             kl, top = kl_top1(logp, logq)
             kls[name].append(kl)
             agree[name].append(top)

@@ -308,9 +308,9 @@ def fastest_threads():
     0.95 s with 1 (120 probe ops: 1.56 s against 0.10 s), while on an idle machine more threads
     are faster.
     The probe (:data:`PROBE_REPEATS` runs per count, the fastest kept) costs ~60 ms per count on
-    an idle machine and ~1 s at worst. The risk is
-    lopsided (a wrong "many" can cost 10×, a wrong "one" at most the core count), so more
-    threads are kept only when they run it :data:`PROBE_GAIN` times faster. Results do not
+    an idle machine and ~1 s at worst. The risk is lopsided (a wrong "many" can cost 10×, a wrong
+    "one" at most the core count), so more threads are kept only when they run it
+    :data:`PROBE_GAIN` times faster. Results do not
     depend on the choice beyond float rounding (the verdicts and figures were the same).
     """
     import torch
