@@ -79,6 +79,8 @@ class Layout:
     unplaced: int = 0
     #: why the map is missing or what limited it (null: nothing to say)
     note: str | None = None
+    #: peak RSS of the process that laid it out (bytes; 0 when laid out in the caller's process)
+    peak_rss: int = 0
 
     def record(self) -> dict:
         """JSON-able summary (no arrays)."""
@@ -86,7 +88,7 @@ class Layout:
                 "neighbor_preservation": None if self.preservation != self.preservation
                 else round(self.preservation, 4), "preservation_rows": self.preservation_rows,
                 "missing_edges": self.missing_edges, "placed_by_neighbours": self.placed_by_neighbours,
-                "unplaced": self.unplaced, "note": self.note}
+                "unplaced": self.unplaced, "note": self.note, "peak_rss": self.peak_rss}
 
 
 def neighbor_preservation(neighbors: np.ndarray, xy: np.ndarray, *, sample: int = PRESERVE_SAMPLE,
@@ -237,7 +239,14 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
 def _layout_child(conn, neighbors, sims, seed, n_epochs):
     """Entry point of :class:`LayoutJob`'s process: lay out, send the :class:`Layout` (or the error)."""
     try:
-        conn.send(("ok", umap_layout(neighbors, sims, seed=seed, n_epochs=n_epochs)))
+        lay = umap_layout(neighbors, sims, seed=seed, n_epochs=n_epochs)
+        try:
+            import resource
+
+            lay.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        except ImportError:  # pragma: no cover - not a Unix
+            pass
+        conn.send(("ok", lay))
     except BaseException as exc:  # noqa: BLE001 - the parent decides what a failed map means
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:

@@ -310,6 +310,9 @@ class LayoutRecord(Record):
     unplaced: int = 0
     #: why there is no map or what limited it; null when nothing to say
     note: str | None = None
+    #: peak RSS of the process that laid the map out, bytes (it runs beside the audit's own);
+    #: 0 when laid out in the audit's process
+    peak_rss: int = 0
 
 
 @dataclass
