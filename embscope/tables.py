@@ -24,10 +24,11 @@ def row_norms(matrix) -> "Any":
     """
     import torch
 
+    from embscope.allocator import converted_blocks
+
     out = torch.empty(matrix.shape[0], dtype=torch.float32)
-    for start in range(0, matrix.shape[0], CHUNK_ROWS):
-        block = matrix[start:start + CHUNK_ROWS].float()
-        out[start:start + CHUNK_ROWS] = torch.linalg.vector_norm(block, dim=1).cpu()
+    for start, block in converted_blocks(matrix, CHUNK_ROWS):
+        out[start:start + block.shape[0]] = torch.linalg.vector_norm(block, dim=1).cpu()
     return out.numpy()
 
 

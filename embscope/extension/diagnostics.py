@@ -231,14 +231,15 @@ def _nearest_pass(matrix, trained, q, k, norms, dtype):
     untrained rows masked, a running top-k per query."""
     import torch
 
+    from embscope.allocator import converted_blocks
+
     qd = q.to(dtype)
     best_s = torch.full((q.shape[0], 0), -2.0)
     best_i = torch.zeros((q.shape[0], 0), dtype=torch.long)
-    for s in range(0, matrix.shape[0], NEAREST_CHUNK):
-        block = matrix[s:s + NEAREST_CHUNK]
+    for s, block in converted_blocks(matrix, NEAREST_CHUNK, dtype):
         nb = norms[s:s + NEAREST_CHUNK] if norms is not None else \
             torch.linalg.vector_norm(block.float(), dim=1)
-        sims = (qd @ block.to(dtype).T).float() / nb.clamp_min(1e-12)          # (n, c)
+        sims = (qd @ block.T).float() / nb.clamp_min(1e-12)                    # (n, c)
         sims[:, ~trained[s:s + NEAREST_CHUNK]] = -2.0
         kk = min(k, sims.shape[1])
         v, i = sims.topk(kk, dim=1)
