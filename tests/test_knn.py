@@ -261,6 +261,16 @@ def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
     assert again.record()["neighbor_preservation"] == rec["neighbor_preservation"]
 
 
+def test_a_failed_map_process_is_a_note_not_an_error():
+    from embscope.geometry.layout import LayoutJob
+
+    nb = np.tile(np.arange(1, 11), (50, 1)) % 50
+    lay = LayoutJob(nb, np.ones((50, 9), np.float32)).result()   # similarities of the wrong shape
+    assert lay.note.startswith("no map:") and np.isnan(lay.x).all() and lay.record()["unplaced"] == 50
+    job = LayoutJob(nb, np.ones((50, 10), np.float32))
+    job.cancel()                                                   # a failed run ends the process
+
+
 def test_umap_kernels_are_cached_on_disk():
     """umap-learn's numba functions get numba's on-disk cache, so a new process loads them."""
     import umap.layouts

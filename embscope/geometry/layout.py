@@ -25,8 +25,8 @@ when it finds fewer than k) is handed to UMAP as "no edge" (id −1 at the large
 mean of its placed neighbours, or left out of the map (NaN, which the report skips) when it has
 none; and preservation is measured on the placed rows and their real neighbours.
 
-:class:`LayoutJob` runs the same layout in a separate process (spawned, so nothing of the parent's
-threads is inherited), started as soon as the graph exists: it is single-threaded, so on a
+:class:`LayoutJob` runs the same layout in a separate process (a fresh interpreter, so nothing of the
+caller's threads or script is inherited), started as soon as the graph exists: it is single-threaded, so on a
 two-core machine it takes the core that the rest of the run (tokenisation, the corpus passes, small
 forward passes) leaves idle, and its result is collected when the tables are written.
 """
@@ -236,70 +236,97 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
                   placed_by_neighbours=placed, unplaced=left)
 
 
-def _layout_child(conn, neighbors, sims, seed, n_epochs):
-    """Entry point of :class:`LayoutJob`'s process: lay out, send the :class:`Layout` (or the error)."""
+def _layout_child(folder: str) -> int:
+    """``python -m embscope.geometry.layout FOLDER``: :class:`LayoutJob`'s process. Reads
+    ``graph.npz`` (neighbours, similarities, seed, epochs) from FOLDER, writes ``xy.npy`` and
+    ``record.json`` (the :class:`Layout` less its arrays, or ``{"error": …}``)."""
+    import json
+    from pathlib import Path
+
+    out = Path(folder)
     try:
-        lay = umap_layout(neighbors, sims, seed=seed, n_epochs=n_epochs)
+        with np.load(out / "graph.npz", allow_pickle=False) as z:
+            epochs = int(z["n_epochs"])
+            lay = umap_layout(z["neighbors"], z["sims"], seed=int(z["seed"]), n_epochs=epochs if epochs > 0 else None)
         try:
             import resource
 
             lay.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
         except ImportError:  # pragma: no cover - not a Unix
             pass
-        conn.send(("ok", lay))
+        np.save(out / "xy.npy", np.stack([lay.x, lay.y], axis=1), allow_pickle=False)
+        fields = {k: v for k, v in vars(lay).items() if k not in ("x", "y")}
+        (out / "record.json").write_text(json.dumps(fields), encoding="utf-8")
     except BaseException as exc:  # noqa: BLE001 - the parent decides what a failed map means
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
+        (out / "record.json").write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), encoding="utf-8")
+        return 1
+    return 0
 
 
 class LayoutJob:
-    """:func:`umap_layout` of one graph in a spawned process, started now; :meth:`result` waits.
+    """:func:`umap_layout` of one graph in a separate process, started now; :meth:`result` waits.
 
+    The process is ``python -m embscope.geometry.layout`` on a private temporary folder that holds
+    the graph and, at the end, the coordinates (NumPy files, no pickle); it imports nothing of the
+    caller's script (a ``multiprocessing`` spawn would re-run an unguarded one).
     ``EMBSCOPE_LAYOUT_PROCESS=0`` (or a process that cannot start) lays it out in this process
-    when the result is asked for. The child is a daemon: it ends with this process, and
-    :meth:`cancel` ends it sooner.
+    when the result is asked for; :meth:`cancel` ends the process.
     """
 
     def __init__(self, neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0, n_epochs: int | None = None):
         import os
 
         self._args = (np.ascontiguousarray(neighbors), np.ascontiguousarray(sims, dtype=np.float32), seed, n_epochs)
-        self._proc = self._conn = None
+        self._proc = self._dir = None
         self.started = time.perf_counter()
         if os.environ.get("EMBSCOPE_LAYOUT_PROCESS", "1") == "0":
             return
         try:
-            import multiprocessing as mp
+            import subprocess
+            import sys
+            import tempfile
+            from pathlib import Path
 
-            ctx = mp.get_context("spawn")
-            self._conn, child = ctx.Pipe(duplex=False)
-            self._proc = ctx.Process(target=_layout_child, args=(child, *self._args), daemon=True,
-                                     name="embscope-layout")
-            self._proc.start()
-            child.close()
+            self._dir = tempfile.TemporaryDirectory(prefix="embscope-layout-")
+            np.savez(Path(self._dir.name) / "graph.npz", neighbors=self._args[0], sims=self._args[1],
+                     seed=np.int64(seed), n_epochs=np.int64(n_epochs or 0))
+            root = str(Path(__file__).resolve().parents[2])  # the folder holding this embscope
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+            with open(Path(self._dir.name) / "stderr.txt", "wb") as log:  # a file: a pipe could fill
+                self._proc = subprocess.Popen([sys.executable, "-m", "embscope.geometry.layout", self._dir.name],
+                                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                              stderr=log)
         except Exception:  # noqa: BLE001 - no process: lay it out here when asked
-            self._proc = self._conn = None
+            self._proc = None
 
     def result(self) -> Layout:
         """The layout (waiting for the process); a failure is a :class:`Layout` of NaN with a note."""
-        status, value = "error", "the layout process ended without a result"
+        import json
+        from pathlib import Path
+
+        value = "the layout process ended without a result"
         if self._proc is not None:
+            folder = Path(self._dir.name)
             try:
-                status, value = self._conn.recv()
-            except (EOFError, OSError):
-                pass
+                code = self._proc.wait()
+                if not (folder / "record.json").is_file():
+                    tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip()
+                    raise ValueError(f"exit {code}: {tail.splitlines()[-1] if tail else 'no message'}")
+                rec = json.loads((folder / "record.json").read_text(encoding="utf-8"))
+                if "error" in rec:
+                    value = rec["error"]
+                else:
+                    xy = np.load(folder / "xy.npy", allow_pickle=False)
+                    return Layout(x=xy[:, 0].copy(), y=xy[:, 1].copy(), **rec)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                value = f"{value} ({type(exc).__name__}: {exc})"
             finally:
-                self._proc.join()
-                self._conn.close()
+                self._dir.cleanup()
         else:
             try:
-                status, value = "ok", umap_layout(self._args[0], self._args[1], seed=self._args[2],
-                                                  n_epochs=self._args[3])
+                return umap_layout(self._args[0], self._args[1], seed=self._args[2], n_epochs=self._args[3])
             except Exception as exc:  # noqa: BLE001 - the map is a picture: its failure is a note
                 value = f"{type(exc).__name__}: {exc}"
-        if status == "ok":
-            return value
         n = len(self._args[0])
         nan = np.full(n, np.nan, np.float32)
         return Layout(x=nan, y=nan.copy(), seconds=time.perf_counter() - self.started, n_epochs=0,
@@ -307,6 +334,14 @@ class LayoutJob:
 
     def cancel(self) -> None:
         """End the process without waiting for its result."""
-        if self._proc is not None and self._proc.is_alive():
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
-            self._proc.join()
+            self._proc.wait()
+        if self._dir is not None:
+            self._dir.cleanup()
+
+
+if __name__ == "__main__":  # LayoutJob's process
+    import sys
+
+    sys.exit(_layout_child(sys.argv[1]))
