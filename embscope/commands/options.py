@@ -50,6 +50,16 @@ class DataFormat(str, enum.Enum):
     alpaca = "alpaca"
     prompt_completion = "prompt-completion"
     text = "text"
+    preference = "preference"
+    kto = "kto"
+
+
+class TrainerKind(str, enum.Enum):
+    trl = "trl"
+    transformers = "transformers"
+    unsloth = "unsloth"
+    axolotl = "axolotl"
+    llamafactory = "llamafactory"
 
 
 # ------------------------------------------------------------------ run options, declared once
@@ -124,6 +134,10 @@ RUN_OPTS: dict[str, RunOpt] = {
     "max_length": RunOpt("max_length", Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the model's context)")]),
     "chat_template": RunOpt("chat_template", Annotated[Optional[Path], typer.Option("--chat-template", help="render the training data with this template file (.jinja) instead of the model's own")],
                             to_field=lambda p: str(p) if p is not None else None),
+    "trainer": RunOpt("trainer", Annotated[TrainerKind, typer.Option("--trainer", help="the trainer whose input ids, labels and loss mask to check: trl (default: TRL's SFT/DPO/KTO trainers, the most used; Unsloth builds on them), transformers (Trainer + DataCollatorForLanguageModeling: masks the pad id in the labels), unsloth, axolotl, llamafactory; see docs/trainers.md")],
+                      to_field=lambda t: t.value, from_field=TrainerKind),
+    "pad_token": RunOpt("pad_token", Annotated[Optional[str], typer.Option("--pad-token", help="the pad token you will set (tokenizer.pad_token); default: the one the trainer picks")]),
+    "split": RunOpt("split", Annotated[Optional[str], typer.Option("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
     "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
     # the bounds of docs/limits.md
     "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram); repeat for several; see docs/limits.md")],
@@ -136,7 +150,7 @@ SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "ve
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
-CHECK = ("format", "max_length", "chat_template")
+CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "split")
 
 
 def run_options(*names: str) -> Callable:

@@ -1,0 +1,445 @@
+"""One training record → the example a trainer makes of it, for every record shape trainers read.
+
+Each record is a JSON object; its shape is detected on its own, first that applies
+(:data:`FORMATS`):
+
+=====================  ==========================================================================
+``preference``         ``chosen`` + ``rejected``: TRL's preference data (``prompt`` explicit or
+                       implicit, strings or conversational message lists; TRL ``extract_prompt``
+                       takes the common start of an implicit one), LLaMA-Factory's ShareGPT
+                       pairs (``conversations`` + ``chosen``/``rejected`` turns), its Alpaca pairs
+                       (``instruction``/``input`` + ``chosen``/``rejected`` strings) and its v1
+                       ``chosen_messages``/``rejected_messages``
+``kto``                unpaired preference: TRL's ``prompt`` + ``completion`` + a boolean
+                       ``label``; LLaMA-Factory's ShareGPT ``conversations`` + ``kto_tag``
+``messages``           ``{"messages": [{"role", "content"}, …]}``: HF chat data, TRL's SFT data,
+                       OpenAI fine-tuning files; ``content`` a string or typed parts
+                       (``{"type": "text", "text": …}``, given to the template as they are);
+                       assistant ``tool_calls``, ``tool`` turns, ``reasoning_content``; a ``tools``
+                       list (or JSON string) for the template. LLaMA-Factory v1 parts
+                       (``{"type": "text"|"reasoning"|"tool_call", "value": …}``) become what its
+                       renderer hands the template (``v1/core/rendering/format.py``
+                       ``_to_hf_messages``): text joined, ``reasoning_content``, ``tool_calls``
+``sharegpt``           ``{"conversations": [{"from", "value"}, …]}``: human/user → ``user``,
+                       gpt/assistant/model → ``assistant``, ``function_call`` → an assistant turn
+                       with ``tool_calls`` (its value a JSON ``{"name", "arguments"}`` or a list of
+                       them), ``observation``/tool/function → ``tool``; ``system`` and ``tools``
+                       fields (LLaMA-Factory ``data/README.md``)
+``prompt-completion``  ``{"prompt", "completion"}``: strings, or TRL's conversational lists
+``alpaca``             ``{"instruction", "input"?, "output", "system"?}``: one user turn
+                       ``instruction`` + ``"\\n"`` + ``input`` (as LLaMA-Factory joins them), one
+                       assistant turn ``output``
+``text``               ``{"text": …}`` (``--text-field``): plain text
+=====================  ==========================================================================
+
+An example has a ``kind``: ``lm`` (a conversation or a text the whole of which is the sequence),
+``prompt-completion`` (a prompt and its completion), ``preference`` (a prompt, a chosen and a
+rejected completion: two sequences) or ``unpaired`` (KTO: a prompt, a completion and whether it is
+desirable). A record that fits no shape raises :class:`Reject` with the reason; the fields a shape
+does not read are returned so that the reader can count them (``ignored-fields``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: record shapes, in detection order
+FORMATS = ("preference", "kto", "messages", "sharegpt", "prompt-completion", "alpaca", "text")
+#: ShareGPT ``from`` → chat role (``function_call`` is handled on its own: a tool call)
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "model": "assistant", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
+                  "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
+                  "function_call": "assistant"}
+#: record fields a trainer may carry beside the data that no shape reads on purpose
+#: (TRL reads ``chat_template_kwargs`` per example and passes them to the template)
+TEMPLATE_KWARGS = "chat_template_kwargs"
+#: fields each shape reads (anything else is counted as ignored)
+READ_FIELDS = {
+    "preference": {"prompt", "chosen", "rejected", "conversations", "system", "tools", "instruction", "input",
+                   "chosen_messages", "rejected_messages", "messages", TEMPLATE_KWARGS},
+    "kto": {"prompt", "completion", "label", "conversations", "system", "tools", "kto_tag", TEMPLATE_KWARGS},
+    "messages": {"messages", "tools", TEMPLATE_KWARGS},
+    "sharegpt": {"conversations", "system", "tools", TEMPLATE_KWARGS},
+    "prompt-completion": {"prompt", "completion", "tools", TEMPLATE_KWARGS},
+    "alpaca": {"instruction", "input", "output", "system", "history", TEMPLATE_KWARGS},
+    "text": set(),
+}
+#: typed parts of LLaMA-Factory v1 messages
+V1_PART_TYPES = ("text", "reasoning", "tool_call", "image_url", "video_url", "audio_url")
+
+
+class Reject(ValueError):
+    """A record that does not fit the shape; ``str()`` is the reason."""
+
+
+@dataclass
+class Example:
+    """One training example, as the trainer will see it."""
+
+    #: position of the record in the data, 0-based, in reading order (rejected records count too)
+    index: int
+    #: the shape it was read as (:data:`FORMATS`)
+    format: str
+    #: lm, prompt-completion, preference or unpaired (see the module docstring)
+    kind: str = "lm"
+    #: the conversation of an ``lm`` example (``None`` for plain text)
+    messages: list[dict[str, Any]] | None = None
+    #: the text of an ``lm`` example (``None`` for conversations)
+    text: str | None = None
+    #: the prompt (prompt-completion, preference, unpaired): a string or a list of messages
+    prompt: Any = None
+    #: the completion (prompt-completion, unpaired)
+    completion: Any = None
+    #: the chosen and rejected completions (preference)
+    chosen: Any = None
+    rejected: Any = None
+    #: KTO: whether the completion is desirable
+    label: bool | None = None
+    #: tool definitions handed to the template (``tools=``), as transformers and TRL pass them
+    tools: list | None = None
+    #: extra template variables (TRL's per-example ``chat_template_kwargs``)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the split it came from (``train``, ``test``, …; None for data without splits)
+    split: str | None = None
+    #: ShareGPT turns as TRL's ``maybe_convert_to_chatml`` leaves them (``from`` → ``role`` and
+    #: ``value`` → ``content``, the values as they are; no ``system`` field): None for other shapes
+    raw_turns: list[dict[str, Any]] | None = None
+
+    @property
+    def conversational(self) -> bool:
+        """Whether the example goes through the chat template."""
+        if self.kind == "lm":
+            return self.messages is not None
+        part = self.prompt if self.kind != "preference" or self.prompt else self.chosen
+        return isinstance(part, list)
+
+    @property
+    def messages_list(self) -> list[dict[str, Any]] | None:
+        """Backward-compatible view: the whole conversation of an ``lm`` or conversational
+        prompt-completion example (prompt + completion)."""
+        if self.kind == "lm":
+            return self.messages
+        if self.kind in ("prompt-completion", "unpaired") and isinstance(self.prompt, list):
+            return self.prompt + self.completion
+        return None
+
+
+# ------------------------------------------------------------------ messages and their contents
+
+
+def _v1_message(m: dict, key: str) -> dict[str, Any]:
+    """A LLaMA-Factory v1 message (content: typed parts with ``value``) → the message its renderer
+    gives the template (non-multimodal: text parts joined, ``reasoning_content``, ``tool_calls``)."""
+    text, reasoning, calls = "", "", []
+    for p in m["content"]:
+        kind, value = p.get("type"), p.get("value")
+        if kind not in V1_PART_TYPES:
+            raise Reject(f"{key}: unknown part type {str(kind)[:20]!r}")
+        if not isinstance(value, str):
+            if kind in ("text", "reasoning", "tool_call"):
+                raise Reject(f"{key}: a {kind} part whose value is not a string")
+            raise Reject(f"{key}: a {kind} part (images, video and audio are not checked)")
+        if kind == "text":
+            text += value
+        elif kind == "reasoning":
+            reasoning += value
+        elif kind == "tool_call":
+            calls += _tool_calls(value, key)
+        else:
+            raise Reject(f"{key}: a {kind} part (images, video and audio are not checked)")
+    out = {k: v for k, v in m.items() if k not in ("content",)}
+    out["content"] = text
+    if calls:
+        out["tool_calls"] = calls
+    if reasoning:
+        out["reasoning_content"] = reasoning
+    return out
+
+
+def _is_v1(content) -> bool:
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(p, dict) and "value" in p and "text" not in p for p in content)
+
+
+def _content(value, where: str):
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        for p in value:
+            if p.get("type", "text") == "text" and not isinstance(p.get("text"), str):
+                raise Reject(f"{where}: a text part without a text string")
+        return value
+    if value is None:
+        raise Reject(f"{where}: no content")
+    raise Reject(f"{where}: content is neither a string nor a list of typed parts")
+
+
+def _tool_calls(value, where: str) -> list[dict[str, Any]]:
+    """A JSON tool call (``{"name", "arguments"}``) or a list of them → OpenAI ``tool_calls``."""
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except (ValueError, RecursionError):
+        raise Reject(f"{where}: a tool call that is not JSON") from None
+    calls = calls if isinstance(calls, list) else [calls]
+    out = []
+    for c in calls:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or "arguments" not in c:
+            raise Reject(f"{where}: a tool call without a name and arguments")
+        out.append({"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}})
+    return out
+
+
+def messages(value, key: str) -> list[dict[str, Any]]:
+    """A list of chat messages, checked (role, content or tool calls), v1 parts converted."""
+    if not isinstance(value, list) or not value:
+        raise Reject(f"{key} is not a non-empty list")
+    out = []
+    for m in value:
+        if not isinstance(m, dict):
+            raise Reject(f"{key}: a message is not an object")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise Reject(f"{key}: a message without a role")
+        if _is_v1(m.get("content")):
+            out.append(_v1_message(m, key))
+            continue
+        msg = dict(m)
+        calls = m.get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            raise Reject(f"{key}: tool_calls is not a list of objects")
+        if m.get("content") is not None or not calls:
+            msg["content"] = _content(m.get("content"), key)
+        rc = m.get("reasoning_content")
+        if rc is not None and not isinstance(rc, str):
+            raise Reject(f"{key}: reasoning_content is not a string")
+        out.append(msg)
+    return out
+
+
+def tools(value) -> list | None:
+    """A ``tools`` field: a list of tool definitions, or a JSON string of one (LLaMA-Factory,
+    TRL ``json.loads`` it); an empty one is None (transformers then renders no tool block)."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise Reject("tools is a string but not JSON") from None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise Reject("tools is not a list of tool definitions")
+    return value or None
+
+
+def sharegpt_turn(t, where: str) -> tuple[dict[str, Any], str]:
+    """One ShareGPT turn → (message, its ``from``)."""
+    if not isinstance(t, dict):
+        raise Reject(f"{where}: a turn is not an object")
+    who = t.get("from", t.get("role"))
+    role = SHAREGPT_ROLES.get(who.lower()) if isinstance(who, str) else None
+    if role is None:
+        raise Reject(f"{where}: unknown ShareGPT role {str(who)[:20]!r}")
+    value = t.get("value", t.get("content"))
+    if not isinstance(value, str):
+        raise Reject(f"{where}: a turn's value is not a string")
+    if who.lower() == "function_call":
+        return {"role": "assistant", "content": None, "tool_calls": _tool_calls(value, where)}, who
+    return {"role": role, "content": value}, who
+
+
+def sharegpt(rec: dict) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``conversations`` (+ ``system``) → messages, and the turns as TRL converts them."""
+    turns = rec["conversations"]
+    if not isinstance(turns, list) or not turns:
+        raise Reject("conversations is not a non-empty list")
+    out, raw = [], []
+    system = rec.get("system")
+    if isinstance(system, str) and system:
+        out.append({"role": "system", "content": system})
+    for t in turns:
+        msg, who = sharegpt_turn(t, "conversations")
+        out.append(msg)
+        raw.append({"role": who, "content": t.get("value", t.get("content"))})
+    return out, raw
+
+
+def alpaca_prompt(rec: dict) -> list[dict[str, Any]]:
+    ins, inp = rec.get("instruction"), rec.get("input") or ""
+    if not isinstance(ins, str) or not isinstance(inp, str):
+        raise Reject("alpaca: instruction or input is not a string")
+    msgs = []
+    if isinstance(rec.get("system"), str) and rec["system"]:
+        msgs.append({"role": "system", "content": rec["system"]})
+    msgs.append({"role": "user", "content": ins + ("\n" + inp if inp else "")})
+    return msgs
+
+
+def alpaca(rec: dict) -> list[dict[str, Any]]:
+    outp = rec.get("output")
+    if not isinstance(outp, str):
+        raise Reject("alpaca: output is not a string")
+    return [*alpaca_prompt(rec), {"role": "assistant", "content": outp}]
+
+
+# ------------------------------------------------------------------ preference and KTO
+
+
+def common_prompt(chosen, rejected):
+    """TRL's ``extract_prompt`` (``trl/data_utils.py``): the longest common start of the chosen and
+    rejected completions (messages, or characters, a space before the split going with the
+    completions). Returns ``(prompt, chosen, rejected)``.
+
+    >>> common_prompt("Q: sky? A: blue", "Q: sky? A: green")
+    ('Q: sky? A:', ' blue', ' green')
+    """
+    idx = 0
+    n = min(len(chosen), len(rejected))
+    while idx < n and chosen[idx] == rejected[idx]:
+        idx += 1
+    if idx < n and idx > 0 and chosen[idx - 1] == " ":
+        idx -= 1
+    return chosen[:idx], chosen[idx:], rejected[idx:]
+
+
+def _side(value, key: str):
+    """A completion: a string, a list of messages, or one ShareGPT / chat turn (LLaMA-Factory)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if "from" in value:
+            return [sharegpt_turn(value, key)[0]]
+        return messages([value], key)
+    return messages(value, key)
+
+
+def preference(rec: dict) -> Example:
+    kw: dict[str, Any] = {"tools": tools(rec.get("tools"))}
+    if "chosen_messages" in rec:
+        c, r = messages(rec["chosen_messages"], "chosen_messages"), messages(rec.get("rejected_messages"), "rejected_messages")
+        p, c, r = common_prompt(c, r)
+        return Example(0, "preference", "preference", prompt=p, chosen=c, rejected=r, **kw)
+    if "conversations" in rec:
+        prompt, whos = sharegpt(rec)
+        return Example(0, "preference", "preference", prompt=prompt, chosen=_side(rec["chosen"], "chosen"),
+                       rejected=_side(rec["rejected"], "rejected"), raw_turns=whos, **kw)
+    if "instruction" in rec:
+        ch, rj = rec["chosen"], rec["rejected"]
+        if not isinstance(ch, str) or not isinstance(rj, str):
+            raise Reject("preference: alpaca chosen and rejected must be strings")
+        return Example(0, "preference", "preference", prompt=alpaca_prompt(rec),
+                       chosen=[{"role": "assistant", "content": ch}], rejected=[{"role": "assistant", "content": rj}],
+                       **kw)
+    chosen, rejected = _side(rec["chosen"], "chosen"), _side(rec["rejected"], "rejected")
+    if isinstance(chosen, str) != isinstance(rejected, str):
+        raise Reject("preference: chosen and rejected must both be strings or both lists of messages")
+    prompt = rec.get("prompt")
+    if prompt is None:
+        prompt, chosen, rejected = common_prompt(chosen, rejected)
+        if not prompt:
+            raise Reject("preference: no prompt, and chosen and rejected share no start (implicit prompt)")
+    else:
+        prompt = prompt if isinstance(prompt, str) else messages(prompt, "prompt")
+        if isinstance(prompt, str) != isinstance(chosen, str):
+            raise Reject("preference: prompt and completions must both be strings or both lists of messages")
+    if not chosen or not rejected:
+        raise Reject("preference: an empty chosen or rejected completion")
+    return Example(0, "preference", "preference", prompt=prompt, chosen=chosen, rejected=rejected, **kw)
+
+
+def kto(rec: dict) -> Example:
+    kw: dict[str, Any] = {"tools": tools(rec.get("tools"))}
+    if "kto_tag" in rec:
+        tag = rec["kto_tag"]
+        if not isinstance(tag, bool):
+            raise Reject("kto: kto_tag is not true or false")
+        conv, whos = sharegpt(rec) if "conversations" in rec else (messages(rec.get("messages"), "messages"), None)
+        if len(conv) < 2:
+            raise Reject("kto: a conversation needs a prompt and a response")
+        return Example(0, "kto", "unpaired", prompt=conv[:-1], completion=conv[-1:], label=tag,
+                       raw_turns=whos, **kw)
+    label = rec["label"]
+    if not isinstance(label, bool):
+        raise Reject("kto: label is not true or false")
+    p, c = rec["prompt"], rec["completion"]
+    if isinstance(p, str) and isinstance(c, str):
+        return Example(0, "kto", "unpaired", prompt=p, completion=c, label=label, **kw)
+    if isinstance(p, list) and isinstance(c, list):
+        return Example(0, "kto", "unpaired", prompt=messages(p, "prompt"), completion=messages(c, "completion"),
+                       label=label, **kw)
+    raise Reject("kto: prompt and completion must both be strings or both lists of messages")
+
+
+# ------------------------------------------------------------------ detection
+
+
+def detect(rec: dict, text_field: str = "text") -> str | None:
+    """The shape of one record (:data:`FORMATS`), or None when it fits none."""
+    if ("chosen" in rec and "rejected" in rec) or "chosen_messages" in rec:
+        return "preference"
+    if "kto_tag" in rec or ("label" in rec and "completion" in rec and "prompt" in rec
+                            and isinstance(rec["label"], bool)):
+        return "kto"
+    if "messages" in rec:
+        return "messages"
+    if "conversations" in rec:
+        return "sharegpt"
+    if "prompt" in rec and "completion" in rec:
+        return "prompt-completion"
+    if "instruction" in rec and "output" in rec:
+        return "alpaca"
+    if text_field in rec:
+        return "text"
+    return None
+
+
+def to_example(rec: Any, index: int, fmt: str | None = None, text_field: str = "text") -> tuple[Example, list[str]]:
+    """The example a record stands for and the record fields its shape did not read; raises
+    :class:`Reject` with the reason when it fits none."""
+    if not isinstance(rec, dict):
+        raise Reject("the record is not an object")
+    found = detect(rec, text_field)
+    if fmt is not None and found != fmt:
+        raise Reject(f"not {fmt}" + (f" (looks like {found})" if found else ""))
+    if found is None:
+        keys = ", ".join(sorted(map(str, rec))[:6])
+        raise Reject(f"no known fields (keys: {keys})" if keys else "an empty object")
+    kwargs = rec.get(TEMPLATE_KWARGS)
+    kwargs = {str(k): v for k, v in kwargs.items()} if isinstance(kwargs, dict) else {}
+    if found == "preference":
+        ex = preference(rec)
+    elif found == "kto":
+        ex = kto(rec)
+    elif found == "messages":
+        ex = Example(0, found, messages=messages(rec["messages"], "messages"), tools=tools(rec.get("tools")))
+    elif found == "sharegpt":
+        msgs, whos = sharegpt(rec)
+        ex = Example(0, found, messages=msgs, tools=tools(rec.get("tools")), raw_turns=whos)
+    elif found == "alpaca":
+        if rec.get("history"):
+            raise Reject("alpaca: a history field (earlier turns) is not read; convert to messages")
+        ex = Example(0, found, messages=alpaca(rec))
+    elif found == "prompt-completion":
+        p, c = rec["prompt"], rec["completion"]
+        kw = {"tools": tools(rec.get("tools"))}
+        if isinstance(p, str) and isinstance(c, str):
+            ex = Example(0, found, "prompt-completion", prompt=p, completion=c, **kw)
+        elif isinstance(p, list) and isinstance(c, list):
+            ex = Example(0, found, "prompt-completion", prompt=messages(p, "prompt"),
+                         completion=messages(c, "completion"), **kw)
+        else:
+            raise Reject("prompt-completion: prompt and completion must both be strings or both lists of messages")
+    else:
+        text = rec[text_field]
+        if not isinstance(text, str):
+            raise Reject("text: the text field is not a string")
+        if not text.strip():
+            raise Reject("text: empty")
+        ex = Example(0, found, text=text)
+    ex.index = index
+    ex.template_kwargs = kwargs
+    read = READ_FIELDS[found] | ({text_field} if found == "text" else set())
+    return ex, [k for k in rec if k not in read]
