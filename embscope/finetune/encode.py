@@ -91,6 +91,7 @@ class Encoded:
     #: ShareGPT role names TRL hands the template as they are → examples
     raw_roles: Counter = field(default_factory=Counter)
     raw_roles_examples: list[int] = field(default_factory=list)
+    raw_roles_n: int = 0
     #: sequences cut at the length limit, and examples left with no loss position by the cut
     truncated: int = 0
     unlabelled: int = 0
@@ -127,7 +128,7 @@ class Encoded:
     def merge(self, other: "Encoded") -> "Encoded":
         """This pass followed by ``other`` (later examples): exact, order-aware."""
         for name in ("examples", "conversations", "sequences", "rendered", "tokens", "bytes", "not_prefix",
-                     "truncated", "unlabelled", "pad_masked"):
+                     "truncated", "unlabelled", "pad_masked", "raw_roles_n"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("counts", "label_counts", "example_counts"):
             a, b = getattr(self, name), getattr(other, name)
@@ -251,6 +252,7 @@ def encode_batch(examples: Sequence["Example"], ctx: "Context", watch: np.ndarra
     enc.untemplated += built.untemplated
     enc.not_prefix += len(built.not_prefix)
     _keep(enc.not_prefix_examples, built.not_prefix)
+    enc.raw_roles_n += len(built.raw_roles)
     for i, roles in built.raw_roles.items():
         enc.raw_roles.update(roles)
         _keep(enc.raw_roles_examples, [i])

@@ -339,7 +339,7 @@ def _pad_rules(f: Facts, trainer: "Trainer", add, eos: int | None, counts) -> No
         else:
             add("pad-is-eos", "info",
                 f"PAD is the EOS ({pad.how}: {pad.token!r} = eos); harmless under {trainer.name}: its collator pads "
-                f"the labels with -100 by position, so the {eos_label} EOS label positions stay in the loss",
+                "the labels with -100 by position, so the EOS label positions stay in the loss",
                 [pad.id], eos_label, (), trainer.pad_fix)
         return
     if trainer.masks_pad_by_id and enc.pad_masked:
@@ -397,9 +397,8 @@ def _template_rules(f: Facts, trainer: "Trainer", add) -> None:
     if enc.raw_roles:
         names = ", ".join(f"{r!r}" for r, _ in enc.raw_roles.most_common(4))
         add("unmapped-roles", "warning",
-            f"{len(enc.raw_roles_examples) if len(enc.raw_roles_examples) < 5 else 'many'} ShareGPT conversation(s) "
-            f"reach the template with roles {names}: {trainer.name} renames from/value to role/content but keeps "
-            "the values", (), sum(enc.raw_roles.values()), enc.raw_roles_examples,
+            f"{enc.raw_roles_n} ShareGPT conversation(s) reach the template with roles {names}: {trainer.name} "
+            "renames from/value to role/content but keeps the values", (), enc.raw_roles_n, enc.raw_roles_examples,
             "map the roles to user/assistant first (human → user, gpt → assistant), or convert to messages")
 
 
@@ -439,17 +438,22 @@ def merge_splits(per_split: dict[str, list[Finding]]) -> list[Finding]:
     names = list(per_split)
     key = lambda x: (x.code, x.severity, x.message, tuple(x.ids))  # noqa: E731
     common = set.intersection(*({key(x) for x in v} for v in per_split.values())) if names else set()
-    out, seen = [], set()
+    out, seen = [], {}
     for name in names:
         for x in per_split[name]:
             k = key(x)
-            if k in common:
-                if k not in seen:
-                    seen.add(k)
-                    x.split = None
-                    out.append(x)
-            else:
+            if k not in common:
                 out.append(x)
+            elif k not in seen:  # the first split's copy stands for all: counts summed, examples joined
+                seen[k] = x
+                x.split = None
+                out.append(x)
+            else:
+                first = seen[k]
+                first.count += x.count
+                first.input_counts = [a + b for a, b in zip(first.input_counts, x.input_counts)]
+                first.label_counts = [a + b for a, b in zip(first.label_counts, x.label_counts)]
+                first.examples = sorted(set(first.examples) | set(x.examples))[:5]
     out.sort(key=lambda x: (-severity_rank(x.severity), CODES.index(x.code)))
     return out
 
