@@ -176,3 +176,49 @@ def test_bad_repair_targets_fail_before_any_work(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --repair")
     assert sorted(p.name for p in report.iterdir()) == before and not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------ engines: the same record
+
+
+def _record_without_time(record) -> dict:
+    body = record.to_dict()
+    body.pop("seconds")
+    return body
+
+
+@pytest.fixture(scope="module")
+def engine_data(tmp_path_factory) -> Path:
+    """5,000 conversations (three shards of 2,048), with a bad line and an over-long one."""
+    from scripts.build_corpora import chat_conversations
+
+    root = Path(__file__).resolve().parents[1]
+    convs = chat_conversations(root / "corpora", 5000, seed=5)
+    rows = [json.dumps(c, ensure_ascii=False) for c in convs]
+    rows[100] = "{not json"
+    return _jsonl(tmp_path_factory.mktemp("engine") / "train.jsonl", rows)
+
+
+def test_local_workers_give_the_same_record(smollm2_model, engine_data):
+    from embscope.corpus.backend import Engine
+    from embscope.finetune import check_data
+
+    one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
+    two = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=2))
+    assert one.examples > 4900 and _record_without_time(one) == _record_without_time(two)
+    assert {f.code for f in one.findings} >= {"unreadable-records", "pad-is-eos"}
+
+
+@pytest.mark.slow
+def test_ray_gives_the_same_record(smollm2_model, engine_data):
+    """Ray Data (a local Ray, 2 CPUs): the same record as one process."""
+    ray = pytest.importorskip("ray")
+    from embscope.corpus.backend import Engine
+    from embscope.finetune import check_data
+
+    try:
+        one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
+        on_ray = check_data(smollm2_model, [str(engine_data)], engine=Engine("ray", workers=2))
+    finally:
+        ray.shutdown()
+    assert _record_without_time(one) == _record_without_time(on_ray)

@@ -169,7 +169,6 @@ def _count(enc: Encoded, built, examples: Sequence["Example"], ctx: "Context", w
     seqs = built.sequences
     bos = set(ctx.prefix[:1])
     enc.bytes += built.nbytes
-    per_example: dict[int, list[np.ndarray]] = {}
     arrays, labels = [], []
     for s in seqs:
         a = np.asarray(s.ids, dtype=np.int64)
@@ -187,7 +186,6 @@ def _count(enc: Encoded, built, examples: Sequence["Example"], ctx: "Context", w
             if masked:
                 enc.pad_masked += masked
                 _keep(enc.pad_masked_examples, [s.index])
-        per_example.setdefault(s.index, []).append(a)
         enc.lengths.append(s.length or len(a))
         enc.indices.append(s.index)
     enc.sequences += len(seqs)
@@ -204,11 +202,11 @@ def _count(enc: Encoded, built, examples: Sequence["Example"], ctx: "Context", w
     lab = np.concatenate(labels) if labels else np.zeros(0, np.int64)
     if len(lab):
         enc.label_counts += np.bincount(lab, minlength=n)
-    owners = list(per_example)
-    uniq = [np.unique(np.concatenate(per_example[i])) for i in owners]
-    distinct = np.concatenate(uniq)
+    # examples holding each id: the distinct (example, id) pairs of the batch, in one np.unique
+    owners = np.repeat(np.asarray([s.index for s in seqs], dtype=np.int64), [len(a) for a in arrays])
+    pairs = np.unique(owners * n + flat)
+    distinct, owner = pairs % n, pairs // n
     enc.example_counts += np.bincount(distinct, minlength=n)
-    owner = np.repeat(owners, [len(u) for u in uniq])
     hot = (distinct >= len(watch)) | watch[np.minimum(distinct, len(watch) - 1)]
     for i, e in zip(distinct[hot].tolist(), owner[hot].tolist()):
         kept = enc.where.setdefault(i, [])

@@ -161,7 +161,7 @@ class _Batch:
     def run(self) -> list[list[int]]:
         ids = self.ctx.vocab.encode_batch(self.texts) if self.texts else []
         p, s = self.ctx.prefix, self.ctx.suffix
-        return [[*p, *x, *s] if sp else list(x) for x, sp in zip(ids, self.special)]
+        return [[*p, *x, *s] if sp and (p or s) else x for x, sp in zip(ids, self.special)]
 
 
 def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None) -> Built:
