@@ -22,7 +22,8 @@ DOCUMENTED = {
     "id-beyond-matrix": {"error"}, "added-in-padding": {"error", "warning"}, "exceeds-context": {"warning"},
     "no-labels": {"warning"}, "unknown-tokens": {"warning", "info"}, "no-chat-template": {"error"},
     "render-refused": {"error"}, "render-failed": {"error"}, "prompt-not-prefix": {"warning"},
-    "unmapped-roles": {"warning"}, "unreadable-records": {"warning"}, "ignored-fields": {"info"},
+    "unmapped-roles": {"warning"}, "trainer-drops": {"warning"}, "unreadable-records": {"warning"},
+    "ignored-fields": {"info"},
 }
 EXIT = {"error": 1, "warning": 0, "info": 0}
 
@@ -85,6 +86,10 @@ def _case(code: str, tmp: Path, smol):
     if code == "unmapped-roles":
         rows = [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]
         return plain(), _jsonl(tmp / "t.jsonl", rows), [], "warning"
+    if code == "trainer-drops":
+        rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+                              {"role": "assistant", "content": "c"}]}]
+        return plain(), _jsonl(tmp / "t.jsonl", [*rows, *CHAT]), ["--trainer", "llamafactory"], "warning"
     if code == "unreadable-records":
         return plain(), _jsonl(tmp / "t.jsonl", [*map(json.dumps, CHAT), "{not json"]), [], "warning"
     if code == "ignored-fields":

@@ -96,6 +96,9 @@ class Encoded:
     truncated: int = 0
     unlabelled: int = 0
     unlabelled_examples: list[int] = field(default_factory=list)
+    #: reason → examples the trainer itself drops before training (LLaMA-Factory's role order)
+    dropped: Counter = field(default_factory=Counter)
+    dropped_examples: list[int] = field(default_factory=list)
     #: label positions the collator masks because their id is the pad id (the EOS when PAD = EOS)
     pad_masked: int = 0
     pad_masked_examples: list[int] = field(default_factory=list)
@@ -140,7 +143,7 @@ class Encoded:
         self.indices += other.indices
         self.loss_tokens += other.loss_tokens
         for mine, theirs in ((self.render_failed, other.render_failed), (self.refused, other.refused),
-                             (self.raw_roles, other.raw_roles)):
+                             (self.raw_roles, other.raw_roles), (self.dropped, other.dropped)):
             mine.update(theirs)
         for mine, theirs in ((self.render_failed_examples, other.render_failed_examples),
                              (self.refused_examples, other.refused_examples)):
@@ -149,7 +152,8 @@ class Encoded:
         self.untemplated += other.untemplated
         for k in self.double_bos:
             self.double_bos[k] += other.double_bos[k]
-        for name in ("not_prefix_examples", "raw_roles_examples", "unlabelled_examples", "pad_masked_examples"):
+        for name in ("not_prefix_examples", "raw_roles_examples", "unlabelled_examples", "pad_masked_examples",
+                     "dropped_examples"):
             _keep(getattr(self, name), getattr(other, name))
         return self
 
@@ -250,6 +254,9 @@ def encode_batch(examples: Sequence["Example"], ctx: "Context", watch: np.ndarra
     enc.untemplated += built.untemplated
     enc.not_prefix += len(built.not_prefix)
     _keep(enc.not_prefix_examples, built.not_prefix)
+    for i, why in built.dropped.items():
+        enc.dropped[why] += 1
+        _keep(enc.dropped_examples, [i])
     enc.raw_roles_n += len(built.raw_roles)
     for i, roles in built.raw_roles.items():
         enc.raw_roles.update(roles)

@@ -40,6 +40,8 @@ code                        severity        when
                                             diverge (TRL's ``common_prefix_length``)
 ``unmapped-roles``          warning         TRL hands ShareGPT's own ``from`` values (``human``,
                                             ``gpt``) to the template as roles
+``trainer-drops``           warning         examples the trainer itself drops before training
+                                            (LLaMA-Factory: roles that do not alternate)
 ``unreadable-records``      warning         records that fit no shape, bad lines
 ``ignored-fields``          info            record fields no reader used, by name
 ==========================  ==============  =========================================================
@@ -68,7 +70,7 @@ SEVERITIES = ("info", "warning", "error")
 CODES = ("untrained-used", "special-row-untrained", "pad-is-eos", "pad-in-labels", "double-bos",
          "id-beyond-matrix", "added-in-padding", "exceeds-context", "no-labels", "unknown-tokens",
          "no-chat-template", "render-refused", "render-failed", "prompt-not-prefix", "unmapped-roles",
-         "unreadable-records", "ignored-fields")
+         "trainer-drops", "unreadable-records", "ignored-fields")
 #: byte-fallback tokens above this share of all tokens are worth an info line (text the vocabulary
 #: spells byte by byte trains slowly)
 BYTE_FALLBACK_SHARE = 0.01
@@ -311,6 +313,7 @@ def find(f: Facts) -> list[Finding]:
             "by byte", top, n_bytes, (), "consider extending the vocabulary (embscope extend)")
 
     _template_rules(f, trainer, add)
+    _drop_rules(f, trainer, add)
     _data_rules(f, add)
     out.sort(key=lambda x: (-severity_rank(x.severity), CODES.index(x.code)))
     return out
@@ -411,6 +414,16 @@ def data_findings(f: Facts) -> list[Finding]:
                            examples=[int(e) for e in examples][:5], fix=fix))
     _data_rules(f, add, force=True)
     return out
+
+
+def _drop_rules(f: Facts, trainer: "Trainer", add) -> None:
+    enc = f.encoded
+    if enc.dropped:
+        total = sum(enc.dropped.values())
+        why, _ = enc.dropped.most_common(1)[0]
+        add("trainer-drops", "warning", f"{trainer.name} drops {total} example(s) before training: {why}", (), total,
+            enc.dropped_examples, "fix the turn order (system, then user and assistant turns in turn, ending with "
+            "the assistant), or those examples never train")
 
 
 def _data_rules(f: Facts, add, force: bool = False) -> None:

@@ -98,6 +98,25 @@ class Built:
     raw_roles: dict[int, list[str]] = field(default_factory=dict)
     #: UTF-8 bytes of the texts the sequences were tokenized from
     nbytes: int = 0
+    #: example index → why the trainer itself drops it (LLaMA-Factory's role order)
+    dropped: dict[int, str] = field(default_factory=dict)
+
+
+def llamafactory_drop(messages) -> str | None:
+    """Why LLaMA-Factory's converter drops a conversation (``data/converter.py``: after a leading
+    system turn, user or tool turns at odd positions, assistant turns at even ones, an even count;
+    ``processor/supervised.py`` drops the rest), or None.
+
+    >>> llamafactory_drop([{"role": "user"}, {"role": "user"}, {"role": "assistant"}])
+    'roles do not alternate user/observation then assistant/function_call'
+    """
+    turns = messages[1:] if messages and messages[0].get("role") == "system" else list(messages)
+    for k, m in enumerate(turns):
+        if m.get("role") not in (("user", "tool") if k % 2 == 0 else ("assistant",)):
+            return "roles do not alternate user/observation then assistant/function_call"
+    if len(turns) % 2:
+        return "the conversation does not end with an assistant turn"
+    return None
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -183,6 +202,11 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
                 continue
             if ex.kind == "lm":
                 msgs = _conversation(ctx, ex)
+                if t.name == "llamafactory" and ex.format != "text":
+                    why = llamafactory_drop(msgs)
+                    if why is not None:
+                        out.dropped[ex.index] = why
+                        continue
                 if ex.raw_turns is not None and t.keeps_sharegpt_roles:
                     odd = sorted({m["role"] for m in msgs} - CHAT_ROLES)
                     if odd:
