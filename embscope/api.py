@@ -71,8 +71,9 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
     """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
 
     The data is rendered with the model's chat template and tokenized exactly as
-    ``apply_chat_template`` does (plain texts as ``tokenizer(text)``); the findings carry stable
-    codes (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
+    ``apply_chat_template`` does (plain texts as ``tokenizer(text)``), and labelled as the trainer
+    labels it (:mod:`embscope.finetune.trainers`); the findings carry stable codes
+    (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
 
     Args:
         model: model spec.
@@ -80,7 +81,9 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
             ``messages``, ShareGPT, Alpaca, prompt/completion or ``text`` format.
         out: write the report folder (summary.json, tokens.parquet, findings.parquet, index.html);
             without it nothing is written and ``res.folder`` is None.
-        **kw: any :class:`RunOptions` field: ``data_format`` (force one record format),
+        **kw: any :class:`RunOptions` field: ``trainer`` (``trl`` by default, ``transformers``,
+            ``unsloth``, ``axolotl``, ``llamafactory``), ``pad_token`` (the pad you will set),
+            ``split`` (one split of a DatasetDict), ``data_format`` (force one record shape),
             ``max_length`` (the trainer's sequence length; default the config's context),
             ``chat_template`` (a template file instead of the model's own), ``scan=False`` (no
             ``untrained-used``), ``threshold``, ``repair_to`` (also write the model with the rows
@@ -90,7 +93,7 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
     Example:
         >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl")  # doctest: +SKIP
         >>> [f.code for f in res.summary.sections.finetune.findings]  # doctest: +SKIP
-        ['pad-is-eos', 'special-row-untrained']
+        ['special-row-untrained', 'exceeds-context', 'pad-is-eos']
     """
     import shutil
     import tempfile
