@@ -227,3 +227,20 @@ def test_ray_gives_the_same_record(smollm2_model, engine_data):
     finally:
         ray.shutdown()
     assert _record_without_time(one) == _record_without_time(on_ray)
+
+
+def test_a_refused_record_refuses_that_record_only(smollm2_model):
+    """A template that passes its bounds on one conversation refuses that one: the other 299 are
+    rendered and tokenized (a template refused on every record stops after a few: see
+    tests/test_check.py)."""
+    from embscope.finetune import check_data
+    from embscope.models.chat_template import read_chat_template
+
+    data = Path(__file__).resolve().parents[1] / "corpora" / "chat" / "medical-chat.jsonl"
+    first = json.loads(data.read_text("utf-8").splitlines()[0])["messages"][0]["content"]
+    assert "LABD" in first
+    template = "{% if 'LABD' in messages[0]['content'] %}{{ 'ab ' * 10**7 }}{% endif %}" + read_chat_template(smollm2_model)
+    record = check_data(smollm2_model, [str(data)], template=template)
+    refused = next(f for f in record.findings if f.code == "render-refused")
+    assert refused.count == 1 and refused.examples == [0] and "render refused: " in refused.message
+    assert record.examples == 300 and record.sequences == 299 and record.template == "rendered 299 of 300 (1 failed or refused)"
