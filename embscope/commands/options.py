@@ -131,7 +131,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     # the pre-fine-tune check
     "format": RunOpt("data_format", Annotated[Optional[DataFormat], typer.Option("--format", help="force one training-data record format (default: detected per record)")],
                      to_field=lambda f: f.value if f is not None else None, from_field=lambda v: DataFormat(v) if v else None),
-    "max_length": RunOpt("max_length", Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the model's context)")]),
+    "max_length": RunOpt("max_length", Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the trainer's own, e.g. TRL's max_length 1024, else the model's context)")]),
     "chat_template": RunOpt("chat_template", Annotated[Optional[Path], typer.Option("--chat-template", help="render the training data with this template file (.jinja) instead of the model's own")],
                             to_field=lambda p: str(p) if p is not None else None),
     "trainer": RunOpt("trainer", Annotated[TrainerKind, typer.Option("--trainer", help="the trainer whose input ids, labels and loss mask to check: trl (default: TRL's SFT/DPO/KTO trainers, the most used; Unsloth builds on them), transformers (Trainer + DataCollatorForLanguageModeling: masks the pad id in the labels), unsloth, axolotl, llamafactory; see docs/trainers.md")],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embscope.corpus.shapes import Example, Reject, alpaca_prompt, messages, sharegpt, sharegpt_turn, tools
+from embscope.corpus.turns import Example, Reject, alpaca_prompt, messages, sharegpt, sharegpt_turn, tools
 
 
 def common_prompt(chosen, rejected):

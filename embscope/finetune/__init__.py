@@ -189,8 +189,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
     from embscope.finetune.encode import length_stats
     from embscope.finetune.engine import encode_all
-    from embscope.finetune.findings import Facts, merge_splits
-    from embscope.finetune.rules import data_findings
+    from embscope.finetune.findings import Facts, data_findings, merge_splits
 
     if fmt is not None and fmt not in FORMATS:
         raise SpecError(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; choose from {', '.join(FORMATS)}")

@@ -320,6 +320,19 @@ def find(f: Facts) -> list[Finding]:
     return out
 
 
+def data_findings(f: Facts) -> list[Finding]:
+    """The findings about the reading itself (one data report for all splits: no split)."""
+    out: list[Finding] = []
+
+    def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
+        out.append(Finding(code=code, severity=severity, message=message, count=int(count),
+                           examples=[int(e) for e in examples][:5], fix=fix))
+    from embscope.finetune.rules import data_rules
+
+    data_rules(f, add, force=True)
+    return out
+
+
 def merge_splits(per_split: dict[str, list[Finding]]) -> list[Finding]:
     """Findings of each split, one list: a finding every split has alike (the same code, severity,
     message and ids: a fact of the model, not of the data) is kept once, without a split."""

@@ -1,21 +1,17 @@
 """The rules of :mod:`embscope.finetune.findings` about the PAD, lengths, the template, what the
 trainer drops and what the readers could not read; each calls ``add(code, severity, message, ids,
-count, examples, fix)`` for what it finds.
+count, examples, fix)`` for what it finds, reading the :class:`~embscope.finetune.findings.Facts`
+``f`` and the :class:`~embscope.finetune.trainers.Trainer` profile.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from embscope.finetune.findings import Facts, Finding
 
-if TYPE_CHECKING:  # pragma: no cover
-    from embscope.finetune.trainers import Trainer
-
-
-def pad_rules(f: Facts, trainer: "Trainer", add, eos: int | None) -> None:
+def pad_rules(f: Any, trainer: Any, add, eos: int | None) -> None:
     """``pad-is-eos`` and ``pad-in-labels``, as the trainer's collator treats the PAD."""
     pad, enc = f.pad, f.encoded
     if pad is None:
@@ -48,7 +44,7 @@ def pad_rules(f: Facts, trainer: "Trainer", add, eos: int | None) -> None:
             "pad with a token the data never contains (an unused special token)")
 
 
-def length_rules(f: Facts, trainer: "Trainer", add) -> None:
+def length_rules(f: Any, trainer: Any, add) -> None:
     enc = f.encoded
     if f.context and enc.lengths:
         lengths = np.asarray(enc.lengths)
@@ -68,7 +64,7 @@ def length_rules(f: Facts, trainer: "Trainer", add) -> None:
             enc.unlabelled_examples, "shorten the prompts, or give each conversation an assistant turn")
 
 
-def template_rules(f: Facts, trainer: "Trainer", add) -> None:
+def template_rules(f: Any, trainer: Any, add) -> None:
     enc, model = f.encoded, f.model
     if enc.untemplated:
         add("no-chat-template", "error",
@@ -101,18 +97,7 @@ def template_rules(f: Facts, trainer: "Trainer", add) -> None:
             "map the roles to user/assistant first (human → user, gpt → assistant), or convert to messages")
 
 
-def data_findings(f: Facts) -> list[Finding]:
-    """The findings about the reading itself (one data report for all splits: no split)."""
-    out: list[Finding] = []
-
-    def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
-        out.append(Finding(code=code, severity=severity, message=message, count=int(count),
-                           examples=[int(e) for e in examples][:5], fix=fix))
-    data_rules(f, add, force=True)
-    return out
-
-
-def drop_rules(f: Facts, trainer: "Trainer", add) -> None:
+def drop_rules(f: Any, trainer: Any, add) -> None:
     enc = f.encoded
     if enc.dropped:
         total = sum(enc.dropped.values())
@@ -122,7 +107,7 @@ def drop_rules(f: Facts, trainer: "Trainer", add) -> None:
             "the assistant), or those examples never train")
 
 
-def data_rules(f: Facts, add, force: bool = False) -> None:
+def data_rules(f: Any, add, force: bool = False) -> None:
     if f.split is not None and not force:
         return  # the data report is one for all splits: reported once, without a split
     bad = sum(f.data.rejected.values()) + sum(f.data.issues.totals.values())
