@@ -194,11 +194,11 @@ def _record_without_time(record) -> dict:
 
 @pytest.fixture(scope="module")
 def engine_data(tmp_path_factory) -> Path:
-    """5,000 conversations (three shards of 2,048), with a bad line and an over-long one."""
+    """2,600 conversations (two shards of up to 2,048 examples), with a bad line."""
     from scripts.build_corpora import chat_conversations
 
     root = Path(__file__).resolve().parents[1]
-    convs = chat_conversations(root / "corpora", 5000, seed=5)
+    convs = chat_conversations(root / "corpora", 2600, seed=5)
     rows = [json.dumps(c, ensure_ascii=False) for c in convs]
     rows[100] = "{not json"
     return _jsonl(tmp_path_factory.mktemp("engine") / "train.jsonl", rows)
@@ -210,11 +210,11 @@ def test_local_workers_give_the_same_record(smollm2_model, engine_data):
 
     one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
     two = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=2))
-    assert one.examples > 4900 and _record_without_time(one) == _record_without_time(two)
+    assert one.examples > 2500 and _record_without_time(one) == _record_without_time(two)
     assert {f.code for f in one.findings} >= {"unreadable-records", "pad-is-eos"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a local Ray starts in ~20 s of the test's ~30 s
 def test_ray_gives_the_same_record(smollm2_model, engine_data):
     """Ray Data (a local Ray, 2 CPUs): the same record as one process."""
     ray = pytest.importorskip("ray")
