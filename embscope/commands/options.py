@@ -126,7 +126,7 @@ RUN_OPTS: dict[str, RunOpt] = {
                             to_field=lambda p: str(p) if p is not None else None),
     "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
     # the bounds of docs/limits.md
-    "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram); repeat for several; see docs/limits.md")],
+    "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes); repeat for several; see docs/limits.md")],
                     to_field=lambda v: list(v or []), from_field=lambda v: list(v) or None),
 }
 #: the groups commands take

@@ -29,6 +29,25 @@ the last byte written, at most :data:`MAX_RESUMES` times per range. A server tha
 A GGUF file on the hub (spec ``org/name/file.gguf``) is read the same way by :func:`fetch_gguf`:
 its metadata and tensor table (a growing prefix, parsed by :mod:`embscope.formats.gguf`), then the
 ``token_embd`` and ``output`` ranges.
+
+Bounds (``docs/limits.md``; a :class:`HubBudget` per run), each a one-line :class:`ModelFileError`:
+
+- time: every read of one file ends within ``hub-file-seconds`` of its HEAD, and every read of the
+  run within ``hub-run-seconds`` of the first (each socket read waits at most what is left);
+- rate: a transfer slower than ``hub-min-rate`` bytes/s over :data:`RATE_WINDOW` seconds is
+  stopped (a server trickling a byte at a time never lets the read timeout fire);
+- retries: an answer that ends before its range does (a drop, or ``206`` with an empty body) is
+  asked again from the last byte written, at most :data:`MAX_STALLS` times in a row without a new
+  byte and :data:`MAX_RESUMES` times per range in all;
+- sizes: a safetensors header longer than :data:`embscope.formats.safetensors.MAX_HEADER`, or GGUF
+  metadata longer than ``gguf-metadata-bytes``, is refused from the lengths it declares, before
+  the bytes are asked for;
+- encodings: an answer with a ``Content-Encoding`` (embscope asks for ``identity``) is refused, as
+  its bytes are not the file's.
+
+A failed read leaves nothing in the cache: the sparse copy and its manifest are removed, unless the
+manifest already holds complete tensors, which are kept (the interrupted range is never marked
+complete, so it is never read).
 """
 
 from __future__ import annotations
@@ -38,11 +57,15 @@ import json
 import os
 import re
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from embscope.errors import ModelFileError, SpecError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.limits import Limits
 
 #: bytes asked for first: the length prefix and, for every real shard, its whole header
 #: (Qwen2-7B's headers are 10–40 KB; a longer one costs a second request)
@@ -50,10 +73,16 @@ HEAD_PREFETCH = 1 << 16
 #: first bytes of a GGUF file read for its metadata (a 150k-token vocabulary takes 3–5 MB); doubled
 #: until the metadata and tensor table fit
 GGUF_PREFETCH = 1 << 22
-#: reconnections allowed per byte range after a dropped connection
-MAX_RESUMES = 5
-#: seconds to wait for the server (connect and each read); a stalled stream counts as dropped
+#: answers per byte range that may end before it does (drops, short bodies), new bytes or not
+MAX_RESUMES = 20
+#: answers in a row that may end without one new byte (a server answering ``206`` with an empty
+#: body would otherwise be asked again forever)
+MAX_STALLS = 3
+#: seconds to wait for the server (connect and each read, never past the deadlines); a stalled
+#: stream counts as dropped
 TIMEOUT = 60.0
+#: seconds over which the transfer rate is measured against ``hub-min-rate``
+RATE_WINDOW = 30.0
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
@@ -73,6 +102,55 @@ class Fetched:
     bytes_read: int = 0
     #: HTTP requests this run made for this file
     requests: int = 0
+
+
+@dataclass
+class HubBudget:
+    """The time and size bounds of one run's hub reads (``hub-*`` and ``gguf-metadata-bytes``
+    of :class:`embscope.limits.Limits`); the run's clock starts when it is made."""
+
+    #: seconds one file's reads may take, from its HEAD
+    file_seconds: float = 3600.0
+    #: seconds all the run's reads may take, from the budget's creation
+    run_seconds: float = 7200.0
+    #: slowest transfer accepted, bytes/s over :data:`RATE_WINDOW`
+    min_rate: float = 32 << 10
+    #: largest GGUF metadata and tensor table, bytes
+    gguf_metadata_bytes: int = 64 << 20
+    started: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def of(cls, limits: "Limits | None" = None) -> "HubBudget":
+        from embscope.limits import Limits
+
+        b = limits or Limits()
+        return cls(float(b.hub_file_seconds), float(b.hub_run_seconds), float(b.hub_min_rate),
+                   int(b.gguf_metadata_bytes))
+
+
+def _discard(copy: Path, doc: dict[str, Any] | None) -> None:
+    """After a failed read: remove the sparse copy and its manifest unless the manifest holds
+    complete tensors (kept; the interrupted range is not marked complete, so it is never read).
+    A folder left with no copy at all loses its links to the HF cache too, and goes, as do the
+    empty folders above it (``<org>--<name>``)."""
+    if doc is not None and any(t.get("complete") for t in doc.get("tensors", {}).values()):
+        return
+    for path in (copy, _manifest_path(copy)):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    folder = copy.parent
+    try:
+        entries = list(folder.iterdir())
+        if any(not e.is_symlink() for e in entries):
+            return  # another copy (or a file embscope did not write) lives there
+        for e in entries:
+            e.unlink()
+        folder.rmdir()
+        folder.parent.rmdir()  # <org>--<name>, when no other revision or refs/ is there
+    except OSError:
+        pass
 
 
 def repo_cache(root: Path, repo_id: str, commit: str) -> Path:
@@ -115,17 +193,23 @@ def cached(copy: Path, names: list[str]) -> bool:
 class _Remote:
     """One file of one revision on the hub: its URL, headers and the checks on each answer."""
 
-    def __init__(self, repo_id: str, filename: str, commit: str):
+    def __init__(self, repo_id: str, filename: str, commit: str, budget: HubBudget | None = None):
         from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
         from huggingface_hub.utils import build_hf_headers
 
         self.repo_id, self.filename, self.commit = repo_id, filename, commit
+        self.budget = budget = budget or HubBudget()
+        now = time.monotonic()
+        self.file_deadline = now + budget.file_seconds
+        self.run_deadline = budget.started + budget.run_seconds
         self.url = hf_hub_url(repo_id, filename, revision=commit or "main", endpoint=constants.ENDPOINT)
         self.headers = build_hf_headers()  # the user's token, as hf download sends it
         self.headers["Accept-Encoding"] = "identity"  # byte offsets are offsets of the file itself
         self.requests = self.bytes_read = 0
         try:
-            meta = get_hf_file_metadata(self.url, timeout=TIMEOUT)
+            meta = get_hf_file_metadata(self.url, timeout=self._wait())
+        except ModelFileError:
+            raise
         except Exception as exc:  # gated repo, missing file, network: huggingface_hub's own message
             raise SpecError(f"cannot read {filename} of {repo_id}: {str(exc).splitlines()[0]}; check the "
                             "repo id and your HF token, or pass --download full") from None
@@ -143,37 +227,60 @@ class _Remote:
         self.size, self.etag = int(meta.size), meta.etag
 
     def _transport_errors(self):
-        """The HTTP library's network-error class (httpx for huggingface_hub 1.x, httpx2 for 2.x)."""
+        """The HTTP library's request-error class (httpx for huggingface_hub 1.x, httpx2 for 2.x):
+        network failures, timeouts, protocol errors, redirect loops."""
         from huggingface_hub import get_session
 
         module = importlib.import_module(type(get_session()).__module__.split(".")[0])
-        return (module.TransportError, OSError)
+        return (module.RequestError, OSError)
+
+    def _wait(self) -> float:
+        """Seconds a socket may wait now: :data:`TIMEOUT`, never past the file's or the run's
+        deadline (a one-line error once one has passed)."""
+        now = time.monotonic()
+        if now >= self.file_deadline or now >= self.run_deadline:
+            per_file = self.file_deadline <= self.run_deadline
+            seconds = self.budget.file_seconds if per_file else self.budget.run_seconds
+            name = "hub-file-seconds" if per_file else "hub-run-seconds"
+            what = f"reading {self.filename} of {self.repo_id}" if per_file else "the hub reads of this run"
+            raise ModelFileError(
+                f"{what} passed the limit of {seconds:g} s ({self.bytes_read:,} bytes read); the server is too "
+                f"slow: run again later, raise the limit with --limit {name}={2 * int(seconds)}, or pass "
+                "--download full")
+        return max(0.05, min(TIMEOUT, self.file_deadline - now, self.run_deadline - now))
 
     def fetch(self, begin: int, end: int, fd: int) -> None:
-        """Write bytes ``[begin, end)`` of the file at the same offsets of ``fd``, resuming after a
-        dropped connection from the last byte written."""
+        """Write bytes ``[begin, end)`` of the file at the same offsets of ``fd``, asking again from
+        the last byte written when an answer ends early (see the module docstring's bounds)."""
         from huggingface_hub import get_session
 
         errors = self._transport_errors()
         at = [begin]  # the next byte to write; _stream advances it as blocks land
-        resumes = 0
+        resumes = stalls = 0
         while at[0] < end:
+            before = at[0]
             try:
                 self._stream(get_session(), at, end, fd)
+                why = "the answer ended early" if at[0] > before else "an answer without a byte of its range"
             except errors as exc:
-                resumes += 1
-                if resumes > MAX_RESUMES:
-                    raise ModelFileError(
-                        f"the connection to {self.url} dropped {resumes} times while reading bytes "
-                        f"{begin}..{end}: {str(exc).splitlines()[0] or type(exc).__name__}; run again "
-                        "(what was read is kept), or pass --download full") from None
-                continue
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if at[0] >= end:
+                break
+            self._wait()  # a deadline that passed while waiting is the error to report
+            resumes += 1
+            stalls = 0 if at[0] > before else stalls + 1
+            if stalls > MAX_STALLS or resumes > MAX_RESUMES:
+                how = (f"{stalls} answers in a row brought no new byte" if stalls > MAX_STALLS
+                       else f"the connection dropped {resumes} times")
+                raise ModelFileError(
+                    f"{how} while reading bytes {begin}..{end} of {self.filename} of {self.repo_id} "
+                    f"({why[:160]}); run again later, or pass --download full") from None
 
     def _stream(self, client, at: list[int], end: int, fd: int) -> None:
         pos = at[0]
         headers = dict(self.headers, Range=f"bytes={pos}-{end - 1}")
         self.requests += 1
-        with client.stream("GET", self.url, headers=headers, timeout=TIMEOUT) as resp:
+        with client.stream("GET", self.url, headers=headers, timeout=self._wait()) as resp:
             if resp.status_code == 200:
                 raise ModelFileError(
                     f"the server answered a range request for {self.filename} of {self.repo_id} with the "
@@ -187,7 +294,14 @@ class _Remote:
                 raise ModelFileError(
                     f"the server sent Content-Range {resp.headers.get('Content-Range')!r} for bytes "
                     f"{pos}..{end - 1}/{self.size} of {self.filename}; pass --download full")
-            for block in resp.iter_bytes():  # as they arrive: a dropped stream loses nothing it delivered
+            encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+            if encoding not in ("", "identity"):
+                raise ModelFileError(
+                    f"the server sent bytes {pos}..{end - 1} of {self.filename} of {self.repo_id} with "
+                    f"Content-Encoding {encoding[:40]!r} though embscope asked for identity; an encoded answer's "
+                    "bytes are not the file's: pass --download full")
+            mark_t, mark_pos = time.monotonic(), pos
+            for block in resp.iter_raw():  # as they arrive, never decoded: a dropped stream loses nothing
                 if pos + len(block) > end:
                     raise ModelFileError(f"the server sent more than bytes {pos}..{end} of {self.filename}; "
                                          "pass --download full")
@@ -195,23 +309,38 @@ class _Remote:
                 pos += len(block)
                 at[0] = pos
                 self.bytes_read += len(block)
+                now = time.monotonic()
+                if now - mark_t >= RATE_WINDOW:
+                    rate = (pos - mark_pos) / (now - mark_t)
+                    if rate < self.budget.min_rate:
+                        raise ModelFileError(
+                            f"the server sent {self.filename} of {self.repo_id} at {rate:,.0f} bytes/s over "
+                            f"{now - mark_t:.0f} s, below the limit of {self.budget.min_rate:,.0f} (hub-min-rate); "
+                            "run again later, lower it with --limit hub-min-rate=N, or pass --download full")
+                    mark_t, mark_pos = now, pos
+                self._wait()
 
 
-def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | Callable", folder: Path) -> Fetched:
+def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | Callable", folder: Path,
+                  budget: HubBudget | None = None) -> Fetched:
     """Make ``folder/filename`` a sparse copy holding the header and the tensors ``names``.
 
     ``names`` may be a function of the validated header returning the names (an unsharded
-    checkpoint, whose tensors no index lists); the manifest remembers what it chose.
+    checkpoint, whose tensors no index lists); the manifest remembers what it chose. ``budget``:
+    the run's bounds (default: the defaults of ``docs/limits.md``).
 
     Reads nothing when the manifest says they are all there (see :func:`cached`); otherwise one
     HEAD, the header (one or two ranged GETs, unless cached) and one ranged GET per missing tensor.
+    The header's length is checked against :data:`~embscope.formats.safetensors.MAX_HEADER` and
+    the file's size before the rest of it is asked for.
 
     Raises:
         ModelFileError: a header that does not parse or does not hold ``names``, a server without
-            ``Range`` support, a dropped connection that does not resume, a size that changed.
+            ``Range`` support, a dropped connection that does not resume, a size that changed, a
+            bound of the module docstring.
         SpecError: the hub refused the file (gated, missing, no token).
     """
-    from embscope.formats.safetensors import read_header
+    from embscope.formats.safetensors import MAX_HEADER, read_header
 
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / filename
@@ -222,48 +351,63 @@ def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | 
     if doc is not None and cached(copy, names):
         t = {n: doc["tensors"][n]["range"] for n in names}
         return Fetched(filename, doc.get("etag"), int(doc["size"]), t)
-    remote = _Remote(repo_id, filename, commit)
-    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
-            or not copy.is_file() or copy.stat().st_size != remote.size:
-        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
-               "size": remote.size, "header": False, "tensors": {}}
-        with open(copy, "wb") as fh:  # a fresh sparse file of the remote size: holes read as zeros
-            fh.truncate(remote.size)
-        _write_manifest(copy, doc)
-    fd = os.open(copy, os.O_RDWR)
+    remote = _Remote(repo_id, filename, commit, budget)
     try:
-        if not doc["header"]:
-            remote.fetch(0, min(remote.size, HEAD_PREFETCH), fd)
-            (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-            if 8 + n > remote.size:
-                raise ModelFileError(f"{filename} of {repo_id} claims a {n}-byte header but is "
-                                     f"{remote.size} bytes; not a safetensors file")
-            if 8 + n > HEAD_PREFETCH:
-                remote.fetch(HEAD_PREFETCH, 8 + n, fd)
-            doc["prefix"] = max(8 + n, min(remote.size, HEAD_PREFETCH))  # bytes [0, prefix) are here
-        header = read_header(copy)  # validates every tensor's dtype, shape and range against the size
-        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-        doc["header"], doc["header_bytes"] = True, 8 + n
-        if pick is not None:
-            names = doc["picked"] = pick(header)
-        _write_manifest(copy, doc)
-        for name in names:
-            if name not in header:
-                raise ModelFileError(f"the index says {name} is in {filename} of {repo_id}, but its header "
-                                     "does not list it; the repo is inconsistent")
-            b, e = (8 + n + o for o in header[name]["data_offsets"])
-            entry = doc["tensors"].get(name)
-            if entry and entry.get("complete") and entry.get("range") == [b, e]:
-                continue
-            prefix = doc.get("prefix", 0)
-            remote.fetch(max(b, prefix) if b <= prefix else b, e, fd)  # the prefetch may hold its start
-            doc["tensors"][name] = {"range": [b, e], "complete": True, "dtype": header[name]["dtype"],
-                                    "shape": header[name]["shape"]}
+        if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+                or not copy.is_file() or copy.stat().st_size != remote.size:
+            doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+                   "size": remote.size, "header": False, "tensors": {}}
+            with open(copy, "wb") as fh:  # a fresh sparse file of the remote size: holes read as zeros
+                fh.truncate(remote.size)
             _write_manifest(copy, doc)
-    finally:
-        os.close(fd)
+        fd = os.open(copy, os.O_RDWR)
+        try:
+            names = _fetch_header_and_tensors(remote, doc, copy, fd, names, pick, MAX_HEADER, read_header)
+        finally:
+            os.close(fd)
+    except BaseException:  # an error, Ctrl-C: nothing unverified stays behind
+        _discard(copy, doc)
+        raise
     return Fetched(filename, remote.etag, remote.size, {n: doc["tensors"][n]["range"] for n in names},
                    bytes_read=remote.bytes_read, requests=remote.requests)
+
+
+def _fetch_header_and_tensors(remote: _Remote, doc: dict[str, Any], copy: Path, fd: int, names, pick,
+                              max_header: int, read_header) -> list[str]:
+    filename, repo_id = remote.filename, remote.repo_id
+    if not doc["header"]:
+        remote.fetch(0, min(remote.size, HEAD_PREFETCH), fd)
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+        if n > max_header:  # before the rest is asked for
+            raise ModelFileError(f"{filename} of {repo_id} claims a {n:,}-byte header, more than the {max_header:,} "
+                                 "bytes a safetensors header may take (docs/limits.md); the file is damaged or "
+                                 "not a safetensors file, nothing more was read")
+        if 8 + n > remote.size:
+            raise ModelFileError(f"{filename} of {repo_id} claims a {n:,}-byte header but is "
+                                 f"{remote.size:,} bytes; not a safetensors file")
+        if 8 + n > HEAD_PREFETCH:
+            remote.fetch(HEAD_PREFETCH, 8 + n, fd)
+        doc["prefix"] = max(8 + n, min(remote.size, HEAD_PREFETCH))  # bytes [0, prefix) are here
+    header = read_header(copy)  # validates every tensor's dtype, shape and range against the size
+    (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+    doc["header"], doc["header_bytes"] = True, 8 + n
+    if pick is not None:
+        names = doc["picked"] = pick(header)
+    _write_manifest(copy, doc)
+    for name in names:
+        if name not in header:
+            raise ModelFileError(f"the index says {name} is in {filename} of {repo_id}, but its header "
+                                 "does not list it; the repo is inconsistent")
+        b, e = (8 + n + o for o in header[name]["data_offsets"])
+        entry = doc["tensors"].get(name)
+        if entry and entry.get("complete") and entry.get("range") == [b, e]:
+            continue
+        prefix = doc.get("prefix", 0)
+        remote.fetch(max(b, prefix) if b <= prefix else b, e, fd)  # the prefetch may hold its start
+        doc["tensors"][name] = {"range": [b, e], "complete": True, "dtype": header[name]["dtype"],
+                                "shape": header[name]["shape"]}
+        _write_manifest(copy, doc)
+    return names
 
 
 def link_small_files(snapshot: Path, folder: Path) -> None:
@@ -289,17 +433,20 @@ def cached_commit(root: Path, repo_id: str, revision: str = "main") -> str | Non
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
-def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool) -> tuple[Path, Fetched, str]:
+def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool,
+               budget: HubBudget | None = None) -> tuple[Path, Fetched, str]:
     """A sparse copy of a hub GGUF file holding its metadata, tensor table and ``token_embd`` /
     ``output`` tensors; returns ``(path, what was read, commit)``.
 
     The metadata (tokenizer arrays included) has no length prefix: the first :data:`GGUF_PREFETCH`
-    bytes are read and parsed, and the prefix doubles until the parse ends inside it
-    (:attr:`embscope.formats.gguf.GGUFFile.header_bytes` ≤ bytes held; the parse only moves forward,
-    so it read nothing past them). Then one ranged GET per tensor. Offline, or when the copy for
-    the commit ``main`` last named is complete, nothing is read.
+    bytes are read and parsed (:func:`embscope.formats.gguf.open_gguf` with ``end``: nothing past
+    the bytes held is read), and while the parse runs past them the prefix grows to at least what
+    the lengths read so far declare (:class:`~embscope.formats.gguf.GGUFTruncated` ``need``), and at
+    least doubles. A declared size past ``budget.gguf_metadata_bytes`` is refused before it is asked
+    for. Then one ranged GET per tensor. Offline, or when the copy for the commit ``main`` last
+    named is complete, nothing is read.
     """
-    from embscope.formats.gguf import open_gguf
+    from embscope.formats.gguf import GGUFTruncated, open_gguf
 
     commit = cached_commit(root, repo_id)
     if commit is not None:
@@ -310,50 +457,64 @@ def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool) -> tupl
                                  {n: doc["tensors"][n]["range"] for n in doc["picked"]}), commit
     if not online:
         raise SpecError(f"{filename} of {repo_id} is not in the embscope cache ({root})")
-    remote = _Remote(repo_id, filename, None)
+    budget = budget or HubBudget()
+    remote = _Remote(repo_id, filename, None, budget)
     commit = remote.commit
     folder = repo_cache(root, repo_id, commit)
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / filename
     doc = read_manifest(copy)
-    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
-            or not copy.is_file() or copy.stat().st_size != remote.size:
-        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
-               "size": remote.size, "header": False, "prefix": 0, "tensors": {}}
-        with open(copy, "wb") as fh:
-            fh.truncate(remote.size)
-    fd = os.open(copy, os.O_RDWR)
+    limit = budget.gguf_metadata_bytes
     try:
-        have = int(doc.get("prefix", 0))
-        want = max(have, min(remote.size, GGUF_PREFETCH))
-        while True:
-            if want > have:
-                remote.fetch(have, want, fd)
-                have = doc["prefix"] = want
-                _write_manifest(copy, doc)
-            try:
-                g = open_gguf(copy)
-                if g.header_bytes <= have:
+        if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+                or not copy.is_file() or copy.stat().st_size != remote.size:
+            doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+                   "size": remote.size, "header": False, "prefix": 0, "tensors": {}}
+            with open(copy, "wb") as fh:
+                fh.truncate(remote.size)
+        fd = os.open(copy, os.O_RDWR)
+        try:
+            have = int(doc.get("prefix", 0))
+            want = max(have, min(remote.size, GGUF_PREFETCH, limit))
+            while True:
+                if want > have:
+                    remote.fetch(have, want, fd)
+                    have = doc["prefix"] = want
+                    _write_manifest(copy, doc)
+                try:
+                    g = open_gguf(copy, end=have)
                     break
-            except ModelFileError:
-                if have >= remote.size:
-                    raise
-            want = min(remote.size, 2 * have)
-        names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
-        if names[0] not in g.tensors:
-            raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a language-model GGUF")
-        doc["header"], doc["header_bytes"], doc["picked"] = True, g.header_bytes, names
-        for name in names:
-            t = g.tensors[name]
-            b, e = t.offset, t.offset + t.nbytes
-            entry = doc["tensors"].get(name)
-            if not (entry and entry.get("complete") and entry.get("range") == [b, e]):
-                remote.fetch(max(b, have) if b <= have else b, e, fd)
-                doc["tensors"][name] = {"range": [b, e], "complete": True, "ggml_type": t.ggml_type,
-                                        "shape": list(t.shape)}
-            _write_manifest(copy, doc)
-    finally:
-        os.close(fd)
+                except GGUFTruncated as short:
+                    if short.need > limit:
+                        raise ModelFileError(
+                            f"the metadata and tensor table of {filename} of {repo_id} take at least "
+                            f"{short.need:,} bytes by the lengths they declare, more than the limit of {limit:,} "
+                            f"(real GGUF files take a few MB); the file is damaged or hostile, {have:,} bytes "
+                            f"were read. Raise it with --limit gguf-metadata-bytes={short.need}") from None
+                    if short.need > remote.size:
+                        raise ModelFileError(
+                            f"{filename} of {repo_id} declares {short.need:,} bytes of metadata but is "
+                            f"{remote.size:,} bytes; the file is truncated or damaged") from None
+                    want = min(remote.size, max(short.need, min(2 * have, limit)))
+            names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
+            if names[0] not in g.tensors:
+                raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a "
+                                     "language-model GGUF")
+            doc["header"], doc["header_bytes"], doc["picked"] = True, g.header_bytes, names
+            for name in names:
+                t = g.tensors[name]
+                b, e = t.offset, t.offset + t.nbytes
+                entry = doc["tensors"].get(name)
+                if not (entry and entry.get("complete") and entry.get("range") == [b, e]):
+                    remote.fetch(max(b, have) if b <= have else b, e, fd)
+                    doc["tensors"][name] = {"range": [b, e], "complete": True, "ggml_type": t.ggml_type,
+                                            "shape": list(t.shape)}
+                _write_manifest(copy, doc)
+        finally:
+            os.close(fd)
+    except BaseException:  # an error, Ctrl-C: nothing unverified stays behind
+        _discard(copy, doc)
+        raise
     refs = Path(root) / repo_id.replace("/", "--") / "refs"
     refs.mkdir(parents=True, exist_ok=True)
     (refs / "main").write_text(commit)
