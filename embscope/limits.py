@@ -57,7 +57,7 @@ class Limits:
     #: seconds all the hub range reads of one run may take together
     hub_run_seconds: int = 7200
     #: slowest transfer accepted from the hub, bytes per second, averaged over
-    #: :data:`embscope.models.hub_ranges.RATE_WINDOW` seconds (a server trickling bytes to keep
+    #: :data:`embscope.models.hub_remote.RATE_WINDOW` seconds (a server trickling bytes to keep
     #: the read timeout from firing reaches it in one window)
     hub_min_rate: int = 32 << 10
     #: bytes a hub GGUF's metadata and tensor table may take (read before its tensors): a

@@ -71,7 +71,7 @@ def _one_line(err) -> str:
 
 def test_empty_206_bodies_are_asked_for_a_few_times_only(hub, tmp_path):
     """Before: each empty ``206`` was asked again at once, forever (38,598 requests in 60 s)."""
-    from embscope.models.hub_ranges import MAX_STALLS
+    from embscope.models.hub_remote import MAX_STALLS
 
     hub.empty_ranges = True
     err, _ = _bounded(_resolve())
@@ -95,7 +95,7 @@ def test_a_trickling_server_meets_the_deadline(hub, tmp_path, limit, name):
 
 
 def test_a_slow_transfer_is_stopped_at_the_minimum_rate(hub, tmp_path, monkeypatch):
-    monkeypatch.setattr("embscope.models.hub_ranges.RATE_WINDOW", 0.5)
+    monkeypatch.setattr("embscope.models.hub_remote.RATE_WINDOW", 0.5)
     hub.trickle = 0.02  # ~50 bytes/s
     err, took = _bounded(_resolve("hub-min-rate=1K"))
     msg = _one_line(err)
