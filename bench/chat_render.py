@@ -1,5 +1,6 @@
-"""Chat-template rendering: embscope's bounded renderer (a worker process, every string counted)
-beside transformers' own ``render_jinja_template``, on the same real conversations, in one run.
+"""Chat-template rendering: embscope's bounded renderer (every string counted; strict in-process,
+the worker process for what the budget cannot bound) beside transformers' own
+``render_jinja_template``, on the same real conversations, in one run.
 
     python bench/chat_render.py [--n 2000] [--repeat 3]
 
@@ -10,9 +11,9 @@ process plus the rendering worker, read from ``/proc``), and the ratio to transf
 
 1. transformers ``render_jinja_template([conv], chat_template=...)`` per conversation (what
    ``apply_chat_template(tokenize=False)`` calls);
-2. embscope ``render`` (the worker process: the hard deadline and memory limit);
-3. embscope ``render_here`` (the same bounded sandbox in this process: the worker's round trip is
-   the difference between 2 and 3).
+2. embscope ``render``, what ``check`` calls (these templates render strictly in-process);
+3. the same rendering forced through the worker process (``render_worker.render``): what a
+   template the strict budget cannot bound costs per conversation.
 
 Every output is checked equal to transformers' before anything is timed.
 """
@@ -61,8 +62,8 @@ def main() -> None:
     from transformers.utils.chat_template_utils import render_jinja_template
 
     import embscope
-    from embscope.models.chat_template import read_chat_template, render, special_token_strings, _bounds
-    from embscope.models.template_sandbox import render_here
+    from embscope.models import render_worker
+    from embscope.models.chat_template import _bounds, read_chat_template, render, special_token_strings
     from scripts.build_corpora import chat_conversations
 
     convs = [c["messages"] for c in chat_conversations(ROOT / "corpora", args.n, seed=7)]
@@ -75,15 +76,15 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, (template, names) in templates.items():
         bounds = _bounds()
+        variables = dict(names, add_generation_prompt=False, tools=None, documents=None)
         theirs = lambda c: render_jinja_template([c], chat_template=template, **names)[0][0]  # noqa: E731
         ours = lambda c: render(template, c, **names)  # noqa: E731
-        here = lambda c: render_here(template, c, bounds=bounds, add_generation_prompt=False, tools=None,  # noqa: E731
-                                     documents=None, **names)
+        worker = lambda c: render_worker.render(template, c, variables, bounds).text  # noqa: E731
         for c in convs:
             want = theirs(c)
-            assert ours(c) == want and here(c) == want, "embscope's rendering differs from transformers'"
-        rows = [("transformers render_jinja_template", theirs), ("embscope render (worker)", ours),
-                ("embscope render_here (in-process sandbox)", here)]
+            assert ours(c) == want and worker(c) == want, "embscope's rendering differs from transformers'"
+        rows = [("transformers render_jinja_template", theirs), ("embscope render (strict, in-process)", ours),
+                ("embscope through the worker process", worker)]
         base = None
         for label, fn in rows:
             wall, cpu = _timed(fn, convs, args.repeat)

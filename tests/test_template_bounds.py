@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.conftest import VOCABS, needs_vocabs
 from tests.test_check import build_folder, smol, train_data  # noqa: F401 - fixtures
 
 CAP = "16,777,216"  # MAX_RENDER_CHARS, as the messages print it
@@ -50,6 +51,46 @@ def test_every_way_of_building_a_string_is_counted(template, what):
     msg = str(err.value)
     assert msg.startswith("render refused: ") and what in msg and "\n" not in msg, msg
     assert time.perf_counter() - t < 10
+
+
+def test_real_templates_render_in_process_and_the_rest_in_the_worker(smol):
+    """SmolLM2's and Gemma-3's templates on real conversations never need the worker; a sort (not
+    bounded by its arguments) renders there, with the same text."""
+    from embscope.models import chat_template as ct
+    from tests.test_chat_render import GEMMA3_TEMPLATE, _conversations
+
+    before = dict(ct.PATHS)
+    names = ct.special_token_strings(smol)
+    for template, parts in ((ct.read_chat_template(smol), False), (GEMMA3_TEMPLATE.read_text("utf-8"), True)):
+        for c in _conversations(60, parts=parts):
+            ct.render(template, c, **names)
+    convs = _conversations(1)
+    assert ct.PATHS["worker"] == before.get("worker", 0) and ct.PATHS["here"] >= before.get("here", 0) + 120
+    sorted_roles = ct.render("{{ messages|map(attribute='role')|sort|join(',') }}", convs[0])
+    assert ct.PATHS["worker"] == before.get("worker", 0) + 1
+    assert sorted_roles == ",".join(sorted(m["role"] for m in convs[0]))
+
+
+@needs_vocabs
+@pytest.mark.parametrize("family", ["command-r", "gemma-4", "phi-3", "qwen2"])
+def test_published_templates_render_as_transformers_in_process(family):
+    """The templates llama.cpp's vocab files carry (Gemma-4's with tools and a dictsort) give what
+    transformers' ``render_jinja_template`` gives, on real conversations, without the worker."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from embscope.formats.gguf import open_gguf
+    from embscope.models import chat_template as ct
+    from tests.test_chat_render import _conversations
+
+    template = open_gguf(VOCABS / f"ggml-vocab-{family}.gguf", tensors=False).fields["tokenizer.chat_template"]
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+                                               "parameters": {"type": "object", "required": ["city"],
+                                                              "properties": {"city": {"type": "string"}}}}}]
+    before = ct.PATHS["worker"]
+    for i, conv in enumerate(_conversations(30)):
+        kw = {"tools": tools if i % 2 else None, "bos_token": "<s>", "eos_token": "</s>"}
+        assert ct.render(template, conv, **kw) == render_jinja_template([conv], chat_template=template, **kw)[0][0]
+    assert ct.PATHS["worker"] == before
 
 
 def test_the_deadline_holds_inside_one_long_call(monkeypatch):

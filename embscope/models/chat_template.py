@@ -22,11 +22,18 @@ characters                  at most :data:`MAX_RENDER_CHARS` written in all, cap
 ``**``                      an exponent above :data:`MAX_POWER_BITS` bits of result is refused
 steps                       at most :data:`MAX_RENDER_STEPS` range steps, loop iterations,
                             attribute reads, calls and filters
-wall clock                  :data:`MAX_RENDER_SECONDS`, held inside a single long call too: the
-                            rendering runs in a worker process that is killed
-                            :data:`~embscope.models.render_worker.GRACE` s past it
+wall clock                  :data:`MAX_RENDER_SECONDS`, held inside a single long call too (below)
 memory                      the worker's address space, :data:`~embscope.models.render_worker.MEMORY`
 ==========================  ===============================================================
+
+Where a rendering runs: first in this process, *strictly*: only filters, methods and calls whose
+cost follows from arguments the budget checks (:data:`~embscope.models.template_sandbox.STRICT_FILTERS`,
+``STR_METHODS``), and at most :data:`~embscope.models.template_budget.STRICT_UNITS` of memory built;
+real templates render so (SmolLM2's, Gemma's, Llama's, Qwen's). Anything else (a sort, a
+regular expression over the text, an unlisted method, a RecursionError) renders the conversation
+again in a worker process (:mod:`embscope.models.render_worker`), killed
+:data:`~embscope.models.render_worker.GRACE` s past the deadline, its address space capped. Both
+give the same text; the worker is the hard bound for what a template can do in one builtin call.
 
 What :func:`render` raises, so that a caller can tell a template from a conversation:
 
@@ -44,6 +51,8 @@ Nothing else escapes: every exception a template raises comes back as one of the
 from __future__ import annotations
 
 import re
+import threading
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +86,9 @@ PROBES = ([{"role": "user", "content": "Hello"}, {"role": "assistant", "content"
            {"role": "assistant", "content": "Hi there."}])
 #: a refused conversation with no more characters than this is refused with the template, unprobed
 PROBE_CHARS = 64
+#: renderings tried in this process (``here``) and those sent on to the worker (``worker``)
+PATHS: Counter = Counter()
+_HERE = threading.Lock()
 
 
 class RenderFailed(TemplateError):
@@ -189,8 +201,22 @@ def _bounds():
 
 
 def _attempt(template: str, messages: list, variables: dict[str, Any], bounds) -> str:
+    """One rendering: strict, in this process, when the template does only what the budget bounds
+    (real templates do); in the worker process otherwise (see the module docstring)."""
     from embscope.models import render_worker
+    from embscope.models.template_sandbox import NeedsWorker, render_here
 
+    try:
+        with _HERE:  # one environment per process: one rendering at a time in it
+            PATHS["here"] += 1
+            return render_here(template, messages, bounds=bounds, strict=True, **variables)
+    except (NeedsWorker, MemoryError, RecursionError):  # the worker decides: its limits are hard
+        pass
+    except RenderRefused:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the template raised, as the worker reports it
+        _raise(render_worker.describe(err))
+    PATHS["worker"] += 1
     answer = render_worker.render(template, messages, variables, bounds)
     if answer.kind == "text":
         return answer.text

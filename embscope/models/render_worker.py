@@ -194,10 +194,11 @@ def _answer_here(template: str, messages: list, variables: dict[str, Any], bound
         return Answer("refused", f"render refused: the template needs more than {MEMORY >> 20:,} MiB of memory",
                       {"memory": True})
     except Exception as err:  # noqa: BLE001 - whatever the template raised, handed back
-        return Answer("failed", error=_describe(err))
+        return Answer("failed", error=describe(err))
 
 
-def _describe(err: BaseException) -> dict[str, Any]:
+def describe(err: BaseException) -> dict[str, Any]:
+    """An exception as the worker hands it back: its type name, message (cut) and template line."""
     lineno = getattr(err, "lineno", None)
     return {"type": type(err).__name__, "message": str(err)[:2000],
             "lineno": lineno if isinstance(lineno, int) else None}

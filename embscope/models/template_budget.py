@@ -5,6 +5,13 @@ keeps its deadline; the ``check_*`` functions refuse an operation whose result w
 from its arguments alone (the widths of a ``%`` format, the items of a ``join``, the indent of a
 ``tojson``), so nothing large is allocated before the refusal. :mod:`embscope.models.template_sandbox`
 calls them from the Jinja environment; every estimate is an upper bound of the real length.
+
+A *strict* budget is the one of a rendering in the caller's own process, where nothing can stop a
+long builtin call or give back memory: it also counts what every value built costs in memory
+(:data:`STRICT_UNITS`, about bytes: 8 per character or item, 64 per object), and an operation
+whose cost its arguments do not bound (a sort, a regular expression over the text, a method
+outside the lists of :mod:`~embscope.models.template_sandbox`) raises :class:`NeedsWorker`: the
+rendering is then done again in the worker process, whose limits are hard.
 """
 
 from __future__ import annotations
@@ -20,10 +27,17 @@ from embscope.errors import EmbscopeError
 MAX_INT_BITS = 1 << 16
 #: steps between two looks at the clock (a look costs ~50 ns; a step at least ~300 ns)
 CLOCK_EVERY = 64
+#: memory units (about bytes) a strict rendering may build in all: 128 Mi is ~16 copies of the
+#: largest record (1 MiB) and ~0.1 GB at worst
+STRICT_UNITS = 128 << 20
 
 
 class RenderRefused(EmbscopeError):
     """A chat template that needs more output, work or time than a rendering may take."""
+
+
+class NeedsWorker(Exception):
+    """A strict rendering met an operation whose cost it cannot bound: render in the worker."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +55,37 @@ class Bounds:
 
 
 class Budget:
-    """Steps, written characters and a deadline for one rendering."""
+    """Steps, written characters and a deadline for one rendering (``strict``: also the memory
+    built, see the module docstring)."""
 
-    def __init__(self, bounds: Bounds = Bounds()):
+    def __init__(self, bounds: Bounds = Bounds(), strict: bool = False):
         self.bounds = bounds
+        self.strict = strict
         self.steps = 0
         self.written = 0
+        self.built = 0
         self.deadline = time.monotonic() + bounds.seconds
+
+    def unsafe(self, why: str) -> None:
+        """An operation whose cost the arguments do not bound: refused to a strict rendering."""
+        if self.strict:
+            raise NeedsWorker(why)
+
+    def containers(self, values) -> None:
+        """Before lists or dicts are turned into text by a strict rendering: one whose text could
+        pass the bounds (:func:`json_size`, an upper bound) is left to the worker, which builds it
+        and measures it (an estimate never refuses a rendering)."""
+        if self.strict:
+            for v in values:
+                if isinstance(v, (list, tuple, dict)) and json_size(v, None, self.bounds.chars) > self.bounds.chars:
+                    raise NeedsWorker("the text of a large list or dict")
+
+    def objects(self, n: int, per: int = 64) -> None:
+        """``n`` new objects (a split's pieces, a list's items) built by a strict rendering."""
+        if self.strict:
+            self.built += per * n
+            if self.built > STRICT_UNITS:
+                raise NeedsWorker("the rendering builds more than a strict rendering may hold")
 
     def charge(self, n: int = 1) -> None:
         self.steps += n
@@ -67,7 +105,12 @@ class Budget:
         if n > self.bounds.chars:
             raise RenderRefused(f"render refused: the template builds a value of {n:,} items, more than "
                                 f"{self.bounds.chars:,}")
-        self.clock()
+        if self.strict:
+            self.built += 8 * n + 64
+            if self.built > STRICT_UNITS:
+                raise NeedsWorker("the rendering builds more than a strict rendering may hold")
+        if n > 1 << 16:  # building it takes long enough to look at the clock (small ones: every CLOCK_EVERY steps)
+            self.clock()
 
     def write(self, n: int) -> None:
         self.written += n
@@ -83,7 +126,8 @@ def sized(x) -> bool:
 
 def _length(x) -> int:
     """The length of a value that is about to be turned into text: its own for a string, a guess
-    of 32 characters for anything else (numbers; containers are measured after)."""
+    of 32 characters for anything else (numbers; a list or dict is measured after it is built, or,
+    by a strict budget, before: :meth:`Budget.containers`)."""
     return len(x) if isinstance(x, str) else 32
 
 
@@ -216,6 +260,11 @@ def check_method(budget: Budget, s, name: str, args) -> None:
         total = _str_items(args[0])
         if total is not None:
             budget.size(total + len(s) * max(0, len(args[0]) - 1))
+        else:
+            budget.unsafe("a join of items that are not strings")
+    elif name in ("split", "rsplit", "splitlines"):
+        sep = args[0] if args and name != "splitlines" else None
+        budget.objects(s.count(sep) + 1 if isinstance(sep, str) and sep else len(s) // 2 + 1)
     elif name in ("center", "ljust", "rjust", "zfill") and args and isinstance(args[0], int):
         budget.size(args[0])
 
@@ -237,4 +286,5 @@ def check_binop(budget: Budget, operator: str, left, right) -> None:
     elif operator == "+" and sized(left) and sized(right):
         budget.size(len(left) + len(right))
     elif operator == "%" and isinstance(left, str):
+        budget.containers(right.values() if isinstance(right, dict) else right if isinstance(right, tuple) else [right])
         budget.size(printf_size(left, right))
