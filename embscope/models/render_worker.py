@@ -23,9 +23,10 @@ reading it); each answer is one byte (``T`` text, ``R`` refused, ``X`` refused f
 ``F`` failed), ``u64 length`` and the payload: the text as UTF-8 (lone surrogates passed through), the refusal
 message, or JSON ``{"type", "message", "lineno"}`` of the exception.
 
-Cost: one round trip per rendering, ~30 µs on the machine of ``bench/README.md`` (rendering
-SmolLM2's template takes ~150 µs, tokenizing the result ~500 µs). Without ``fork``/``select``
-(Windows) the rendering runs in-process, with the sandbox's checks only.
+Only what a strict in-process rendering cannot bound comes here (:mod:`embscope.models.chat_template`):
+real templates never do. Cost: one round trip per rendering, 40-80 µs on the machine of
+``bench/README.md`` (``bench/chat_render.py``). Without ``select`` on pipes (Windows) the
+rendering runs in-process, with the sandbox's checks only.
 """
 
 from __future__ import annotations
