@@ -1,4 +1,5 @@
-"""The bounds every run works under: what a corpus, a language count or an option may cost at most.
+"""The bounds every run works under: what a corpus, a language count, an option or a hub read may
+cost at most.
 
 Untrusted input must never exhaust memory or time: a 90 KB Parquet file can decompress to a
 gigabyte, a corpus can carry 20,000 distinct ``lang`` values, ``--max-ngram 100000`` asks for

@@ -81,6 +81,7 @@ class HubServer:
         self.auth: list[str | None] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self._busy = 0  # requests being answered
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "HubServer":
@@ -103,6 +104,12 @@ class HubServer:
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
+
+    def idle(self, timeout: float = 5.0) -> None:
+        """Wait until no request is being answered (its counts are in), at most ``timeout`` s."""
+        end = time.monotonic() + timeout
+        while self._busy and time.monotonic() < end:
+            time.sleep(0.01)
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -161,10 +168,19 @@ class _Handler(BaseHTTPRequestHandler):
         return self.hub.repos[rid]
 
     def do_HEAD(self) -> None:
-        self._serve(head=True)
+        self._busy(head=True)
 
     def do_GET(self) -> None:
-        self._serve(head=False)
+        self._busy(head=False)
+
+    def _busy(self, head: bool) -> None:
+        with self.hub._lock:
+            self.hub._busy += 1
+        try:
+            self._serve(head)
+        finally:
+            with self.hub._lock:
+                self.hub._busy -= 1
 
     def _serve(self, head: bool) -> None:
         path = unquote(self.path.split("?", 1)[0])
