@@ -28,7 +28,8 @@ memory                      the worker's address space, :data:`~embscope.models.
 
 Where a rendering runs: first in this process, *strictly*: only filters, methods and calls whose
 cost follows from arguments the budget checks (:data:`~embscope.models.template_sandbox.STRICT_FILTERS`,
-``STR_METHODS``), and at most :data:`~embscope.models.template_budget.STRICT_UNITS` of memory built;
+``STR_METHODS``), and at most :data:`~embscope.models.template_budget.STRICT_UNITS` of memory built
+(``STRICT_VALUE`` in one value);
 real templates render so (SmolLM2's, Gemma's, Llama's, Qwen's). Anything else (a sort, a
 regular expression over the text, an unlisted method, a RecursionError) renders the conversation
 again in a worker process (:mod:`embscope.models.render_worker`), killed

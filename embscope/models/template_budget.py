@@ -27,9 +27,10 @@ from embscope.errors import EmbscopeError
 MAX_INT_BITS = 1 << 16
 #: steps between two looks at the clock (a look costs ~50 ns; a step at least ~300 ns)
 CLOCK_EVERY = 64
-#: memory units (about bytes) a strict rendering may build in all: 128 Mi is ~16 copies of the
-#: largest record (1 MiB) and ~0.1 GB at worst
-STRICT_UNITS = 128 << 20
+#: memory units (about bytes: 8 per character or item, 64 per object) a strict rendering may build
+#: in all, and the longest value it builds: real templates build a few copies of a record (at most
+#: 1 MiB), so 64 Mi and 4 Mi leave room; past them the worker renders
+STRICT_UNITS, STRICT_VALUE = 64 << 20, 4 << 20
 
 
 class RenderRefused(EmbscopeError):
@@ -84,7 +85,7 @@ class Budget:
         """``n`` new objects (a split's pieces, a list's items) built by a strict rendering."""
         if self.strict:
             self.built += per * n
-            if self.built > STRICT_UNITS:
+            if self.built > STRICT_UNITS or n > STRICT_VALUE:
                 raise NeedsWorker("the rendering builds more than a strict rendering may hold")
 
     def charge(self, n: int = 1) -> None:
@@ -107,7 +108,7 @@ class Budget:
                                 f"{self.bounds.chars:,}")
         if self.strict:
             self.built += 8 * n + 64
-            if self.built > STRICT_UNITS:
+            if self.built > STRICT_UNITS or n > STRICT_VALUE:
                 raise NeedsWorker("the rendering builds more than a strict rendering may hold")
         if n > 1 << 16:  # building it takes long enough to look at the clock (small ones: every CLOCK_EVERY steps)
             self.clock()
@@ -175,26 +176,47 @@ def format_size(fmt: str, args, kwargs) -> int:
     return n
 
 
-def json_size(value, indent, limit: int) -> int:
-    """An upper bound on the length of ``json.dumps(value, indent=indent)``: every string's
-    characters × 6 (``\\uXXXX``), and per item the indent × the depth it sits at, plus 32; the walk
-    stops as soon as the bound passes ``limit``.
+def json_size(value, indent, limit: int, upper: bool = True) -> int:
+    """A bound on the length of ``json.dumps(value, indent=indent)`` (or of ``str(value)``),
+    the walk stopping as soon as it passes ``limit``. ``upper``: at least the real length (every
+    string's characters × 6, as ``\\uXXXX``; 32 per item besides the indent × its depth), to tell
+    whether building it is safe; otherwise at most the real length (a string's characters and its
+    quotes, 1 per item besides the indent × its depth), to refuse it before it is built.
 
-    >>> json_size([1, 2], 10**8, 1 << 24) > 1 << 24
+    >>> json_size({"a": [1, 2]}, 10**8, 1 << 24, upper=False) > 1 << 24
+    True
+    >>> json_size("x" * 3_000_000, None, 1 << 24, upper=False) < 1 << 24 < json_size("x" * 3_000_000, None, 1 << 24)
     True
     """
     step = len(indent) if isinstance(indent, str) else max(0, indent) if isinstance(indent, int) else 0
-    total, stack = 0, [(value, 1)]
-    while stack and total <= limit:
-        v, depth = stack.pop()
-        total += 32 + step * depth
+    per_item, per_char, quotes = (32, 6, 0) if upper else (1, 1, 2)
+    total = 0
+    stack = [(iter((value,)), 1)]  # iterators, not items: memory grows with the depth only
+    while stack:
+        it, depth = stack[-1]
+        v = next(it, _END)
+        if v is _END:
+            stack.pop()
+            continue
+        total += per_item + step * depth
+        if total > limit:
+            return total
         if isinstance(v, str):
-            total += 6 * len(v)
+            total += per_char * len(v) + quotes
         elif isinstance(v, dict):
-            stack += [(k, depth + 1) for k in v] + [(x, depth + 1) for x in v.values()]
+            stack.append((iter([*v.keys(), *v.values()]) if len(v) < 4096 else _dict_items(v), depth + 1))
         elif isinstance(v, (list, tuple)):
-            stack += [(x, depth + 1) for x in v]
+            stack.append((iter(v), depth + 1))
     return total
+
+
+_END = object()
+
+
+def _dict_items(d: dict):
+    for k, v in d.items():
+        yield k
+        yield v
 
 
 def _arg(args, kwargs, i: int, name: str, default=None):
@@ -239,7 +261,7 @@ def check_filter(budget: Budget, name: str, value, args, kwargs) -> None:
     elif name == "format":
         budget.size(printf_size(str(value), dict(kwargs) if kwargs else tuple(args)))
     elif name == "tojson":
-        budget.size(json_size(value, _arg(args, kwargs, 1, "indent"), budget.bounds.chars))
+        budget.size(json_size(value, _arg(args, kwargs, 1, "indent"), budget.bounds.chars, upper=False))
     elif name == "sum":
         start = _arg(args, kwargs, 1, "start", 0)
         if isinstance(value, (list, tuple)) and (sized(start) or any(sized(x) for x in value[:1])):

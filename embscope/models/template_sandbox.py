@@ -152,9 +152,12 @@ def environment():
                 budget.charge(0)
             if operator == "+" and type(left) is str and type(right) is str:  # what chat templates do most
                 budget.size(len(left) + len(right))
-            else:
-                check_binop(budget, operator, left, right)
-            return self.binop_table[operator](left, right)
+                return left + right
+            check_binop(budget, operator, left, right)
+            out = self.binop_table[operator](left, right)
+            if operator == "%" and sized(out):  # its arguments' text is measured after: str() of a list
+                budget.size(len(out))
+            return out
 
         def getattr(self, obj, attribute):
             self.budget.charge()
