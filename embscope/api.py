@@ -217,13 +217,12 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     """
     import json
 
-    import polars as pl
-
     from embscope.errors import SpecError
     from embscope.models.load import load_model
     from embscope.output import claim
     from embscope.provenance import tensor_digest
     from embscope.report.projector import write_projector
+    from embscope.report.token_table import read_tokens
 
     report = Path(report)
     src = report / "tokens.parquet"
@@ -237,7 +236,7 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     if not spec:
         raise SpecError(f"{report}/summary.json names no model; pass --model")
     target = Path(out) if out is not None else report / "projector"
-    tokens = pl.read_parquet(src)
+    tokens = read_tokens(src)
     m = load_model(spec, device="cpu", download=download)
     want = ((recorded or {}).get("tensors") or {}).get("embed")
     if want and tensor_digest(m.embed) != want:

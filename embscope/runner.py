@@ -172,7 +172,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         check_target(opts.repair_to, force=force, inputs=[*data_paths, *(p for p in training_paths if p.exists())])
         _check_repair_kind(Path(opts.repair_to))
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download) if model is not None else None
+    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download,
+                       limits=opts.bounds()) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
     extra_vocabs = [load_vocabulary(t) for t in tokenizers]

@@ -140,7 +140,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "split": RunOpt("split", Annotated[Optional[str], typer.Option("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
     "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
     # the bounds of docs/limits.md
-    "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram); repeat for several; see docs/limits.md")],
+    "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes); repeat for several; see docs/limits.md")],
                     to_field=lambda v: list(v or []), from_field=lambda v: list(v) or None),
 }
 #: the groups commands take

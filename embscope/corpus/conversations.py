@@ -27,12 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from embscope.corpus.listing import list_files
-from embscope.corpus.readers import (COMPRESSIONS, FileIssues, ReadOptions, SourceFile, _arrow_batches, _lines,
-                                     _Meter, _parquet_batches, open_binary, sniff)
+from embscope.corpus.readers import COMPRESSIONS, FileIssues, SourceFile, _lines, sniff
+from embscope.corpus.records import json_objects, table_objects
 from embscope.corpus.shapes import FORMATS, SHAREGPT_ROLES, Example, Reject, detect, to_example  # noqa: F401
 
-#: largest ``.json`` file read whole (a ``.jsonl`` is streamed instead)
-MAX_JSON_BYTES = 256 << 20
 #: the metadata files of an HF ``datasets`` folder (not data)
 HF_META = {"dataset_info.json", "state.json", "dataset_dict.json"}
 #: hub-style shard names: ``train-00000-of-00003.parquet``, ``test.jsonl``
@@ -79,27 +77,7 @@ class DataReport:
 
 
 def _json_records(file: SourceFile, issues: FileIssues):
-    try:
-        with open_binary(file) as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
-    except Exception:  # noqa: BLE001 - an unreadable or damaged file is counted, not raised
-        issues.add(file.path, "unreadable_files")
-        return
-    if len(raw) > MAX_JSON_BYTES:
-        issues.add(file.path, "json_files_over_256MiB")
-        return
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        issues.add(file.path, "invalid_json_files")
-        return
-    if isinstance(data, dict):
-        lists = [v for k, v in data.items() if k in ("data", "train", "examples", "records") and isinstance(v, list)]
-        data = lists[0] if lists else [data]
-    if not isinstance(data, list):
-        issues.add(file.path, "wrong_type_records")
-        return
-    yield from data
+    return json_objects(file, issues)
 
 
 def _jsonl_objects(file: SourceFile, issues: FileIssues):
@@ -113,14 +91,7 @@ def _jsonl_objects(file: SourceFile, issues: FileIssues):
 
 
 def _table_objects(file: SourceFile, issues: FileIssues):
-    meter = _Meter(file, ReadOptions(), issues)  # the corpus readers' byte limits hold here too
-    read = _parquet_batches if file.fmt == "parquet" else _arrow_batches
-    for rb in read(file, lambda schema: list(schema.names), meter, issues):
-        try:
-            yield from rb.to_pylist()
-        except (UnicodeDecodeError, ValueError):
-            issues.add(file.path, "unreadable_files")
-            return
+    return table_objects(file, issues)
 
 
 def data_files(paths, ignored: list[str] | None = None) -> list[SourceFile]:

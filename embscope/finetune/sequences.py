@@ -144,12 +144,12 @@ class _Failed(Exception):
 def _render(ctx: Context, messages, ex: "Example", generation: bool = False) -> str:
     from jinja2.exceptions import TemplateError
 
-    from embscope.models.chat_template import RenderRefused, render
+    from embscope.models.chat_template import RecordRefused, RenderRefused, render
 
     try:
         return render(ctx.template, messages, add_generation_prompt=generation, tools=ex.tools,
                       **{**ctx.variables, **ex.template_kwargs})
-    except RenderRefused as err:
+    except (RenderRefused, RecordRefused) as err:  # the template, or this record alone, past a bound
         raise _Refused(str(err)) from None
     except TemplateError as err:
         raise _Failed(f"{type(err).__name__}: {str(err)[:160]}") from None
