@@ -99,6 +99,11 @@ class RunOptions(Record):
     max_length: int | None = None
     #: a chat template file (.jinja) to render the training data with (null: the model's own)
     chat_template: str | None = None
+    #: the fine-tuned model (any model spec, or a PEFT adapter folder) diffed against the model (diff)
+    tuned: str | None = None
+    #: the manifest ``extend --apply`` wrote: the initial rows of the tokens added (null: the one in the
+    #: model's folder, else the model's mean row)
+    manifest: str | None = None
 
     @classmethod
     def build(cls, options: "RunOptions | None" = None, **fields: Any) -> "RunOptions":

@@ -1,0 +1,185 @@
+"""Matrices read by row blocks, and the one pass that compares a tuned matrix with its reference.
+
+A :class:`Rows` is an (n, d) matrix that hands out float32 row blocks: a stored tensor (memory-mapped
+safetensors, dequantised GGUF, a tensor on the GPU), or a base matrix with a PEFT adapter's changes
+on top (whole rows replaced, a low-rank delta added, rows past the base appended). Nothing is ever
+materialised whole: a 152,064 × 3584 pair is read once, 4096 rows at a time.
+
+Per row ``i`` with tuned row ``t`` and reference row ``r`` (the base row; for a row added past the
+base vocabulary, its initial row):
+
+- ``delta``       ‖t − r‖₂
+- ``rel_delta``   ‖t − r‖₂ / ‖r‖₂ (null where ‖r‖ = 0)
+- ``cos``         t·r / (‖t‖ ‖r‖)
+- ``norm_change`` ‖t‖ / ‖r‖ − 1
+
+e.g. r = (3, 4), t = (3, 4.5): delta 0.5, rel_delta 0.1, cos 0.9991, norm_change 0.0770.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: rows per block: a (4096, 3584) float32 block is 59 MB; a handful of them live at once
+BLOCK = 4096
+
+
+class Rows:
+    """An (n, d) matrix read as float32 row blocks (see the module docstring)."""
+
+    n: int
+    d: int
+    #: storage format of the rows that differ from the base (``BF16``, ``F32``, ``Q8_0``, …)
+    format: str
+
+    def block(self, a: int, b: int) -> "torch.Tensor":  # pragma: no cover - interface
+        """Rows ``a..b-1`` as a float32 (b − a, d) tensor."""
+        raise NotImplementedError
+
+    def take(self, ids) -> "torch.Tensor":
+        """Rows ``ids`` (any order) as a float32 (len(ids), d) tensor."""
+        import torch
+
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return torch.zeros(0, self.d)
+        out = []
+        for a in range(0, len(ids), BLOCK):
+            part = ids[a:a + BLOCK]
+            lo, hi = int(part.min()), int(part.max()) + 1
+            if hi - lo <= 4 * BLOCK:  # close together: one block read, then gather
+                out.append(self.block(lo, hi)[torch.from_numpy(part - lo)])
+            else:
+                out.append(torch.cat([self.block(int(i), int(i) + 1) for i in part]))
+        return torch.cat(out)
+
+
+@dataclass
+class Dense(Rows):
+    """A stored (n, d) tensor in any dtype; blocks are converted to float32 on the fly."""
+
+    tensor: "torch.Tensor"
+    format: str
+
+    @property
+    def n(self) -> int:  # type: ignore[override]
+        return int(self.tensor.shape[0])
+
+    @property
+    def d(self) -> int:  # type: ignore[override]
+        return int(self.tensor.shape[1])
+
+    def block(self, a: int, b: int):
+        return self.tensor[a:b].float()
+
+    def take(self, ids):
+        import torch
+
+        return self.tensor[torch.as_tensor(np.asarray(ids, dtype=np.int64))].float()
+
+
+@dataclass
+class Patched(Rows):
+    """``base`` with changes on top, in the order PEFT merges them: rows past ``base`` are zero
+    unless ``extra`` gives them; then ``+ lowrank[0][i] @ lowrank[1]`` (a LoRA delta,
+    (n, r) @ (r, d)); then rows ``ids`` replaced by ``values`` (trainable tokens)."""
+
+    base: Rows
+    n_rows: int
+    format: str
+    #: (k, d) rows appended past ``base`` (a resized matrix), or None
+    extra: "torch.Tensor | None" = None
+    #: ((n, r), (r, d)) factors of a low-rank delta, float32, or None
+    lowrank: "tuple[torch.Tensor, torch.Tensor] | None" = None
+    #: row ids replaced, and their (k, d) values
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: "torch.Tensor | None" = None
+
+    @property
+    def n(self) -> int:  # type: ignore[override]
+        return self.n_rows
+
+    @property
+    def d(self) -> int:  # type: ignore[override]
+        return self.base.d
+
+    def block(self, a: int, b: int):
+        import torch
+
+        nb = self.base.n
+        parts = [self.base.block(a, min(b, nb))] if a < nb else []
+        if b > nb:
+            lo = max(a, nb) - nb
+            if self.extra is not None:
+                parts.append(self.extra[lo:b - nb].float())
+            else:
+                parts.append(torch.zeros(b - max(a, nb), self.d))
+        x = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if self.lowrank is not None:
+            x = x + self.lowrank[0][a:b].float() @ self.lowrank[1].float()
+        if len(self.ids):
+            hit = np.flatnonzero((self.ids >= a) & (self.ids < b))
+            if len(hit):
+                x[torch.from_numpy(self.ids[hit] - a)] = self.values[torch.from_numpy(hit)].float()
+        return x
+
+
+@dataclass
+class RowStats:
+    """The pass's output: one entry per tuned row (float32/bool arrays of length n)."""
+
+    delta: np.ndarray
+    rel_delta: np.ndarray
+    cos: np.ndarray
+    norm_change: np.ndarray
+    #: ‖t‖ and ‖r‖
+    tuned_norm: np.ndarray
+    ref_norm: np.ndarray
+    #: every entry of the tuned row is finite
+    finite: np.ndarray
+
+
+def compare(tuned: Rows, reference: Callable[[int, int], "torch.Tensor"], *, device: str = "cpu",
+            visit: Callable[[int, "torch.Tensor", "torch.Tensor"], None] | None = None) -> RowStats:
+    """Compare every row of ``tuned`` with ``reference(a, b)`` (the reference rows a..b-1), one block
+    at a time; ``visit(a, tuned_block, ref_block)`` sees each block (for the map projection).
+
+    Example: ``compare(Dense(t, "F32"), lambda a, b: base[a:b])``.
+    """
+    import torch
+
+    n = tuned.n
+    out = {k: np.empty(n, np.float32) for k in ("delta", "rel_delta", "cos", "norm_change", "tuned_norm", "ref_norm")}
+    finite = np.empty(n, dtype=bool)
+    with torch.no_grad():
+        for a in range(0, n, BLOCK):
+            b = min(a + BLOCK, n)
+            t = tuned.block(a, b).to(device)  # (B, d) float32
+            r = reference(a, b).to(device)    # (B, d) float32
+            ok = torch.isfinite(t).all(dim=1)
+            tz = torch.where(ok[:, None], t, torch.zeros((), device=device))
+            tn = torch.linalg.vector_norm(tz, dim=1)
+            rn = torch.linalg.vector_norm(r, dim=1)
+            dn = torch.linalg.vector_norm(tz - r, dim=1)
+            dot = (tz * r).sum(dim=1)
+            safe = torch.where(rn > 0, rn, torch.ones((), device=device))
+            nan = torch.full_like(rn, float("nan"))
+            out["delta"][a:b] = torch.where(ok, dn, nan).cpu().numpy()
+            out["rel_delta"][a:b] = torch.where(ok & (rn > 0), dn / safe, nan).cpu().numpy()
+            both = (rn > 0) & (tn > 0) & ok
+            out["cos"][a:b] = torch.where(both, dot / (safe * torch.where(tn > 0, tn, torch.ones((), device=device))),
+                                          nan).clamp(-1, 1).cpu().numpy()
+            out["norm_change"][a:b] = torch.where(ok & (rn > 0), tn / safe - 1, nan).cpu().numpy()
+            out["tuned_norm"][a:b] = torch.where(ok, tn, torch.full_like(tn, float("inf"))).cpu().numpy()
+            out["ref_norm"][a:b] = rn.cpu().numpy()
+            finite[a:b] = ok.cpu().numpy()
+            if visit is not None:
+                visit(a, t, r)
+    return RowStats(finite=finite, **out)
