@@ -117,7 +117,7 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Sequence[str | Path
     """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.
 
     BASE and TUNED are any model spec (TUNED may be a PEFT adapter folder on BASE); only their
-    embeddings and heads are read (:mod:`embscope.diff`).
+    embeddings and heads are read (:mod:`embscope.delta`).
 
     Args:
         base: the model training started from.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embscope.context.summary import ContextSummary
-from embscope.diff.record import DiffRecord
+from embscope.delta.record import DiffRecord
 from embscope.records import Record, RecordError
 from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
@@ -78,7 +78,7 @@ class Sections(Record):
     finetune: CheckRecord | None = None
     #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)
     repair: RepairRecord | None = None
-    #: "What training changed": BASE against TUNED, row by row (embscope.diff)
+    #: "What training changed": BASE against TUNED, row by row (embscope.delta)
     diff: DiffRecord | None = None
 
 

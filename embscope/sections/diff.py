@@ -1,5 +1,5 @@
 """The diff section: "What training changed" — the run's model (BASE) against ``options.tuned``
-(:mod:`embscope.diff`); ``diff.parquet`` has one row per tuned row.
+(:mod:`embscope.delta`); ``diff.parquet`` has one row per tuned row.
 
 It runs after the tokens section and reads its ``flagged`` column (BASE's under-trained rows, for
 ``untrained-still``), the training data when there is some (the rows it uses), and the first corpus
@@ -15,7 +15,7 @@ def diff_section(inputs: Inputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.tuned``."""
     import numpy as np
 
-    from embscope.diff import diff_models
+    from embscope.delta import diff_models
 
     model, opts = inputs.model, inputs.options
     if model is None:

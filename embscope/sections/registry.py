@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from embscope.context.summary import ContextSummary
-from embscope.diff.record import DiffRecord
+from embscope.delta.record import DiffRecord
 from embscope.finetune import CheckRecord
 from embscope.records import Record
 from embscope.sections.base import Inputs, RunOptions, SectionOutput

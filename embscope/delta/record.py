@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from embscope.diff.noise import NoiseFloor
+from embscope.delta.noise import NoiseFloor
 from embscope.finetune.findings import Finding
 from embscope.records import Record
 
@@ -59,7 +59,7 @@ class DiffRecord(Record):
     #: the rows that moved most (input matrix, then output), at most 50: {id, token, matrix, change, cos,
     #: norm_change, new, used}
     top_movers: list[dict[str, Any]]
-    #: findings, errors first (codes: embscope.diff.findings)
+    #: findings, errors first (codes: embscope.delta.findings)
     findings: list[Finding]
     #: the highest severity found (null: nothing found)
     worst: str | None

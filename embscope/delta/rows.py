@@ -40,7 +40,7 @@ class Rows:
     format: str
 
     def block(self, a: int, b: int) -> "torch.Tensor":  # pragma: no cover - interface
-        """Rows ``a..b-1`` as a float32 (b − a, d) tensor."""
+        """Rows ``a..b-1`` as a new float32 (b − a, d) tensor (never a view of the stored matrix)."""
         raise NotImplementedError
 
     def take(self, ids) -> "torch.Tensor":
@@ -77,7 +77,10 @@ class Dense(Rows):
         return int(self.tensor.shape[1])
 
     def block(self, a: int, b: int):
-        return self.tensor[a:b].float()
+        import torch
+
+        rows = self.tensor[a:b]  # a fresh float32 block, never a view: callers may write into it
+        return rows.clone() if rows.dtype == torch.float32 else rows.float()
 
     def take(self, ids):
         import torch

@@ -67,7 +67,7 @@ def read(path: Path, *, dim: int) -> Initial:
     """Read the manifest and the initial rows it points at (``dim``: the rows' width)."""
     import torch
 
-    from embscope.diff.noise import canonical
+    from embscope.delta.noise import canonical
     from embscope.formats.files import read_json
 
     doc = read_json(path, what="extension manifest", max_bytes=MAX_BYTES)
@@ -103,7 +103,7 @@ def read(path: Path, *, dim: int) -> Initial:
         index = torch.as_tensor(ids, dtype=torch.int64)
         embed = m.embed[index].float()
         out = m.output[index].float() if m.output is not None else None
-        from embscope.diff.tuned import matrix_format
+        from embscope.delta.tuned import matrix_format
 
         stored, src = matrix_format(m, "embed"), folder
     else:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from embscope.diff.rows import Dense, Patched, Rows
+from embscope.delta.rows import Dense, Patched, Rows
 from embscope.errors import ModelFileError, PickleRefused, SpecError
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -121,6 +121,22 @@ def _role(module: str) -> str | None:
     return None
 
 
+#: the tensor names PEFT saves on an embedding or head module, longest first
+SUFFIXES = ("token_adapter.trainable_tokens_delta", "trainable_tokens_delta", "base_layer.weight", "lora_embedding_A",
+            "lora_embedding_B", "lora_A.weight", "lora_B.weight", "weight")
+
+
+def _split(name: str) -> tuple[str | None, str]:
+    """``(module, tensor)`` for a key on the embedding or the head, ``(None, "")`` for any other module:
+    ``model.embed_tokens.lora_embedding_A`` → ``("model.embed_tokens", "lora_embedding_A")``."""
+    parts = name.split(".")
+    for k in range(len(parts) - 1, 0, -1):  # the longest prefix that is the embedding or the head
+        module = ".".join(parts[:k])
+        if _role(module) is not None:
+            return module, ".".join(parts[k:])
+    return None, ""
+
+
 def _match(patterns, module: str):
     """The value of the first key of ``patterns`` that names ``module`` (PEFT's ``get_pattern_key``
     rule: ``(.*\\.)?KEY$``), else None."""
@@ -177,21 +193,14 @@ def read_adapter(folder: str | Path, *, trust_pickle: bool = False) -> Adapter:
     pending: dict[tuple[str, str], dict[str, Any]] = {}
     for key in tensors:
         name = key[len(PREFIX):] if key.startswith(PREFIX) else key
-        m = re.match(r"^(.*?)\.(weight|base_layer\.weight|lora_embedding_A|lora_embedding_B|lora_A\.weight|"
-                     r"lora_B\.weight|token_adapter\.trainable_tokens_delta|trainable_tokens_delta|"
-                     r"lora_magnitude_vector(?:\.weight)?|.+)$", name)
-        if not m:
+        module, what = _split(name)
+        if module is None:
             continue
-        module, what = m.group(1), m.group(2)
         role = _role(module)
-        if role is None:
-            continue
         if what.startswith("lora_magnitude_vector"):
             raise SpecError(f"{folder.name} uses DoRA on {module}, which embscope does not read; merge it "
                             "(model.merge_and_unload().save_pretrained(DIR)) and diff DIR")
-        known = ("weight", "base_layer.weight", "lora_embedding_A", "lora_embedding_B", "lora_A.weight",
-                 "lora_B.weight", "token_adapter.trainable_tokens_delta", "trainable_tokens_delta")
-        if what not in known or (ptype not in _AUX_ONLY and what not in ("weight", "base_layer.weight")):
+        if what not in SUFFIXES or (ptype not in _AUX_ONLY and what not in ("weight", "base_layer.weight")):
             raise SpecError(f"{folder.name} changes {module} with {ptype or 'an unknown PEFT type'} ({what}), which "
                             "embscope does not read; merge it (model.merge_and_unload().save_pretrained(DIR)) "
                             "and diff DIR")
@@ -237,8 +246,8 @@ def read_adapter(folder: str | Path, *, trust_pickle: bool = False) -> Adapter:
 
 
 def _apply(part: Part | None, start: Rows, fmt: str, base_rows: int, where: str) -> Rows:
-    """``start`` with ``part``'s changes (see :class:`~embscope.diff.rows.Patched`)."""
-    from embscope.diff.noise import canonical
+    """``start`` with ``part``'s changes (see :class:`~embscope.delta.rows.Patched`)."""
+    from embscope.delta.noise import canonical
 
     if part is None:
         return start

@@ -1,11 +1,11 @@
 """``diff_models``: BASE against TUNED, row by row, in one pass over each matrix.
 
-Order: read TUNED (:mod:`~embscope.diff.tuned`) → which rows are the same tokens and which were
+Order: read TUNED (:mod:`~embscope.delta.tuned`) → which rows are the same tokens and which were
 added (the tokenizers, the extension manifest) → per matrix, the noise floor on sampled rows
-(:mod:`~embscope.diff.noise`) and one pass over every row (:mod:`~embscope.diff.rows`), which also
+(:mod:`~embscope.delta.noise`) and one pass over every row (:mod:`~embscope.delta.rows`), which also
 projects each row onto BASE's first two principal components for the map → the data's token counts
 (with ``data``) → per-language drift (with a languages corpus) → findings
-(:mod:`~embscope.diff.findings`). Only the two embeddings and the two heads are read, each once.
+(:mod:`~embscope.delta.findings`). Only the two embeddings and the two heads are read, each once.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.diff.findings import EXPLODE, Facts, MatrixFacts, find
-from embscope.diff.record import DiffRecord, MatrixDiff
+from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
+from embscope.delta.record import DiffRecord, MatrixDiff
 from embscope.finetune.findings import worst
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
-    from embscope.diff.rows import Rows
+    from embscope.delta.rows import Rows
     from embscope.models.model import LoadedModel
 
 #: rows of the top-movers list
@@ -109,7 +109,7 @@ def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
     """BASE's mean row and the trace of its covariance (one pass), as transformers' mean resizing uses."""
     import torch
 
-    from embscope.diff.rows import BLOCK
+    from embscope.delta.rows import BLOCK
 
     total = torch.zeros(rows.d, dtype=torch.float64)
     sq = 0.0
@@ -143,10 +143,10 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     import polars as pl
     import torch
 
-    from embscope.diff import manifest as manifests
-    from embscope.diff.noise import mean_floor, measure, sample_ids
-    from embscope.diff.rows import Dense, compare
-    from embscope.diff.tuned import base_rows, fingerprint, load_tuned
+    from embscope.delta import manifest as manifests
+    from embscope.delta.noise import mean_floor, measure, sample_ids
+    from embscope.delta.rows import Dense, compare
+    from embscope.delta.tuned import base_rows, fingerprint, load_tuned
     from embscope.errors import ModelFileError
 
     seconds: dict[str, float] = {}
@@ -291,7 +291,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
 
     langs: list[dict[str, Any]] = []
     if languages is not None and tm.vocab is not None:
-        from embscope.diff.languages import count_languages, drift
+        from embscope.delta.languages import count_languages, drift
 
         t4 = time.perf_counter()
         per = count_languages(tm.vocab, languages, n_rows=n, options=read_options)
@@ -300,7 +300,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
 
     cfg_tie = tm.config.get("tie_word_embeddings") if isinstance(tm.config, dict) else None
     if tuned.kind == "peft":
-        cfg_tie = None  # the adapter's merge decides (embscope.diff.peft); the base config's flag is BASE's
+        cfg_tie = None  # the adapter's merge decides (embscope.delta.peft); the base config's flag is BASE's
     fl_base = None
     if flagged is not None:
         fl_base = np.zeros(n, dtype=bool)
