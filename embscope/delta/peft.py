@@ -109,11 +109,9 @@ class Adapter:
 
 def _role(module: str) -> str | None:
     """``embed`` / ``output`` / None for a base-model module name."""
-    from embscope.models.names import EMBED_PATTERNS, OUTPUT_PATTERNS, _SKIP
+    from embscope.models.names import EMBED_PATTERNS, OUTPUT_PATTERNS
 
     name = f"{module}.weight"
-    if _SKIP.search(name):
-        return None
     if any(re.search(p, name) for p in EMBED_PATTERNS):
         return "embed"
     if any(re.search(p, name) for p in OUTPUT_PATTERNS):
