@@ -74,9 +74,9 @@ def _print(record, res) -> None:
     if record.top_movers:
         shown = ", ".join(f"{r['id']} {display_token(r['token'])} ({r['change']:.3g})" for r in record.top_movers[:6])
         con.print(Text(f"  most moved: {shown}"))
-    if record.languages:
+    if record.languages and record.languages[0]["moved_share"] > 0:
         top = ", ".join(f"{r['language']} {r['moved_share']:.0%}" for r in record.languages[:5])
-        con.print(Text(f"  languages whose rows moved most: {top}"))
+        con.print(Text(f"  languages whose rows moved most (share of their tokens): {top}"))
     if not record.findings:
         con.print(Text("no findings: the rows the run should have trained moved, and nothing blew up", style="green"))
     print_findings(con, record.findings)

@@ -84,25 +84,22 @@ class _Reference:
         self.init_ids, self.init_rows = init_ids, init_rows
         self.mean_ids, self.mean = mean_ids, mean
 
-    def __call__(self, a: int, b: int):
+    def __call__(self, a: int, b: int, out=None):
         import torch
 
         nb = self.base.n
-        parts = [self.base.block(a, min(b, nb))] if a < nb else []
+        parts = [self.base.block(a, min(b, nb), out if b <= nb else None)] if a < nb else []
+        dev = parts[0].device if parts else "cpu"
         if b > nb:
-            parts.append(torch.zeros(b - max(a, nb), self.base.d))
+            parts.append(torch.zeros(b - max(a, nb), self.base.d, device=dev))
         r = torch.cat(parts) if len(parts) > 1 else parts[0]
         for ids, rows in ((self.init_ids, self.init_rows), (self.mean_ids, None)):
             hit = np.flatnonzero((ids >= a) & (ids < b))
             if len(hit):
-                where = torch.from_numpy(ids[hit] - a)
-                r[where] = rows[torch.from_numpy(hit)].float() if rows is not None else self.mean_t()
+                where = torch.from_numpy(ids[hit] - a).to(dev)
+                r[where] = (rows[torch.from_numpy(hit)].float() if rows is not None
+                            else torch.from_numpy(self.mean)).to(dev)
         return r
-
-    def mean_t(self):
-        import torch
-
-        return torch.from_numpy(self.mean)
 
 
 def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
@@ -111,13 +108,13 @@ def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
 
     from embscope.delta.rows import BLOCK
 
-    total = torch.zeros(rows.d, dtype=torch.float64)
+    total = None
     sq = 0.0
     for a in range(0, rows.n, BLOCK):
         x = rows.block(a, min(a + BLOCK, rows.n)).double()
-        total += x.sum(dim=0)
+        total = x.sum(dim=0) if total is None else total + x.sum(dim=0)
         sq += float((x * x).sum())
-    mean = (total / rows.n)
+    mean = (total / rows.n).cpu()
     trace = sq / rows.n - float((mean * mean).sum())
     return mean.float().numpy(), trace
 
@@ -210,13 +207,13 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
             raise ModelFileError(f"TUNED's head has {t_rows.n} rows but its embedding {n}; re-save the checkpoint")
         ok_ids = np.flatnonzero(~new[:shared])
         pick = ok_ids[sample_ids(len(ok_ids))]
-        sb, st = b_rows.take(pick).numpy(), t_rows.take(pick).numpy()
+        sb, st = b_rows.take(pick).cpu().numpy(), t_rows.take(pick).cpu().numpy()
         fl = measure(sb, st, b_rows.format, t_rows.format)
         mean = trace = None
         if len(mean_ids):
             mean, trace = _mean_and_trace(b_rows)
         if reference == "manifest" and len(init_ids):
-            nf = measure(init_rows.numpy(), t_rows.take(init_ids).numpy(), initial.format, t_rows.format)
+            nf = measure(init_rows.cpu().numpy(), t_rows.take(init_ids).cpu().numpy(), initial.format, t_rows.format)
             fl.new_floor, fl.new_reference = nf.floor, f"the manifest's rows ({initial.format}, {nf.lineage})"
         elif reference == "base":
             fl.new_floor, fl.new_reference = fl.floor, "BASE's rows (BASE is the extended model)"
@@ -229,11 +226,15 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
                         "explained": round(explained, 4)}
             axes_t, mu_t = torch.from_numpy(axes), torch.from_numpy(mu)
 
+            shift = mu_t @ axes_t  # (2,): x @ axes − μ @ axes, no centred copy of the block
+
             def visit(a, t, r, _new=new):
                 b = a + t.shape[0]
-                use = torch.from_numpy(_new[a:b])[:, None]
-                x = torch.where(use, t.cpu(), r.cpu())
-                xy[a:b] = ((x - mu_t) @ axes_t).numpy()
+                xy[a:b] = (r @ axes_t.to(r.device) - shift.to(r.device)).cpu().numpy()
+                hit = np.flatnonzero(_new[a:b])
+                if len(hit):  # new rows sit at their tuned row
+                    at = torch.from_numpy(hit).to(t.device)
+                    xy[a + hit] = (t[at] @ axes_t.to(t.device) - shift.to(t.device)).cpu().numpy()
         else:
             visit = None
         seconds[f"floor_{name}"] = round(time.perf_counter() - t1, 3)

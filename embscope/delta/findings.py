@@ -146,31 +146,36 @@ def find(f: Facts) -> list[Finding]:
     new_ids = np.flatnonzero(f.new)
     if len(new_ids):
         still = np.zeros(n, dtype=bool)
-        which = []
         for m in f.matrices:
-            u = f.new & ~m.moved
-            if u.any():
-                which.append(f"{int(u.sum())} in the {m.name}")
-            still |= u
+            still |= f.new & ~m.moved
         ids = np.flatnonzero(still)
+
+        def where(sub) -> str:
+            """``in the input`` / ``in the input (12) and the head (3)``: which matrices kept them."""
+            per = [(m.name, int((~m.moved[sub]).sum())) for m in f.matrices]
+            per = [(name, k) for name, k in per if k]
+            if len(f.matrices) == 1:
+                return "in the input embedding"
+            return "in " + " and ".join(f"the {'head' if name == 'output' else 'input'} ({k})" for name, k in per)
+
         if len(ids):
             fix = ("make the embedding and head trainable for them (PEFT: modules_to_save=['embed_tokens', "
                    "'lm_head'] or trainable_token_indices=[their ids]; a full fine-tune trains them)")
             if used is not None:
-                used_ids = [i for i in ids if used[i]]
-                unused = [i for i in ids if not used[i]]
-                if used_ids:
+                used_ids = np.asarray([i for i in ids if used[i]], dtype=np.int64)
+                unused = np.asarray([i for i in ids if not used[i]], dtype=np.int64)
+                if len(used_ids):
                     add("new-row-unmoved", "error",
                         f"{len(used_ids)} of {len(new_ids)} new token(s) the data uses stayed at their initial rows "
-                        f"({', '.join(which)}): the model never learnt them", by_use(used_ids), len(used_ids), fix)
-                if unused:
+                        f"{where(used_ids)}: the model never learnt them", by_use(used_ids), len(used_ids), fix)
+                if len(unused):
                     add("new-row-unmoved", "warning",
-                        f"{len(unused)} of {len(new_ids)} new token(s) stayed at their initial rows and the data never "
-                        "produces them: nothing could train them", unused, len(unused),
+                        f"{len(unused)} of {len(new_ids)} new token(s) stayed at their initial rows {where(unused)} and "
+                        "the data never produces them: nothing could train them", unused, len(unused),
                         "tokenize the data with TUNED's tokenizer (the one with the new tokens), or drop the tokens")
             else:
                 add("new-row-unmoved", "error",
-                    f"{len(ids)} of {len(new_ids)} new token(s) stayed at their initial rows ({', '.join(which)})",
+                    f"{len(ids)} of {len(new_ids)} new token(s) stayed at their initial rows {where(ids)}",
                     ids, len(ids), fix + "; pass --data to see whether the data produces them")
 
     if used is not None:
