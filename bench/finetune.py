@@ -56,6 +56,24 @@ def cut_model(out: Path, *, layers: int | None = 2, dtype: str = "float32", seed
     return out
 
 
+def bf16_copy(folder: Path, out: Path) -> Path:
+    """``folder``'s config, tokenizer and input embedding alone, stored in bf16: a bf16 conversion
+    as embscope reads it (the embedding is all it reads of a tied model)."""
+    import shutil
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True)
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / f, out / f)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        w = f.get_tensor("model.embed_tokens.weight")
+    save_file({"model.embed_tokens.weight": w.to(torch.bfloat16).contiguous()}, str(out / "model.safetensors"))
+    return out
+
+
 def extend(base: Path, out: Path, *, top: int = 20) -> dict:
     """``extend --apply`` on the medical corpus: the manifest (ids, terms) of the folder written (the
     run's own report goes to ``out`` + ``-report``)."""
