@@ -7,6 +7,7 @@ conversion; each finding code; the CLI's exit codes and the report section."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,15 +24,26 @@ STEPS = 4
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """BASE (cut SmolLM2, float32), the extended folder, the training texts, and two fine-tunes."""
-    w = tmp_path_factory.mktemp("diff-ft")
-    base = ft.cut_model(w / "base", layers=1)
-    manifest = ft.extend(base, w / "ext", top=12)
-    texts = ft.training_texts(w / "ext", manifest["token_ids"])
-    data = ft.write_jsonl(texts, w / "train.jsonl")
-    tuned = ft.train(w / "ext", texts, w / "tuned", steps=STEPS, batch=len(texts))
-    lora = ft.train(w / "ext", texts, w / "lora", steps=STEPS, mode="lora-attention", batch=len(texts))
-    return {"w": w, "base": base, "ext": w / "ext", "manifest": manifest, "data": data, "tuned": tuned, "lora": lora}
+    """BASE (cut SmolLM2, float32), the extended folder, the training texts, and two fine-tunes;
+    made once per test run (the first xdist worker that needs them writes them, the others wait)."""
+    from filelock import FileLock
+
+    from tests.conftest import shared_root
+
+    w = shared_root(tmp_path_factory) / "diff-finetune"
+    with FileLock(str(w) + ".lock"):
+        if not (w / "done.json").is_file():
+            shutil.rmtree(w, ignore_errors=True)
+            w.mkdir()
+            base = ft.cut_model(w / "base", layers=1)
+            manifest = ft.extend(base, w / "ext", top=12)
+            texts = ft.training_texts(w / "ext", manifest["token_ids"])
+            ft.write_jsonl(texts, w / "train.jsonl")
+            ft.train(w / "ext", texts, w / "tuned", steps=STEPS, batch=len(texts))
+            ft.train(w / "ext", texts, w / "lora", steps=STEPS, mode="lora-attention", batch=len(texts))
+            (w / "done.json").write_text(json.dumps(manifest), "utf-8")
+    return {"w": w, "base": w / "base", "ext": w / "ext", "manifest": json.loads((w / "done.json").read_text("utf-8")),
+            "data": w / "train.jsonl", "tuned": w / "tuned", "lora": w / "lora"}
 
 
 @pytest.fixture(scope="module")
@@ -162,38 +174,39 @@ PEFT_VARIANTS = {
     "modules_to_save": dict(target_modules=["q_proj"], modules_to_save=["embed_tokens", "lm_head"]),
     "modules_to_save_embed": dict(target_modules=["q_proj"], modules_to_save=["embed_tokens"]),
     "lora_embedding": dict(target_modules=["embed_tokens", "q_proj"], init_lora_weights=False),
-    "trainable_tokens": dict(target_modules=["q_proj"], trainable_token_indices=[3, 500, 40000]),
+    "lora_head": dict(target_modules=["lm_head"], init_lora_weights=False),
+    "trainable_tokens": dict(target_modules=["q_proj"], trainable_token_indices=[3, 500, 900]),
+    "trainable_tokens_by_module": dict(target_modules=["q_proj"],
+                                       trainable_token_indices={"embed_tokens": [3, 5], "lm_head": [5, 9]}),
 }
 
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_peft_adapters_read_as_peft_merges_them(run, tmp_path, tied):
-    """Each adapter format, read without merging, equals PEFT's own ``merge_and_unload``."""
+def test_peft_adapters_read_as_peft_merges_them(tmp_path, tied):
+    """Each adapter format, read without merging, equals PEFT's own ``merge_and_unload`` (a small
+    Llama: the format, not the model, is under test; the fine-tunes above use SmolLM2's rows)."""
     import torch
     from peft import LoraConfig, TrainableTokensConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     import embscope
     from embscope.delta.tuned import load_tuned
 
-    folder = run["base"]
-    if not tied:  # an untied SmolLM2 cut: its own head rows
-        lm = AutoModelForCausalLM.from_pretrained(str(folder), tie_word_embeddings=False)
-        with torch.no_grad():
-            lm.lm_head.weight.copy_(lm.model.embed_tokens.weight * 0.5 + 0.01)
-        folder = tmp_path / "untied"
-        lm.save_pretrained(str(folder))
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            (folder / f).write_bytes((run["base"] / f).read_bytes())
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)
+    folder = tmp_path / "base"
+    LlamaForCausalLM(cfg).save_pretrained(str(folder))
     base = embscope.load_model(str(folder), device="cpu")
     assert base.tied == tied
-    variants = {**PEFT_VARIANTS, "TRAINABLE_TOKENS": None} if tied else \
-        {k: PEFT_VARIANTS[k] for k in ("modules_to_save_embed", "lora_embedding", "trainable_tokens")}
+    variants = {**PEFT_VARIANTS, "TRAINABLE_TOKENS": None}
+    if tied:  # a head LoRA or head token list on a tied model is not one PEFT merges on its own
+        variants = {k: v for k, v in variants.items() if k not in ("lora_head", "trainable_tokens_by_module")}
     for name, kw in variants.items():
-        lm = AutoModelForCausalLM.from_pretrained(str(folder))
-        cfg = (TrainableTokensConfig(target_modules=["embed_tokens"], token_indices=[7, 8, 49000], init_weights=False)
-               if kw is None else LoraConfig(r=4, lora_alpha=8, **kw))
-        pm = get_peft_model(lm, cfg)
+        lm = LlamaForCausalLM.from_pretrained(str(folder))
+        cfg_p = (TrainableTokensConfig(target_modules=["embed_tokens"], token_indices=[7, 8, 990], init_weights=False)
+                 if kw is None else LoraConfig(r=4, lora_alpha=8, **kw))
+        pm = get_peft_model(lm, cfg_p)
         torch.manual_seed(1)
         with torch.no_grad():  # what training would have done to the trainable embedding parts
             for n, p in pm.named_parameters():
