@@ -142,7 +142,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
 
     from embscope.delta import manifest as manifests
     from embscope.delta.noise import mean_floor, measure, sample_ids
-    from embscope.delta.rows import Dense, compare
+    from embscope.delta.rows import compare
     from embscope.delta.tuned import base_rows, fingerprint, load_tuned
     from embscope.errors import ModelFileError
 
