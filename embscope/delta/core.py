@@ -138,7 +138,6 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         :class:`DiffResult`.
     """
     import polars as pl
-    import torch
 
     from embscope.delta import manifest as manifests
     from embscope.delta.noise import mean_floor, measure, sample_ids
@@ -209,7 +208,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         pick = ok_ids[sample_ids(len(ok_ids))]
         sb, st = b_rows.take(pick).cpu().numpy(), t_rows.take(pick).cpu().numpy()
         fl = measure(sb, st, b_rows.format, t_rows.format)
-        mean = trace = None
+        mean = None
         if len(mean_ids):
             mean, trace = _mean_and_trace(b_rows)
         if reference == "manifest" and len(init_ids):
@@ -220,53 +219,23 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         elif reference == "mean":
             fl.new_floor = mean_floor(mean, trace, t_rows.format, fl.floor)
             fl.new_reference = "BASE's mean row (no manifest): transformers' mean_resizing spread, 4σ"
+        visit = None
         if name == "input":
-            mu, axes, explained = _pca_basis(sb)
+            visit, explained = _map_visitor(sb, new, xy)
             map_info = {"method": "BASE's first two principal components (input rows; new rows at their tuned row)",
                         "explained": round(explained, 4)}
-            axes_t, mu_t = torch.from_numpy(axes), torch.from_numpy(mu)
-
-            shift = mu_t @ axes_t  # (2,): x @ axes − μ @ axes, no centred copy of the block
-
-            def visit(a, t, r, _new=new):
-                b = a + t.shape[0]
-                xy[a:b] = (r @ axes_t.to(r.device) - shift.to(r.device)).cpu().numpy()
-                hit = np.flatnonzero(_new[a:b])
-                if len(hit):  # new rows sit at their tuned row
-                    at = torch.from_numpy(hit).to(t.device)
-                    xy[a + hit] = (t[at] @ axes_t.to(t.device) - shift.to(t.device)).cpu().numpy()
-        else:
-            visit = None
         seconds[f"floor_{name}"] = round(time.perf_counter() - t1, 3)
         t2 = time.perf_counter()
         ref = _Reference(b_rows, n, init_ids, init_rows, mean_ids, mean)
-        st_ = compare(t_rows, ref, device=base.device if base.device != "cpu" else "cpu", visit=visit)
+        stats = compare(t_rows, ref, device=base.device if base.device != "cpu" else "cpu", visit=visit)
         seconds[f"pass_{name}"] = round(time.perf_counter() - t2, 3)
-        floor = np.full(n, fl.floor, dtype=np.float32)
-        if fl.new_floor is not None:
-            floor[new | past] = fl.new_floor
-        finite = st_.finite
-        has_ref = st_.ref_norm > 0
-        moved = ~finite | (has_ref & (np.nan_to_num(st_.rel_delta, nan=0.0) > floor)) | (~has_ref & (st_.delta > 0))
-        median = float(np.median(st_.ref_norm[:shared][~new[:shared]])) if shared else 0.0
-        exploded = finite & (st_.tuned_norm > EXPLODE * np.maximum(st_.ref_norm, median))
-        mv = np.flatnonzero(moved & finite)
-        change = st_.rel_delta
-        matrices[name] = MatrixDiff(
-            floor=fl, rows=n, moved=int(moved.sum()), moved_share=round(float(moved.mean()), 6) if n else 0.0,
-            new_moved=int((moved & new).sum()), nonfinite=int((~finite).sum()), exploded=int(exploded.sum()),
-            median_moved_change=float(np.nanmedian(change[mv])) if len(mv) and np.isfinite(change[mv]).any() else None,
-            max_change=float(np.nanmax(change)) if np.isfinite(change).any() else None, base_median_norm=median)
-        facts.append(MatrixFacts(name=name, moved=moved, change=change, finite=finite, exploded=exploded,
-                                 tuned_norm=st_.tuned_norm, floor=fl.floor))
+        matrices[name], fact = _judge(name, stats, fl, new, new | past, shared)
+        facts.append(fact)
         p = "in" if name == "input" else "out"
-        cols.update({f"{p}_delta": st_.delta, f"{p}_change": change, f"{p}_cos": st_.cos,
-                     f"{p}_norm_change": st_.norm_change, f"{p}_moved": moved})
-        if name == "input":
-            cols.update({"nonfinite": ~finite, "exploded": exploded})
-        else:
-            cols["nonfinite"] |= ~finite
-            cols["exploded"] |= exploded
+        cols.update({f"{p}_delta": stats.delta, f"{p}_change": stats.rel_delta, f"{p}_cos": stats.cos,
+                     f"{p}_norm_change": stats.norm_change, f"{p}_moved": fact.moved})
+        cols["nonfinite"] = cols.get("nonfinite", False) | ~fact.finite
+        cols["exploded"] = cols.get("exploded", False) | fact.exploded
 
     counts = None
     where: dict[int, list[int]] = {}
@@ -335,6 +304,48 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         findings=findings, worst=worst(findings), data=data_info, languages=langs,
         languages_corpus=str(languages) if languages is not None else None, map=map_info, seconds=seconds)
     return DiffResult(record=record, frame=frame)
+
+
+def _map_visitor(sample: np.ndarray, new: np.ndarray, xy: np.ndarray):
+    """A ``visit`` for :func:`~embscope.delta.rows.compare` that writes each block's map positions into
+    ``xy`` (BASE's rows on the sample's first two principal components; new rows at their tuned row),
+    and the variance share of the two axes."""
+    import torch
+
+    mu, axes, explained = _pca_basis(sample)
+    axes_t = torch.from_numpy(axes)
+    shift = torch.from_numpy(mu) @ axes_t  # (2,): x @ axes − μ @ axes, no centred copy of the block
+
+    def visit(a, t, r):
+        b = a + t.shape[0]
+        xy[a:b] = (r @ axes_t.to(r.device) - shift.to(r.device)).cpu().numpy()
+        hit = np.flatnonzero(new[a:b])
+        if len(hit):
+            at = torch.from_numpy(hit).to(t.device)
+            xy[a + hit] = (t[at] @ axes_t.to(t.device) - shift.to(t.device)).cpu().numpy()
+
+    return visit, explained
+
+
+def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: int) -> tuple[MatrixDiff, MatrixFacts]:
+    """One matrix's verdicts from the pass: ``moved`` (change past the floor; the new rows' floor where
+    ``own_floor``; a NaN/Inf row; any change of a zero row), ``exploded``, and the record's counts."""
+    n = len(new)
+    floor = np.full(n, fl.floor, dtype=np.float32)
+    if fl.new_floor is not None:
+        floor[own_floor] = fl.new_floor
+    finite, has_ref, change = st.finite, st.ref_norm > 0, st.rel_delta
+    moved = ~finite | (has_ref & (np.nan_to_num(change, nan=0.0) > floor)) | (~has_ref & (st.delta > 0))
+    median = float(np.median(st.ref_norm[:shared][~new[:shared]])) if shared else 0.0
+    exploded = finite & (st.tuned_norm > EXPLODE * np.maximum(st.ref_norm, median))
+    mv = np.flatnonzero(moved & finite)
+    record = MatrixDiff(
+        floor=fl, rows=n, moved=int(moved.sum()), moved_share=round(float(moved.mean()), 6) if n else 0.0,
+        new_moved=int((moved & new).sum()), nonfinite=int((~finite).sum()), exploded=int(exploded.sum()),
+        median_moved_change=float(np.nanmedian(change[mv])) if len(mv) and np.isfinite(change[mv]).any() else None,
+        max_change=float(np.nanmax(change)) if np.isfinite(change).any() else None, base_median_norm=median)
+    return record, MatrixFacts(name=name, moved=moved, change=change, finite=finite, exploded=exploded,
+                               tuned_norm=st.tuned_norm, floor=fl.floor)
 
 
 def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[dict[str, Any]]:
