@@ -113,6 +113,70 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
     return res
 
 
+def diff(base: str, tuned: str | Path, *, data: str | Path | Sequence[str | Path] = (),
+         manifest: str | Path | None = None, languages: str | Path | None = DEFAULT_LANGUAGES,
+         tokens: str | Path | None = None, out: str | Path | None = None, force: bool = False,
+         options: RunOptions | None = None, verbose: bool | None = None, **kw: Any) -> RunResult:
+    """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.
+
+    BASE and TUNED are any model spec (TUNED may be a PEFT adapter folder on BASE); only their
+    embeddings and heads are read (:mod:`embscope.delta`).
+
+    Args:
+        base: the model training started from.
+        tuned: the fine-tuned model, or a PEFT adapter folder.
+        data: the training data (any format :func:`check` reads): the rows it uses; with it BASE is
+            scanned (``scan=False`` to skip) for ``untrained-still``.
+        manifest: ``extend --apply``'s manifest (or its folder): the initial rows of the added
+            tokens (default: the one in BASE's folder, else BASE's mean row).
+        languages: the multilingual corpus for per-language drift (default the shipped ``udhr``;
+            ``None``/``"none"`` for none).
+        tokens: a ``tokens.parquet`` of an earlier scan of BASE: its ``flagged`` rows instead of a scan.
+        out: write the report folder (summary.json, diff.parquet, index.html); without it nothing
+            is written and ``res.folder`` is None.
+        **kw: any :class:`RunOptions` field (``device``, ``data_format``, ``threshold``, ``scan``, …).
+    Returns:
+        :class:`RunResult`; the record is ``res.summary.sections.diff`` (findings, per-matrix floors
+        and counts), the per-row table ``res.outputs["diff"].live.frame``.
+    Example:
+        >>> res = diff("smollm2-135m", "out/smollm2-med-tuned", data="train.jsonl")  # doctest: +SKIP
+        >>> [f.code for f in res.summary.sections.diff.findings]  # doctest: +SKIP
+        []
+    """
+    import shutil
+    import tempfile
+
+    from embscope.errors import CorpusError
+    from embscope.output import check_target
+
+    paths = [data] if isinstance(data, (str, Path)) else list(data)
+    opts = RunOptions.build(options, tuned=str(tuned), manifest=str(manifest) if manifest is not None else None, **kw)
+    if out is not None:  # never write over TUNED or the manifest's folder
+        check_target(out, force=force, inputs=[p for p in (Path(tuned), Path(manifest) if manifest else None)
+                                               if p is not None and p.exists()])
+    langs, notes = [] if languages in (None, "none") else [languages], []
+    if langs == [DEFAULT_LANGUAGES]:
+        try:
+            corpus_path(DEFAULT_LANGUAGES)
+        except CorpusError:
+            langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
+                                "languages=PATH for per-language drift"]
+    table = read_tokens_table(tokens) if tokens is not None else None
+    sections = ["tokens", "diff"] if paths and opts.scan and table is None else ["diff"]
+    opts = RunOptions.build(opts, layout=kw.get("layout", False))
+    tmp = Path(tempfile.mkdtemp(prefix="embscope-diff-")) if out is None else None
+    try:
+        res = run(base, sections=sections, corpora=langs, training=paths, tokens=table,
+                  out=out if out is not None else tmp / "diff", force=force, render=out is not None,
+                  options=opts, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if tmp is not None:
+        res.folder = None  # type: ignore[assignment]
+    return res
+
+
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
               force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
               **kw: Any) -> RunResult:

@@ -154,7 +154,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
 
     opts = RunOptions.build(options, **kw)
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
-             and ("training" not in BY_NAME[n].reads or training)]  # the check runs on training data only
+             and ("training" not in BY_NAME[n].requires or training)]  # the check runs on training data only
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
     steps = Steps(verbose=verbose)

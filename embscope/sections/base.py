@@ -105,6 +105,11 @@ class RunOptions(Record):
     pad_token: str | None = None
     #: check only this split of data with several (null: each split, reported on its own)
     split: str | None = None
+    #: the fine-tuned model (any model spec, or a PEFT adapter folder) diffed against the model (diff)
+    tuned: str | None = None
+    #: the manifest ``extend --apply`` wrote: the initial rows of the tokens added (null: the one in the
+    #: model's folder, else the model's mean row)
+    manifest: str | None = None
 
     @classmethod
     def build(cls, options: "RunOptions | None" = None, **fields: Any) -> "RunOptions":
