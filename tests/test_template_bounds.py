@@ -158,9 +158,9 @@ def test_a_refused_conversation_does_not_refuse_the_template(tmp_path, smol, tra
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps(big) + "\n" + train_data.read_text("utf-8"), "utf-8")
     record = embscope.check(str(folder), str(data), device="cpu", scan=False).summary.sections.finetune
-    assert record.template == "rendered"
+    assert record.template == "rendered 137 of 138 (1 failed or refused)"
     codes = {f.code: f for f in record.findings}
-    assert "render-refused" not in codes
-    failed = codes["render-failed"]
-    assert failed.count == 1 and failed.examples == [0] and "render refused: " in failed.message
+    assert "render-failed" not in codes
+    refused = codes["render-refused"]  # that conversation alone: the other 137 are rendered
+    assert refused.count == 1 and refused.examples == [0] and "render refused: " in refused.message
     assert record.conversations == 138 and record.examples == 138

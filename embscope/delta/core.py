@@ -366,19 +366,19 @@ def _data_counts(model: "LoadedModel", data, fmt, text_field, watch) -> tuple[np
     example indices are kept for the rows ``watch`` marks (new and flagged rows)."""
     from embscope.corpus.conversations import DataReport, iter_examples
     from embscope.errors import CorpusError, VocabError
+    from embscope.finetune import make_context
     from embscope.finetune.encode import encode_examples
-    from embscope.finetune.specials import special_ids
-    from embscope.models.chat_template import read_chat_template, special_token_strings
 
     if model.vocab is None:
         raise VocabError(f"{model.name} ships no tokenizer, so --data cannot be tokenized; pass a TUNED with one")
-    sp = special_ids(model)
+    ctx = make_context(model)[0]  # the default trainer's sequences, TUNED's own template
     report = DataReport()
     wanted = np.zeros(model.n_rows, dtype=bool)
     wanted[:min(len(watch), model.n_rows)] = watch[:model.n_rows]
-    enc = encode_examples(model, iter_examples(list(data), fmt=fmt, text_field=text_field, report=report), sp,
-                          template=read_chat_template(model), variables=special_token_strings(model), watch=wanted)
-    if enc.examples == 0:
+    examples = iter_examples(list(data), fmt=fmt, text_field=text_field, report=report)
+    parts = encode_examples(examples, ctx, wanted, by_split=False)
+    enc = parts.get(None)
+    if enc is None or enc.examples == 0:
         raise CorpusError(f"{', '.join(map(str, data))} holds no training example; pass jsonl/json/Parquet/Arrow "
                           "records in the messages, conversations, alpaca, prompt/completion or text format")
     counts = enc.counts
