@@ -10,7 +10,9 @@ so that a record is about 1 KB: 100,000 records, about 100 MB of jsonl.
 Timed, each in a fresh process (wall, CPU = user + system of that process and its threads):
 
 1. ``python cli.py check --model smollm2-135m --data train.jsonl --json`` (kNN cache warmed first,
-   as any second run finds it);
+   as any second run finds it), once with ``--workers 2`` (worker processes, one shard of 2,048
+   examples each at a time) and once in one process (the default; the tokenizer's own threads use
+   every core);
 2. the floor: reading the jsonl, rendering every conversation with the same template
    (``embscope.models.chat_template.render``), and ``tokenizers.Tokenizer.encode_batch_fast`` on
    the rendered text: what the check cannot go below. Rendering and encoding are timed apart.
@@ -93,16 +95,24 @@ def main() -> int:
     small.write_text("".join(line for _, line in zip(range(10), open(data, encoding="utf-8"))), "utf-8")
     timed([sys.executable, "cli.py", "check", "--model", "smollm2-135m", "--data", str(small), "-q"], env)  # kNN cache
     wall, cpu, out = timed([sys.executable, "cli.py", "check", "--model", "smollm2-135m", "--data", str(data),
-                            "--json", "-q"], env)
+                            "--json", "-q", "--workers", str(os.cpu_count() or 2)], env)
     body = json.loads(out)
+    load0 = os.getloadavg()
+    wall1, cpu1, out1 = timed([sys.executable, "cli.py", "check", "--model", "smollm2-135m", "--data", str(data),
+                               "--json", "-q"], env)
+    body1 = json.loads(out1)
+    same = {k: v for k, v in body["data"].items() if k != "seconds"} == \
+        {k: v for k, v in body1["data"].items() if k != "seconds"} and body["findings"] == body1["findings"]
     load1 = os.getloadavg()
     fw, fc, fout = timed([sys.executable, "-c", FLOOR, str(data)], env)
     floor = json.loads(fout)
     load2 = os.getloadavg()
     print(f"| what | wall s | CPU s | MB per CPU-s |\n|---|---|---|---|")
-    print(f"| embscope check (whole command: load, scan from the kNN cache, read, render, tokenize, findings) "
-          f"| {wall:.1f} | {cpu:.1f} | {mb / cpu:.2f} |")
+    print(f"| embscope check --workers {os.cpu_count()} (whole command: load, scan from the kNN cache, read, "
+          f"render, tokenize, findings) | {wall:.1f} | {cpu:.1f} | {mb / cpu:.2f} |")
     print(f"| of which the data pass (summary seconds) | {body['data']['seconds']:.1f} | | |")
+    print(f"| embscope check (one process, the default) | {wall1:.1f} | {cpu1:.1f} | {mb / cpu1:.2f} |")
+    print(f"| of which the data pass | {body1['data']['seconds']:.1f} | | |")
     r, e = floor["render"], floor["encode"]
     print(f"| floor: read jsonl | {floor['read'][0]:.1f} | {floor['read'][1]:.1f} | |")
     print(f"| floor: render every conversation | {r[0]:.1f} | {r[1]:.1f} | {mb / r[1]:.2f} |")
@@ -110,8 +120,9 @@ def main() -> int:
           f"| {e[0]:.1f} | {e[1]:.1f} | {floor['rendered_mb'] / max(e[1], 1e-9):.2f} |")
     print(f"tokens: check {body['data']['tokens']}, floor {floor['tokens']}; findings: "
           f"{[f['code'] for f in body['findings']]}")
-    print(f"load average after the check: {load1}, after the floor: {load2}; goal <= 90 s wall: "
-          f"{'met' if wall <= 90 else 'not met'}")
+    print(f"same record on every core and in one process: {same}")
+    print(f"load average after the workers' check: {load0}, after the one-process check: {load1}, after the floor: "
+          f"{load2}; goal <= 90 s wall (one process): {'met' if wall1 <= 90 else 'not met'}")
     return 0
 
 

@@ -9,6 +9,7 @@ is quick::
     res = embscope.fertility("gpt2", "udhr")                     # per-language cost of a tokenizer
     res = embscope.compare(["gpt2", "o200k_base"], "udhr")       # several tokenizers side by side
     res, manifest = embscope.extend("smollm2-135m", "medical")   # vocabulary-extension candidates
+    res = embscope.diff("smollm2-135m", "out/tuned", data="train.jsonl")  # what training changed
     ctx = embscope.rope("qwen2-7b")                              # RoPE + KV-cache budget (config only)
     res = embscope.run("smollm2-135m", sections=["context", "tokens"])  # any subset of sections
     model = embscope.load_model("smollm2-135m")                  # matrices + tokenizer, nothing else
@@ -31,6 +32,7 @@ _LAZY = {
     "extend": "embscope.api",
     "rope": "embscope.api",
     "check": "embscope.api",
+    "diff": "embscope.api",
     "run": "embscope.runner",
     "RunResult": "embscope.runner",
     "RunOptions": "embscope.sections.base",

@@ -71,8 +71,9 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
     """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
 
     The data is rendered with the model's chat template and tokenized exactly as
-    ``apply_chat_template`` does (plain texts as ``tokenizer(text)``); the findings carry stable
-    codes (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
+    ``apply_chat_template`` does (plain texts as ``tokenizer(text)``), and labelled as the trainer
+    labels it (:mod:`embscope.finetune.trainers`); the findings carry stable codes
+    (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
 
     Args:
         model: model spec.
@@ -80,7 +81,9 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
             ``messages``, ShareGPT, Alpaca, prompt/completion or ``text`` format.
         out: write the report folder (summary.json, tokens.parquet, findings.parquet, index.html);
             without it nothing is written and ``res.folder`` is None.
-        **kw: any :class:`RunOptions` field: ``data_format`` (force one record format),
+        **kw: any :class:`RunOptions` field: ``trainer`` (``trl`` by default, ``transformers``,
+            ``unsloth``, ``axolotl``, ``llamafactory``), ``pad_token`` (the pad you will set),
+            ``split`` (one split of a DatasetDict), ``data_format`` (force one record shape),
             ``max_length`` (the trainer's sequence length; default the config's context),
             ``chat_template`` (a template file instead of the model's own), ``scan=False`` (no
             ``untrained-used``), ``threshold``, ``repair_to`` (also write the model with the rows
@@ -90,7 +93,7 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
     Example:
         >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl")  # doctest: +SKIP
         >>> [f.code for f in res.summary.sections.finetune.findings]  # doctest: +SKIP
-        ['pad-is-eos', 'special-row-untrained']
+        ['special-row-untrained', 'exceeds-context', 'pad-is-eos']
     """
     import shutil
     import tempfile
@@ -102,6 +105,70 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
         res = run(model, sections=["tokens", "finetune", "repair"], training=paths,
                   out=out if out is not None else tmp / "check", force=force, render=out is not None,
                   options=options, command="check", kind="check", verbose=verbose, required=["finetune"], **kw)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if tmp is not None:
+        res.folder = None  # type: ignore[assignment]
+    return res
+
+
+def diff(base: str, tuned: str | Path, *, data: str | Path | Sequence[str | Path] = (),
+         manifest: str | Path | None = None, languages: str | Path | None = DEFAULT_LANGUAGES,
+         tokens: str | Path | None = None, out: str | Path | None = None, force: bool = False,
+         options: RunOptions | None = None, verbose: bool | None = None, **kw: Any) -> RunResult:
+    """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.
+
+    BASE and TUNED are any model spec (TUNED may be a PEFT adapter folder on BASE); only their
+    embeddings and heads are read (:mod:`embscope.delta`).
+
+    Args:
+        base: the model training started from.
+        tuned: the fine-tuned model, or a PEFT adapter folder.
+        data: the training data (any format :func:`check` reads): the rows it uses; with it BASE is
+            scanned (``scan=False`` to skip) for ``untrained-still``.
+        manifest: ``extend --apply``'s manifest (or its folder): the initial rows of the added
+            tokens (default: the one in BASE's folder, else BASE's mean row).
+        languages: the multilingual corpus for per-language drift (default the shipped ``udhr``;
+            ``None``/``"none"`` for none).
+        tokens: a ``tokens.parquet`` of an earlier scan of BASE: its ``flagged`` rows instead of a scan.
+        out: write the report folder (summary.json, diff.parquet, index.html); without it nothing
+            is written and ``res.folder`` is None.
+        **kw: any :class:`RunOptions` field (``device``, ``data_format``, ``threshold``, ``scan``, …).
+    Returns:
+        :class:`RunResult`; the record is ``res.summary.sections.diff`` (findings, per-matrix floors
+        and counts), the per-row table ``res.outputs["diff"].live.frame``.
+    Example:
+        >>> res = diff("smollm2-135m", "out/smollm2-med-tuned", data="train.jsonl")  # doctest: +SKIP
+        >>> [f.code for f in res.summary.sections.diff.findings]  # doctest: +SKIP
+        []
+    """
+    import shutil
+    import tempfile
+
+    from embscope.errors import CorpusError
+    from embscope.output import check_target
+
+    paths = [data] if isinstance(data, (str, Path)) else list(data)
+    opts = RunOptions.build(options, tuned=str(tuned), manifest=str(manifest) if manifest is not None else None, **kw)
+    if out is not None:  # never write over TUNED or the manifest's folder
+        check_target(out, force=force, inputs=[p for p in (Path(tuned), Path(manifest) if manifest else None)
+                                               if p is not None and p.exists()])
+    langs, notes = [] if languages in (None, "none") else [languages], []
+    if langs == [DEFAULT_LANGUAGES]:
+        try:
+            corpus_path(DEFAULT_LANGUAGES)
+        except CorpusError:
+            langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
+                                "languages=PATH for per-language drift"]
+    table = read_tokens_table(tokens) if tokens is not None else None
+    sections = ["tokens", "diff"] if paths and opts.scan and table is None else ["diff"]
+    opts = RunOptions.build(opts, layout=kw.get("layout", False))
+    tmp = Path(tempfile.mkdtemp(prefix="embscope-diff-")) if out is None else None
+    try:
+        res = run(base, sections=sections, corpora=langs, training=paths, tokens=table,
+                  out=out if out is not None else tmp / "diff", force=force, render=out is not None,
+                  options=opts, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -214,13 +281,12 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     """
     import json
 
-    import polars as pl
-
     from embscope.errors import SpecError
     from embscope.models.load import load_model
     from embscope.output import claim
     from embscope.provenance import tensor_digest
     from embscope.report.projector import write_projector
+    from embscope.report.token_table import read_tokens
 
     report = Path(report)
     src = report / "tokens.parquet"
@@ -234,7 +300,7 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     if not spec:
         raise SpecError(f"{report}/summary.json names no model; pass --model")
     target = Path(out) if out is not None else report / "projector"
-    tokens = pl.read_parquet(src)
+    tokens = read_tokens(src)
     m = load_model(spec, device="cpu", download=download)
     want = ((recorded or {}).get("tensors") or {}).get("embed")
     if want and tensor_digest(m.embed) != want:

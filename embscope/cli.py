@@ -31,6 +31,7 @@ _COMMAND_MODULES = [
     "embscope.commands.audit",
     "embscope.commands.scan",
     "embscope.commands.check",
+    "embscope.commands.diff",
     "embscope.commands.languages",
     "embscope.commands.extend",
     "embscope.commands.rope",

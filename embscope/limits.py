@@ -1,4 +1,5 @@
-"""The bounds every run works under: what a corpus, a language count or an option may cost at most.
+"""The bounds every run works under: what a corpus, a language count, an option or a hub read may
+cost at most.
 
 Untrusted input must never exhaust memory or time: a 90 KB Parquet file can decompress to a
 gigabyte, a corpus can carry 20,000 distinct ``lang`` values, ``--max-ngram 100000`` asks for
@@ -51,6 +52,18 @@ class Limits:
     top: int = 100_000
     #: largest ``--max-ngram`` (words per extension term): the counted n-grams grow with it
     max_ngram: int = 8
+    #: seconds the range reads of one hub file may take in all (HEAD, header, tensors): an hour
+    #: reads a 2.5 GB tensor (Qwen2-72B's embedding) at 0.7 MB/s
+    hub_file_seconds: int = 3600
+    #: seconds all the hub range reads of one run may take together
+    hub_run_seconds: int = 7200
+    #: slowest transfer accepted from the hub, bytes per second, averaged over
+    #: :data:`embscope.models.hub_remote.RATE_WINDOW` seconds (a server trickling bytes to keep
+    #: the read timeout from firing reaches it in one window)
+    hub_min_rate: int = 32 << 10
+    #: bytes a hub GGUF's metadata and tensor table may take (read before its tensors): a
+    #: 262k-token vocabulary takes under 10 MB
+    gguf_metadata_bytes: int = 64 << 20
 
     @classmethod
     def names(cls) -> list[str]:

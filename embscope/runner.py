@@ -154,7 +154,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
 
     opts = RunOptions.build(options, **kw)
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
-             and ("training" not in BY_NAME[n].reads or training)]  # the check runs on training data only
+             and ("training" not in BY_NAME[n].requires or training)]  # the check runs on training data only
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
     steps = Steps(verbose=verbose)
@@ -165,10 +165,15 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     if opts.repair_to is not None:  # refused before any work, like --out
         if not data_paths and not training_paths:
             raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
+        if not opts.scan:
+            raise SpecError("--repair re-initialises the rows the scan flags (and the zero rows it finds): drop "
+                            "--no-scan")
         check_distinct([("--out", out), ("--repair", opts.repair_to)])
         check_target(opts.repair_to, force=force, inputs=[*data_paths, *(p for p in training_paths if p.exists())])
+        _check_repair_kind(Path(opts.repair_to))
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download) if model is not None else None
+    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download,
+                       limits=opts.bounds()) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
     extra_vocabs = [load_vocabulary(t) for t in tokenizers]
@@ -211,6 +216,17 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             summary.inputs["model"]["hub"] = resolved.hub  # read by ranges: the commit, each file's ETag
         _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
     return RunResult(folder=target, summary=summary, outputs=outputs)
+
+
+def _check_repair_kind(target: Path) -> None:
+    """``--repair`` replaces (with ``--force``) only a model folder an earlier repair wrote, never a
+    report folder: refused here, before any work, like every other bad target."""
+    from embscope.output import read_marker
+
+    marker = read_marker(target) if target.is_dir() else None
+    if marker is not None and marker.get("kind") not in (None, "model"):
+        raise SpecError(f"--repair {target} holds an embscope {marker.get('kind')} report, not a repaired model; "
+                        "pass another folder for the repaired model")
 
 
 def _training_path(spec: str | Path) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embscope.context.summary import ContextSummary
+from embscope.delta.record import DiffRecord
 from embscope.records import Record, RecordError
 from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
@@ -77,6 +78,8 @@ class Sections(Record):
     finetune: CheckRecord | None = None
     #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)
     repair: RepairRecord | None = None
+    #: "What training changed": BASE against TUNED, row by row (embscope.delta)
+    diff: DiffRecord | None = None
 
 
 @dataclass

@@ -25,7 +25,12 @@ files: ``302`` to ``/cdn/{repo}/{file}`` (the storage host's stand-in) with ``X-
 Knobs for failure tests: ``refuse_ranges`` (answer every ``Range`` with the whole file, ``200``, as
 a server without range support does); ``drop_after`` (``(file name, n)``: the first ``GET`` of that
 file longer than ``n`` bytes is cut off after ``n`` body bytes, the TCP connection closed
-mid-response, once).
+mid-response, once). For weight files (``.safetensors``, ``.gguf``) only, so the small files still
+come as the hub sends them: ``empty_ranges`` (every ranged ``GET`` answered ``206`` with the right
+``Content-Range`` and an empty body); ``trickle`` (seconds: a ranged body is sent one byte at a
+time, that long apart, as a server keeping a read timeout from firing does); ``content_encoding``
+(a ``Content-Encoding`` header on ranged answers, the body left as it is). ``etags`` may be filled
+beforehand (``{path: sha256}``) for files too large to hash in a test.
 
 The server is a threaded :class:`http.server.ThreadingHTTPServer` speaking HTTP/1.1 on
 ``127.0.0.1`` and an OS-chosen port; it never reaches the network.
@@ -37,6 +42,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
@@ -61,9 +67,13 @@ class HubServer:
         self.repos = {rid: Path(folder) for rid, folder in repos.items()}
         self.commits = {rid: commit or hashlib.sha1(f"loopback/{rid}".encode()).hexdigest() for rid in repos}
         self._etags: dict[Path, str] = {}
+        self.etags = self._etags
         self.refuse_ranges = False
         self.redirect_lfs = False
         self.drop_after: tuple[str, int] | None = None
+        self.empty_ranges = False
+        self.trickle: float | None = None
+        self.content_encoding: str | None = None
         self.bytes_sent = 0
         #: ``(method, path, Range header or None, status, body bytes)`` per request
         self.requests: list[tuple[str, str, str | None, int, int]] = []
@@ -71,6 +81,7 @@ class HubServer:
         self.auth: list[str | None] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self._busy = 0  # requests being answered
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "HubServer":
@@ -93,6 +104,12 @@ class HubServer:
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
+
+    def idle(self, timeout: float = 5.0) -> None:
+        """Wait until no request is being answered (its counts are in), at most ``timeout`` s."""
+        end = time.monotonic() + timeout
+        while self._busy and time.monotonic() < end:
+            time.sleep(0.01)
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -151,10 +168,19 @@ class _Handler(BaseHTTPRequestHandler):
         return self.hub.repos[rid]
 
     def do_HEAD(self) -> None:
-        self._serve(head=True)
+        self._busy(head=True)
 
     def do_GET(self) -> None:
-        self._serve(head=False)
+        self._busy(head=False)
+
+    def _busy(self, head: bool) -> None:
+        with self.hub._lock:
+            self.hub._busy += 1
+        try:
+            self._serve(head)
+        finally:
+            with self.hub._lock:
+                self.hub._busy -= 1
 
     def _serve(self, head: bool) -> None:
         path = unquote(self.path.split("?", 1)[0])
@@ -218,9 +244,13 @@ class _Handler(BaseHTTPRequestHandler):
             begin = int(r.group(1))
             end = min(size, int(r.group(2)) + 1) if r.group(2) else size
             status = 206
+        weights = name.endswith((".safetensors", ".gguf")) and status == 206
+        empty = weights and self.hub.empty_ranges
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(end - begin))
+        self.send_header("Content-Length", "0" if empty else str(end - begin))
+        if weights and self.hub.content_encoding:
+            self.send_header("Content-Encoding", self.hub.content_encoding)
         self.send_header("ETag", f'"{self.hub.etag(f)}"')
         self.send_header("X-Repo-Commit", self.hub.commits[rid])
         if not self.hub.refuse_ranges:
@@ -234,8 +264,19 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and drop is not None and drop[0] == name and end - begin > drop[1]:
             self.hub.drop_after = None  # once
             cut = drop[1]
+        trickle = self.hub.trickle if weights else None
         try:
-            if not head:
+            if empty:
+                pass
+            elif not head and trickle:
+                with open(f, "rb") as fh:
+                    fh.seek(begin)
+                    for _ in range(end - begin):
+                        self.wfile.write(fh.read(1))
+                        self.wfile.flush()
+                        sent += 1
+                        time.sleep(trickle)
+            elif not head:
                 with open(f, "rb") as fh:
                     fh.seek(begin)
                     left = end - begin
@@ -260,7 +301,6 @@ class _Handler(BaseHTTPRequestHandler):
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.hub_server REPO_ID FOLDER``: serve until killed; prints the URL."""
     import argparse
-    import time
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repo_id")

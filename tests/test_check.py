@@ -143,7 +143,7 @@ def test_every_format_is_read_and_bad_records_counted(tmp_path):
     assert exs[1].messages == [{"role": "system", "content": "sys"}, {"role": "user", "content": "a"},
                                {"role": "assistant", "content": "b"}]
     assert exs[2].messages[0] == {"role": "user", "content": "Translate\nchat"}
-    assert exs[3].text == "2+2=4" and exs[4].messages[1]["role"] == "assistant"
+    assert (exs[3].prompt, exs[3].completion) == ("2+2=", "4") and exs[4].completion[0]["role"] == "assistant"
     assert report.records == 12 and sum(report.rejected.values()) == 4
     assert report.rejected["conversations: unknown ShareGPT role 'alien'"] == 1
     assert any(r.startswith("no known fields") for r in report.rejected)
@@ -158,20 +158,39 @@ def test_every_format_is_read_and_bad_records_counted(tmp_path):
 
 
 def test_smollm2_findings_are_what_the_model_has(train_data, capsys):
-    """The real SmolLM2: its GGUF declares padding_token_id 2 = eos_token_id 2 (error), and the
-    scan flags its <|im_start|>/<|im_end|> rows (warning); nothing else."""
+    """The real SmolLM2: its GGUF declares padding_token_id 2 = eos_token_id 2. Under TRL (the
+    default) that is harmless (the collator pads labels by position: info) and the run exits 0;
+    under transformers' collator, which masks the pad id in the labels, it is an error (exit 1).
+    The scan flags the <|im_start|>/<|im_end|> rows (warnings); nothing else."""
     from embscope.cli import main
 
-    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--json", "-q"]) == 1
+    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--json", "-q"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert set(body) >= {"findings", "data"} and body["data"]["examples"] == 137
+    assert body["data"]["trainer"]["name"] == "trl" and body["data"]["pad"]["id"] == 2
+    assert "llama.cpp's 'smollm' pre-tokenizer" in body["data"]["reference"]
+    by = {f["code"]: f for f in body["findings"]}
+    assert by["pad-is-eos"]["severity"] == "info" and by["pad-is-eos"]["ids"] == [2]
+    assert not [f for f in body["findings"] if f["severity"] == "error"]
+    assert set(by) <= {"pad-is-eos", "special-row-untrained", "untrained-used"}
+    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--trainer", "transformers",
+                 "--no-scan", "--json", "-q"]) == 1
+    body = json.loads(capsys.readouterr().out)
     by = {f["code"]: f for f in body["findings"]}
     assert {f["code"] for f in body["findings"] if f["severity"] == "error"} == {"pad-is-eos"}
     assert by["pad-is-eos"]["ids"] == [2] and by["pad-is-eos"]["tokens"] == ["<|im_end|>"]
-    assert set(by) <= {"pad-is-eos", "special-row-untrained", "untrained-used"}
+    assert by["pad-is-eos"]["count"] > 300  # every turn's <|im_end|> label, masked
     for f in body["findings"]:
         assert set(f) >= {"code", "severity", "ids", "tokens", "count", "examples", "fix"} and f["fix"]
-    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--fail-on", "never", "-q"]) == 0
+    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--trainer", "transformers",
+                 "--fail-on", "never", "--no-scan", "-q"]) == 0
+    # the pad the user will set: a distinct one clears it
+    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--trainer", "transformers",
+                 "--pad-token", "<|endoftext|>", "--no-scan", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["check", "--model", "smollm2-135m", "--data", str(train_data), "--pad-token", "<nope>", "--no-scan",
+                 "-q"]) == 2
+    assert "--pad-token '<nope>' is not a token" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -208,16 +227,25 @@ def test_eos_row_zeroed(tmp_path, smol, train_data):
 
 
 def test_pad_is_eos(tmp_path, smol, train_data):
-    record = _check(build_folder(tmp_path / "m", smol, tokenizer_config={"pad_token": "<|im_end|>"}), train_data)
+    folder = build_folder(tmp_path / "m", smol, tokenizer_config={"pad_token": "<|im_end|>"})
+    record = _check(folder, train_data, trainer="transformers")
     f = next(f for f in record.findings if f.code == "pad-is-eos")
     assert f.severity == "error" and f.ids == [2] and "tokenizer_config.json" in f.message
+    # TRL, Axolotl and LLaMA-Factory pad the labels by position: the same PAD is harmless there
+    for trainer in ("trl", "axolotl", "llamafactory"):
+        g = next(f for f in _check(folder, train_data, trainer=trainer, scan=False).findings if f.code == "pad-is-eos")
+        assert g.severity == "info", trainer
+    # Unsloth's fix_pad_token picks a reserved token of its own: <|endoftext|> (id 0) here
+    unsloth = _check(folder, train_data, trainer="unsloth", scan=False)
+    assert unsloth.pad["id"] == 0 and "fix_pad_token" in unsloth.pad["how"]
+    assert "pad-is-eos" not in _codes(unsloth)
 
 
 def test_template_bos_under_a_tokenizer_that_adds_one(tmp_path, smol, train_data):
     folder = build_folder(tmp_path / "m", smol, post_bos=True, template_prefix="{{ bos_token }}")
     text = tmp_path / "text.jsonl"
     text.write_text(json.dumps({"text": "<|im_start|>already has one"}) + "\n" + json.dumps({"text": "plain"}) + "\n")
-    record = _check(folder, [train_data, text])
+    record = _check(folder, [train_data, text], trainer="transformers")
     chat = next(f for f in record.findings if f.code == "double-bos" and f.severity == "warning")
     plain = next(f for f in record.findings if f.code == "double-bos" and f.severity == "error")
     assert chat.count == 137 and chat.ids == [1] and plain.count == 1 and plain.examples == [record.data['records'] - 2]
@@ -247,11 +275,12 @@ def test_id_past_the_matrix(tmp_path, smol, train_data):
 
 
 def test_over_long_examples(tmp_path, smol, train_data):
-    record = _check(build_folder(tmp_path / "m", smol, config={"max_position_embeddings": 96}), train_data)
+    record = _check(build_folder(tmp_path / "m", smol, config={"max_position_embeddings": 96}), train_data,
+                    trainer="transformers")
     f = next(f for f in record.findings if f.code == "exceeds-context")
     assert f.severity == "warning" and 0 < f.count < 137 and "96" in f.message
     assert record.lengths["max"] > 96
-    capped = _check(build_folder(tmp_path / "m2", smol), train_data, max_length=48)
+    capped = _check(build_folder(tmp_path / "m2", smol), train_data, max_length=48, scan=False)
     g = next(f for f in capped.findings if f.code == "exceeds-context")
     assert "--max-length" in g.message and g.count > f.count
 
@@ -270,7 +299,8 @@ def test_a_refused_template_is_a_finding(tmp_path, smol, train_data):
     folder = build_folder(tmp_path / "m", smol, template_prefix="{% set n = 10**7 %}{{ 'ab ' * n }}")
     record = _check(folder, train_data)
     f = next(f for f in record.findings if f.code == "render-refused")
-    assert f.severity == "error" and f.message.startswith("render refused: ")
+    assert f.severity == "error" and "render refused: " in f.message and f.count == 137
+    assert record.template.startswith("render refused: ")
 
 
 def test_out_folder_and_exit_codes(tmp_path, smol, train_data, capsys):
@@ -280,7 +310,8 @@ def test_out_folder_and_exit_codes(tmp_path, smol, train_data, capsys):
 
     folder = build_folder(tmp_path / "m", smol, tokenizer_config={"pad_token": "<|im_end|>"})
     out = tmp_path / "report"
-    assert main(["check", "--model", str(folder), "--data", str(train_data), "--out", str(out), "-q"]) == 1
+    assert main(["check", "--model", str(folder), "--data", str(train_data), "--out", str(out), "--trainer",
+                 "transformers", "-q"]) == 1
     frame = pl.read_parquet(out / "findings.parquet")
     assert "pad-is-eos" in frame["code"].to_list()
     html = (out / "index.html").read_text("utf-8")

@@ -85,3 +85,64 @@ def test_export_projector(minilm_scan, minilm_model, tmp_path):
     want = minilm_model.embed[ids].float().numpy()
     assert np.allclose(values, want, rtol=1e-5, atol=1e-7)
     assert not math.isnan(float(values.sum()))
+
+
+@pytest.mark.parametrize("column, value, expected", [
+    ("x", ["0.5"] * 6, "column 'x' is String, but float32 (a number) is expected"),
+    ("token", list(range(6)), "column 'token' is Int64, but string (text) is expected"),
+    ("neighbors", ["[1, 2]"] * 6, "column 'neighbors' is String, but list[int32] (a list of integers)"),
+    ("neighbor_sims", [["a", "b"]] * 6, "column 'neighbor_sims' is List(String), but list[float32]"),
+    ("flagged", ["yes"] * 6, "column 'flagged' is String, but bool (a boolean) is expected"),
+    ("verify_max_prob", ["low"] * 6, "column 'verify_max_prob' is String, but float32"),
+])
+def test_a_tampered_report_is_one_line(tmp_path, capsys, column, value, expected):
+    """Before: a TypeError or a polars InvalidOperationError traceback."""
+    import polars as pl
+
+    from embscope.cli import main
+
+    report = tmp_path / "report"
+    report.mkdir()
+    _tokens().with_columns(pl.Series(column, value)).write_parquet(report / "tokens.parquet")
+    assert main(["export", "atlas", str(report)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err and "run the scan again" in err, err
+    assert not (report / "atlas").exists()
+
+
+def test_projector_refuses_a_tampered_table(tmp_path):
+    import polars as pl
+    import torch
+
+    from embscope.errors import SpecError
+    from embscope.report.projector import write_projector
+
+    tokens = _tokens().with_columns(pl.Series("undertrained_score", ["high"] * 6))
+    with pytest.raises(SpecError, match="column 'undertrained_score' is String, but float32"):
+        write_projector(tokens, torch.zeros(6, 4), tmp_path, name="m", sample=0)
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not parquet")
+    from embscope.report.token_table import read_tokens
+
+    with pytest.raises(SpecError, match="is not a readable Parquet file"):
+        read_tokens(tmp_path / "bad.parquet")
+
+
+def test_metadata_tsv_neutralises_formulas_and_atlas_keeps_them(tmp_path):
+    """Token strings starting with ``=``, ``+``, ``-``, ``@`` went into metadata.tsv as they are."""
+    import polars as pl
+    import torch
+
+    from embscope.report.atlas import atlas_table
+    from embscope.report.projector import write_projector
+
+    hostile = ['=HYPERLINK("http://x","y")', "+1+2", "-2+3", "@SUM(A1)", "plain", "a=b"]
+    tokens = _tokens().with_columns(pl.Series("token", hostile),
+                                    pl.Series("undertrained_score", [-1.5, 0.0, 2.0, 0.5, -0.25, 1.0], dtype=pl.Float32))
+    write_projector(tokens, torch.zeros(6, 4), tmp_path, name="m", sample=0)
+    lines = (tmp_path / "metadata.tsv").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    col, score = header.index("token"), header.index("undertrained_score")
+    cells = [line.split("\t") for line in lines[1:]]
+    assert [c[col] for c in cells] == ["'" + t if t[0] in "=+-@" else t for t in hostile]
+    assert [c[score] for c in cells] == ["-1.5", "0", "2", "0.5", "-0.25", "1"]  # numbers untouched
+    assert atlas_table(tokens)["token"].to_list() == hostile  # the Atlas table keeps the raw strings

@@ -85,7 +85,7 @@ SAFETENSORS_EXPECTED = {
     'dtype is a list': "has dtype ['F32']",
     'size does not match shape': 'is 512 bytes but shape [16, 9] × F32 needs 576',
     'huge shape': 'is 512 bytes but shape [4611686018427387904, 4611686018427387904]',
-    'header length past the end': 'header claims 1099511627776 bytes but the file has 10',
+    'header length past the end': 'header claims 1,099,511,627,776 bytes, more than the 104,857,600 a safetensors header',
     'zero header length': 'its header is not valid JSON',
     'header not UTF-8': 'its header is not UTF-8 text',
     'empty file': 'only 0 bytes',
@@ -93,7 +93,7 @@ SAFETENSORS_EXPECTED = {
     'truncated data': 'claims bytes 0..512 but the data section has 100',
     'no tensors': 'holds no tensors; is this a language-model checkpoint?',
     'metadata is a list': '__metadata__ is not a map of strings',
-    'binary garbage': 'header claims 506097522914230528 bytes but the file has 4096',
+    'binary garbage': 'header claims 506,097,522,914,230,528 bytes, more than the 104,857,600',
 }
 
 

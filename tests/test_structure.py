@@ -25,6 +25,7 @@ LAYERS = [
     ("tokenizer",),
     ("models",),
     ("tables", "schema", "context", "geometry", "languages", "extension", "finetune"),
+    ("delta",),  # after the fine-tune: builds on the check's findings and its tokenization
     ("sections",),
     ("summary",),
     ("report",),

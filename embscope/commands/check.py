@@ -27,7 +27,7 @@ class FailOn(str, enum.Enum):
 RANK = {"info": 0, "warning": 1, "error": 2, "never": 3}
 
 
-@run_options(*LOAD, "no_scan", *SCAN, *CHECK, "text_field")
+@run_options(*LOAD, "no_scan", *SCAN, *CHECK, "text_field", "engine", "workers", "ray_address")
 def check(
     model: ModelOpt,
     data: Annotated[list[Path], typer.Option("--data", "-d", help="training data: jsonl/json/Parquet/Arrow file, folder or glob (messages, ShareGPT conversations, Alpaca, prompt/completion or text records); repeat for several")],
@@ -49,7 +49,8 @@ def check(
     failed = any(RANK[f.severity] >= RANK[fail_on.value] for f in record.findings)
     if as_json:
         body = record.to_dict()
-        findings = [{k: f[k] for k in ("code", "severity", "ids", "tokens", "count", "examples", "fix", "message")}
+        findings = [{k: f[k] for k in ("code", "severity", "ids", "tokens", "count", "examples", "fix", "message",
+                                       "input_counts", "label_counts", "split")}
                     for f in body.pop("findings")]
         print_json({"findings": findings, "data": body, "folder": str(res.folder) if res.folder else None,
                     "exit": 1 if failed else 0})
@@ -69,20 +70,28 @@ def _print(record, res) -> None:
 
     con = Console()
     formats = ", ".join(f"{n} {k}" for k, n in record.data["formats"].items())
-    con.print(Text(f"Ready to fine-tune? {record.examples} examples ({formats}), {record.tokens} tokens, "
-                   f"longest {record.lengths['max']}, context {record.context or 'unknown'}; template: "
-                   f"{record.template}"))
+    limit = f"{record.context} ({record.context_from})" if record.context else "unknown"
+    con.print(Text(f"Ready to fine-tune with {record.trainer['name']}? {record.examples} examples ({formats}), "
+                   f"{record.sequences} sequences, {record.tokens} tokens ({record.label_tokens} in the loss), "
+                   f"longest {record.lengths['max']}, limit {limit}; template: {record.template}; "
+                   f"PAD {record.pad['token']!r} ({record.pad['how']})"))
+    con.print(Text(f"ids as {record.reference}", style="dim"))
+    for name, part in record.splits.items():
+        con.print(Text(f"  split {name}: {part['examples']} examples, {part['tokens']} tokens, template: "
+                       f"{part['template']}, worst: {part['worst'] or 'nothing'}"))
     if not record.findings:
         con.print(Text("no findings: nothing in the data hits a known vocabulary hazard", style="green"))
     style = {"error": "red", "warning": "yellow", "info": "cyan"}
     for f in record.findings:
         line = Text()
         line.append(f"{f.severity:<8}", style=style[f.severity])
-        line.append(f" {f.code}: ", style="bold")
+        line.append(f" {f.code}{f' [{f.split}]' if f.split else ''}: ", style="bold")
         line.append(f.message)
         con.print(line)
         if f.ids:
-            shown = ", ".join(f"{i} {display_token(t)}" for i, t in list(zip(f.ids, f.tokens))[:8])
+            shown = ", ".join(f"{i} {display_token(t)}" + (f" (input {a}, label {b})" if f.input_counts else "")
+                              for i, t, a, b in list(zip(f.ids, f.tokens, f.input_counts or [0] * len(f.ids),
+                                                         f.label_counts or [0] * len(f.ids)))[:8])
             more = f" (+{len(f.ids) - 8})" if len(f.ids) > 8 else ""
             con.print(Text(f"         ids: {shown}{more}"))
         if f.examples:

@@ -50,6 +50,16 @@ class DataFormat(str, enum.Enum):
     alpaca = "alpaca"
     prompt_completion = "prompt-completion"
     text = "text"
+    preference = "preference"
+    kto = "kto"
+
+
+class TrainerKind(str, enum.Enum):
+    trl = "trl"
+    transformers = "transformers"
+    unsloth = "unsloth"
+    axolotl = "axolotl"
+    llamafactory = "llamafactory"
 
 
 # ------------------------------------------------------------------ run options, declared once
@@ -121,12 +131,16 @@ RUN_OPTS: dict[str, RunOpt] = {
     # the pre-fine-tune check
     "format": RunOpt("data_format", Annotated[Optional[DataFormat], typer.Option("--format", help="force one training-data record format (default: detected per record)")],
                      to_field=lambda f: f.value if f is not None else None, from_field=lambda v: DataFormat(v) if v else None),
-    "max_length": RunOpt("max_length", Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the model's context)")]),
+    "max_length": RunOpt("max_length", Annotated[Optional[int], typer.Option("--max-length", min=1, help="the trainer's sequence length in tokens (default: the trainer's own, e.g. TRL's max_length 1024, else the model's context)")]),
     "chat_template": RunOpt("chat_template", Annotated[Optional[Path], typer.Option("--chat-template", help="render the training data with this template file (.jinja) instead of the model's own")],
                             to_field=lambda p: str(p) if p is not None else None),
+    "trainer": RunOpt("trainer", Annotated[TrainerKind, typer.Option("--trainer", help="the trainer whose input ids, labels and loss mask to check: trl (default: TRL's SFT/DPO/KTO trainers, the most used; Unsloth builds on them), transformers (Trainer + DataCollatorForLanguageModeling: masks the pad id in the labels), unsloth, axolotl, llamafactory; see docs/trainers.md")],
+                      to_field=lambda t: t.value, from_field=TrainerKind),
+    "pad_token": RunOpt("pad_token", Annotated[Optional[str], typer.Option("--pad-token", help="the pad token you will set (tokenizer.pad_token); default: the one the trainer picks")]),
+    "split": RunOpt("split", Annotated[Optional[str], typer.Option("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
     "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
     # the bounds of docs/limits.md
-    "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram); repeat for several; see docs/limits.md")],
+    "limit": RunOpt("limits", Annotated[Optional[list[str]], typer.Option("--limit", help="raise a bound, NAME=VALUE (file-bytes=8G, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes); repeat for several; see docs/limits.md")],
                     to_field=lambda v: list(v or []), from_field=lambda v: list(v) or None),
 }
 #: the groups commands take
@@ -136,7 +150,7 @@ SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "ve
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
-CHECK = ("format", "max_length", "chat_template")
+CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "split")
 
 
 def run_options(*names: str) -> Callable:
@@ -207,3 +221,34 @@ def print_warnings(warnings: list[str]) -> None:
     con = Console(stderr=True)
     for w in warnings:
         con.print(Text(f"warning: {w}", style="yellow"))
+
+
+#: the keys of a finding in ``--json`` output, in order (``check`` and ``diff``)
+FINDING_KEYS = ("code", "severity", "ids", "tokens", "count", "examples", "fix", "message")
+
+
+def findings_json(findings: list[dict]) -> list[dict]:
+    """Findings as ``--json`` prints them: :data:`FINDING_KEYS` of each, in order."""
+    return [{k: f[k] for k in FINDING_KEYS} for f in findings]
+
+
+def print_findings(con, findings, *, examples: bool = True) -> None:
+    """One block per finding: severity, code and message; ids with their tokens; examples; fix."""
+    from rich.text import Text
+
+    from embscope.report.escape import display_token
+
+    style = {"error": "red", "warning": "yellow", "info": "cyan"}
+    for f in findings:
+        line = Text()
+        line.append(f"{f.severity:<8}", style=style.get(f.severity))
+        line.append(f" {f.code}: ", style="bold")
+        line.append(f.message)
+        con.print(line)
+        if f.ids:
+            shown = ", ".join(f"{i} {display_token(t)}" for i, t in list(zip(f.ids, f.tokens))[:8])
+            more = f" (+{len(f.ids) - 8})" if len(f.ids) > 8 else ""
+            con.print(Text(f"         ids: {shown}{more}"))
+        if examples and f.examples:
+            con.print(Text(f"         examples: {', '.join(map(str, f.examples))}"))
+        con.print(Text(f"         fix: {f.fix}"))

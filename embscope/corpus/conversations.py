@@ -1,33 +1,25 @@
-"""Training-data files → examples as a fine-tuning trainer sees them: conversations or plain text.
+"""Training-data files → examples as a fine-tuning trainer sees them (the record shapes:
+:mod:`embscope.corpus.shapes`).
 
 The files are found and read as corpora are (:mod:`embscope.corpus.readers`: ``.jsonl``,
 Parquet, Arrow, HF ``datasets`` folders, ``.gz``/``.zst``/``.bz2``, folders, globs), plus ``.json``
 files holding one array of records (or ``{"data": [...]}``, ``{"train": [...]}``). Each record is a
-JSON object, read whole, and its format is detected on its own, first that applies:
+JSON object, read whole, and its shape is detected on its own.
 
-=====================  ==========================================================================
-``messages``           ``{"messages": [{"role", "content"}, …]}``: HF chat datasets, TRL's SFT
-                       trainer, OpenAI fine-tuning files; ``content`` a string or a list of typed
-                       parts (``{"type": "text", "text": …}``), passed to the template as given
-``sharegpt``           ``{"conversations": [{"from", "value"}, …]}``; ``from`` human/user →
-                       ``user``, gpt/assistant/model → ``assistant``, system, tool/function/
-                       observation → ``tool``; an optional ``system`` field becomes a first turn
-``prompt-completion``  ``{"prompt", "completion"}``: strings (plain text, ``prompt + completion``)
-                       or, TRL's conversational form, lists of messages (``prompt + completion``)
-``alpaca``             ``{"instruction", "input"?, "output", "system"?}``: one user turn
-                       ``instruction`` + ``"\\n"`` + ``input`` (when not empty, as LLaMA-Factory
-                       joins them), one assistant turn ``output``
-``text``               ``{"text": …}`` (``--text-field``): plain text
-=====================  ==========================================================================
+Splits: a ``DatasetDict`` folder (``dataset_dict.json`` naming its splits, one folder each) and hub
+style shards (``train-00000-of-00002.parquet``) give each example its split, so that a check
+reports each split on its own; ``split`` keeps one of them.
 
-``fmt`` forces one format; a record that fits none (or not the forced one) is counted with its
-reason in :class:`DataReport` ``rejected``, never dropped silently. Bad lines and files are counted
-in ``issues`` as the corpus readers count them.
+``fmt`` forces one shape; a record that fits none (or not the forced one) is counted with its
+reason in :class:`DataReport` ``rejected``, never dropped silently; the record fields no shape read
+are counted in ``ignored_fields``, KTO labels in ``labels``. Bad lines and files are counted in
+``issues`` as the corpus readers count them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,33 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from embscope.corpus.listing import list_files
-from embscope.corpus.readers import (COMPRESSIONS, FileIssues, ReadOptions, SourceFile, _arrow_batches, _lines,
-                                     _Meter, _parquet_batches, open_binary, sniff)
+from embscope.corpus.readers import COMPRESSIONS, FileIssues, SourceFile, _lines, sniff
+from embscope.corpus.records import json_objects, table_objects
+from embscope.corpus.shapes import FORMATS, SHAREGPT_ROLES, Example, Reject, detect, to_example  # noqa: F401
 
-#: record formats, in detection order
-FORMATS = ("messages", "sharegpt", "prompt-completion", "alpaca", "text")
-#: ShareGPT ``from`` → chat role
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "model": "assistant", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
-                  "system": "system", "tool": "tool", "function": "tool", "observation": "tool"}
-#: largest ``.json`` file read whole (a ``.jsonl`` is streamed instead)
-MAX_JSON_BYTES = 256 << 20
 #: the metadata files of an HF ``datasets`` folder (not data)
 HF_META = {"dataset_info.json", "state.json", "dataset_dict.json"}
-
-
-@dataclass
-class Example:
-    """One training example, as the trainer will see it."""
-
-    #: position of the record in the data, 0-based, in reading order (rejected records count too)
-    index: int
-    #: the format it was read as (:data:`FORMATS`)
-    format: str
-    #: the conversation, for chat formats (``None`` for plain text)
-    messages: list[dict[str, Any]] | None = None
-    #: the text, for plain formats (``None`` for conversations)
-    text: str | None = None
+#: hub-style shard names: ``train-00000-of-00003.parquet``, ``test.jsonl``
+SPLIT_NAME = re.compile(r"^(train|test|validation|valid|dev|eval)(?:[-_.]\d+(?:-of-\d+)?)?$", re.IGNORECASE)
 
 
 @dataclass
@@ -70,9 +43,9 @@ class DataReport:
 
     #: records seen (good and rejected)
     records: int = 0
-    #: examples yielded, per format
+    #: examples yielded, per shape
     formats: Counter = field(default_factory=Counter)
-    #: reason → records that fit no format (or not the forced one)
+    #: reason → records that fit no shape (or not the forced one)
     rejected: Counter = field(default_factory=Counter)
     #: a few rejected record indices per reason
     rejected_examples: dict[str, list[int]] = field(default_factory=dict)
@@ -80,6 +53,14 @@ class DataReport:
     issues: FileIssues = field(default_factory=FileIssues)
     #: files read
     files: int = 0
+    #: record field → records that carry it but whose shape does not read it
+    ignored_fields: Counter = field(default_factory=Counter)
+    #: KTO labels: desirable / undesirable → examples
+    labels: Counter = field(default_factory=Counter)
+    #: split → records (empty when the data has no splits)
+    splits: Counter = field(default_factory=Counter)
+    #: records of splits other than the one asked for (``split``), not read
+    other_splits: Counter = field(default_factory=Counter)
 
     def reject(self, index: int, reason: str) -> None:
         self.rejected[reason] += 1
@@ -90,145 +71,13 @@ class DataReport:
     def to_dict(self) -> dict[str, Any]:
         return {"records": self.records, "files": self.files, "formats": dict(self.formats),
                 "rejected": dict(self.rejected), "rejected_examples": dict(self.rejected_examples),
-                "skipped": dict(self.issues.totals)}
-
-
-class Reject(ValueError):
-    """A record that does not fit the format; ``str()`` is the reason."""
-
-
-def _content(value, where: str):
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
-        for p in value:
-            if p.get("type", "text") == "text" and not isinstance(p.get("text"), str):
-                raise Reject(f"{where}: a text part without a text string")
-        return value
-    if value is None:
-        raise Reject(f"{where}: no content")
-    raise Reject(f"{where}: content is neither a string nor a list of typed parts")
-
-
-def _messages(value, key: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list) or not value:
-        raise Reject(f"{key} is not a non-empty list")
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict):
-            raise Reject(f"{key}: a message is not an object")
-        role = m.get("role")
-        if not isinstance(role, str) or not role:
-            raise Reject(f"{key}: a message without a role")
-        msg = dict(m)
-        if "content" in m and m["content"] is not None or not m.get("tool_calls"):
-            msg["content"] = _content(m.get("content"), key)
-        out.append(msg)
-    return out
-
-
-def _sharegpt(rec: dict) -> list[dict[str, Any]]:
-    turns = rec["conversations"]
-    if not isinstance(turns, list) or not turns:
-        raise Reject("conversations is not a non-empty list")
-    out = []
-    system = rec.get("system")
-    if isinstance(system, str) and system:
-        out.append({"role": "system", "content": system})
-    for t in turns:
-        if not isinstance(t, dict):
-            raise Reject("conversations: a turn is not an object")
-        who = t.get("from", t.get("role"))
-        role = SHAREGPT_ROLES.get(who.lower()) if isinstance(who, str) else None
-        if role is None:
-            raise Reject(f"conversations: unknown ShareGPT role {str(who)[:20]!r}")
-        value = t.get("value", t.get("content"))
-        if not isinstance(value, str):
-            raise Reject("conversations: a turn's value is not a string")
-        out.append({"role": role, "content": value})
-    return out
-
-
-def _alpaca(rec: dict) -> list[dict[str, Any]]:
-    ins, inp, outp = rec.get("instruction"), rec.get("input") or "", rec.get("output")
-    if not isinstance(ins, str) or not isinstance(outp, str) or not isinstance(inp, str):
-        raise Reject("alpaca: instruction, input or output is not a string")
-    msgs = []
-    if isinstance(rec.get("system"), str) and rec["system"]:
-        msgs.append({"role": "system", "content": rec["system"]})
-    msgs.append({"role": "user", "content": ins + ("\n" + inp if inp else "")})
-    msgs.append({"role": "assistant", "content": outp})
-    return msgs
-
-
-def detect(rec: dict, text_field: str = "text") -> str | None:
-    """The format of one record (:data:`FORMATS`), or None when it fits none."""
-    if "messages" in rec:
-        return "messages"
-    if "conversations" in rec:
-        return "sharegpt"
-    if "prompt" in rec and "completion" in rec:
-        return "prompt-completion"
-    if "instruction" in rec and "output" in rec:
-        return "alpaca"
-    if text_field in rec:
-        return "text"
-    return None
-
-
-def to_example(rec: Any, index: int, fmt: str | None = None, text_field: str = "text") -> Example:
-    """The example a record stands for; raises :class:`Reject` with the reason when it fits none."""
-    if not isinstance(rec, dict):
-        raise Reject("the record is not an object")
-    found = detect(rec, text_field)
-    if fmt is not None and found != fmt:
-        raise Reject(f"not {fmt}" + (f" (looks like {found})" if found else ""))
-    if found is None:
-        keys = ", ".join(sorted(map(str, rec))[:6])
-        raise Reject(f"no known fields (keys: {keys})" if keys else "an empty object")
-    if found == "messages":
-        return Example(index, found, messages=_messages(rec["messages"], "messages"))
-    if found == "sharegpt":
-        return Example(index, found, messages=_sharegpt(rec))
-    if found == "alpaca":
-        return Example(index, found, messages=_alpaca(rec))
-    if found == "prompt-completion":
-        p, c = rec["prompt"], rec["completion"]
-        if isinstance(p, str) and isinstance(c, str):
-            return Example(index, found, text=p + c)
-        if isinstance(p, list) and isinstance(c, list):
-            return Example(index, found, messages=_messages(p, "prompt") + _messages(c, "completion"))
-        raise Reject("prompt-completion: prompt and completion must both be strings or both lists of messages")
-    text = rec[text_field]
-    if not isinstance(text, str):
-        raise Reject("text: the text field is not a string")
-    if not text.strip():
-        raise Reject("text: empty")
-    return Example(index, found, text=text)
+                "skipped": dict(self.issues.totals), "ignored_fields": dict(self.ignored_fields),
+                "labels": dict(self.labels), "splits": dict(self.splits),
+                "other_splits": dict(self.other_splits)}
 
 
 def _json_records(file: SourceFile, issues: FileIssues):
-    try:
-        with open_binary(file) as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
-    except Exception:  # noqa: BLE001 - an unreadable or damaged file is counted, not raised
-        issues.add(file.path, "unreadable_files")
-        return
-    if len(raw) > MAX_JSON_BYTES:
-        issues.add(file.path, "json_files_over_256MiB")
-        return
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        issues.add(file.path, "invalid_json_files")
-        return
-    if isinstance(data, dict):
-        lists = [v for k, v in data.items() if k in ("data", "train", "examples", "records") and isinstance(v, list)]
-        data = lists[0] if lists else [data]
-    if not isinstance(data, list):
-        issues.add(file.path, "wrong_type_records")
-        return
-    yield from data
+    return json_objects(file, issues)
 
 
 def _jsonl_objects(file: SourceFile, issues: FileIssues):
@@ -242,14 +91,7 @@ def _jsonl_objects(file: SourceFile, issues: FileIssues):
 
 
 def _table_objects(file: SourceFile, issues: FileIssues):
-    meter = _Meter(file, ReadOptions(), issues)  # the corpus readers' byte limits hold here too
-    read = _parquet_batches if file.fmt == "parquet" else _arrow_batches
-    for rb in read(file, lambda schema: list(schema.names), meter, issues):
-        try:
-            yield from rb.to_pylist()
-        except (UnicodeDecodeError, ValueError):
-            issues.add(file.path, "unreadable_files")
-            return
+    return table_objects(file, issues)
 
 
 def data_files(paths, ignored: list[str] | None = None) -> list[SourceFile]:
@@ -279,13 +121,49 @@ def data_files(paths, ignored: list[str] | None = None) -> list[SourceFile]:
     return out
 
 
+def file_split(file: SourceFile) -> str | None:
+    """The split a data file belongs to: its folder's name inside a ``DatasetDict`` folder (whose
+    ``dataset_dict.json`` lists it), else a hub-style file name (``test-00000-of-00001.parquet``),
+    else None."""
+    from embscope.corpus.listing import stem
+
+    path = Path(file.path)
+    for folder in path.parents:
+        meta = folder.parent / "dataset_dict.json"
+        if meta.is_file():
+            try:
+                names = json.loads(meta.read_text("utf-8")).get("splits")
+            except (OSError, ValueError, AttributeError):
+                names = None
+            if isinstance(names, list) and folder.name in names:
+                return folder.name
+        if str(folder) == file.root or folder == folder.parent:
+            break
+    m = SPLIT_NAME.match(stem(path))
+    return m.group(1).lower() if m else None
+
+
 def iter_examples(paths, *, fmt: str | None = None, text_field: str = "text",
-                  report: DataReport | None = None) -> Iterator[Example]:
-    """Every good example of the training data at ``paths``, in reading order; rejected records
-    and bad lines go into ``report``."""
+                  report: DataReport | None = None, split: str | None = None) -> Iterator[Example]:
+    """Every good example of the training data at ``paths``, in reading order; rejected records,
+    bad lines and unread fields go into ``report``. Examples carry their split when the data has
+    two or more; ``split`` keeps only that one (its name, as ``dataset_dict.json`` or the file
+    names give it)."""
     report = report if report is not None else DataReport()
     ignored: list[str] = []
-    for file in data_files(paths, ignored):
+    files = data_files(paths, ignored)
+    splits = [file_split(f) for f in files]
+    named = {s for s in splits if s is not None}
+    if len(named) < 2 and split is None:
+        splits = [None] * len(files)
+    if split is not None and split not in named:
+        from embscope.errors import SpecError
+
+        raise SpecError(f"--split {split!r} is not in the data (splits: {', '.join(sorted(named)) or 'none'}); "
+                        "pass one of them, or leave --split out")
+    for file, file_split_name in zip(files, splits):
+        if split is not None and file_split_name != split:
+            continue
         if file.fmt != "json" and not sniff(file, report.issues):
             continue
         if file.fmt == "text":  # a .txt/.md file: one text per line, as the corpus readers read it
@@ -301,11 +179,18 @@ def iter_examples(paths, *, fmt: str | None = None, text_field: str = "text",
         for rec in records:
             index = report.records
             report.records += 1
+            if file_split_name is not None:
+                report.splits[file_split_name] += 1
             try:
-                ex = to_example(rec, index, fmt, field_name)
+                ex, unread = to_example(rec, index, fmt, field_name)
             except Reject as why:
                 report.reject(index, str(why))
                 continue
+            for k in unread:
+                report.ignored_fields[str(k)[:60]] += 1
+            if ex.label is not None:
+                report.labels["desirable" if ex.label else "undesirable"] += 1
+            ex.split = file_split_name
             report.formats[ex.format] += 1
             yield ex
     for p in ignored:

@@ -261,3 +261,23 @@ def merge_runs(runs: list[str], spill: Path) -> Iterator[tuple[str, int, str]]:
             merged.append(out)
         runs, level = merged, level + 1
     yield from _merge_sorted(_read_run(r) for r in runs)
+
+
+def map_shards(shards: Iterable[Shard], mapper: Callable, *, engine: Engine | None = None,
+               workers: int = 1, description: str = "working") -> Iterator:
+    """``mapper(batches)`` for shards whose batches this process already made (``Shard(batches=…)``),
+    results in shard order: here, on ``workers`` local processes, or on Ray. For passes over
+    records rather than corpus texts (the training-data check), which read and shape the records
+    here and hand out the work."""
+    from embscope.progress import track
+
+    engine = engine or Engine()
+    options = ReadOptions()
+    if engine.kind == "ray":
+        from embscope.corpus.ray_engine import ray_map
+
+        results = ray_map(engine, shards, mapper, options, 1)
+    else:
+        results = _ordered(shards, _pool_map, max(1, workers), {"fn": mapper, "options": options, "batch_size": 1})
+    for partial, _ in track(results, description=description):
+        yield partial

@@ -44,7 +44,10 @@ Bad input is never silently dropped. :class:`FileIssues` collects, per file, the
   kept), ``invalid_arrow_batches`` (offsets outside their buffers: never read);
 - ``files_cut_at_file_bytes``, ``files_over_ratio``: files whose rest was skipped at a limit;
   ``files_past_corpus_bytes`` (:mod:`~embscope.corpus.stream`): files not read at all;
-- ``symlinks_outside_root``: a link inside a corpus folder that points outside it (not followed).
+- ``symlinks_outside_root``: a link inside a corpus folder that points outside it (not followed);
+- ``json_records_over_1MiB``, ``table_records_over_1MiB``: a training-data record (read whole, not
+  split) past :data:`MAX_LINE_BYTES` in a ``.json`` file or a Parquet/Arrow row
+  (:mod:`~embscope.corpus.records`).
 """
 
 from __future__ import annotations

@@ -1,31 +1,52 @@
 """The hazards a fine-tune would hit, as findings with stable codes, severities and one-line fixes.
 
-==========================  ========  ===============================================================
-code                        severity  when
-==========================  ========  ===============================================================
-``untrained-used``          error     the data uses rows the scan flags as under-trained, or zero rows (warning for
-                                      special tokens: their geometry often looks untrained when it is
-                                      not; ``--verify`` settles it)
-``special-row-untrained``   error     a declared BOS/EOS/PAD row is all zeros (warning: flagged)
-``pad-is-eos``              error     a source declares PAD = EOS (a collator that masks PAD in the
-                                      labels never teaches the model to stop); warning when no source
-                                      declares a PAD (trainers then fall back to EOS)
-``double-bos``              error     plain texts start with BOS and the tokenizer adds another;
-                                      warning for rendered conversations that start with BOS under a
-                                      tokenizer that adds one (``tokenizer(rendered)`` gets two;
-                                      ``apply_chat_template(tokenize=True)`` does not)
-``id-beyond-matrix``        error     a data or declared special id at or past the matrix's rows
-``added-in-padding``        error     an added token past the base vocabulary whose row is zero or
-                                      flagged, used by the data (warning when unused)
-``exceeds-context``         warning   examples longer than the context (``max_length`` or the config)
-``unknown-tokens``          warning   the data produces the UNK id; info for a byte-fallback share
-                                      above :data:`BYTE_FALLBACK_SHARE`
-``no-chat-template``        error     conversations but no chat template to render them with
-``render-refused``          error     the template passed the render bounds (issue-free templates
-                                      never do)
-``render-failed``           error     the template raised on some conversations (``raise_exception``)
-``unreadable-records``      warning   records that fit no format, bad lines
-==========================  ========  ===============================================================
+A severity follows the trainer (:mod:`embscope.finetune.trainers`) and the scan's verification:
+
+==========================  ==============  =========================================================
+code                        severity        when
+==========================  ==============  =========================================================
+``untrained-used``          error           the data uses zero rows, or rows the scan flags and
+                                            prompting did not clear (warning for special rows
+                                            not checked: their geometry often looks untrained
+                                            when it is not; error once prompting verifies them);
+                                            counts as an input and as a label, per id
+``special-row-untrained``   error / warning a declared BOS/EOS/PAD row is zero or verified
+                                            under-trained / flagged and not checked
+``pad-is-eos``              error / info    the trainer's PAD is its EOS: an error where the
+                                            collator masks labels by id (every EOS leaves the
+                                            loss: the model never learns to stop), info where it
+                                            pads the labels by position; error when Unsloth finds
+                                            no pad token at all
+``pad-in-labels``           warning         a PAD other than the EOS occurs at label positions
+                                            and the collator masks it by id
+``double-bos``              error / warning plain texts start with BOS and the tokenizer adds
+                                            another; warning (transformers profile) for rendered
+                                            conversations that start with BOS under a tokenizer
+                                            that adds one (``tokenizer(rendered)`` gets two)
+``id-beyond-matrix``        error           a data or declared special id at or past the matrix
+``added-in-padding``        error / warning an added token past the base vocabulary in a zero
+                                            or untrained row, used by the data / unused
+``exceeds-context``         warning         sequences longer than the limit (``--max-length``, the
+                                            trainer's default, else the config's context)
+``no-labels``               warning         sequences with no position in the loss (the trainer
+                                            drops them, or trains on nothing)
+``unknown-tokens``          warning / info  the UNK id in the data / a byte-fallback share above
+                                            :data:`BYTE_FALLBACK_SHARE`
+``no-chat-template``        error           conversations but no chat template to render them with
+``render-refused``          error           records the template renders past the bounds
+``render-failed``           error           records the template raises on
+``prompt-not-prefix``       warning         the tokenized prompt is not a prefix of prompt +
+                                            completion: the trainer cuts the prompt where they
+                                            diverge (TRL's ``common_prefix_length``)
+``unmapped-roles``          warning         TRL hands ShareGPT's own ``from`` values (``human``,
+                                            ``gpt``) to the template as roles
+``trainer-drops``           warning         examples the trainer itself drops before training
+                                            (LLaMA-Factory: roles that do not alternate)
+``unreadable-records``      warning         records that fit no shape, bad lines
+``ignored-fields``          info            record fields no reader used, by name
+==========================  ==============  =========================================================
+
+Exit codes (``check``): 1 when a finding reaches ``--fail-on`` (default ``error``), else 0.
 """
 
 from __future__ import annotations
@@ -42,12 +63,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.conversations import DataReport
     from embscope.finetune.encode import Encoded
     from embscope.finetune.specials import SpecialIds
+    from embscope.finetune.trainers import PadChoice, Trainer
     from embscope.models.model import LoadedModel
 
 SEVERITIES = ("info", "warning", "error")
-CODES = ("untrained-used", "special-row-untrained", "pad-is-eos", "double-bos", "id-beyond-matrix",
-         "added-in-padding", "exceeds-context", "unknown-tokens", "no-chat-template", "render-refused",
-         "render-failed", "unreadable-records")
+CODES = ("untrained-used", "special-row-untrained", "pad-is-eos", "pad-in-labels", "double-bos",
+         "id-beyond-matrix", "added-in-padding", "exceeds-context", "no-labels", "unknown-tokens",
+         "no-chat-template", "render-refused", "render-failed", "prompt-not-prefix", "unmapped-roles",
+         "trainer-drops", "unreadable-records", "ignored-fields")
 #: byte-fallback tokens above this share of all tokens are worth an info line (text the vocabulary
 #: spells byte by byte trains slowly)
 BYTE_FALLBACK_SHARE = 0.01
@@ -75,6 +98,12 @@ class Finding(Record):
     examples: list[int] = field(default_factory=list)
     #: the fix, in one line
     fix: str = ""
+    #: per id of ``ids``: occurrences as an input (the input row's gradient)
+    input_counts: list[int] = field(default_factory=list)
+    #: per id of ``ids``: occurrences at a loss position (the output row's softmax target)
+    label_counts: list[int] = field(default_factory=list)
+    #: the split it was found in (null: the data has no splits, or it holds for every split)
+    split: str | None = None
 
 
 def severity_rank(s: str) -> int:
@@ -93,12 +122,20 @@ class Facts:
     flagged: np.ndarray | None
     #: per row: all zeros
     zero_row: np.ndarray
-    #: context length the examples must fit (None: unknown)
+    #: the length limit the sequences must fit (None: unknown)
     context: int | None
     #: where ``context`` comes from
     context_from: str
     #: the model's chat template, or None
     template: str | None
+    #: the trainer profile
+    trainer: "Trainer | None" = None
+    #: the PAD it pads with
+    pad: "PadChoice | None" = None
+    #: per row: the scan's ``undertrained_status`` (verified, candidate, cleared, control; None: no scan)
+    status: Sequence[str | None] | None = None
+    #: the split checked (None: all the data)
+    split: str | None = None
 
 
 def _tok(strings: Sequence[str], i: int) -> str:
@@ -114,20 +151,51 @@ def _examples(enc: "Encoded", ids) -> list[int]:
     return sorted(seen)[:5]
 
 
+def _sides(model: "LoadedModel", enc: "Encoded", ids: Sequence[int]) -> str:
+    """``used 40 times as an input and 38 as a label (tied: …)``."""
+    i_n = int(sum(enc.counts[i] for i in ids if i < len(enc.counts)))
+    l_n = int(sum(enc.label_counts[i] for i in ids if i < len(enc.label_counts)))
+    where = ("tied: one row takes both gradients" if model.output is None else
+             "untied: the input row takes the input gradient, the output row the label's softmax")
+    return f"{i_n} times as an input, {l_n} as a label ({where})"
+
+
 def find(f: Facts) -> list[Finding]:
     """Every finding for these facts, errors first."""
+    from embscope.finetune.rules import data_rules, drop_rules, length_rules, pad_rules, template_rules
+    from embscope.finetune.trainers import TRAINERS, eos_id
+
     model, sp, enc = f.model, f.specials, f.encoded
+    trainer = f.trainer or TRAINERS["trl"]
     n = model.n_rows
     strings = model.token_strings()
     cats = model.categories
     counts = enc.counts
     out: list[Finding] = []
+    status = f.status
 
     def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
         ids = [int(i) for i in ids][:MAX_IDS]
         out.append(Finding(code=code, severity=severity, message=message, ids=ids,
                            tokens=[_tok(strings, i) for i in ids], count=int(count),
-                           examples=[int(e) for e in examples][:5], fix=fix))
+                           examples=[int(e) for e in examples][:5], fix=fix,
+                           input_counts=[int(counts[i]) if i < len(counts) else 0 for i in ids],
+                           label_counts=[int(enc.label_counts[i]) if i < len(enc.label_counts) else 0 for i in ids],
+                           split=f.split))
+
+    def state(i: int) -> str | None:
+        return status[i] if status is not None and i < len(status) else None
+
+    # flagged rows that prompting did not clear; a verified row counts even if the indicators missed it
+    flagged = None
+    if f.flagged is not None:
+        flagged = np.asarray(f.flagged, dtype=bool).copy()
+        if status is not None:
+            for i, s in enumerate(status[:n]):
+                if s == "cleared":
+                    flagged[i] = False
+                elif s == "verified":
+                    flagged[i] = True
 
     # ids at or past the matrix: in the data, or declared
     beyond = np.flatnonzero(counts[n:]) + n if len(counts) > n else np.zeros(0, np.int64)
@@ -141,97 +209,90 @@ def find(f: Facts) -> list[Finding]:
             "resize the embedding (model.resize_token_embeddings(len(tokenizer))) or fix the declared ids")
 
     # special rows the trainer uses
-    special_role_ids = {r: [i for i in sp.ids(r) if 0 <= i < n] for r in ("bos", "eos", "pad")}
-    specials_all = sorted({i for ids in special_role_ids.values() for i in ids})
+    role_ids = {r: [i for i in sp.ids(r) if 0 <= i < n] for r in ("bos", "eos", "pad")}
+    if f.pad is not None and f.pad.id is not None and 0 <= f.pad.id < n and f.pad.id not in role_ids["pad"]:
+        role_ids["pad"] = [*role_ids["pad"], f.pad.id]
+    specials_all = sorted({i for ids in role_ids.values() for i in ids})
+
+    def roles(rows):
+        return ", ".join(f"{r.upper()} {i}" for r, ids in role_ids.items() for i in ids if i in rows)
+
     zero = [i for i in specials_all if f.zero_row[i]]
     if zero:
-        roles = ", ".join(f"{r.upper()} {i}" for r, ids in special_role_ids.items() for i in ids if i in zero)
-        add("special-row-untrained", "error", f"special row(s) all zeros: {roles}", zero,
+        add("special-row-untrained", "error", f"special row(s) all zeros: {roles(zero)}", zero,
             int(counts[zero].sum()), _examples(enc, zero),
             "re-initialise them before training (--repair OUT), or set the special token to a trained row")
-    if f.flagged is not None:
-        weak = [i for i in specials_all if f.flagged[i] and i not in zero]
+    if flagged is not None:
+        verified = [i for i in specials_all if flagged[i] and i not in zero and state(i) == "verified"]
+        weak = [i for i in specials_all if flagged[i] and i not in zero and i not in verified]
+        if verified:
+            add("special-row-untrained", "error",
+                f"special row(s) verified under-trained by prompting: {roles(verified)} (the model cannot "
+                "produce them)", verified, int(counts[verified].sum()), _examples(enc, verified),
+                "re-initialise them before training (--repair OUT)")
         if weak:
-            roles = ", ".join(f"{r.upper()} {i}" for r, ids in special_role_ids.items() for i in ids if i in weak)
             add("special-row-untrained", "warning",
-                f"special row(s) flagged as under-trained by the scan: {roles} (special rows often look "
+                f"special row(s) flagged as under-trained by the scan: {roles(weak)} (special rows often look "
                 "untrained; --verify N prompts the model to settle it)", weak, int(counts[weak].sum()),
                 _examples(enc, weak), "check with --verify; if confirmed, --repair OUT re-initialises them")
 
-    # PAD = EOS
-    eos = set(sp.ids("eos"))
-    same = {src: ids for src, s in sp.sources.items() for ids in [sorted(set(s.get("pad", ())) & eos)] if ids}
-    if same:
-        where = "; ".join(f"{src}: pad {ids[0]} = eos" for src, ids in same.items())
-        pid = sorted({i for ids in same.values() for i in ids})
-        add("pad-is-eos", "error",
-            f"PAD is the EOS ({where}): a collator that masks PAD in the labels never teaches the model to stop",
-            pid, int(counts[[i for i in pid if i < len(counts)]].sum()), _examples(enc, pid),
-            "set a distinct pad token (tokenizer.pad_token = an unused special token, not the EOS)")
-    elif not sp.ids("pad") and eos:
-        add("pad-is-eos", "warning",
-            "no source declares a PAD token: trainers then pad with the EOS, and masking PAD masks every EOS",
-            sorted(eos), 0, (), "set a distinct pad token before training")
+    pad_rules(f, trainer, add, eos_id(sp))
 
     # double BOS
     bos_name = _tok(strings, sp.prefix[0]) if sp.prefix else ""
-    if enc.double_bos["text"]:
+    text_bos = sorted(set(enc.double_bos["text"]))
+    if text_bos:
         add("double-bos", "error",
-            f"{len(enc.double_bos['text'])} plain text(s) start with {bos_name!r} and the tokenizer adds another",
-            sp.prefix[:1], len(enc.double_bos["text"]), enc.double_bos["text"],
-            "drop the BOS from the texts (the tokenizer adds it)")
-    if enc.double_bos["chat"]:
+            f"{len(text_bos)} plain text(s) start with {bos_name!r} and the tokenizer adds another",
+            sp.prefix[:1], len(text_bos), text_bos, "drop the BOS from the texts (the tokenizer adds it)")
+    chat_bos = sorted(set(enc.double_bos["chat"]))
+    if chat_bos and trainer.name == "transformers":
         add("double-bos", "warning",
-            f"{len(enc.double_bos['chat'])} rendered conversation(s) start with {bos_name!r} and the tokenizer "
+            f"{len(chat_bos)} rendered conversation(s) start with {bos_name!r} and the tokenizer "
             f"adds another ({sp.adds_from}): tokenizing the rendered text with special tokens gives two",
-            sp.prefix[:1], len(enc.double_bos["chat"]), enc.double_bos["chat"],
+            sp.prefix[:1], len(chat_bos), chat_bos,
             "tokenize with add_special_tokens=False (apply_chat_template(tokenize=True) does), or drop "
             "bos_token from the template")
 
     # added tokens in padding rows
-    if sp.base_size is not None and f.flagged is not None:
-        pad_rows = [i for i, _, _ in sp.added if sp.base_size <= i < n and (f.zero_row[i] or f.flagged[i])]
+    pad_rows: list[int] = []
+    if sp.base_size is not None:
+        weak_row = f.zero_row if flagged is None else (f.zero_row | flagged[:len(f.zero_row)])
+        pad_rows = [i for i, _, _ in sp.added if sp.base_size <= i < n and weak_row[i]]
         used = [i for i in pad_rows if i < len(counts) and counts[i]]
-        if pad_rows:
+        if pad_rows and (flagged is not None or used):
             add("added-in-padding", "error" if used else "warning",
                 f"{len(pad_rows)} added token(s) past the base vocabulary ({sp.base_size}) sit in zero or "
                 f"untrained rows; {len(used)} of them occur in the data", [*used, *[i for i in pad_rows if i not in used]],
                 int(counts[used].sum()) if used else 0, _examples(enc, used),
                 "initialise the new rows (--repair OUT, or extend with --apply) before training")
-    else:
-        pad_rows = []
 
-    # flagged rows the data uses
-    if f.flagged is not None:
-        k = min(len(counts), n)
-        used = np.flatnonzero((counts[:k] > 0) & (f.flagged[:k] | f.zero_row[:k]))
-        skip = set(specials_all) | set(pad_rows)
-        used = [int(i) for i in used if int(i) not in skip]
-        used.sort(key=lambda i: -int(counts[i]))
-        normal = [i for i in used if cats[i] != "special"]
-        special = [i for i in used if cats[i] == "special"]
-        if normal:
-            add("untrained-used", "error",
-                f"the data uses {len(normal)} row(s) flagged as under-trained (or zero), {int(counts[normal].sum())} "
-                f"times (the most used in {int(enc.example_counts[normal].max())} examples): large, badly scaled "
-                "gradients (NaN losses)", normal, int(counts[normal].sum()), _examples(enc, normal),
-                "re-initialise them before training (--repair OUT)")
-        if special:
-            add("untrained-used", "warning",
-                f"the data (or the template) uses {len(special)} special row(s) flagged as under-trained "
-                "(special rows often look untrained; --verify N settles it)", special,
-                int(counts[special].sum()), _examples(enc, special), "check with --verify; then --repair OUT")
+    # rows the data uses that training barely touched: zero rows always, flagged rows with a scan
+    k = min(len(counts), n)
+    bad = f.zero_row[:k].copy()
+    if flagged is not None:
+        bad |= flagged[:k]
+    used = np.flatnonzero((counts[:k] > 0) & bad)
+    skip = set(specials_all) | set(pad_rows)
+    used = sorted((int(i) for i in used if int(i) not in skip), key=lambda i: -int(counts[i]))
+    normal = [i for i in used if cats[i] != "special" or f.zero_row[i] or state(i) == "verified"]
+    special = [i for i in used if i not in normal]
+    if normal:
+        zeros = sum(1 for i in normal if f.zero_row[i])
+        what = ("zero" if zeros == len(normal) else "flagged as under-trained" if not zeros
+                else f"flagged as under-trained or zero ({zeros} zero)")
+        add("untrained-used", "error",
+            f"the data uses {len(normal)} row(s) {what}: {_sides(model, enc, normal)}; the most used in "
+            f"{int(enc.example_counts[normal].max())} examples: large, badly scaled gradients (NaN losses)",
+            normal, int(counts[normal].sum()), _examples(enc, normal),
+            "re-initialise them before training (--repair OUT)")
+    if special:
+        add("untrained-used", "warning",
+            f"the data (or the template) uses {len(special)} special row(s) flagged as under-trained, "
+            f"{_sides(model, enc, special)} (special rows often look untrained; --verify N settles it)", special,
+            int(counts[special].sum()), _examples(enc, special), "check with --verify; then --repair OUT")
 
-    # over-long examples
-    if f.context and enc.lengths:
-        lengths = np.asarray(enc.lengths)
-        over = np.flatnonzero(lengths > f.context)
-        if len(over):
-            add("exceeds-context", "warning",
-                f"{len(over)} of {len(lengths)} examples ({len(over) / len(lengths):.1%}) are longer than the "
-                f"context of {f.context} tokens ({f.context_from}; longest {int(lengths.max())}): they will be "
-                "truncated", (), len(over), [enc.indices[i] for i in over[:5]],
-                "split or drop them, or raise the trainer's max_length within the model's context")
+    length_rules(f, trainer, add)
 
     # unknown and byte-fallback tokens
     unk = [i for i in ({model.vocab.unk_id} if model.vocab is not None and model.vocab.unk_id is not None else set())
@@ -252,31 +313,48 @@ def find(f: Facts) -> list[Finding]:
             f"{n_bytes / enc.tokens:.1%} of the tokens are byte-fallback pieces: text the vocabulary spells byte "
             "by byte", top, n_bytes, (), "consider extending the vocabulary (embscope extend)")
 
-    # the template
-    if enc.untemplated and f.template is None:
-        add("no-chat-template", "error",
-            f"{len(enc.untemplated)} conversation(s) but {model.name} ships no chat template: the trainer "
-            "cannot render them", (), len(enc.untemplated), enc.untemplated[:5],
-            "set tokenizer.chat_template (the instruct model's, or ChatML) or pass plain-text records")
-    elif enc.untemplated:
-        add("render-refused", "error", enc.template, (), len(enc.untemplated), enc.untemplated[:5],
-            "use a chat template that renders within the bounds (embscope/models/chat_template.py)")
-    if enc.render_failed:
-        total = sum(enc.render_failed.values())
-        msg, _ = enc.render_failed.most_common(1)[0]
-        exs = sorted(e for v in enc.render_failed_examples.values() for e in v)[:5]
-        add("render-failed", "error", f"the chat template fails on {total} conversation(s): {msg}", (), total,
-            exs, "fix those conversations (role order, content types) or the template")
+    template_rules(f, trainer, add)
+    drop_rules(f, trainer, add)
+    data_rules(f, add)
+    out.sort(key=lambda x: (-severity_rank(x.severity), CODES.index(x.code)))
+    return out
 
-    # what the readers could not read
-    bad = sum(f.data.rejected.values()) + sum(f.data.issues.totals.values())
-    if bad:
-        reasons = [*f.data.rejected.most_common(2), *f.data.issues.totals.most_common(1)]
-        text = "; ".join(f"{c} {r}" for r, c in reasons)
-        exs = sorted(e for v in f.data.rejected_examples.values() for e in v)[:5]
-        add("unreadable-records", "warning", f"{bad} record(s) or line(s) not read: {text}", (), bad, exs,
-            "fix the records, or force a format with --format")
 
+def data_findings(f: Facts) -> list[Finding]:
+    """The findings about the reading itself (one data report for all splits: no split)."""
+    out: list[Finding] = []
+
+    def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
+        out.append(Finding(code=code, severity=severity, message=message, count=int(count),
+                           examples=[int(e) for e in examples][:5], fix=fix))
+    from embscope.finetune.rules import data_rules
+
+    data_rules(f, add, force=True)
+    return out
+
+
+def merge_splits(per_split: dict[str, list[Finding]]) -> list[Finding]:
+    """Findings of each split, one list: a finding every split has alike (the same code, severity,
+    message and ids: a fact of the model, not of the data) is kept once, without a split."""
+    names = list(per_split)
+    key = lambda x: (x.code, x.severity, x.message, tuple(x.ids))  # noqa: E731
+    common = set.intersection(*({key(x) for x in v} for v in per_split.values())) if names else set()
+    out, seen = [], {}
+    for name in names:
+        for x in per_split[name]:
+            k = key(x)
+            if k not in common:
+                out.append(x)
+            elif k not in seen:  # the first split's copy stands for all: counts summed, examples joined
+                seen[k] = x
+                x.split = None
+                out.append(x)
+            else:
+                first = seen[k]
+                first.count += x.count
+                first.input_counts = [a + b for a, b in zip(first.input_counts, x.input_counts)]
+                first.label_counts = [a + b for a, b in zip(first.label_counts, x.label_counts)]
+                first.examples = sorted(set(first.examples) | set(x.examples))[:5]
     out.sort(key=lambda x: (-severity_rank(x.severity), CODES.index(x.code)))
     return out
 
@@ -292,8 +370,11 @@ def findings_frame(findings: Sequence[Finding]):
         "tokens": pl.Series([x.tokens for x in findings], dtype=pl.List(pl.Utf8)),
         "count": pl.Series([x.count for x in findings], dtype=pl.Int64),
         "examples": pl.Series([x.examples for x in findings], dtype=pl.List(pl.Int64)),
-        "fix": [x.fix for x in findings]}, schema_overrides={"code": pl.Utf8, "severity": pl.Utf8,
-                                                             "message": pl.Utf8, "fix": pl.Utf8})
+        "fix": [x.fix for x in findings],
+        "input_counts": pl.Series([x.input_counts for x in findings], dtype=pl.List(pl.Int64)),
+        "label_counts": pl.Series([x.label_counts for x in findings], dtype=pl.List(pl.Int64)),
+        "split": pl.Series([x.split for x in findings], dtype=pl.Utf8)},
+        schema_overrides={"code": pl.Utf8, "severity": pl.Utf8, "message": pl.Utf8, "fix": pl.Utf8})
 
 
 def worst(findings: Sequence[Finding]) -> str | None:
@@ -302,5 +383,5 @@ def worst(findings: Sequence[Finding]) -> str | None:
 
 
 def as_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    """``[{"code", "severity", "ids", "tokens", "count", "examples", "fix", "message"}, …]``."""
+    """``[{"code", "severity", "ids", "tokens", "count", "examples", "fix", "message", …}, …]``."""
     return [x.to_dict() for x in findings]

@@ -23,6 +23,22 @@ _MAX_COUNT = 1 << 24
 _MAX_STR = 1 << 24
 # Real metadata nests arrays at most one level deep; deeper nesting would only exhaust the stack.
 _MAX_DEPTH = 4
+_STRUCTS: dict[str, struct.Struct] = {}
+#: fewest bytes one metadata entry takes (key length u64, empty key, type u32, a u8 value) and one
+#: tensor-table entry (name length u64, empty name, n_dims u32, no dims, type u32, offset u64)
+_MIN_KV, _MIN_TENSOR = 13, 24
+#: fewest bytes one array item of each element type takes (a string: its u64 length; an array:
+#: its type and count)
+_MIN_ITEM = {**{k: struct.calcsize(v) for k, v in _SCALAR.items()}, 8: 8, 9: 12}
+
+
+class GGUFTruncated(ModelFileError):
+    """The bytes read end before the metadata and tensor table do; ``need`` is how many bytes
+    from the start of the file they take at least (what a range reader fetches next)."""
+
+    def __init__(self, message: str, need: int):
+        super().__init__(message)
+        self.need = need
 
 
 @dataclass
@@ -46,9 +62,11 @@ class GGUFFile:
     generic reader builds one memory view per token string (seconds for a 50k vocabulary).
     """
 
-    def __init__(self, path: Path, *, tensors: bool = True):
+    def __init__(self, path: Path, *, tensors: bool = True, end: int | None = None):
         """``tensors=False`` reads the metadata only (the tokenizer needs nothing else); the tensor
-        table is then empty and ``matrix`` cannot be used."""
+        table is then empty and ``matrix`` cannot be used. ``end``: parse only the file's first
+        ``end`` bytes (a sparse copy holding just them): metadata that runs past them raises
+        :class:`GGUFTruncated` with the bytes it needs, before anything past them is read."""
         self.path = Path(path)
         self._want_tensors = tensors
         with open_regular(self.path, what="GGUF file", min_bytes=0) as fh:
@@ -58,6 +76,7 @@ class GGUFFile:
                 self._buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             except ValueError:
                 raise ModelFileError(f"{self.path.name} is empty; re-download it") from None
+        self._end = len(self._buf) if end is None else min(end, len(self._buf))
         try:
             self._parse()
         except (struct.error, IndexError, UnicodeDecodeError, OverflowError, RecursionError) as exc:
@@ -65,31 +84,44 @@ class GGUFFile:
                                  "re-download it") from None
 
     # -- parsing -----------------------------------------------------------------------------
+    def _short(self, need: int) -> GGUFTruncated:
+        where = "the end of the file" if self._end == len(self._buf) else f"the first {self._end:,} bytes"
+        return GGUFTruncated(f"{self.path.name}: the metadata runs past {where} (it takes at least {need:,} "
+                             "bytes); the file is truncated or damaged: re-download it", need)
+
     def _take(self, fmt: str):
-        (v,) = struct.unpack_from(fmt, self._buf, self._pos)
-        self._pos += struct.calcsize(fmt)
+        s = _STRUCTS.get(fmt) or _STRUCTS.setdefault(fmt, struct.Struct(fmt))
+        if self._pos + s.size > self._end:
+            raise self._short(self._pos + s.size)
+        (v,) = s.unpack_from(self._buf, self._pos)
+        self._pos += s.size
         return v
 
     def _str(self) -> str:
         n = self._take("<Q")
-        if n > _MAX_STR or self._pos + n > len(self._buf):
-            raise ModelFileError(f"{self.path.name}: a string claims {n} bytes past the end of the file; re-download it")
+        if n > _MAX_STR:
+            raise ModelFileError(f"{self.path.name}: a string claims {n} bytes; the file is damaged")
+        if self._pos + n > self._end:
+            raise self._short(self._pos + n)
         s = bytes(self._buf[self._pos:self._pos + n]).decode("utf-8", errors="replace")
         self._pos += n
         return s
 
     def _strings(self, count: int) -> list[str]:
         """``count`` strings in a row (the token array), as :meth:`_str` reads them, in one tight loop."""
-        buf, pos, end = self._buf, self._pos, len(self._buf)
+        buf, pos, end = self._buf, self._pos, self._end
         length = _U64.unpack_from
         out: list[str] = []
         append = out.append
         for _ in range(count):
+            if pos + 8 > end:
+                raise self._short(pos + 8)
             (n,) = length(buf, pos)
             pos += 8
-            if n > _MAX_STR or pos + n > end:
-                raise ModelFileError(f"{self.path.name}: a string claims {n} bytes past the end of the file; "
-                                     "re-download it")
+            if n > _MAX_STR:
+                raise ModelFileError(f"{self.path.name}: a string claims {n} bytes; the file is damaged")
+            if pos + n > end:
+                raise self._short(pos + n)
             append(str(buf[pos:pos + n], "utf-8", "replace"))
             pos += n
         self._pos = pos
@@ -102,8 +134,10 @@ class GGUFFile:
             return self._str()
         if vtype == 9:
             etype, count = self._take("<I"), self._take("<Q")
-            if count > _MAX_COUNT or count > len(self._buf) - self._pos:  # every item takes >= 1 byte
+            if count > _MAX_COUNT:
                 raise ModelFileError(f"{self.path.name}: an array claims {count} items; the file is damaged")
+            if count * _MIN_ITEM.get(etype, 1) > self._end - self._pos:  # checked before any item is read
+                raise self._short(self._pos + count * _MIN_ITEM.get(etype, 1))
             if etype in _SCALAR:  # one unpack for the whole array (token scores, types: 10^5 items)
                 fmt = _SCALAR[etype]
                 values = list(struct.unpack_from(f"<{count}{fmt[1]}", self._buf, self._pos))
@@ -125,6 +159,9 @@ class GGUFFile:
         n_tensors, n_kv = self._take("<Q"), self._take("<Q")
         if n_tensors > _MAX_COUNT or n_kv > _MAX_COUNT:
             raise ModelFileError(f"{self.path.name}: header claims {n_tensors} tensors / {n_kv} keys; damaged file")
+        least = self._pos + n_kv * _MIN_KV + (n_tensors * _MIN_TENSOR if self._want_tensors else 0)
+        if least > self._end:
+            raise self._short(least)
         self.fields: dict[str, Any] = {}
         for _ in range(n_kv):
             key = self._str()
@@ -282,18 +319,22 @@ _OPENED_MAX = 2
 _OPENED: "dict[tuple, GGUFFile]" = {}
 
 
-def open_gguf(path: Path, *, tensors: bool = True) -> GGUFFile:
-    """Open a GGUF file; ``tensors=False`` reads only its metadata (see :class:`GGUFFile`).
+def open_gguf(path: Path, *, tensors: bool = True, end: int | None = None) -> GGUFFile:
+    """Open a GGUF file; ``tensors=False`` reads only its metadata, ``end`` parses only its first
+    bytes (see :class:`GGUFFile`).
 
-    One parse per file per process: the reader is kept (the last :data:`_OPENED_MAX` files) and
-    returned again while the file's identity (resolved path, size, modification time, inode) is
-    unchanged, so the tokenizer, the embedding load, the chat template and the whole-model load of
-    one run share it. A metadata-only request is served by a kept full reader; a full request after
-    a metadata-only parse reads the file again. The reader is read-only once built.
+    One parse per file per process: a whole-file reader is kept (the last :data:`_OPENED_MAX`
+    files) and returned again while the file's identity (resolved path, size, modification time,
+    inode) is unchanged, so the tokenizer, the embedding load, the chat template and the
+    whole-model load of one run share it. A metadata-only request is served by a kept full reader;
+    a full request after a metadata-only parse reads the file again; a partial parse (``end``) is
+    never kept. The reader is read-only once built.
     """
     import os
 
     p = Path(path)
+    if end is not None:
+        return GGUFFile(p, tensors=tensors, end=end)
     try:
         st = os.stat(p)
         ident = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)

@@ -23,7 +23,8 @@ from embscope.formats.files import inside, open_regular, parse_json, read_json
 # Bytes per element of each safetensors dtype.
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
             "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
-# Real headers are kilobytes to a few MB; refuse absurd sizes before reading them.
+#: largest header read (docs/limits.md): real headers are kilobytes to a few MB; an absurd size is
+#: refused before it is read (or, from the hub, downloaded)
 MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -47,8 +48,11 @@ def read_header(path: Path) -> dict[str, dict]:
         if len(head) < 8:
             raise ModelFileError(f"{bad}: only {size} bytes; {fix}")
         (n,) = struct.unpack("<Q", head)
-        if n > MAX_HEADER or 8 + n > size:
-            raise ModelFileError(f"{bad}: header claims {n} bytes but the file has {size}; {fix}")
+        if n > MAX_HEADER:
+            raise ModelFileError(f"{bad}: its header claims {n:,} bytes, more than the {MAX_HEADER:,} a safetensors "
+                                 f"header may take; {fix}")
+        if 8 + n > size:
+            raise ModelFileError(f"{bad}: its header claims {n:,} bytes but the file has {size:,}; {fix}")
         raw = fh.read(n)
     if len(raw) != n:
         raise ModelFileError(f"{bad}: the header was cut short; {fix}")

@@ -213,7 +213,11 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         from embscope.geometry.usage import flagged_usage
 
         t = time.perf_counter()
-        usage = flagged_usage(model, np.flatnonzero(ind.flagged), corpus_texts, reasons=ind.flag_reason,
+        # rows prompting cleared are trained: never listed as "used flagged rows", never repaired
+        cleared = [i for i, s in enumerate(status_column(ind.flagged, verification)) if s == "cleared"]
+        kept = ind.flagged.copy()
+        kept[cleared] = False
+        usage = flagged_usage(model, np.flatnonzero(kept), corpus_texts, reasons=ind.flag_reason,
                               chat_template=chat_template)
         timings["usage"] = time.perf_counter() - t
 

@@ -11,41 +11,68 @@ refuses underscore names), and the variables ``messages``, ``tools`` and ``docum
 ``pad_token``, ``unk_token``, …, only those it defines). The ``{% generation %}`` tag of
 assistant masks renders its body unchanged.
 
-Bounds (the sandbox limits attribute access, not work or size; a template such as
-``{{ 'ab ' * 10**7 }}`` or nested ``range(100000)`` loops would otherwise take gigabytes or hang):
+Bounds, per conversation (the sandbox limits attribute access, not work or size; a template such
+as ``{{ 'ab ' * 10**7 }}`` or nested ``range(100000)`` loops would otherwise take gigabytes or hang):
 
 ==========================  ===============================================================
-rendered text               at most :data:`MAX_RENDER_CHARS` characters per conversation
-``*`` and ``+``             a string or list result longer than that is refused before it is built
+characters                  at most :data:`MAX_RENDER_CHARS` written in all, captured
+                            ``{% set %}`` blocks and macros included, and in any one value;
+                            every way of building a string is checked, before it is built
+                            where its size is known (:mod:`embscope.models.template_sandbox`)
 ``**``                      an exponent above :data:`MAX_POWER_BITS` bits of result is refused
-string padding / replace    ``center``/``ljust``/``rjust``/``zfill``/``replace`` and the
-                            ``center``/``indent``/``replace``/``wordwrap`` filters: same cap
-``range`` and loops         at most :data:`MAX_RENDER_STEPS` range steps, attribute reads and
-                            calls per conversation
-wall clock                  :data:`MAX_RENDER_SECONDS` per conversation
+steps                       at most :data:`MAX_RENDER_STEPS` range steps, loop iterations,
+                            attribute reads, calls and filters
+wall clock                  :data:`MAX_RENDER_SECONDS`, held inside a single long call too (below)
+memory                      the worker's address space, :data:`~embscope.models.render_worker.MEMORY`
 ==========================  ===============================================================
 
-A template that reaches one raises :class:`RenderRefused` (``render refused: …``, one line);
-callers report it and go on without the template.
+Where a rendering runs: first in this process, *strictly*: only filters, methods and calls whose
+cost follows from arguments the budget checks (:data:`~embscope.models.template_sandbox.STRICT_FILTERS`,
+``STR_METHODS``), and at most :data:`~embscope.models.template_budget.STRICT_UNITS` of memory built
+(``STRICT_VALUE`` in one value);
+real templates render so (SmolLM2's, Gemma's, Llama's, Qwen's). Anything else (a sort, a
+regular expression over the text, an unlisted method, a RecursionError) renders the conversation
+again in a worker process (:mod:`embscope.models.render_worker`), killed
+:data:`~embscope.models.render_worker.GRACE` s past the deadline, its address space capped. Both
+give the same text; the worker is the hard bound for what a template can do in one builtin call.
+
+What :func:`render` raises, so that a caller can tell a template from a conversation:
+
+- :class:`RenderRefused` (``render refused: …``, one line): the template passes a bound on a
+  two-turn probe conversation too, so it cannot render any example; stop using it;
+- :class:`RecordRefused`: this conversation passes a bound (a long record, a loop over its
+  content) while the probe does not; the next conversation may render;
+- :class:`RenderFailed` (a ``jinja2.TemplateError``, named after what the template raised:
+  ``ZeroDivisionError``, ``UndefinedError``, ``raise_exception``'s ``TemplateError``): the
+  template failed on this conversation. :class:`RecordRefused` is one too.
+
+Nothing else escapes: every exception a template raises comes back as one of these.
 """
 
 from __future__ import annotations
 
-import json
-import time
+import re
+import threading
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jinja2.exceptions import TemplateError
+
 from embscope.errors import EmbscopeError
+from embscope.models.template_sandbox import RenderRefused
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
 
+__all__ = ["RecordRefused", "RenderFailed", "RenderRefused", "read_chat_template", "render",
+           "special_token_strings"]
+
 #: longest rendered conversation, in characters: 16 Mi is 30 times a 128k-token context of English
 MAX_RENDER_CHARS = 1 << 24
-#: range steps, attribute reads and calls one rendering may take; real templates take tens per
-#: message, so 10⁷ is far above any of them
+#: range steps, loop iterations, attribute reads and calls one rendering may take; real templates
+#: take tens per message, so 10⁷ is far above any of them
 MAX_RENDER_STEPS = 10_000_000
 #: seconds one rendering may take (real templates: well under a millisecond)
 MAX_RENDER_SECONDS = 10.0
@@ -53,12 +80,26 @@ MAX_RENDER_SECONDS = 10.0
 MAX_POWER_BITS = 64
 #: the named special tokens transformers passes to a template (``SPECIAL_TOKENS_ATTRIBUTES``)
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+#: the conversations a refusal is tried again on, to tell a template that refuses everything from
+#: a conversation that asks too much (a template may refuse a system turn, hence two)
+PROBES = ([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there."}],
+          [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"},
+           {"role": "assistant", "content": "Hi there."}])
+#: a refused conversation with no more characters than this is refused with the template, unprobed
+PROBE_CHARS = 64
+#: renderings tried in this process (``here``) and those sent on to the worker (``worker``)
+PATHS: Counter = Counter()
+_HERE = threading.Lock()
 
 
-class RenderRefused(EmbscopeError):
-    """A chat template that needs more output, work or time than a rendering may take."""
+class RenderFailed(TemplateError):
+    """The template raised on one conversation; the class is named after the exception raised
+    (``ZeroDivisionError``), the message is its message."""
 
 
+class RecordRefused(RenderFailed):
+    """One conversation passes a render bound that the probe conversations do not (see the module
+    docstring): that conversation is refused, not the template."""
 def read_chat_template(model: "LoadedModel") -> str | None:
     """The chat template the base model ships (GGUF metadata or tokenizer_config.json), if any."""
     path = Path(model.path)
@@ -132,197 +173,73 @@ def special_token_strings(model: "LoadedModel") -> dict[str, str]:
     return names
 
 
-class _Budget:
-    """Steps and a deadline for one rendering."""
-
-    def __init__(self):
-        self.steps = 0
-        self.deadline = time.monotonic() + MAX_RENDER_SECONDS
-
-    def charge(self, n: int = 1) -> None:
-        self.steps += n
-        if self.steps > MAX_RENDER_STEPS:
-            raise RenderRefused(f"render refused: the template takes more than {MAX_RENDER_STEPS:,} steps "
-                                "(loops, calls); it cannot render a training example")
-        if self.steps & 0x3FF == 0 and time.monotonic() > self.deadline:
-            raise RenderRefused(f"render refused: the template ran past {MAX_RENDER_SECONDS:g} s on one "
-                                "conversation")
+@lru_cache(maxsize=64)
+def _failed(name: str) -> type:
+    """A :class:`RenderFailed` named after the exception the template raised."""
+    if not re.fullmatch(r"[A-Za-z_]\w{0,63}", name):
+        return RenderFailed
+    return type(name, (RenderFailed,), {"__module__": __name__,
+                                        "__doc__": f"{name}, raised by a chat template (a RenderFailed)."})
 
 
-def _too_long(n: int) -> None:
-    if n > MAX_RENDER_CHARS:
-        raise RenderRefused(f"render refused: the template builds a value of {n:,} items, more than "
-                            f"{MAX_RENDER_CHARS:,}")
+def _raise(error: dict[str, Any]):
+    """The worker's ``failed`` answer as the exception :func:`render` raises."""
+    import jinja2.exceptions
+
+    name, message = str(error.get("type", "Exception")), str(error.get("message", ""))
+    jinja_class = getattr(jinja2.exceptions, name, None)
+    if isinstance(jinja_class, type) and issubclass(jinja_class, TemplateError) and name != "TemplateNotFound":
+        if issubclass(jinja_class, jinja2.exceptions.TemplateSyntaxError):
+            raise jinja_class(message, error.get("lineno") or 1)
+        raise jinja_class(message)
+    raise _failed(name)(message)
 
 
-def _sized(x) -> bool:
-    return isinstance(x, (str, list, tuple))
+def _bounds():
+    from embscope.models.template_sandbox import Bounds
+
+    return Bounds(MAX_RENDER_CHARS, MAX_RENDER_STEPS, MAX_RENDER_SECONDS, MAX_POWER_BITS)
 
 
-@lru_cache(maxsize=8)
-def _environment():
-    """The sandboxed environment (one per process; its budget is set per rendering)."""
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
-    from jinja2.utils import Namespace
+def _attempt(template: str, messages: list, variables: dict[str, Any], bounds) -> str:
+    """One rendering: strict, in this process, when the template does only what the budget bounds
+    (real templates do); in the worker process otherwise (see the module docstring)."""
+    from embscope.models import render_worker
+    from embscope.models.template_sandbox import NeedsWorker, render_here
 
-    class Generation(jinja2.ext.Extension):
-        """transformers' ``{% generation %}…{% endgeneration %}`` tag, rendering its body as is."""
-
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-
-    class Bounded(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**", "+"])
-        budget = _Budget()
-
-        def call_binop(self, context, operator, left, right):
-            self.budget.charge()
-            if operator == "**":
-                if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1 \
-                        and right * abs(left).bit_length() > MAX_POWER_BITS:
-                    raise RenderRefused(f"render refused: {left} ** {right} is larger than {MAX_POWER_BITS} bits")
-            elif operator == "*":
-                if _sized(left) and isinstance(right, int):
-                    _too_long(len(left) * right)
-                elif _sized(right) and isinstance(left, int):
-                    _too_long(len(right) * left)
-            elif operator == "+" and _sized(left) and _sized(right):
-                _too_long(len(left) + len(right))
-            return super().call_binop(context, operator, left, right)
-
-        def getattr(self, obj, attribute):
-            self.budget.charge()
-            return super().getattr(obj, attribute)
-
-        def getitem(self, obj, argument):
-            self.budget.charge()
-            return super().getitem(obj, argument)
-
-        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja's own signature
-            __self.budget.charge()
-            name = getattr(__obj, "__name__", "")
-            if isinstance(getattr(__obj, "__self__", None), str) and name in _PADDERS:
-                _check_pad(__obj.__self__, name, args)
-            return super().call(__context, __obj, *args, **kwargs)
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    def strftime_now(format):
-        from datetime import datetime
-
-        return datetime.now().strftime(format)
-
-    class TemplateDict:
-        def __call__(self, *args, **kwargs):
-            return dict(*args, **kwargs)
-
-        def fromkeys(self, *args, **kwargs):
-            return dict.fromkeys(*args, **kwargs)
-
-    class TemplateNamespace(Namespace):
-        def __init__(*args, **kwargs):
-            self, args = args[0], args[1:]
-            attrs = dict(*args, **kwargs)
-            for name in attrs:
-                TemplateNamespace._check(name, attrs[name])
-            Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name, value):
-            TemplateNamespace._check(name, value)
-            Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def _check(name, value):
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(
-                    f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}.")
-            if _sized(value):
-                _too_long(len(value))
-
-    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
-
-    class BoundedRange:
-        """Jinja's ``safe_range`` (at most 100,000 items, as transformers' environment has), whose
-        iteration is charged to the rendering's budget."""
-
-        def __init__(self, *args):
-            self.r = safe_range(*args)
-
-        def __iter__(self):
-            for i in self.r:
-                env.budget.charge()
-                yield i
-
-        def __len__(self):
-            return len(self.r)
-
-        def __getitem__(self, i):
-            return self.r[i]
-
-        def __contains__(self, x):
-            return x in self.r
-
-        def __reversed__(self):
-            for i in reversed(self.r):
-                env.budget.charge()
-                yield i
-
-    def guarded(name, fn):
-        passed = getattr(fn, "jinja_pass_arg", None)  # filters that take the eval context first
-
-        def filt(*args, **kwargs):
-            lead, (value, *rest) = (args[:1], args[1:]) if passed is not None else ((), args)
-            _check_pad(str(value), name, rest)
-            return fn(*lead, value, *rest, **kwargs)
-        if passed is not None:
-            filt.jinja_pass_arg = passed
-        return filt
-
-    env.filters["tojson"] = tojson
-    for name in ("center", "indent", "wordwrap", "replace"):
-        env.filters[name] = guarded(name, env.filters[name])
-    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=TemplateDict(),
-                       namespace=TemplateNamespace, range=BoundedRange)
-    return env
+    try:
+        with _HERE:  # one environment per process: one rendering at a time in it
+            PATHS["here"] += 1
+            return render_here(template, messages, bounds=bounds, strict=True, **variables)
+    except (NeedsWorker, MemoryError, RecursionError):  # the worker decides: its limits are hard
+        pass
+    except RenderRefused:
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever the template raised, as the worker reports it
+        _raise(render_worker.describe(err))
+    PATHS["worker"] += 1
+    answer = render_worker.render(template, messages, variables, bounds)
+    if answer.kind == "text":
+        return answer.text
+    if answer.kind == "refused":
+        raise RenderRefused(answer.text)
+    _raise(answer.error)
 
 
-#: string methods (and filters) whose output size an argument sets
-_PADDERS = {"center", "ljust", "rjust", "zfill", "replace", "indent", "wordwrap", "expandtabs"}
-
-
-def _check_pad(s: str, name: str, args) -> None:
-    """Refuse a padding or replacement that would build more than :data:`MAX_RENDER_CHARS`."""
-    if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
-        hits = (len(s) + 1) if args[0] == "" else s.count(args[0])
-        _too_long(len(s) + hits * max(0, len(args[1]) - len(args[0])))
-    elif name == "indent":
-        width = args[0] if args else 4
-        n = width if isinstance(width, int) else len(width) if isinstance(width, str) else 0
-        _too_long(len(s) + n * (s.count("\n") + 1))
-    elif name == "expandtabs":
-        n = args[0] if args and isinstance(args[0], int) else 8
-        _too_long(len(s) + n * s.count("\t"))
-    elif args and isinstance(args[0], int):
-        _too_long(args[0])
-
-
-@lru_cache(maxsize=8)
-def compile_template(template: str):
-    """The compiled template (cached: training data renders one template many times)."""
-    return _environment().from_string(template)
+@lru_cache(maxsize=32)
+def _refuses_any(template: str, variables: tuple, add_generation_prompt: bool, bounds) -> bool:
+    """Whether ``template`` passes a bound on the :data:`PROBES` too (a template error on a probe
+    says nothing about the bounds, so the next probe is tried)."""
+    names = dict(variables, tools=None, documents=None, add_generation_prompt=add_generation_prompt)
+    for probe in PROBES:
+        try:
+            _attempt(template, [dict(m) for m in probe], names, bounds)
+            return False
+        except RenderRefused:
+            return True
+        except TemplateError:
+            continue
+    return False
 
 
 def render(template: str, messages: list[dict[str, Any]], *, add_generation_prompt: bool = False,
@@ -330,20 +247,35 @@ def render(template: str, messages: list[dict[str, Any]], *, add_generation_prom
     """``template`` rendered on ``messages`` as ``tokenizer.apply_chat_template(messages,
     tokenize=False)`` renders it (``variables``: the special tokens, :func:`special_token_strings`).
 
-    Messages' keys whose value is None are dropped first, as transformers does. A template error
-    raises ``jinja2.TemplateError`` (``raise_exception(msg)`` in the template raises one too); a
-    template past the bounds of the module docstring raises :class:`RenderRefused`.
+    Messages' keys whose value is None are dropped first, as transformers does. Raises what the
+    module docstring lists, and nothing else: :class:`RenderRefused` for a template that passes
+    the bounds whatever the conversation, :class:`RecordRefused` for a conversation that makes it
+    pass them, :class:`RenderFailed` (a ``jinja2.TemplateError``) for whatever else the template
+    raised (``raise_exception(msg)`` raises a ``TemplateError`` with ``msg``).
     """
-    env = _environment()
-    compiled = compile_template(template)
     messages = [{k: v for k, v in m.items() if v is not None} if isinstance(m, dict) else m for m in messages]
-    env.budget = _Budget()
-    size = 0
-    parts: list[str] = []
-    for piece in compiled.generate(messages=messages, tools=tools, documents=documents,
-                                   add_generation_prompt=add_generation_prompt, **variables):
-        size += len(piece)
-        if size > MAX_RENDER_CHARS:
-            raise RenderRefused(f"render refused: the rendered conversation passes {MAX_RENDER_CHARS:,} characters")
-        parts.append(piece)
-    return "".join(parts)
+    bounds = _bounds()
+    names = dict(variables, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt)
+    try:
+        return _attempt(template, messages, names, bounds)
+    except RenderRefused as err:
+        if _chars(messages) <= PROBE_CHARS:  # a conversation no larger than a probe: the template's doing
+            raise
+        plain = tuple(sorted((k, v) for k, v in variables.items() if isinstance(v, (str, int, float, bool))))
+        if _refuses_any(template, plain, add_generation_prompt, bounds):
+            raise
+        raise RecordRefused(str(err)) from None
+
+
+def _chars(value) -> int:
+    """Characters of the strings in a conversation (contents, roles, typed parts), however deep."""
+    total, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v)
+        elif isinstance(v, dict):
+            stack += v.values()
+        elif isinstance(v, (list, tuple)):
+            stack += v
+    return total

@@ -23,17 +23,26 @@ Every request goes through ``huggingface_hub`` (:func:`~huggingface_hub.hf_hub_u
 the snapshot's, every ranged answer is ``206`` with a ``Content-Range`` naming the asked range and
 the HEAD's size, and the byte count of each tensor equals ``prod(shape) × itemsize`` of the header
 (:func:`embscope.formats.safetensors.read_header`). A connection dropped mid-tensor is resumed from
-the last byte written, at most :data:`MAX_RESUMES` times per range. A server that ignores ``Range``
+the last byte written (within the bounds below). A server that ignores ``Range``
 (answers ``200`` with the whole file) is a one-line error naming ``--download full``.
 
 A GGUF file on the hub (spec ``org/name/file.gguf``) is read the same way by :func:`fetch_gguf`:
 its metadata and tensor table (a growing prefix, parsed by :mod:`embscope.formats.gguf`), then the
 ``token_embd`` and ``output`` ranges.
+
+Bounds (``docs/limits.md``): every request is made and checked by :class:`~embscope.models.hub_remote.Remote`
+within the run's :class:`~embscope.models.hub_remote.HubBudget` (deadlines, a minimum rate, a cap
+on answers without a new byte, no ``Content-Encoding``); a safetensors header longer than
+:data:`embscope.formats.safetensors.MAX_HEADER`, or GGUF metadata longer than
+``gguf-metadata-bytes``, is refused from the lengths it declares, before the bytes are asked for.
+
+A failed read leaves nothing in the cache: the sparse copy and its manifest are removed, unless the
+manifest already holds complete tensors, which are kept (the interrupted range is never marked
+complete, so it is never read).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -43,6 +52,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embscope.errors import ModelFileError, SpecError
+from embscope.models.hub_remote import HubBudget, Remote
+
+__all__ = ["Fetched", "HubBudget", "cached", "cached_commit", "fetch_gguf", "fetch_tensors", "link_small_files",
+           "read_manifest", "repo_cache"]
 
 #: bytes asked for first: the length prefix and, for every real shard, its whole header
 #: (Qwen2-7B's headers are 10–40 KB; a longer one costs a second request)
@@ -50,11 +63,6 @@ HEAD_PREFETCH = 1 << 16
 #: first bytes of a GGUF file read for its metadata (a 150k-token vocabulary takes 3–5 MB); doubled
 #: until the metadata and tensor table fit
 GGUF_PREFETCH = 1 << 22
-#: reconnections allowed per byte range after a dropped connection
-MAX_RESUMES = 5
-#: seconds to wait for the server (connect and each read); a stalled stream counts as dropped
-TIMEOUT = 60.0
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
 @dataclass
@@ -73,6 +81,31 @@ class Fetched:
     bytes_read: int = 0
     #: HTTP requests this run made for this file
     requests: int = 0
+
+
+def _discard(copy: Path, doc: dict[str, Any] | None) -> None:
+    """After a failed read: remove the sparse copy and its manifest unless the manifest holds
+    complete tensors (kept; the interrupted range is not marked complete, so it is never read).
+    A folder left with no copy at all loses its links to the HF cache too, and goes, as do the
+    empty folders above it (``<org>--<name>``)."""
+    if doc is not None and any(t.get("complete") for t in doc.get("tensors", {}).values()):
+        return
+    for path in (copy, _manifest_path(copy)):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    folder = copy.parent
+    try:
+        entries = list(folder.iterdir())
+        if any(not e.is_symlink() for e in entries):
+            return  # another copy (or a file embscope did not write) lives there
+        for e in entries:
+            e.unlink()
+        folder.rmdir()
+        folder.parent.rmdir()  # <org>--<name>, when no other revision or refs/ is there
+    except OSError:
+        pass
 
 
 def repo_cache(root: Path, repo_id: str, commit: str) -> Path:
@@ -112,106 +145,26 @@ def cached(copy: Path, names: list[str]) -> bool:
     return doc.get("header") is True and all(doc["tensors"].get(n, {}).get("complete") for n in names)
 
 
-class _Remote:
-    """One file of one revision on the hub: its URL, headers and the checks on each answer."""
-
-    def __init__(self, repo_id: str, filename: str, commit: str):
-        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
-
-        self.repo_id, self.filename, self.commit = repo_id, filename, commit
-        self.url = hf_hub_url(repo_id, filename, revision=commit or "main", endpoint=constants.ENDPOINT)
-        self.headers = build_hf_headers()  # the user's token, as hf download sends it
-        self.headers["Accept-Encoding"] = "identity"  # byte offsets are offsets of the file itself
-        self.requests = self.bytes_read = 0
-        try:
-            meta = get_hf_file_metadata(self.url, timeout=TIMEOUT)
-        except Exception as exc:  # gated repo, missing file, network: huggingface_hub's own message
-            raise SpecError(f"cannot read {filename} of {repo_id}: {str(exc).splitlines()[0]}; check the "
-                            "repo id and your HF token, or pass --download full") from None
-        self.requests += 1
-        if commit is None:  # "main": pin every later request to the commit it names now
-            if not meta.commit_hash:
-                raise ModelFileError(f"the hub named no commit for {filename} of {repo_id}; pass --download full")
-            self.commit = commit = meta.commit_hash
-            self.url = hf_hub_url(repo_id, filename, revision=commit, endpoint=constants.ENDPOINT)
-        elif meta.commit_hash and meta.commit_hash != commit:
-            raise ModelFileError(f"{filename} of {repo_id} is at commit {meta.commit_hash}, not {commit} "
-                                 "as its config; run again (the repo changed meanwhile)")
-        if not meta.size:
-            raise ModelFileError(f"the hub gave no size for {filename} of {repo_id}; pass --download full")
-        self.size, self.etag = int(meta.size), meta.etag
-
-    def _transport_errors(self):
-        """The HTTP library's network-error class (httpx for huggingface_hub 1.x, httpx2 for 2.x)."""
-        from huggingface_hub import get_session
-
-        module = importlib.import_module(type(get_session()).__module__.split(".")[0])
-        return (module.TransportError, OSError)
-
-    def fetch(self, begin: int, end: int, fd: int) -> None:
-        """Write bytes ``[begin, end)`` of the file at the same offsets of ``fd``, resuming after a
-        dropped connection from the last byte written."""
-        from huggingface_hub import get_session
-
-        errors = self._transport_errors()
-        at = [begin]  # the next byte to write; _stream advances it as blocks land
-        resumes = 0
-        while at[0] < end:
-            try:
-                self._stream(get_session(), at, end, fd)
-            except errors as exc:
-                resumes += 1
-                if resumes > MAX_RESUMES:
-                    raise ModelFileError(
-                        f"the connection to {self.url} dropped {resumes} times while reading bytes "
-                        f"{begin}..{end}: {str(exc).splitlines()[0] or type(exc).__name__}; run again "
-                        "(what was read is kept), or pass --download full") from None
-                continue
-
-    def _stream(self, client, at: list[int], end: int, fd: int) -> None:
-        pos = at[0]
-        headers = dict(self.headers, Range=f"bytes={pos}-{end - 1}")
-        self.requests += 1
-        with client.stream("GET", self.url, headers=headers, timeout=TIMEOUT) as resp:
-            if resp.status_code == 200:
-                raise ModelFileError(
-                    f"the server answered a range request for {self.filename} of {self.repo_id} with the "
-                    f"whole file (HTTP 200, no Range support); pass --download full to fetch whole shards")
-            if resp.status_code != 206:
-                raise ModelFileError(f"HTTP {resp.status_code} for bytes {pos}..{end} of {self.filename} of "
-                                     f"{self.repo_id}; check your HF token, or pass --download full")
-            m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
-            if not m or int(m.group(1)) != pos or int(m.group(2)) != end - 1 or (
-                    m.group(3) != "*" and int(m.group(3)) != self.size):
-                raise ModelFileError(
-                    f"the server sent Content-Range {resp.headers.get('Content-Range')!r} for bytes "
-                    f"{pos}..{end - 1}/{self.size} of {self.filename}; pass --download full")
-            for block in resp.iter_bytes():  # as they arrive: a dropped stream loses nothing it delivered
-                if pos + len(block) > end:
-                    raise ModelFileError(f"the server sent more than bytes {pos}..{end} of {self.filename}; "
-                                         "pass --download full")
-                os.pwrite(fd, block, pos)
-                pos += len(block)
-                at[0] = pos
-                self.bytes_read += len(block)
-
-
-def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | Callable", folder: Path) -> Fetched:
+def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | Callable", folder: Path,
+                  budget: HubBudget | None = None) -> Fetched:
     """Make ``folder/filename`` a sparse copy holding the header and the tensors ``names``.
 
     ``names`` may be a function of the validated header returning the names (an unsharded
-    checkpoint, whose tensors no index lists); the manifest remembers what it chose.
+    checkpoint, whose tensors no index lists); the manifest remembers what it chose. ``budget``:
+    the run's bounds (default: the defaults of ``docs/limits.md``).
 
     Reads nothing when the manifest says they are all there (see :func:`cached`); otherwise one
     HEAD, the header (one or two ranged GETs, unless cached) and one ranged GET per missing tensor.
+    The header's length is checked against :data:`~embscope.formats.safetensors.MAX_HEADER` and
+    the file's size before the rest of it is asked for.
 
     Raises:
         ModelFileError: a header that does not parse or does not hold ``names``, a server without
-            ``Range`` support, a dropped connection that does not resume, a size that changed.
+            ``Range`` support, a dropped connection that does not resume, a size that changed, a
+            bound of the module docstring.
         SpecError: the hub refused the file (gated, missing, no token).
     """
-    from embscope.formats.safetensors import read_header
+    from embscope.formats.safetensors import MAX_HEADER, read_header
 
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / filename
@@ -222,48 +175,63 @@ def fetch_tensors(repo_id: str, commit: str, filename: str, names: "list[str] | 
     if doc is not None and cached(copy, names):
         t = {n: doc["tensors"][n]["range"] for n in names}
         return Fetched(filename, doc.get("etag"), int(doc["size"]), t)
-    remote = _Remote(repo_id, filename, commit)
-    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
-            or not copy.is_file() or copy.stat().st_size != remote.size:
-        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
-               "size": remote.size, "header": False, "tensors": {}}
-        with open(copy, "wb") as fh:  # a fresh sparse file of the remote size: holes read as zeros
-            fh.truncate(remote.size)
-        _write_manifest(copy, doc)
-    fd = os.open(copy, os.O_RDWR)
+    remote = Remote(repo_id, filename, commit, budget)
     try:
-        if not doc["header"]:
-            remote.fetch(0, min(remote.size, HEAD_PREFETCH), fd)
-            (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-            if 8 + n > remote.size:
-                raise ModelFileError(f"{filename} of {repo_id} claims a {n}-byte header but is "
-                                     f"{remote.size} bytes; not a safetensors file")
-            if 8 + n > HEAD_PREFETCH:
-                remote.fetch(HEAD_PREFETCH, 8 + n, fd)
-            doc["prefix"] = max(8 + n, min(remote.size, HEAD_PREFETCH))  # bytes [0, prefix) are here
-        header = read_header(copy)  # validates every tensor's dtype, shape and range against the size
-        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-        doc["header"], doc["header_bytes"] = True, 8 + n
-        if pick is not None:
-            names = doc["picked"] = pick(header)
-        _write_manifest(copy, doc)
-        for name in names:
-            if name not in header:
-                raise ModelFileError(f"the index says {name} is in {filename} of {repo_id}, but its header "
-                                     "does not list it; the repo is inconsistent")
-            b, e = (8 + n + o for o in header[name]["data_offsets"])
-            entry = doc["tensors"].get(name)
-            if entry and entry.get("complete") and entry.get("range") == [b, e]:
-                continue
-            prefix = doc.get("prefix", 0)
-            remote.fetch(max(b, prefix) if b <= prefix else b, e, fd)  # the prefetch may hold its start
-            doc["tensors"][name] = {"range": [b, e], "complete": True, "dtype": header[name]["dtype"],
-                                    "shape": header[name]["shape"]}
+        if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+                or not copy.is_file() or copy.stat().st_size != remote.size:
+            doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+                   "size": remote.size, "header": False, "tensors": {}}
+            with open(copy, "wb") as fh:  # a fresh sparse file of the remote size: holes read as zeros
+                fh.truncate(remote.size)
             _write_manifest(copy, doc)
-    finally:
-        os.close(fd)
+        fd = os.open(copy, os.O_RDWR)
+        try:
+            names = _fetch_header_and_tensors(remote, doc, copy, fd, names, pick, MAX_HEADER, read_header)
+        finally:
+            os.close(fd)
+    except BaseException:  # an error, Ctrl-C: nothing unverified stays behind
+        _discard(copy, doc)
+        raise
     return Fetched(filename, remote.etag, remote.size, {n: doc["tensors"][n]["range"] for n in names},
                    bytes_read=remote.bytes_read, requests=remote.requests)
+
+
+def _fetch_header_and_tensors(remote: Remote, doc: dict[str, Any], copy: Path, fd: int, names, pick,
+                              max_header: int, read_header) -> list[str]:
+    filename, repo_id = remote.filename, remote.repo_id
+    if not doc["header"]:
+        remote.fetch(0, min(remote.size, HEAD_PREFETCH), fd)
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+        if n > max_header:  # before the rest is asked for
+            raise ModelFileError(f"{filename} of {repo_id} claims a {n:,}-byte header, more than the {max_header:,} "
+                                 "bytes a safetensors header may take (docs/limits.md); the file is damaged or "
+                                 "not a safetensors file, nothing more was read")
+        if 8 + n > remote.size:
+            raise ModelFileError(f"{filename} of {repo_id} claims a {n:,}-byte header but is "
+                                 f"{remote.size:,} bytes; not a safetensors file")
+        if 8 + n > HEAD_PREFETCH:
+            remote.fetch(HEAD_PREFETCH, 8 + n, fd)
+        doc["prefix"] = max(8 + n, min(remote.size, HEAD_PREFETCH))  # bytes [0, prefix) are here
+    header = read_header(copy)  # validates every tensor's dtype, shape and range against the size
+    (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+    doc["header"], doc["header_bytes"] = True, 8 + n
+    if pick is not None:
+        names = doc["picked"] = pick(header)
+    _write_manifest(copy, doc)
+    for name in names:
+        if name not in header:
+            raise ModelFileError(f"the index says {name} is in {filename} of {repo_id}, but its header "
+                                 "does not list it; the repo is inconsistent")
+        b, e = (8 + n + o for o in header[name]["data_offsets"])
+        entry = doc["tensors"].get(name)
+        if entry and entry.get("complete") and entry.get("range") == [b, e]:
+            continue
+        prefix = doc.get("prefix", 0)
+        remote.fetch(max(b, prefix) if b <= prefix else b, e, fd)  # the prefetch may hold its start
+        doc["tensors"][name] = {"range": [b, e], "complete": True, "dtype": header[name]["dtype"],
+                                "shape": header[name]["shape"]}
+        _write_manifest(copy, doc)
+    return names
 
 
 def link_small_files(snapshot: Path, folder: Path) -> None:
@@ -289,17 +257,20 @@ def cached_commit(root: Path, repo_id: str, revision: str = "main") -> str | Non
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
-def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool) -> tuple[Path, Fetched, str]:
+def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool,
+               budget: HubBudget | None = None) -> tuple[Path, Fetched, str]:
     """A sparse copy of a hub GGUF file holding its metadata, tensor table and ``token_embd`` /
     ``output`` tensors; returns ``(path, what was read, commit)``.
 
     The metadata (tokenizer arrays included) has no length prefix: the first :data:`GGUF_PREFETCH`
-    bytes are read and parsed, and the prefix doubles until the parse ends inside it
-    (:attr:`embscope.formats.gguf.GGUFFile.header_bytes` ≤ bytes held; the parse only moves forward,
-    so it read nothing past them). Then one ranged GET per tensor. Offline, or when the copy for
-    the commit ``main`` last named is complete, nothing is read.
+    bytes are read and parsed (:func:`embscope.formats.gguf.open_gguf` with ``end``: nothing past
+    the bytes held is read), and while the parse runs past them the prefix grows to at least what
+    the lengths read so far declare (:class:`~embscope.formats.gguf.GGUFTruncated` ``need``), and at
+    least doubles. A declared size past ``budget.gguf_metadata_bytes`` is refused before it is asked
+    for. Then one ranged GET per tensor. Offline, or when the copy for the commit ``main`` last
+    named is complete, nothing is read.
     """
-    from embscope.formats.gguf import open_gguf
+    from embscope.formats.gguf import GGUFTruncated, open_gguf
 
     commit = cached_commit(root, repo_id)
     if commit is not None:
@@ -310,50 +281,64 @@ def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool) -> tupl
                                  {n: doc["tensors"][n]["range"] for n in doc["picked"]}), commit
     if not online:
         raise SpecError(f"{filename} of {repo_id} is not in the embscope cache ({root})")
-    remote = _Remote(repo_id, filename, None)
+    budget = budget or HubBudget()
+    remote = Remote(repo_id, filename, None, budget)
     commit = remote.commit
     folder = repo_cache(root, repo_id, commit)
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / filename
     doc = read_manifest(copy)
-    if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
-            or not copy.is_file() or copy.stat().st_size != remote.size:
-        doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
-               "size": remote.size, "header": False, "prefix": 0, "tensors": {}}
-        with open(copy, "wb") as fh:
-            fh.truncate(remote.size)
-    fd = os.open(copy, os.O_RDWR)
+    limit = budget.gguf_metadata_bytes
     try:
-        have = int(doc.get("prefix", 0))
-        want = max(have, min(remote.size, GGUF_PREFETCH))
-        while True:
-            if want > have:
-                remote.fetch(have, want, fd)
-                have = doc["prefix"] = want
-                _write_manifest(copy, doc)
-            try:
-                g = open_gguf(copy)
-                if g.header_bytes <= have:
+        if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
+                or not copy.is_file() or copy.stat().st_size != remote.size:
+            doc = {"repo": repo_id, "commit": commit, "filename": filename, "etag": remote.etag,
+                   "size": remote.size, "header": False, "prefix": 0, "tensors": {}}
+            with open(copy, "wb") as fh:
+                fh.truncate(remote.size)
+        fd = os.open(copy, os.O_RDWR)
+        try:
+            have = int(doc.get("prefix", 0))
+            want = max(have, min(remote.size, GGUF_PREFETCH, limit))
+            while True:
+                if want > have:
+                    remote.fetch(have, want, fd)
+                    have = doc["prefix"] = want
+                    _write_manifest(copy, doc)
+                try:
+                    g = open_gguf(copy, end=have)
                     break
-            except ModelFileError:
-                if have >= remote.size:
-                    raise
-            want = min(remote.size, 2 * have)
-        names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
-        if names[0] not in g.tensors:
-            raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a language-model GGUF")
-        doc["header"], doc["header_bytes"], doc["picked"] = True, g.header_bytes, names
-        for name in names:
-            t = g.tensors[name]
-            b, e = t.offset, t.offset + t.nbytes
-            entry = doc["tensors"].get(name)
-            if not (entry and entry.get("complete") and entry.get("range") == [b, e]):
-                remote.fetch(max(b, have) if b <= have else b, e, fd)
-                doc["tensors"][name] = {"range": [b, e], "complete": True, "ggml_type": t.ggml_type,
-                                        "shape": list(t.shape)}
-            _write_manifest(copy, doc)
-    finally:
-        os.close(fd)
+                except GGUFTruncated as short:
+                    if short.need > limit:
+                        raise ModelFileError(
+                            f"the metadata and tensor table of {filename} of {repo_id} take at least "
+                            f"{short.need:,} bytes by the lengths they declare, more than the limit of {limit:,} "
+                            f"(real GGUF files take a few MB); the file is damaged or hostile, {have:,} bytes "
+                            f"were read. Raise it with --limit gguf-metadata-bytes={short.need}") from None
+                    if short.need > remote.size:
+                        raise ModelFileError(
+                            f"{filename} of {repo_id} declares {short.need:,} bytes of metadata but is "
+                            f"{remote.size:,} bytes; the file is truncated or damaged") from None
+                    want = min(remote.size, max(short.need, min(2 * have, limit)))
+            names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
+            if names[0] not in g.tensors:
+                raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a "
+                                     "language-model GGUF")
+            doc["header"], doc["header_bytes"], doc["picked"] = True, g.header_bytes, names
+            for name in names:
+                t = g.tensors[name]
+                b, e = t.offset, t.offset + t.nbytes
+                entry = doc["tensors"].get(name)
+                if not (entry and entry.get("complete") and entry.get("range") == [b, e]):
+                    remote.fetch(max(b, have) if b <= have else b, e, fd)
+                    doc["tensors"][name] = {"range": [b, e], "complete": True, "ggml_type": t.ggml_type,
+                                            "shape": list(t.shape)}
+                _write_manifest(copy, doc)
+        finally:
+            os.close(fd)
+    except BaseException:  # an error, Ctrl-C: nothing unverified stays behind
+        _discard(copy, doc)
+        raise
     refs = Path(root) / repo_id.replace("/", "--") / "refs"
     refs.mkdir(parents=True, exist_ok=True)
     (refs / "main").write_text(commit)

@@ -165,7 +165,8 @@ def download_hint(repo_id: str, need: str) -> str:
     return hint
 
 
-def _hub_download(repo_id: str, need: str, download: str = "ranges") -> tuple[Path, dict[str, Any] | None]:
+def _hub_download(repo_id: str, need: str, download: str = "ranges",
+                  budget=None) -> tuple[Path, dict[str, Any] | None]:
     """Fetch (or find in the cache) what ``need`` requires of a hub repo.
 
     Returns the folder to read (the HF cache snapshot; for weights read by ranges, the embscope
@@ -227,7 +228,7 @@ def _hub_download(repo_id: str, need: str, download: str = "ranges") -> tuple[Pa
     if index is None:  # one file: its header names the tensors
         if _in_hf_cache(repo_id, snapshot, ["model.safetensors"]):
             return snapshot, None
-        return _ranged(repo_id, snapshot, {None: "model.safetensors"}, online, offline, need)
+        return _ranged(repo_id, snapshot, {None: "model.safetensors"}, online, offline, need, budget)
     from embscope.models.names import find_embedding_names
     from embscope.formats.safetensors import weight_map
 
@@ -239,11 +240,11 @@ def _hub_download(repo_id: str, need: str, download: str = "ranges") -> tuple[Pa
             get(shard)
         return snapshot, None
     return _ranged(repo_id, snapshot, {embed: wm[embed], **({out: wm[out]} if out else {})},
-                   online, offline, need)
+                   online, offline, need, budget)
 
 
 def _ranged(repo_id: str, snapshot: Path, where: dict[str | None, str], online, offline: bool,
-            need: str) -> tuple[Path, dict[str, Any]]:
+            need: str, budget=None) -> tuple[Path, dict[str, Any]]:
     """The embedding/head tensors (``{tensor: shard}``; ``{None: file}``: the ones its header names)
     through range requests into the embscope cache (see :mod:`embscope.models.hub_ranges`);
     returns the cache folder and what was read, for the provenance."""
@@ -266,7 +267,7 @@ def _ranged(repo_id: str, snapshot: Path, where: dict[str | None, str], online, 
                    f"the hub ({_endpoint()}) could not be reached within {HUB_CONNECT_TIMEOUT:g} s")
             raise SpecError(f"the embedding tensors of {repo_id} are not in the embscope cache ({folder}) and "
                             f"{how}; run once online, or download them with: {download_hint(repo_id, need)}")
-        files[shard] = fetch_tensors(repo_id, commit, shard, names, folder)
+        files[shard] = fetch_tensors(repo_id, commit, shard, names, folder, budget)
     hub = {"repo": repo_id, "commit": commit, "download": "ranges",
            "bytes_read": sum(f.bytes_read for f in files.values()),
            "files": {s: {"etag": f.etag, "bytes": f.size, "tensors": f.tensors, "bytes_read": f.bytes_read,
@@ -314,7 +315,7 @@ def _need(need: str | None, need_weights: bool) -> str:
     return need
 
 
-def _hub_gguf(spec: str, repo_id: str, filename: str, download: str) -> Resolved:
+def _hub_gguf(spec: str, repo_id: str, filename: str, download: str, budget=None) -> Resolved:
     """``org/name/file.gguf``: by ranges, its metadata and the embedding/output tensors into the
     embscope cache (:func:`embscope.models.hub_ranges.fetch_gguf`); ``full``: the file into the HF cache."""
     from huggingface_hub import constants
@@ -336,7 +337,7 @@ def _hub_gguf(spec: str, repo_id: str, filename: str, download: str) -> Resolved
 
     online = not offline and hub_reachable(constants.ENDPOINT)
     try:
-        path, fetched, commit = fetch_gguf(repo_id, filename, cache_dir("hub"), online=online)
+        path, fetched, commit = fetch_gguf(repo_id, filename, cache_dir("hub"), online=online, budget=budget)
     except SpecError as err:
         if online:
             raise
@@ -357,7 +358,7 @@ def _from_hub(r: Resolved, hub: dict[str, Any] | None) -> Resolved:
 
 
 def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
-            need: str | None = None, download: str = "ranges") -> Resolved:
+            need: str | None = None, download: str = "ranges", limits=None) -> Resolved:
     """Turn a model spec into a :class:`Resolved` (see the module docstring for the forms).
 
     ``need`` (``config``, ``tokenizer`` or ``weights``) says what the caller will read; it decides
@@ -366,11 +367,14 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
     :class:`~embscope.errors.PickleRefused` unless ``trust_pickle``.
     ``download`` says how a hub model's weights are read: ``ranges`` (only the embedding/head
     tensors' bytes, see :mod:`embscope.models.hub_ranges`) or ``full`` (the whole shards that hold
-    them, into the HF cache).
+    them, into the HF cache). ``limits`` (:class:`~embscope.limits.Limits`, default the defaults)
+    bounds the range reads: deadlines, transfer rate, GGUF metadata size (``docs/limits.md``).
     """
     from embscope.assets import package_dir
+    from embscope.models.hub_ranges import HubBudget
 
     need = _need(need, need_weights)
+    budget = HubBudget.of(limits)  # the run's hub clock starts here
     if download not in DOWNLOADS:
         raise SpecError(f"--download must be one of {', '.join(DOWNLOADS)}, not {download!r}")
     path = Path(spec).expanduser()
@@ -390,7 +394,7 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
                 return Resolved(spec, spec, "package", path, "gguf", alias)
             return _from_folder(spec, path, source="package", name=spec, alias=alias,
                                 trust_pickle=trust_pickle, need_weights=need == "weights")
-        folder, hub = _hub_download(alias.repo_id, need, download)
+        folder, hub = _hub_download(alias.repo_id, need, download, budget)
         return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec, alias=alias,
                                       trust_pickle=trust_pickle, need_weights=need == "weights"), hub)
     if path.exists():
@@ -399,15 +403,16 @@ def resolve(spec: str, *, trust_pickle: bool = False, need_weights: bool = True,
             if path.suffix.lower() == ".gguf":
                 return Resolved(spec, name, "gguf", path, "gguf")
             if path.name == "config.json":
-                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need, download=download)
+                return resolve(str(path.parent), trust_pickle=trust_pickle, need=need, download=download,
+                               limits=limits)
             raise SpecError(f"{spec!r} is a file but not a .gguf model; pass a .gguf file or a model folder")
         return _from_folder(spec, path, source="folder", name=name, trust_pickle=trust_pickle,
                             need_weights=need == "weights")
     m = _HUB_GGUF.match(spec)
     if m and not spec.startswith((".", "/")):
-        return _hub_gguf(spec, m.group(1), m.group(2), download)
+        return _hub_gguf(spec, m.group(1), m.group(2), download, budget)
     if _HUB_ID.match(spec) and not spec.startswith((".", "/")):
-        folder, hub = _hub_download(spec, need, download)
+        folder, hub = _hub_download(spec, need, download, budget)
         return _from_hub(_from_folder(spec, folder, source="hub-cache", name=spec.split("/")[-1].lower(),
                                       trust_pickle=trust_pickle, need_weights=need == "weights"), hub)
     raise SpecError(f"unknown model {spec!r}{did_you_mean(spec, ALIASES)}; pass an alias "

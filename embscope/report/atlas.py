@@ -23,6 +23,8 @@ from embscope.errors import SpecError
 
 #: the file name inside the export folder
 ATLAS_FILE = "tokens.parquet"
+#: columns every Atlas table is made from
+REQUIRED = ("token_id", "token", "x", "y", "neighbors", "neighbor_sims")
 #: columns copied as they are, when the table has them
 KEEP = ("category", "script", "flagged", "flag_reason", "isolated", "undertrained_score", "in_norm", "out_norm")
 
@@ -40,18 +42,21 @@ def atlas_table(tokens):
     """``tokens.parquet`` (a polars DataFrame) → the Atlas table (see the module docstring).
 
     Raises:
-        SpecError: no map (``x``/``y`` all NaN: the scan ran with ``--no-map``), no kNN graph, or
-            rows not in token-id order.
+        SpecError: no map (``x``/``y`` all NaN: the scan ran with ``--no-map``), no kNN graph, rows
+            not in token-id order, or a column whose type is not the documented one (a report
+            edited since: :func:`embscope.report.token_table.check_columns`).
     """
     import polars as pl
 
     from embscope.geometry.verify import MAX_PROB_CUT
     from embscope.report.escape import display_token
+    from embscope.report.token_table import check_columns
 
-    missing = [c for c in ("token_id", "token", "x", "y", "neighbors", "neighbor_sims") if c not in tokens.columns]
+    missing = [c for c in REQUIRED if c not in tokens.columns]
     if missing:
         raise SpecError(f"tokens.parquet has no {', '.join(missing)} column; run `embscope scan` (with the "
                         "map) on the model first")
+    check_columns(tokens, [*REQUIRED, *KEEP, "verify_max_prob"])
     n = tokens.height
     if tokens["x"].is_nan().all() or tokens["x"].null_count() == n:
         raise SpecError("tokens.parquet has no 2-D map (the scan ran with --no-map); run the scan again "
@@ -83,12 +88,12 @@ def atlas_table(tokens):
 def write_atlas(report: Path, out: Path) -> Path:
     """Write ``out/tokens.parquet`` for Atlas from ``report/tokens.parquet``; returns its path.
     ``out`` must be a folder being written (the caller claims it)."""
-    import polars as pl
+    from embscope.report.token_table import read_tokens
 
     src = Path(report) / "tokens.parquet"
     if not src.is_file():
         raise SpecError(f"{report} has no tokens.parquet; pass a folder written by `embscope audit` or `scan`")
-    table = atlas_table(pl.read_parquet(src))
+    table = atlas_table(read_tokens(src))
     path = Path(out) / ATLAS_FILE
     table.write_parquet(path)
     return path

@@ -78,6 +78,8 @@ _KINDS = {
     "zero_row": "bool", "token": "text", "category": "text", "script": "text", "neighbors": "list",
     "neighbor_sims": "list", "pieces": "list", "term": "text", "frequency": "int", "savings_tokens": "int",
     "parity": "num", "fertility": "num", "language": "text", "tokenizer": "text",
+    "new": "bool", "in_change": "num", "in_moved": "bool", "out_change": "num", "out_moved": "bool",
+    "data_count": "int",
 }
 
 
@@ -363,6 +365,50 @@ def candidates_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
     return {"n": n, "columns": columns, "rows": rows}
 
 
+def diff_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
+    """The diff's token map from ``diff.parquet``: every row added past BASE and every moved row (a
+    seeded sample of them past :data:`MAP_MAX_POINTS`), plus a seeded sample of the unmoved ones.
+
+    ``state`` per point: 0 unmoved, 1 moved, 2 new and moved, 3 new and unmoved.
+    """
+    import numpy as np
+    import polars as pl
+
+    if summary.sections.diff is None:
+        return {"reason": skip_reason(summary, "diff") or "the diff did not run"}
+    df = _read_parquet(Path(out_dir) / "diff.parquet", ["token_id", "token", "new", "in_change", "in_moved",
+                                                        "out_moved", "data_count", "x", "y"])
+    if df is None or not {"x", "y", "in_moved"} <= set(df.columns):
+        return {"reason": skip_reason(summary, "diff") or "diff.parquet not found"}
+    xy = df.select(pl.col("x").cast(pl.Float64).fill_nan(None), pl.col("y").cast(pl.Float64).fill_nan(None))
+    ok = (xy["x"].is_not_null() & xy["y"].is_not_null()).to_numpy()
+    moved = df["in_moved"].fill_null(False).to_numpy()
+    if "out_moved" in df.columns:
+        moved = moved | df["out_moved"].fill_null(False).to_numpy()
+    new = df["new"].fill_null(False).to_numpy() if "new" in df.columns else np.zeros(df.height, dtype=bool)
+    rng = np.random.default_rng(0)  # seeded: the same folder renders the same page
+    idx_new = np.flatnonzero(ok & new)
+    idx_moved = np.flatnonzero(ok & moved & ~new)
+    idx_rest = np.flatnonzero(ok & ~moved & ~new)
+    room = max(MAP_MAX_POINTS - len(idx_new), 0)
+    if len(idx_moved) > room * 2 // 3:
+        idx_moved = rng.choice(idx_moved, size=room * 2 // 3, replace=False)
+    room -= len(idx_moved)
+    if len(idx_rest) > room:
+        idx_rest = rng.choice(idx_rest, size=room, replace=False)
+    idx = np.sort(np.concatenate([idx_new, idx_moved, idx_rest]))
+    sub = df[idx.tolist()]
+    state = np.where(new[idx], np.where(moved[idx], 2, 3), np.where(moved[idx], 1, 0))
+    used = (sub["data_count"].fill_null(0).to_numpy() > 0) if "data_count" in sub.columns else None
+    return {"map": {
+        "n_total": int(ok.sum()), "n_shown": int(len(idx)), "n_moved": int((ok & moved).sum()), "n_new": int(len(idx_new)),
+        "id": sub["token_id"].to_list(), "tok": sub["token"].fill_null("").to_list(),
+        "x": [round(float(v), 4) for v in sub["x"].to_list()], "y": [round(float(v), 4) for v in sub["y"].to_list()],
+        "state": state.astype(int).tolist(),
+        "change": [_num(v) for v in sub["in_change"].cast(pl.Float64).to_list()] if "in_change" in sub.columns else None,
+        "used": [int(u) for u in used] if used is not None and summary.sections.diff.data is not None else None}}
+
+
 def build_payload(out_dir: Path) -> dict[str, Any]:
     """Everything the page needs, as plain JSON-able data."""
     out_dir = Path(out_dir)
@@ -380,5 +426,6 @@ def build_payload(out_dir: Path) -> dict[str, Any]:
         "tokens": tokens,
         "languages": languages_payload(out_dir, summary),
         "candidates": candidates_payload(out_dir, summary),
+        "diff": diff_payload(out_dir, summary),
     }
 

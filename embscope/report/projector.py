@@ -16,6 +16,12 @@ projector.tensorflow.org) reads:
 A vocabulary of 150k rows × 3584 is ~5 GB of TSV and more than the page can hold, so a sample is
 written by default: every flagged row, then a seeded uniform draw of the others up to ``sample``
 rows, in token-id order (``sample=0``: every row).
+
+Token strings are untrusted, and ``metadata.tsv`` is also a file people open in a spreadsheet: a
+text cell starting with ``=``, ``+``, ``-`` or ``@`` would run as a formula there (CSV/formula
+injection, OWASP), so such a cell is written with a ``'`` in front (``'=HYPERLINK(…)``), the
+spreadsheets' own mark for "text, not a formula". Numbers are written as they are (``-1.5``); the
+Atlas export (:mod:`embscope.report.atlas`) keeps the raw strings.
 """
 
 from __future__ import annotations
@@ -53,12 +59,25 @@ def sample_rows(tokens, sample: int, seed: int = 0) -> list[int]:
     return sorted(int(i) for i in np.concatenate([chosen, take]))
 
 
+#: first characters that make a spreadsheet read a cell as a formula
+FORMULA_STARTS = ("=", "+", "-", "@")
+
+
 def _cell(v: Any) -> str:
+    r"""One TSV cell: numbers as they are, text with tabs and newlines escaped and a formula start
+    neutralised.
+
+    >>> [_cell(x) for x in (None, -1.5, True, "a\tb", "=1+1", "-x", "plain")]
+    ['', '-1.5', 'True', 'a\\tb', "'=1+1", "'-x", 'plain']
+    """
     if v is None:
         return ""
     if isinstance(v, float):
         return f"{v:.4g}"
-    return str(v).replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    if not isinstance(v, str):
+        return str(v)
+    s = v.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return "'" + s if s.startswith(FORMULA_STARTS) else s
 
 
 def write_projector(tokens, embed, out: Path, *, name: str, sample: int = DEFAULT_SAMPLE) -> dict[str, Any]:
@@ -78,7 +97,9 @@ def write_projector(tokens, embed, out: Path, *, name: str, sample: int = DEFAUL
 
     from embscope.errors import SpecError
     from embscope.report.escape import display_token
+    from embscope.report.token_table import check_columns
 
+    check_columns(tokens, [*META, "flagged"])
     if tokens.height != embed.shape[0]:
         raise SpecError(f"tokens.parquet has {tokens.height} rows but the embedding has {embed.shape[0]}; "
                         "pass the model this report was made from")
@@ -95,8 +116,7 @@ def write_projector(tokens, embed, out: Path, *, name: str, sample: int = DEFAUL
     with open(out / "metadata.tsv", "w", encoding="utf-8", newline="\n") as fh:
         fh.write("\t".join(cols) + "\n")
         for rec in sub.iter_rows():
-            cells = [display_token(v) if c == "token" else _cell(v) for c, v in zip(cols, rec)]
-            fh.write("\t".join(_cell(x) for x in cells) + "\n")
+            fh.write("\t".join(_cell(display_token(v) if c == "token" else v) for c, v in zip(cols, rec)) + "\n")
     config = {"embeddings": [{"tensorName": name, "tensorShape": [len(rows), dim],
                               "tensorPath": "tensors.tsv", "metadataPath": "metadata.tsv"}]}
     (out / "projector_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")

@@ -101,7 +101,7 @@ def gib(n: Any) -> str:
 
 
 #: The page's script, in order; see the head comment of each part.
-SCRIPT_PARTS = ("base.js", "tokens.js", "charts.js", "languages.js")
+SCRIPT_PARTS = ("base.js", "tokens.js", "charts.js", "diff.js", "languages.js")
 
 
 def _script() -> str:
@@ -153,7 +153,7 @@ def render_html(out_dir: Path) -> str:
     template = _env().from_string(_asset("page.html"))
     return template.render(
         model=v["model"], prov=v["prov"], params=v["parameters"], timings=v["timings"],
-        categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"], ft=v.get("ft") or {},
+        categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"], ft=v.get("ft") or {}, df=v.get("df") or {},
         skipped=v["skipped"], warnings=v["warnings"], versions=v["versions"],
         tokens=payload["tokens"],
         languages=payload["languages"],

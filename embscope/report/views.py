@@ -131,6 +131,16 @@ def languages_view(langs) -> dict[str, Any]:
             "tokenizers": list(langs.tokenizers), "reads": reads}
 
 
+def diff_view(d) -> dict[str, Any]:
+    """The diff record (:class:`embscope.delta.record.DiffRecord`) as the page reads it; ``{}``
+    when the diff did not run."""
+    if d is None:
+        return {}
+    view = d.to_dict()
+    view["matrix_rows"] = [{"name": k, **m} for k, m in view["matrices"].items()]
+    return view
+
+
 def summary_view(s: Summary) -> dict[str, Any]:
     """Blocks the template reads (see the ``*_view`` helpers)."""
     tokens = s.sections.tokens
@@ -147,6 +157,7 @@ def summary_view(s: Summary) -> dict[str, Any]:
         "ext": extension_view(s.sections.extension),
         "langs": languages_view(s.sections.languages),
         "ft": getattr(s.sections, "finetune", None).to_dict() if getattr(s.sections, "finetune", None) else {},
+        "df": diff_view(getattr(s.sections, "diff", None)),
         "skipped": s.skipped,
         "warnings": s.warnings,
         "versions": s.versions,

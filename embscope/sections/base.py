@@ -99,6 +99,17 @@ class RunOptions(Record):
     max_length: int | None = None
     #: a chat template file (.jinja) to render the training data with (null: the model's own)
     chat_template: str | None = None
+    #: the trainer whose ids, labels and loss mask the check follows (embscope.finetune.trainers)
+    trainer: str = "trl"
+    #: the pad token the user will set (null: the trainer's own choice)
+    pad_token: str | None = None
+    #: check only this split of data with several (null: each split, reported on its own)
+    split: str | None = None
+    #: the fine-tuned model (any model spec, or a PEFT adapter folder) diffed against the model (diff)
+    tuned: str | None = None
+    #: the manifest ``extend --apply`` wrote: the initial rows of the tokens added (null: the one in the
+    #: model's folder, else the model's mean row)
+    manifest: str | None = None
 
     @classmethod
     def build(cls, options: "RunOptions | None" = None, **fields: Any) -> "RunOptions":
@@ -184,6 +195,11 @@ class RunOptions(Record):
             raise SpecError(f"--max-length must be at least 1, got {self.max_length}")
         if not self.text_field:
             raise SpecError("--text-field must name a field, e.g. text")
+        from embscope.finetune.trainers import get_trainer
+
+        get_trainer(self.trainer)  # an unknown --trainer fails here, with "did you mean"
+        if self.pad_token is not None and not self.pad_token:
+            raise SpecError("--pad-token must name a token, e.g. '<|endoftext|>'")
         return self
 
 

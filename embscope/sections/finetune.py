@@ -24,12 +24,15 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     if not inputs.training:
         return SectionOutput(skipped="no training data: pass --data")
     opts = inputs.options
-    flagged = None
+    flagged = status = None
     out = SectionOutput()
     if inputs.tokens is not None and "flagged" in inputs.tokens.columns:
         flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
+        if "undertrained_status" in inputs.tokens.columns:
+            status = inputs.tokens["undertrained_status"].to_list()
     else:
-        out.warnings.append("finetune: no geometry scan, so flagged rows the data uses are not checked")
+        out.warnings.append("finetune: no geometry scan, so only zero rows are checked among the rows the data "
+                            "uses (flagged rows need the scan)")
     template = ...
     if opts.chat_template:
         from embscope.formats.files import read_bytes
@@ -38,14 +41,18 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
         template = raw.decode("utf-8", "replace")
     with inputs.steps.step("finetune", "read, render and tokenize the training data"):
         record = check_data(model, inputs.training, fmt=opts.data_format, text_field=opts.text_field,
-                            flagged=flagged, max_length=opts.max_length, template=template)
+                            flagged=flagged, max_length=opts.max_length, template=template, trainer=opts.trainer,
+                            pad_token=opts.pad_token, split=opts.split, status=status,
+                            engine=opts.corpus_engine())
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
-    # what --repair rewrites: the rows error-level findings point at (flagged or zero rows the data
-    # uses, zero special rows, added tokens in padding rows); a special row the scan merely flags
-    # (a warning) is often trained, and re-initialising SmolLM2's own <|im_start|> would break it
+    # what --repair rewrites: the rows error-level findings point at (zero rows, flagged rows the data
+    # uses that prompting did not clear, verified special rows, added tokens in padding rows); a
+    # special row the scan merely flags (a warning) is often trained, and re-initialising SmolLM2's
+    # own <|im_start|> would break it
     fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
     out.gives["repair_rows"] = sorted({i for f in record.findings if f.code in fixable and f.severity == "error"
                                        for i in f.ids if 0 <= i < model.n_rows})
     out.live = record
     return out
+

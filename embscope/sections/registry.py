@@ -17,7 +17,11 @@ languages     vocabs, model, corpora, tokens, domain domain (first 1-language   
 extension     model, domain, tokens                  —                           candidates
 finetune      model, tokens, training                repair_rows                 findings
 repair        model, scan, data, repair_rows         —                           —
+diff          model, tokens, training, corpora       —                           diff
 ============  =====================================  ==========================  ===================
+
+``requires`` names the inputs a section cannot run without: the check runs on training data only;
+the diff reads training data when there is some.
 
 Adding a section: write ``sections/<name>.py`` (a function ``(Inputs) -> SectionOutput`` and its
 :class:`~embscope.records.Record`), add a row here and a field to
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from embscope.context.summary import ContextSummary
+from embscope.delta.record import DiffRecord
 from embscope.finetune import CheckRecord
 from embscope.records import Record
 from embscope.sections.base import Inputs, RunOptions, SectionOutput
@@ -62,6 +67,8 @@ class Section:
     gives: tuple[str, ...] = ()
     #: whether the options ask for it at all (a section that is not enabled is not run, not skipped)
     enabled: Callable[[RunOptions], bool] = _always
+    #: the :class:`Inputs` fields without which it is not run (asked for or not)
+    requires: tuple[str, ...] = ()
 
     def function(self) -> Callable[[Inputs], SectionOutput]:
         module, name = self.entry.split(":")
@@ -77,10 +84,12 @@ SECTIONS: tuple[Section, ...] = (
     Section("extension", "embscope.sections.extension:extension_section", ExtensionRecord,
             tables=("candidates",), reads=("model", "domain", "tokens")),
     Section("finetune", "embscope.sections.finetune:finetune_section", CheckRecord, tables=("findings",),
-            reads=("model", "tokens", "training"), gives=("repair_rows",)),
+            reads=("model", "tokens", "training"), gives=("repair_rows",), requires=("training",)),
     Section("repair", "embscope.sections.repair:repair_section", RepairRecord,
             reads=("model", "scan", "data", "repair_rows"),
             enabled=lambda o: o.repair_to is not None),
+    Section("diff", "embscope.sections.diff:diff_section", DiffRecord, tables=("diff",),
+            reads=("model", "tokens", "training", "corpora"), enabled=lambda o: o.tuned is not None),
 )
 #: section names in run order
 SECTION_NAMES: tuple[str, ...] = tuple(s.name for s in SECTIONS)

@@ -1,0 +1,388 @@
+"""``diff_models``: BASE against TUNED, row by row, in one pass over each matrix.
+
+Order: read TUNED (:mod:`~embscope.delta.tuned`) → which rows are the same tokens and which were
+added (the tokenizers, the extension manifest) → per matrix, the noise floor on sampled rows
+(:mod:`~embscope.delta.noise`) and one pass over every row (:mod:`~embscope.delta.rows`), which also
+projects each row onto BASE's first two principal components for the map → the data's token counts
+(with ``data``) → per-language drift (with a languages corpus) → findings
+(:mod:`~embscope.delta.findings`). Only the two embeddings and the two heads are read, each once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
+from embscope.delta.record import DiffRecord, MatrixDiff
+from embscope.finetune.findings import worst
+
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
+
+    from embscope.delta.rows import Rows
+    from embscope.models.model import LoadedModel
+
+#: rows of the top-movers list
+TOP_MOVERS = 50
+#: token-string mismatches kept for the finding's message and ids
+MISMATCHES_KEPT = 50
+
+
+@dataclass
+class DiffResult:
+    """What :func:`diff_models` returns: the record and ``diff.parquet``."""
+
+    record: DiffRecord
+    frame: "pl.DataFrame"
+
+
+def _mismatches(base_vocab, tuned_vocab, n: int) -> tuple[list[tuple[int, str, str]], int]:
+    """Shared ids whose tokens differ: ``([(id, base, tuned)], count)``."""
+    if base_vocab is None or tuned_vocab is None or base_vocab is tuned_vocab:
+        return [], 0
+    kept, count = [], 0
+    for i in range(n):
+        a, b = base_vocab.token_bytes(i), tuned_vocab.token_bytes(i)
+        if a is None and b is None:
+            a, b = base_vocab.display(i), tuned_vocab.display(i)
+        if a != b:
+            count += 1
+            if len(kept) < MISMATCHES_KEPT:
+                kept.append((i, base_vocab.display(i), tuned_vocab.display(i)))
+    return kept, count
+
+
+def _pca_basis(sample: "np.ndarray") -> tuple[np.ndarray, np.ndarray, float]:
+    """(mean (d,), axes (d, 2), variance share of the two axes) of ``sample`` (k, d): the first two
+    principal components by randomised SVD (Halko et al. 2011; ``torch.pca_lowrank``, 4 power
+    iterations: exact to plotting precision, and milliseconds where a full SVD of 2048 × 3584 takes
+    seconds)."""
+    import torch
+
+    x = torch.from_numpy(sample).double()
+    mu = x.mean(dim=0)
+    xc = x - mu
+    torch.manual_seed(0)  # the same map on every run
+    _, s, v = torch.pca_lowrank(xc, q=min(6, *xc.shape), center=False, niter=4)
+    total = float((xc * xc).sum())
+    return (mu.float().numpy(), v[:, :2].float().numpy(),
+            float((s[:2] ** 2).sum() / total) if total > 0 else 0.0)
+
+
+class _Reference:
+    """Reference rows for tuned rows a..b-1: BASE's rows, with the initial rows of new tokens (the
+    manifest's, or BASE's mean row) in their place."""
+
+    def __init__(self, base: "Rows", n: int, init_ids: np.ndarray, init_rows, mean_ids: np.ndarray, mean):
+        self.base, self.n = base, n
+        self.init_ids, self.init_rows = init_ids, init_rows
+        self.mean_ids, self.mean = mean_ids, mean
+
+    def __call__(self, a: int, b: int, out=None):
+        import torch
+
+        nb = self.base.n
+        parts = [self.base.block(a, min(b, nb), out if b <= nb else None)] if a < nb else []
+        dev = parts[0].device if parts else "cpu"
+        if b > nb:
+            parts.append(torch.zeros(b - max(a, nb), self.base.d, device=dev))
+        r = torch.cat(parts) if len(parts) > 1 else parts[0]
+        for ids, rows in ((self.init_ids, self.init_rows), (self.mean_ids, None)):
+            hit = np.flatnonzero((ids >= a) & (ids < b))
+            if len(hit):
+                where = torch.from_numpy(ids[hit] - a).to(dev)
+                r[where] = (rows[torch.from_numpy(hit)].float() if rows is not None
+                            else torch.from_numpy(self.mean)).to(dev)
+        return r
+
+
+def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
+    """BASE's mean row and the trace of its covariance (one pass), as transformers' mean resizing uses."""
+    import torch
+
+    from embscope.delta.rows import BLOCK
+
+    total = None
+    sq = 0.0
+    for a in range(0, rows.n, BLOCK):
+        x = rows.block(a, min(a + BLOCK, rows.n)).double()
+        total = x.sum(dim=0) if total is None else total + x.sum(dim=0)
+        sq += float((x * x).sum())
+    mean = (total / rows.n).cpu()
+    trace = sq / rows.n - float((mean * mean).sum())
+    return mean.float().numpy(), trace
+
+
+def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | Path | None = None,
+                data: Sequence[str | Path] = (), flagged: np.ndarray | None = None,
+                languages: str | Path | None = None, data_format: str | None = None, text_field: str = "text",
+                trust_pickle: bool = False, download: str = "ranges", read_options=None,
+                steps=None) -> DiffResult:
+    """Compare ``base`` with TUNED (a model spec or a PEFT adapter folder on ``base``).
+
+    Args:
+        base: the loaded BASE model.
+        tuned_spec: TUNED: alias, hub id, folder, ``.gguf``, or a PEFT adapter folder.
+        manifest: ``extend --apply``'s manifest (file or folder): the initial rows of the new tokens
+            (default: the one in BASE's folder, else BASE's mean row).
+        data: training data (any format ``check`` reads): which rows it uses.
+        flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
+        languages: a multilingual corpus for per-language drift (None: none).
+    Returns:
+        :class:`DiffResult`.
+    """
+    import polars as pl
+
+    from embscope.delta import manifest as manifests
+    from embscope.delta.noise import mean_floor, measure, sample_ids
+    from embscope.delta.rows import compare
+    from embscope.delta.tuned import base_rows, fingerprint, load_tuned
+    from embscope.errors import ModelFileError
+
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    tuned = load_tuned(tuned_spec, base, device="cpu" if base.device == "cpu" else base.device,
+                       trust_pickle=trust_pickle, download=download)
+    tm = tuned.model
+    if tuned.embed.d != base.dim:
+        raise ModelFileError(f"TUNED's rows are {tuned.embed.d} wide, BASE's {base.dim}: not the same model; pass "
+                             "the BASE TUNED was trained from")
+    b_embed, b_out = base_rows(base)
+    n = tuned.embed.n
+    base_tokens = base.n_tokens if base.vocab is not None else base.n_rows
+    tuned_tokens = tm.n_tokens if tm.vocab is not None else n
+    mismatches, n_mis = _mismatches(base.vocab, tm.vocab, min(base_tokens, tuned_tokens, n))
+
+    mpath = manifests.find(manifest, base.path if Path(base.path).is_dir() else None)
+    initial = manifests.read(mpath, dim=base.dim) if mpath is not None else None
+    base_is_ext = initial is not None and initial.folder is not None and \
+        Path(initial.folder).resolve() == Path(base.path).resolve()
+    beyond = np.zeros(n, dtype=bool)  # tokens past BASE's tokenizer
+    beyond[min(base_tokens, n):min(tuned_tokens, n)] = True
+    new = beyond.copy()
+    man_mis: list[tuple[int, str, str]] = []
+    if initial is not None:
+        if len(initial.ids) and int(initial.ids.max()) >= n:
+            raise ModelFileError(f"{initial.path} lists token {int(initial.ids.max())} but TUNED has {n} rows; pass "
+                                 "the manifest of the extension TUNED was trained from")
+        new[initial.ids] = True
+        if tm.vocab is not None:
+            for i, term in zip(initial.ids.tolist(), initial.terms):
+                got = tm.vocab.decode([i]) if i < tuned_tokens else ""
+                if got != term and len(man_mis) < MISMATCHES_KEPT:
+                    man_mis.append((i, term, got))
+    past = np.arange(n) >= base.n_rows  # rows BASE does not have (new tokens or padding)
+    if base_is_ext:  # BASE is the extended model: its rows at the manifest's ids are the initial rows
+        init_ids = np.zeros(0, np.int64)
+    else:
+        init_ids = initial.ids if initial is not None else np.zeros(0, np.int64)
+    mean_ids = np.flatnonzero((beyond | past) & ~np.isin(np.arange(n), init_ids))
+    reference = "base" if base_is_ext else "manifest" if initial is not None else "mean" if new.any() else None
+    shared = min(base.n_rows, n)
+    seconds["load"] = round(time.perf_counter() - t0, 3)
+
+    strings = tm.token_strings() if tm.vocab is not None else [f"<row {i}>" for i in range(n)]
+    matrices: dict[str, MatrixDiff] = {}
+    facts: list[MatrixFacts] = []
+    cols: dict[str, Any] = {}
+    pairs = [("input", b_embed, tuned.embed, initial.embed if initial is not None else None)]
+    if b_out is not None or tuned.output is not None:
+        t_out = tuned.output if tuned.output is not None else tuned.embed
+        init_out = None
+        if initial is not None:
+            init_out = initial.output if initial.output is not None else initial.embed
+        pairs.append(("output", b_out if b_out is not None else b_embed, t_out, init_out))
+    xy = np.full((n, 2), np.nan, dtype=np.float32)
+    map_info: dict[str, Any] = {}
+    for name, b_rows, t_rows, init_rows in pairs:
+        t1 = time.perf_counter()
+        if t_rows.n != n:
+            raise ModelFileError(f"TUNED's head has {t_rows.n} rows but its embedding {n}; re-save the checkpoint")
+        ok_ids = np.flatnonzero(~new[:shared])
+        pick = ok_ids[sample_ids(len(ok_ids))]
+        sb, st = b_rows.take(pick).cpu().numpy(), t_rows.take(pick).cpu().numpy()
+        fl = measure(sb, st, b_rows.format, t_rows.format)
+        mean = None
+        if len(mean_ids):
+            mean, trace = _mean_and_trace(b_rows)
+        if reference == "manifest" and len(init_ids):
+            nf = measure(init_rows.cpu().numpy(), t_rows.take(init_ids).cpu().numpy(), initial.format, t_rows.format)
+            fl.new_floor, fl.new_reference = nf.floor, f"the manifest's rows ({initial.format}, {nf.lineage})"
+        elif reference == "base":
+            fl.new_floor, fl.new_reference = fl.floor, "BASE's rows (BASE is the extended model)"
+        elif reference == "mean":
+            fl.new_floor = mean_floor(mean, trace, t_rows.format, fl.floor)
+            fl.new_reference = "BASE's mean row (no manifest): transformers' mean_resizing spread, 4σ"
+        visit = None
+        if name == "input":
+            visit, explained = _map_visitor(sb, new, xy)
+            map_info = {"method": "BASE's first two principal components (input rows; new rows at their tuned row)",
+                        "explained": round(explained, 4)}
+        seconds[f"floor_{name}"] = round(time.perf_counter() - t1, 3)
+        t2 = time.perf_counter()
+        ref = _Reference(b_rows, n, init_ids, init_rows, mean_ids, mean)
+        stats = compare(t_rows, ref, device=base.device if base.device != "cpu" else "cpu", visit=visit)
+        seconds[f"pass_{name}"] = round(time.perf_counter() - t2, 3)
+        matrices[name], fact = _judge(name, stats, fl, new, new | past, shared)
+        facts.append(fact)
+        p = "in" if name == "input" else "out"
+        cols.update({f"{p}_delta": stats.delta, f"{p}_change": stats.rel_delta, f"{p}_cos": stats.cos,
+                     f"{p}_norm_change": stats.norm_change, f"{p}_moved": fact.moved})
+        cols["nonfinite"] = cols.get("nonfinite", False) | ~fact.finite
+        cols["exploded"] = cols.get("exploded", False) | fact.exploded
+
+    counts = None
+    where: dict[int, list[int]] = {}
+    data_info = None
+    if data:
+        t3 = time.perf_counter()
+        watch = new.copy()
+        if flagged is not None:
+            k = min(len(flagged), n)
+            watch[:k] |= np.asarray(flagged, dtype=bool)[:k]
+        counts, where, data_info = _data_counts(tm, data, data_format, text_field, watch)
+        seconds["data"] = round(time.perf_counter() - t3, 3)
+    any_moved = np.zeros(n, dtype=bool)
+    for f in facts:
+        any_moved |= f.moved
+    if data_info is not None:
+        used = counts[:n] > 0
+        data_info.update({
+            "used_rows": int(used.sum()), "used_moved": int((used & any_moved).sum()),
+            "used_unmoved": int((used & ~any_moved).sum()), "moved_rows": int(any_moved.sum()),
+            "moved_used_share": round(float((used & any_moved).sum() / max(int(any_moved.sum()), 1)), 6),
+            "new_used": int((used & new).sum())})
+
+    langs: list[dict[str, Any]] = []
+    if languages is not None and tm.vocab is not None:
+        from embscope.delta.languages import count_languages, drift
+
+        t4 = time.perf_counter()
+        per = count_languages(tm.vocab, languages, n_rows=n, options=read_options)
+        langs = drift(per, facts[0].moved, facts[0].change, strings)
+        seconds["languages"] = round(time.perf_counter() - t4, 3)
+
+    cfg_tie = tm.config.get("tie_word_embeddings") if isinstance(tm.config, dict) else None
+    if tuned.kind == "peft":
+        cfg_tie = None  # the adapter's merge decides (embscope.delta.peft); the base config's flag is BASE's
+    fl_base = None
+    if flagged is not None:
+        fl_base = np.zeros(n, dtype=bool)
+        k = min(len(flagged), n)
+        fl_base[:k] = np.asarray(flagged, dtype=bool)[:k]
+    findings = find(Facts(
+        strings=strings, matrices=facts, new=new & (np.arange(n) < tuned_tokens), counts=counts, where=where,
+        flagged=fl_base, shared=shared, mismatches=mismatches, n_mismatches=n_mis,
+        lost_rows=max(0, base_tokens - tuned_tokens),
+        manifest_mismatches=man_mis, base_tied=base.output is None, tuned_tied=tuned.tied,
+        config_tie=cfg_tie if isinstance(cfg_tie, bool) else None, adapter=tuned.adapter))
+
+    frame = pl.DataFrame({
+        "token_id": np.arange(n, dtype=np.int32), "token": strings[:n],
+        "special": [i in (tm.vocab.special_ids if tm.vocab is not None else ()) for i in range(n)],
+        "new": new, **{k: v for k, v in cols.items()},
+        "data_count": counts[:n] if counts is not None else pl.Series([None] * n, dtype=pl.Int64),
+        "base_flagged": fl_base if fl_base is not None else pl.Series([None] * n, dtype=pl.Boolean),
+        "x": xy[:, 0], "y": xy[:, 1]})
+    top = _top_movers(facts, strings, new, counts)
+    record = DiffRecord(
+        base={"spec": base.spec, "name": base.name, "rows": base.n_rows, "tokens": base_tokens, "tied": base.output is None,
+              "formats": {"embed": b_embed.format, "output": b_out.format if b_out is not None else None}},
+        tuned={"spec": tuned.spec, "name": tm.name, "kind": tuned.kind, "rows": n, "tokens": tuned_tokens,
+               "tied": tuned.tied, "formats": {"embed": tuned.embed.format,
+                                                "output": tuned.output.format if tuned.output is not None else None},
+               "tie_word_embeddings": cfg_tie if isinstance(cfg_tie, bool) else None, "adapter": tuned.adapter,
+               "fingerprint": fingerprint(tuned), "files": tuned.files},
+        shared_rows=int(shared - new[:shared].sum()), new_rows=int(new.sum()), new_reference=reference,
+        manifest=str(mpath) if mpath is not None else None, matrices=matrices, top_movers=top,
+        findings=findings, worst=worst(findings), data=data_info, languages=langs,
+        languages_corpus=str(languages) if languages is not None else None, map=map_info, seconds=seconds)
+    return DiffResult(record=record, frame=frame)
+
+
+def _map_visitor(sample: np.ndarray, new: np.ndarray, xy: np.ndarray):
+    """A ``visit`` for :func:`~embscope.delta.rows.compare` that writes each block's map positions into
+    ``xy`` (BASE's rows on the sample's first two principal components; new rows at their tuned row),
+    and the variance share of the two axes."""
+    import torch
+
+    mu, axes, explained = _pca_basis(sample)
+    axes_t = torch.from_numpy(axes)
+    shift = torch.from_numpy(mu) @ axes_t  # (2,): x @ axes − μ @ axes, no centred copy of the block
+
+    def visit(a, t, r):
+        b = a + t.shape[0]
+        xy[a:b] = (r @ axes_t.to(r.device) - shift.to(r.device)).cpu().numpy()
+        hit = np.flatnonzero(new[a:b])
+        if len(hit):
+            at = torch.from_numpy(hit).to(t.device)
+            xy[a + hit] = (t[at] @ axes_t.to(t.device) - shift.to(t.device)).cpu().numpy()
+
+    return visit, explained
+
+
+def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: int) -> tuple[MatrixDiff, MatrixFacts]:
+    """One matrix's verdicts from the pass: ``moved`` (change past the floor; the new rows' floor where
+    ``own_floor``; a NaN/Inf row; any change of a zero row), ``exploded``, and the record's counts."""
+    n = len(new)
+    floor = np.full(n, fl.floor, dtype=np.float32)
+    if fl.new_floor is not None:
+        floor[own_floor] = fl.new_floor
+    finite, has_ref, change = st.finite, st.ref_norm > 0, st.rel_delta
+    moved = ~finite | (has_ref & (np.nan_to_num(change, nan=0.0) > floor)) | (~has_ref & (st.delta > 0))
+    median = float(np.median(st.ref_norm[:shared][~new[:shared]])) if shared else 0.0
+    exploded = finite & (st.tuned_norm > EXPLODE * np.maximum(st.ref_norm, median))
+    mv = np.flatnonzero(moved & finite)
+    record = MatrixDiff(
+        floor=fl, rows=n, moved=int(moved.sum()), moved_share=round(float(moved.mean()), 6) if n else 0.0,
+        new_moved=int((moved & new).sum()), nonfinite=int((~finite).sum()), exploded=int(exploded.sum()),
+        median_moved_change=float(np.nanmedian(change[mv])) if len(mv) and np.isfinite(change[mv]).any() else None,
+        max_change=float(np.nanmax(change)) if np.isfinite(change).any() else None, base_median_norm=median)
+    return record, MatrixFacts(name=name, moved=moved, change=change, finite=finite, exploded=exploded,
+                               tuned_norm=st.tuned_norm, floor=fl.floor)
+
+
+def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[dict[str, Any]]:
+    out = []
+    share = [TOP_MOVERS] if len(facts) == 1 else [30, TOP_MOVERS - 30]
+    for f, k in zip(facts, share):
+        c = np.where(np.isfinite(f.change) & f.moved, f.change, -np.inf)
+        for i in np.argsort(-c, kind="stable")[:k]:
+            if not np.isfinite(c[i]):
+                break
+            out.append({"id": int(i), "token": strings[i], "matrix": f.name, "change": float(f.change[i]),
+                        "new": bool(new[i]), "used": int(counts[i]) if counts is not None and i < len(counts) else None})
+    return out
+
+
+def _data_counts(model: "LoadedModel", data, fmt, text_field, watch) -> tuple[np.ndarray, dict, dict]:
+    """Token counts of the training data as the trainer makes them (TUNED's tokenizer and template);
+    example indices are kept for the rows ``watch`` marks (new and flagged rows)."""
+    from embscope.corpus.conversations import DataReport, iter_examples
+    from embscope.errors import CorpusError, VocabError
+    from embscope.finetune import make_context
+    from embscope.finetune.encode import encode_examples
+
+    if model.vocab is None:
+        raise VocabError(f"{model.name} ships no tokenizer, so --data cannot be tokenized; pass a TUNED with one")
+    ctx = make_context(model)[0]  # the default trainer's sequences, TUNED's own template
+    report = DataReport()
+    wanted = np.zeros(model.n_rows, dtype=bool)
+    wanted[:min(len(watch), model.n_rows)] = watch[:model.n_rows]
+    examples = iter_examples(list(data), fmt=fmt, text_field=text_field, report=report)
+    parts = encode_examples(examples, ctx, wanted, by_split=False)
+    enc = parts.get(None)
+    if enc is None or enc.examples == 0:
+        raise CorpusError(f"{', '.join(map(str, data))} holds no training example; pass jsonl/json/Parquet/Arrow "
+                          "records in the messages, conversations, alpaca, prompt/completion or text format")
+    counts = enc.counts
+    if len(counts) < len(watch):
+        counts = np.concatenate([counts, np.zeros(len(watch) - len(counts), np.int64)])
+    info = {"paths": [str(p) for p in data], "examples": enc.examples, "tokens": enc.tokens, "template": enc.template}
+    return counts, enc.where, info

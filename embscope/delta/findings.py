@@ -1,0 +1,236 @@
+"""What a fine-tune did to the vocabulary that it should not have, as findings with stable codes.
+
+======================  ===============  ===================================================================
+code                    severity         when
+======================  ===============  ===================================================================
+``vocab-mismatch``      error            the tokenizers disagree on shared ids (or TUNED lost rows, or the
+                                         manifest's terms are not at its ids): the rows compared are not
+                                         the same tokens
+``row-exploded``        error            a tuned row is NaN/Inf, or its norm grew past :data:`EXPLODE` × the
+                                         larger of its reference norm and BASE's median row norm
+``new-row-unmoved``     error / warning  a token added past BASE's vocabulary that training left at its
+                                         initial row (input, or head when untied); a warning when --data is
+                                         given and never produces the token
+``used-row-frozen``     error / warning  rows the data uses that did not move: error when at least
+                                         :data:`FROZEN_SHARE` of them (frozen embeddings: LoRA without
+                                         ``modules_to_save``), else a warning; a frozen head alone (untied)
+                                         is a warning
+``untrained-still``     error            rows BASE's scan flags as under-trained that the data uses and that
+                                         training did not move
+``tie-broken``          error / warning  BASE ties the head to the embedding, TUNED's differ: error when
+                                         TUNED's config still says ``tie_word_embeddings`` (loading it
+                                         re-ties them and drops one trained matrix), else a warning
+``nothing-moved``       warning          no row of either matrix moved (without --data; with it,
+                                         ``used-row-frozen`` says so)
+======================  ===============  ===================================================================
+
+The finding record is the check's (:class:`embscope.finetune.findings.Finding`): ``examples`` are
+0-based positions of training records holding the ids, as there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embscope.finetune.findings import MAX_IDS, SEVERITIES, Finding
+
+CODES = ("vocab-mismatch", "row-exploded", "new-row-unmoved", "used-row-frozen", "untrained-still",
+         "tie-broken", "nothing-moved")
+#: a row "exploded" when its norm is this many times the larger of its reference norm and BASE's median
+#: row norm (an under-trained row that grows to a normal norm has not exploded)
+EXPLODE = 10.0
+#: used rows unmoved at or above this share: the embedding (or head) was frozen
+FROZEN_SHARE = 0.5
+
+
+@dataclass
+class MatrixFacts:
+    """One matrix's per-row results (arrays over TUNED's rows)."""
+
+    name: str
+    moved: np.ndarray
+    change: np.ndarray
+    finite: np.ndarray
+    exploded: np.ndarray
+    tuned_norm: np.ndarray
+    floor: float
+
+
+@dataclass
+class Facts:
+    """What the rules read."""
+
+    #: token strings of TUNED's rows
+    strings: Sequence[str]
+    matrices: list[MatrixFacts]
+    #: bool per TUNED row: added past BASE
+    new: np.ndarray
+    #: per TUNED row: occurrences in the data (None: no data)
+    counts: np.ndarray | None
+    #: id → example indices (from the data)
+    where: dict[int, list[int]]
+    #: per BASE row: flagged by BASE's scan (None: no scan)
+    flagged: np.ndarray | None
+    #: rows both have for the same token
+    shared: int
+    #: [(id, base token, tuned token)] where the tokenizers disagree, and their count
+    mismatches: list[tuple[int, str, str]] = field(default_factory=list)
+    n_mismatches: int = 0
+    #: BASE rows TUNED does not have
+    lost_rows: int = 0
+    #: [(id, term, tuned token)] where the manifest's term is not TUNED's token
+    manifest_mismatches: list[tuple[int, str, str]] = field(default_factory=list)
+    base_tied: bool = True
+    tuned_tied: bool = True
+    #: TUNED's config ``tie_word_embeddings`` (None when it says nothing)
+    config_tie: bool | None = None
+    #: the adapter, when TUNED is one (for the fixes)
+    adapter: dict[str, Any] | None = None
+
+
+def _examples(where: dict[int, list[int]], ids) -> list[int]:
+    out: set[int] = set()
+    for i in ids:
+        out.update(where.get(int(i), []))
+    return sorted(out)[:5]
+
+
+def find(f: Facts) -> list[Finding]:
+    """Every finding for these facts, errors first."""
+    out: list[Finding] = []
+    s = f.strings
+
+    def tok(i: int) -> str:
+        return s[i] if 0 <= i < len(s) else f"<id {i}>"
+
+    def add(code, severity, message, ids=(), count=0, fix=""):
+        ids = [int(i) for i in ids][:MAX_IDS]
+        out.append(Finding(code=code, severity=severity, message=message, ids=ids, tokens=[tok(i) for i in ids],
+                           count=int(count), examples=_examples(f.where, ids), fix=fix))
+
+    counts = f.counts
+    n = len(f.new)
+    used = (counts[:n] > 0) if counts is not None else None
+    by_use = (lambda ids: sorted(ids, key=lambda i: -int(counts[i]))) if counts is not None else (lambda ids: list(ids))
+
+    if f.n_mismatches or f.lost_rows or f.manifest_mismatches:
+        bits = []
+        if f.n_mismatches:
+            shown = "; ".join(f"{i}: {b!r} → {t!r}" for i, b, t in f.mismatches[:3])
+            bits.append(f"{f.n_mismatches} shared id(s) are other tokens in TUNED ({shown})")
+        if f.lost_rows:
+            bits.append(f"TUNED has {f.lost_rows} row(s) fewer than BASE")
+        if f.manifest_mismatches:
+            shown = "; ".join(f"{i}: {m!r} vs {t!r}" for i, m, t in f.manifest_mismatches[:3])
+            bits.append(f"{len(f.manifest_mismatches)} manifest term(s) are not TUNED's token at their id ({shown})")
+        ids = [i for i, _, _ in f.mismatches] + [i for i, _, _ in f.manifest_mismatches]
+        add("vocab-mismatch", "error", "the rows compared are not the same tokens: " + "; ".join(bits), ids,
+            f.n_mismatches + f.lost_rows + len(f.manifest_mismatches),
+            "diff against the BASE (and --manifest) TUNED was trained from: the same tokenizer, tokens only added at the end")
+
+    for m in f.matrices:
+        bad = np.flatnonzero(~m.finite | m.exploded)
+        if len(bad):
+            nonfinite = int((~m.finite).sum())
+            worst = bad[np.argsort(-np.where(np.isfinite(m.tuned_norm[bad]), m.tuned_norm[bad], np.inf), kind="stable")]
+            add("row-exploded", "error",
+                f"{len(bad)} {m.name} row(s) blew up: {nonfinite} hold NaN/Inf, {len(bad) - nonfinite} grew past "
+                f"{EXPLODE:g}× their base norm and the median row norm", worst, len(bad),
+                "lower the learning rate of the embedding (or clip gradients), re-initialise those rows before "
+                "training (embscope scan --repair), and check for a NaN loss")
+
+    new_ids = np.flatnonzero(f.new)
+    if len(new_ids):
+        still = np.zeros(n, dtype=bool)
+        for m in f.matrices:
+            still |= f.new & ~m.moved
+        ids = np.flatnonzero(still)
+
+        def where(sub) -> str:
+            """``in the input`` / ``in the input (12) and the head (3)``: which matrices kept them."""
+            per = [(m.name, int((~m.moved[sub]).sum())) for m in f.matrices]
+            per = [(name, k) for name, k in per if k]
+            if len(f.matrices) == 1:
+                return "in the input embedding"
+            return "in " + " and ".join(f"the {'head' if name == 'output' else 'input'} ({k})" for name, k in per)
+
+        if len(ids):
+            fix = ("make the embedding and head trainable for them (PEFT: modules_to_save=['embed_tokens', "
+                   "'lm_head'] or trainable_token_indices=[their ids]; a full fine-tune trains them)")
+            if used is not None:
+                used_ids = np.asarray([i for i in ids if used[i]], dtype=np.int64)
+                unused = np.asarray([i for i in ids if not used[i]], dtype=np.int64)
+                if len(used_ids):
+                    add("new-row-unmoved", "error",
+                        f"{len(used_ids)} of {len(new_ids)} new token(s) the data uses stayed at their initial rows "
+                        f"{where(used_ids)}: the model never learnt them", by_use(used_ids), len(used_ids), fix)
+                if len(unused):
+                    add("new-row-unmoved", "warning",
+                        f"{len(unused)} of {len(new_ids)} new token(s) stayed at their initial rows {where(unused)} and "
+                        "the data never produces them: nothing could train them", unused, len(unused),
+                        "tokenize the data with TUNED's tokenizer (the one with the new tokens), or drop the tokens")
+            else:
+                add("new-row-unmoved", "error",
+                    f"{len(ids)} of {len(new_ids)} new token(s) stayed at their initial rows {where(ids)}",
+                    ids, len(ids), fix + "; pass --data to see whether the data produces them")
+
+    if used is not None:
+        old_used = used.copy()
+        old_used[f.new] = False
+        old_used[f.shared:] = False
+        n_used = int(old_used.sum())
+        for k, m in enumerate(f.matrices):
+            frozen = np.flatnonzero(old_used & ~m.moved)
+            if not len(frozen) or not n_used:
+                continue
+            share = len(frozen) / n_used
+            head = m.name == "output"
+            severity = "error" if share >= FROZEN_SHARE and not head else "warning"
+            what = "the head" if head else "the embedding"
+            why = (f"{what} looks frozen (LoRA without modules_to_save?)" if share >= FROZEN_SHARE else
+                   "their updates were below the noise floor (a small learning rate on bf16 weights rounds them away)")
+            add("used-row-frozen", severity,
+                f"{len(frozen)} of the {n_used} rows the data uses ({share:.0%}) did not move in the {m.name}: {why}",
+                by_use(frozen), len(frozen),
+                "train the embedding" + (" and head" if not head else "") + " (PEFT: modules_to_save=['embed_tokens', "
+                "'lm_head'], or trainable_token_indices for the rows that matter); in bf16, a larger learning rate "
+                "for them or fp32 master weights")
+
+    if used is not None and f.flagged is not None:
+        k = min(len(f.flagged), f.shared)
+        cand = np.zeros(n, dtype=bool)
+        cand[:k] = f.flagged[:k] & used[:k]
+        still = np.zeros(n, dtype=bool)
+        for m in f.matrices:
+            still |= cand & ~m.moved
+        ids = np.flatnonzero(still)
+        if len(ids):
+            add("untrained-still", "error",
+                f"{len(ids)} row(s) BASE's scan flags as under-trained are used by the data and did not move: "
+                "TUNED still has their untrained rows", by_use(ids), int(counts[ids].sum()),
+                "re-initialise them before training (embscope check --data D --repair OUT) and train the embedding")
+
+    if f.base_tied and not f.tuned_tied:
+        if f.config_tie:
+            add("tie-broken", "error",
+                "BASE ties the head to the embedding; TUNED's two differ, but its config still says "
+                "tie_word_embeddings=true: loading it re-ties them and one trained matrix is lost", (), 0,
+                "save with tie_word_embeddings=false, or train embed_tokens with ensure_weight_tying=True (PEFT)")
+        else:
+            add("tie-broken", "warning",
+                "BASE ties the head to the embedding; in TUNED they differ"
+                + (" (modules_to_save copied the embedding, the head kept BASE's rows)"
+                   if f.adapter and any("modules_to_save" in p for p in f.adapter.get("embed", [])) else ""),
+                (), 0, "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them before saving")
+
+    if used is None and f.matrices and not any(m.moved.any() for m in f.matrices):
+        add("nothing-moved", "warning", "no row of the embedding" + (" or the head" if len(f.matrices) > 1 else "")
+            + " moved past the noise floor: the embedding was frozen, or TUNED is BASE", (), 0,
+            "pass the checkpoint training wrote (or the adapter folder), and --data to see which rows it used")
+
+    out.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
+    return out

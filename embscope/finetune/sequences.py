@@ -1,0 +1,307 @@
+"""Examples → the token sequences a trainer feeds the model, with their loss masks
+(:mod:`embscope.finetune.trainers` says which trainer does what).
+
+- A conversation is rendered by the chat template with ``add_generation_prompt=False`` and the
+  example's ``tools`` (:func:`embscope.models.chat_template.render`, transformers' environment), then
+  tokenized without special tokens: ``tokenizer.apply_chat_template(conv, tokenize=True)``.
+- A string is tokenized as ``tokenizer(text)``: the tokenizer's own prefix and suffix (BOS, EOS;
+  :mod:`embscope.finetune.specials`) around its ids; TRL appends the EOS string first.
+- A prompt and its completion (prompt-completion, DPO's chosen and rejected, KTO) are tokenized as
+  TRL does: the prompt alone (conversations: rendered with ``add_generation_prompt=True``) and
+  prompt + completion; the completion starts at their common prefix (``common_prefix_length``), and
+  for DPO at the shorter of the two (chosen, rejected).
+- Assistant turns (Axolotl, LLaMA-Factory) are found the way those trainers find them, by rendering
+  the conversation up to each turn: the turn's text runs from the end of the rendering of the
+  turns before it with ``add_generation_prompt=True`` to the end of the rendering that includes it;
+  Axolotl keeps the turn's content and the EOS within three tokens after it, LLaMA-Factory the
+  whole slot. Characters map to tokens by tokenizing the text up to the boundary
+  (the common prefix of its ids and the whole sequence's).
+
+The loss mask is per position: ``labels != -100`` as the trainer's collator returns them (the
+first position included; the model's shift drops it). A profile that masks by id clears every
+position holding the pad id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.corpus.shapes import Example
+    from embscope.finetune.trainers import Trainer
+
+#: Axolotl looks for the EOS at most this many tokens after a trained turn's content
+#: (``abs(token_idx - turn_end_idx) <= 3`` in ``ChatTemplateStrategy._tokenize_single_prompt``)
+AXOLOTL_EOS_WINDOW = 3
+#: roles a chat template is written for; ShareGPT's own values (``human``, ``gpt``) are not
+CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclass
+class Sequence_:
+    """One sequence the model trains on."""
+
+    #: example index
+    index: int
+    #: token ids, in order
+    ids: list[int]
+    #: per position: in the loss; None means every position (the common case, kept cheap)
+    loss: list[bool] | None
+    #: went through the chat template
+    chat: bool
+    #: ``""``, or ``chosen`` / ``rejected`` for DPO
+    side: str = ""
+    #: cut at the length limit
+    cut: bool = False
+    #: its length before the cut
+    length: int = 0
+
+
+@dataclass
+class Context:
+    """What building sequences needs: picklable, so that worker processes get their own copy."""
+
+    vocab: Any
+    trainer: "Trainer"
+    #: the chat template (None: none shipped)
+    template: str | None
+    #: the template's variables (the tokenizer's named special tokens)
+    variables: dict[str, str]
+    #: what ``tokenizer(text)`` puts around the ids
+    prefix: list[int]
+    suffix: list[int]
+    #: the pad the trainer pads with (None: none)
+    pad_id: int | None
+    #: the EOS id and string (TRL appends the string to plain texts)
+    eos_id: int | None
+    eos_token: str | None
+    #: truncate sequences to this many tokens (None: no truncation)
+    max_length: int | None = None
+
+
+@dataclass
+class Built:
+    """A batch's sequences and what went wrong on the way."""
+
+    sequences: list[Sequence_] = field(default_factory=list)
+    #: example index → render error (``TypeError: …``)
+    failed: dict[int, str] = field(default_factory=dict)
+    #: example index → refusal (``render refused: …``)
+    refused: dict[int, str] = field(default_factory=dict)
+    #: conversations left unrendered: there is no template
+    untemplated: list[int] = field(default_factory=list)
+    #: examples whose prompt is not a token prefix of prompt + completion (the trainer cuts the prompt)
+    not_prefix: list[int] = field(default_factory=list)
+    #: ShareGPT examples TRL renders with roles the template does not know (human, gpt, …)
+    raw_roles: dict[int, list[str]] = field(default_factory=dict)
+    #: UTF-8 bytes of the texts the sequences were tokenized from
+    nbytes: int = 0
+    #: example index → why the trainer itself drops it (LLaMA-Factory's role order)
+    dropped: dict[int, str] = field(default_factory=dict)
+
+
+def llamafactory_drop(messages) -> str | None:
+    """Why LLaMA-Factory's converter drops a conversation (``data/converter.py``: after a leading
+    system turn, user or tool turns at odd positions, assistant turns at even ones, an even count;
+    ``processor/supervised.py`` drops the rest), or None.
+
+    >>> llamafactory_drop([{"role": "user"}, {"role": "user"}, {"role": "assistant"}])
+    'roles do not alternate user/observation then assistant/function_call'
+    """
+    turns = messages[1:] if messages and messages[0].get("role") == "system" else list(messages)
+    for k, m in enumerate(turns):
+        if m.get("role") not in (("user", "tool") if k % 2 == 0 else ("assistant",)):
+            return "roles do not alternate user/observation then assistant/function_call"
+    if len(turns) % 2:
+        return "the conversation does not end with an assistant turn"
+    return None
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Leading ids ``a`` and ``b`` share (TRL's ``common_prefix_length``).
+
+    >>> common_prefix_length([1, 2, 3], [1, 2, 4, 5])
+    2
+    """
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Failed(Exception):
+    pass
+
+
+def _render(ctx: Context, messages, ex: "Example", generation: bool = False) -> str:
+    from jinja2.exceptions import TemplateError
+
+    from embscope.models.chat_template import RecordRefused, RenderRefused, render
+
+    try:
+        return render(ctx.template, messages, add_generation_prompt=generation, tools=ex.tools,
+                      **{**ctx.variables, **ex.template_kwargs})
+    except (RenderRefused, RecordRefused) as err:  # the template, or this record alone, past a bound
+        raise _Refused(str(err)) from None
+    except TemplateError as err:
+        raise _Failed(f"{type(err).__name__}: {str(err)[:160]}") from None
+    except Exception as err:  # noqa: BLE001 - a template is untrusted code: any error is that record's
+        raise _Failed(f"{type(err).__name__}: {str(err)[:160]}") from None
+
+
+def _conversation(ctx: Context, ex: "Example") -> list[dict[str, Any]]:
+    """The messages the trainer gives the template (TRL keeps ShareGPT's own role names)."""
+    if ex.raw_turns is not None and ctx.trainer.keeps_sharegpt_roles:
+        return ex.raw_turns
+    return ex.messages
+
+
+class _Batch:
+    """Texts to tokenize, collected first and tokenized in one call."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.texts: list[str] = []
+        self.special: list[bool] = []  # tokenizer(text) (prefix/suffix) rather than add_special_tokens=False
+
+    def add(self, text: str, special: bool = False) -> int:
+        self.texts.append(text)
+        self.special.append(special)
+        return len(self.texts) - 1
+
+    def run(self) -> list[list[int]]:
+        ids = self.ctx.vocab.encode_batch(self.texts) if self.texts else []
+        p, s = self.ctx.prefix, self.ctx.suffix
+        return [[*p, *x, *s] if sp and (p or s) else x for x, sp in zip(ids, self.special)]
+
+
+def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None) -> Built:
+    """The sequences of ``examples`` under ``ctx.trainer`` (see the module docstring)."""
+    out = out if out is not None else Built()
+    batch = _Batch(ctx)
+    plans: list[tuple[Any, ...]] = []
+    t = ctx.trainer
+    eos = ctx.eos_token or ""
+    for ex in examples:
+        try:
+            if ex.kind == "lm" and ex.messages is None:  # plain text
+                text = ex.text + eos if t.text_eos and eos and not ex.text.endswith(eos) else ex.text
+                plans.append(("text", ex, batch.add(text, special=True)))
+                out.nbytes += len(text.encode("utf-8"))
+                continue
+            if ex.conversational and ctx.template is None:
+                out.untemplated.append(ex.index)
+                continue
+            if ex.kind == "lm":
+                msgs = _conversation(ctx, ex)
+                if t.name == "llamafactory" and ex.format != "text":
+                    why = llamafactory_drop(msgs)
+                    if why is not None:
+                        out.dropped[ex.index] = why
+                        continue
+                if ex.raw_turns is not None and t.keeps_sharegpt_roles:
+                    odd = sorted({m["role"] for m in msgs} - CHAT_ROLES)
+                    if odd:
+                        out.raw_roles[ex.index] = odd
+                full = _render(ctx, msgs, ex)
+                out.nbytes += len(full.encode("utf-8"))
+                if t.chat_loss == "all":
+                    plans.append(("chat", ex, batch.add(full)))
+                else:
+                    plans.append(("turns", ex, batch.add(full), _turns(ctx, msgs, ex, full, batch)))
+                continue
+            pairs = [("", ex.completion)] if ex.kind != "preference" else [("chosen", ex.chosen), ("rejected", ex.rejected)]
+            if ex.conversational:
+                prompt = batch.add(_render(ctx, ex.prompt, ex, generation=True))
+                fulls = [(side, batch.add(_render(ctx, ex.prompt + c, ex))) for side, c in pairs]
+            else:
+                prompt = batch.add(ex.prompt, special=True)
+                fulls = [(side, batch.add(ex.prompt + (c + eos if t.text_eos and eos and not c.endswith(eos) else c),
+                                          special=True)) for side, c in pairs]
+            plans.append(("split", ex, prompt, fulls))
+            out.nbytes += sum(len(batch.texts[j].encode("utf-8")) for _, j in fulls)
+        except _Refused as err:
+            out.refused[ex.index] = str(err)
+        except _Failed as err:
+            out.failed[ex.index] = str(err)
+    ids = batch.run()
+    for plan in plans:
+        kind, ex = plan[0], plan[1]
+        if kind in ("text", "chat"):
+            seq = ids[plan[2]]
+            out.sequences.append(_finish(ctx, ex.index, seq, None, kind == "chat"))
+        elif kind == "turns":
+            seq = ids[plan[2]]
+            loss = _turn_mask(ctx, seq, plan[3], ids)
+            out.sequences.append(_finish(ctx, ex.index, seq, loss, True))
+        else:
+            prompt_ids = ids[plan[2]]
+            fulls = [(side, ids[j]) for side, j in plan[3]]
+            n = min(common_prefix_length(prompt_ids, f) for _, f in fulls)
+            if n < len(prompt_ids):
+                out.not_prefix.append(ex.index)
+            for side, f in fulls:
+                loss = [i >= n for i in range(len(f))] if t.completion_only else None
+                out.sequences.append(_finish(ctx, ex.index, f, loss, ex.conversational, side))
+    return out
+
+
+def _turns(ctx: Context, msgs, ex: "Example", full: str, batch: _Batch) -> list[tuple[int, int, int, str]]:
+    """Per assistant turn: ``(batch index of the text before its span, of the text through it,
+    Axolotl: the span's end in characters (-1 otherwise), "")`` — boundaries as token counts are
+    read after tokenizing."""
+    spans = []
+    for k, m in enumerate(msgs):
+        if m.get("role") != "assistant":
+            continue
+        start = len(_render(ctx, msgs[:k], ex, generation=True)) if k else 0
+        through = _render(ctx, msgs[:k + 1], ex)
+        end = len(through) if full.startswith(through) else len(full)
+        if ctx.trainer.chat_loss == "assistant-content":
+            content = m.get("content")
+            text = content if isinstance(content, str) else "".join(
+                p.get("text", "") for p in content or [] if isinstance(p, dict))
+            at = full.find(text, start, end) if text else -1
+            if at < 0:
+                continue
+            start, end = at, at + len(text)
+        spans.append((batch.add(full[:start]), batch.add(full[:end])))
+    return spans
+
+
+def _turn_mask(ctx: Context, seq: list[int], spans, ids) -> list[bool]:
+    """The loss mask of the assistant spans (token boundaries from the prefixes' ids)."""
+    loss = [False] * len(seq)
+    eos = ctx.eos_id
+    for a, b in spans:
+        lo = common_prefix_length(ids[a], seq)
+        hi = common_prefix_length(ids[b], seq)
+        for i in range(lo, hi):
+            loss[i] = True
+        if ctx.trainer.chat_loss == "assistant-content" and eos is not None:
+            for i in range(hi, min(len(seq), hi + AXOLOTL_EOS_WINDOW + 1)):
+                if seq[i] == eos:
+                    loss[i] = True
+                    break
+    return loss
+
+
+def _finish(ctx: Context, index: int, ids: list[int], loss: list[bool] | None, chat: bool,
+            side: str = "") -> Sequence_:
+    """Truncate (keep the start) and clear the pad id's positions when the collator masks by id."""
+    length = len(ids)
+    cut = ctx.max_length is not None and len(ids) > ctx.max_length
+    if cut:
+        ids = ids[:ctx.max_length]
+        loss = loss[:ctx.max_length] if loss is not None else None
+    if ctx.trainer.masks_pad_by_id and ctx.pad_id is not None and ctx.pad_id in ids:
+        loss = [(True if loss is None else loss[i]) and x != ctx.pad_id for i, x in enumerate(ids)]
+    return Sequence_(index, ids, loss, chat, side, cut, length)

@@ -1,0 +1,258 @@
+"""How each trainer turns an example into input ids, labels and a loss mask (``--trainer``).
+
+A hazard's weight depends on the trainer: transformers' ``DataCollatorForLanguageModeling`` masks
+the labels *by id* (``labels[labels == pad_token_id] = -100``), so with PAD = EOS the model never
+learns to stop, while TRL's collator pads the labels with -100 *by position* and the EOS stays a
+label. Each profile below was read from the trainer's own code (file and function cited); the
+``transformers`` and ``trl`` ones are checked against the installed libraries by
+``tests/test_trainers.py`` (same input ids and label mask on the shipped conversations).
+
+=============  ========================  ===========  ==========================================
+profile        PAD when none is set      labels       loss positions
+=============  ========================  ===========  ==========================================
+``trl``        ``tokenizer.pad_token``,  by position  conversations: every token
+(default)      else the EOS                           (``assistant_only_loss=False``);
+                                                      prompt-completion, DPO, KTO: the completion
+                                                      only (``completion_only_loss``); texts get
+                                                      the EOS appended
+``transformers`` yours (the common        **by id**    every token except the pad id
+               ``pad_token = eos_token``
+               makes PAD = EOS)
+``unsloth``    ``fix_pad_token``: a       by position  as ``trl`` (Unsloth runs TRL's trainers)
+               reserved pad-like token
+               when PAD is missing or
+               the EOS
+``axolotl``    ``special_tokens.pad_token``, by position  assistant turns' content and the EOS
+               else the EOS                           after each (``roles_to_train``,
+                                                      ``train_on_eos: turn``)
+``llamafactory`` the tokenizer's, else    by position  every assistant turn from its content to
+               the EOS                                the end of its template slot (EOS
+                                                      included); prompts masked
+=============  ========================  ===========  ==========================================
+
+Sources (the versions read):
+
+- TRL 1.16: ``trl/trainer/sft_trainer.py`` ``SFTTrainer.__init__`` (``pad_token = args.pad_token or
+  tokenizer.pad_token or tokenizer.eos_token``), ``_prepare_dataset`` (``add_eos``, ``tokenize_fn``:
+  ``apply_chat_template(tokenize=True, tools=…)`` for conversations, ``tokenizer(text)`` for
+  strings, the completion mask from ``common_prefix_length`` of the prompt rendered with
+  ``add_generation_prompt=True``; ``build_labels``; truncation to ``max_length`` = 1024, then
+  examples left without a label dropped), ``DataCollatorForLanguageModeling.torch_call`` (labels
+  padded with -100); ``trl/trainer/dpo_trainer.py`` ``_prepare_dataset`` (``extract_prompt``, the
+  prompt length the shorter common prefix of chosen and rejected) and
+  ``DataCollatorForPreference``; ``trl/trainer/kto_trainer.py`` ``_prepare_dataset``.
+- transformers 5.23: ``transformers/data/data_collator.py`` ``DataCollatorForLanguageModeling``
+  (``mlm=False``: ``labels = input_ids.clone()``, ``labels[labels == pad_token_id] = -100``); the
+  data as ``tokenizer.apply_chat_template(conv, tokenize=True)`` and ``tokenizer(text)`` give it.
+- Unsloth (unsloth 2026.8.13 and unsloth_zoo): ``unsloth_zoo/pad_token.py`` ``fix_pad_token`` (PAD missing,
+  equal to the EOS or past the vocabulary → the first reserved family found among the added
+  tokens, newest first: ``<|finetune_right_pad_id|>``, …, ``<|endoftext|>``, ``<fim_pad>``, …; then
+  a bracketed ``*pad*`` token, the UNK, the config's own ``pad_token_id``; else it adds
+  ``<｜PAD▁TOKEN｜>`` and stops), called from ``unsloth_zoo/tokenizer_utils.py`` ``patch_tokenizer``;
+  ``unsloth/models/rl.py`` keeps TRL's collators (a ``DataCollatorForSeq2Seq`` without labels is
+  swapped for transformers' language-modeling collator, which masks by id, harmless once PAD ≠ EOS).
+- Axolotl (0.18): ``src/axolotl/loaders/tokenizer.py`` ``load_tokenizer`` (``special_tokens`` set the
+  PAD; a tokenizer without one falls back to the EOS); ``src/axolotl/prompt_strategies/chat_template.py``
+  ``ChatTemplateStrategy._tokenize_single_prompt`` (``roles_to_train: ["assistant"]``,
+  ``train_on_eos: "turn"``: each trained turn's content, found by ``find_turn``, plus the EOS within
+  three tokens after it) and ``utils/collators/batching.py`` (``label_pad_token_id = -100``).
+- LLaMA-Factory (0.9.6): ``src/llamafactory/data/template.py`` ``parse_template`` (the model's own
+  template when ``template`` is unset) and ``Template.fix_special_tokens`` (``pad_token =
+  eos_token`` when there is none); ``data/processor/supervised.py``
+  ``SupervisedDatasetProcessor._encode_data_example`` (prompts -100 unless ``train_on_prompt``,
+  every response kept, ``cutoff_len`` = 2048); collators with ``label_pad_token_id = IGNORE_INDEX``
+  (``ignore_pad_token_for_loss=True``); ``data/converter.py`` (ShareGPT roles must alternate, user or
+  observation then assistant or function_call; other examples are dropped with a log line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.finetune.specials import SpecialIds
+    from embscope.models.model import LoadedModel
+
+#: the profile used when ``--trainer`` is not given: TRL, on which Unsloth and most recipes build
+DEFAULT_TRAINER = "trl"
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """One trainer's way of building ids, labels and the loss mask."""
+
+    #: the ``--trainer`` name
+    name: str
+    #: the library and what of it the profile follows
+    title: str
+    #: how the PAD is chosen when the user sets none: ``declared-or-eos``, ``yours`` or ``unsloth``
+    pad_rule: str
+    #: the collator masks every label equal to the pad id (by id), not only the padding (by position)
+    masks_pad_by_id: bool
+    #: loss positions of a conversation: ``all``, ``assistant-content`` or ``assistant-turns``
+    chat_loss: str
+    #: prompt-completion, preference and KTO examples: only the completion is in the loss
+    completion_only: bool
+    #: plain texts and string completions get the EOS appended before tokenizing
+    text_eos: bool
+    #: ShareGPT ``from`` values go to the template as the roles (TRL renames the keys, not the values)
+    keeps_sharegpt_roles: bool
+    #: sequences longer than this are truncated (keep the start); None: no default
+    max_length: int | None
+    #: where ``max_length`` comes from
+    max_length_from: str
+    #: examples left with no loss position after truncation are dropped
+    drops_unlabelled: bool
+    #: the remedy for a PAD that is the EOS, in this trainer's terms
+    pad_fix: str
+    #: the remedy for a model without a chat template
+    template_fix: str
+
+
+TRAINERS: dict[str, Trainer] = {t.name: t for t in (
+    Trainer("trl", "TRL 1.16 SFTTrainer / DPOTrainer / KTOTrainer (defaults)", "declared-or-eos", False, "all",
+            True, True, True, 1024, "SFTConfig max_length default", True,
+            "nothing to do for the labels (TRL pads them with -100 by position); to pad with another token set "
+            "tokenizer.pad_token before building the trainer (SFTConfig(pad_token=...) in TRL < 2)",
+            "set tokenizer.chat_template, or pass --chat-template FILE (SFTConfig(chat_template_path=...))"),
+    Trainer("transformers", "transformers 5.23 Trainer with DataCollatorForLanguageModeling(mlm=False)", "yours",
+            True, "all", False, False, False, None, "none (the model's context)", False,
+            "set a pad token that is not the EOS before building the collator (tokenizer.pad_token = an unused "
+            "special token, e.g. '<|endoftext|>' where it is not your EOS; add one and resize the embedding if "
+            "there is none)",
+            "set tokenizer.chat_template (the instruct model's, or ChatML), or pass --chat-template FILE"),
+    Trainer("unsloth", "Unsloth (TRL's trainers, fix_pad_token at load)", "unsloth", False, "all", True, True, True,
+            1024, "SFTConfig max_length default", True,
+            "nothing to do: Unsloth's fix_pad_token replaces a PAD equal to the EOS at load",
+            "tokenizer = get_chat_template(tokenizer, ...) from unsloth.chat_templates, or --chat-template FILE"),
+    Trainer("axolotl", "Axolotl chat_template strategy (roles_to_train: [assistant], train_on_eos: turn)",
+            "declared-or-eos", False, "assistant-content", True, True, False, None, "sequence_len (your config)",
+            True,
+            "nothing to do for the labels (the collator pads them with -100); set special_tokens: pad_token: "
+            "in the config to pad with another token",
+            "set chat_template: (a named one, or jinja with chat_template_jinja:) in the config, or pass "
+            "--chat-template FILE"),
+    Trainer("llamafactory", "LLaMA-Factory SFT/DPO/KTO with the model's own template (template unset)",
+            "declared-or-eos", False, "assistant-turns", True, False, False, 2048, "cutoff_len default", False,
+            "nothing to do for the labels (ignore_pad_token_for_loss pads them with -100)",
+            "set template: in the config (a registered template), or pass --chat-template FILE"),
+)}
+
+
+def get_trainer(name: str | None) -> Trainer:
+    """The profile ``name`` (default :data:`DEFAULT_TRAINER`); a typo gets "did you mean"."""
+    from embscope.errors import SpecError, did_you_mean
+
+    name = name or DEFAULT_TRAINER
+    if name not in TRAINERS:
+        raise SpecError(f"unknown --trainer {name!r}{did_you_mean(name, TRAINERS)}; choose from "
+                        f"{', '.join(TRAINERS)}")
+    return TRAINERS[name]
+
+
+@dataclass
+class PadChoice:
+    """The PAD the trainer will pad with."""
+
+    #: its id (None: there is none, the trainer needs one set)
+    id: int | None
+    #: its token string
+    token: str | None
+    #: how it was chosen (``--pad-token``, ``tokenizer_config.json``, ``the EOS (no PAD declared)``, …)
+    how: str
+    #: the trainer adds a token of its own that has no row yet (Unsloth's last resort)
+    new_token: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "token": self.token, "how": self.how, "new_token": self.new_token}
+
+
+#: where the tokenizer's own special tokens are declared, first first (config.json is the model's)
+TOKENIZER_SOURCES = ("tokenizer_config.json", "special_tokens_map.json", "gguf")
+#: Unsloth's reserved pad families, in its order (``unsloth_zoo/pad_token.py``)
+UNSLOTH_FAMILIES = ("<|finetune_right_pad_id|>", "<|finetune_right_pad|>", "<pad>", "[PAD]", "<PAD>",
+                    "<|endoftext|>", "<fim_pad>", "<｜▁pad▁｜>", "[MASK]", "<|reserved", "<|placeholder",
+                    "<|dummy_", "[control", "|<EXTRA_TOKENS_", "<SPECIAL_", "<unused", "<|EOT|>",
+                    "<|reject-unknown|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+UNSLOTH_NEW_PAD = "<｜PAD▁TOKEN｜>"
+
+
+def tokenizer_role(sp: "SpecialIds", role: str) -> tuple[int | None, str | None]:
+    """The tokenizer's own id for ``role`` and the file that says so (None when none does)."""
+    for src in TOKENIZER_SOURCES:
+        ids = sp.sources.get(src, {}).get(role)
+        if ids:
+            return ids[0], src
+    return None, None
+
+
+def eos_id(sp: "SpecialIds") -> int | None:
+    """The EOS the tokenizer appends and the trainer stops on (tokenizer files first, then config)."""
+    i, _ = tokenizer_role(sp, "eos")
+    if i is not None:
+        return i
+    ids = sp.ids("eos")
+    return ids[0] if ids else None
+
+
+def choose_pad(trainer: Trainer, model: "LoadedModel", sp: "SpecialIds", pad_token: str | None) -> PadChoice:
+    """The PAD ``trainer`` pads with: ``pad_token`` when the user declares one (``--pad-token``),
+    else the trainer's own rule (see the module table)."""
+    from embscope.errors import SpecError
+    from embscope.finetune.specials import token_id
+
+    strings = model.token_strings()
+
+    def name(i):
+        return strings[i] if i is not None and 0 <= i < len(strings) else None
+
+    if pad_token is not None:
+        i = token_id(model, pad_token)
+        if i is None:
+            specials = ", ".join(repr(strings[j]) for j in sorted(model.vocab.special_ids)[:8]) if model.vocab else ""
+            raise SpecError(f"--pad-token {pad_token!r} is not a token of {model.name}; pass one of its tokens "
+                            f"(special ones: {specials or 'none'})")
+        return PadChoice(i, pad_token, "--pad-token")
+    declared, src = tokenizer_role(sp, "pad")
+    eos = eos_id(sp)
+    if trainer.pad_rule == "unsloth":
+        return _unsloth_pad(model, sp, declared, src, eos, name)
+    if declared is not None:
+        return PadChoice(declared, name(declared), src)
+    if trainer.pad_rule == "yours":
+        return PadChoice(eos, name(eos), "none declared: the usual tokenizer.pad_token = tokenizer.eos_token")
+    return PadChoice(eos, name(eos), "the EOS (no PAD declared)")
+
+
+def _unsloth_pad(model, sp, declared, src, eos, name) -> PadChoice:
+    """``fix_pad_token``'s choice (see the module docstring)."""
+    n = model.n_rows
+    if declared is not None and declared != eos and declared < n:
+        return PadChoice(declared, name(declared), src)
+    eos_ids = set(sp.ids("eos")) | ({eos} if eos is not None else set())
+    eos_name = name(eos)
+    added = [(i, content) for i, content, _ in sorted(sp.added, key=lambda a: -a[0])]
+    closers = (">", "|>", "]", ")")
+
+    def ok(i, content):
+        return content != eos_name and i not in eos_ids and 0 <= i < n
+
+    for family in UNSLOTH_FAMILIES:
+        matches = [(i, c) for i, c in added if c == family or c.startswith(family)]
+        matches.sort(key=lambda ic: not ic[1].endswith(closers))  # closed tokens first, stable
+        for i, c in matches:
+            if ok(i, c):
+                return PadChoice(i, c, f"Unsloth's fix_pad_token ({'missing' if declared is None else 'PAD = EOS'}: "
+                                       f"reserved {family!r})")
+    for i, c in added:
+        if "pad" in c.lower() and c.startswith(("<", "[")) and c.endswith(closers) and ok(i, c):
+            return PadChoice(i, c, "Unsloth's fix_pad_token (a pad-named token)")
+    unk = sp.ids("unk")
+    if unk and ok(unk[0], name(unk[0])):
+        return PadChoice(unk[0], name(unk[0]), "Unsloth's fix_pad_token (the UNK)")
+    cfg = sp.sources.get("config.json", {}).get("pad")
+    if cfg and ok(cfg[0], name(cfg[0])):
+        return PadChoice(cfg[0], name(cfg[0]), "Unsloth's fix_pad_token (config.json pad_token_id)")
+    return PadChoice(None, UNSLOTH_NEW_PAD, "Unsloth's fix_pad_token finds no pad token, adds "
+                     f"{UNSLOTH_NEW_PAD!r} and stops", new_token=True)

@@ -1,0 +1,321 @@
+"""``embscope diff``: a real fine-tune on a cut SmolLM2 (its real tokenizer and embedding rows, one
+decoder layer), extended with the medical candidates by ``extend --apply`` and trained a handful of
+steps with the embedding trainable, or frozen (LoRA on attention only, through PEFT); PEFT adapter
+formats read against PEFT's own ``merge_and_unload``; the noise floor across a GGUF → safetensors
+conversion; each finding code; the CLI's exit codes and the report section."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import finetune as ft  # noqa: E402
+
+#: training steps: enough for Adam to move every row it touches past a float32 floor of 0
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """BASE (cut SmolLM2, float32), the extended folder, the training texts, and two fine-tunes;
+    made once per test run (the first xdist worker that needs them writes them, the others wait)."""
+    from filelock import FileLock
+
+    from tests.conftest import shared_root
+
+    w = shared_root(tmp_path_factory) / "diff-finetune"
+    with FileLock(str(w) + ".lock"):
+        if not (w / "done.json").is_file():
+            shutil.rmtree(w, ignore_errors=True)
+            w.mkdir()
+            base = ft.cut_model(w / "base", layers=1)
+            manifest = ft.extend(base, w / "ext", top=12)
+            texts = ft.training_texts(w / "ext", manifest["token_ids"])
+            ft.write_jsonl(texts, w / "train.jsonl")
+            ft.train(w / "ext", texts, w / "tuned", steps=STEPS, batch=len(texts))
+            ft.train(w / "ext", texts, w / "lora", steps=STEPS, mode="lora-attention", batch=len(texts))
+            (w / "done.json").write_text(json.dumps(manifest), "utf-8")
+    return {"w": w, "base": w / "base", "ext": w / "ext", "manifest": json.loads((w / "done.json").read_text("utf-8")),
+            "data": w / "train.jsonl", "tuned": w / "tuned", "lora": w / "lora"}
+
+
+@pytest.fixture(scope="module")
+def trained(run):
+    """The trainable fine-tune against BASE, with the manifest and the data: (record, diff.parquet)."""
+    import embscope
+
+    res = embscope.diff(str(run["base"]), str(run["tuned"]), manifest=str(run["ext"]), data=str(run["data"]),
+                        scan=False, languages="none")
+    return res.summary.sections.diff, res.outputs["diff"].live.frame
+
+
+@pytest.fixture(scope="module")
+def frozen(run):
+    """The LoRA-on-attention adapter against the extended folder, with the data."""
+    return _diff(run["ext"], run["lora"], data=run["data"], scan=False)
+
+
+def _diff(base, tuned, **kw):
+    import embscope
+
+    kw.setdefault("languages", "none")
+    return embscope.diff(str(base), str(tuned), **kw).summary.sections.diff
+
+
+def _codes(record):
+    return {(f.code, f.severity) for f in record.findings}
+
+
+def test_trainable_embedding_moves_every_new_row(run, trained):
+    r, _ = trained
+    new_ids = run["manifest"]["token_ids"]
+    assert r.new_rows == len(new_ids) and r.new_reference == "manifest"
+    m = r.matrices["input"]
+    assert m.new_moved == len(new_ids)
+    assert not any(f.code in ("new-row-unmoved", "used-row-frozen") for f in r.findings)
+    # the data produces every new token the corpus ever tokenizes to (extend also adds ▁/space twins
+    # such as " Fracture" that the corpus never writes; on a tied model the softmax moves them too)
+    assert 0 < r.data["new_used"] <= len(new_ids)
+    assert r.data["used_unmoved"] == 0
+    # the floor of two float32 checkpoints is exact
+    assert m.floor.base_format == m.floor.tuned_format == "F32" and m.floor.floor == 0.0
+
+
+def test_changes_match_torch_on_the_checkpoints(run, trained):
+    """‖Δ‖/‖r‖ and the cosine of a few rows, recomputed from the safetensors files with torch."""
+    import torch
+    from safetensors import safe_open
+
+    frame = trained[1]
+
+    def weight(folder):
+        with safe_open(str(Path(folder) / "model.safetensors"), "pt") as f:
+            return f.get_tensor("model.embed_tokens.weight").float()
+
+    b, e, t = weight(run["base"]), weight(run["ext"]), weight(run["tuned"])
+    new = run["manifest"]["token_ids"][0]
+    for i, ref in ((5, b[5]), (1000, b[1000]), (new, e[new])):  # a new row against its initial row
+        want = float((t[i] - ref).norm() / ref.norm())
+        cos = float(torch.nn.functional.cosine_similarity(t[i], ref, dim=0))
+        row = frame.row(i, named=True)
+        assert row["in_change"] == pytest.approx(want, rel=1e-4)
+        assert row["in_cos"] == pytest.approx(cos, abs=1e-5)
+        assert row["data_count"] >= 0
+
+
+def test_frozen_embedding_every_used_row_is_frozen(run, frozen, tmp_path):
+    """LoRA on attention only: the adapter leaves the embedding as it was; BASE is the extended
+    folder, whose manifest is found without --manifest. The CLI exits 1 and writes the report."""
+    from embscope.cli import main
+
+    r = frozen
+    assert r.tuned["kind"] == "peft" and r.tuned["adapter"]["embed"] == []
+    assert r.new_reference == "base" and r.manifest.endswith("embscope_extension.json")
+    assert r.matrices["input"].moved == 0
+    frozen_f = [f for f in r.findings if f.code == "used-row-frozen"]
+    old_used = r.data["used_rows"] - r.data["new_used"]
+    assert [(f.severity, f.count) for f in frozen_f] == [("error", old_used)]
+    unmoved = {f.severity: f for f in r.findings if f.code == "new-row-unmoved"}
+    assert unmoved["error"].count == r.data["new_used"]
+    assert unmoved.get("warning") is None or unmoved["warning"].count == r.new_rows - r.data["new_used"]
+    assert unmoved["error"].examples  # training records that hold the new tokens
+    out = tmp_path / "rep"
+    rc = main(["diff", str(run["ext"]), str(run["lora"]), "--data", str(run["data"]), "--no-scan",
+               "--languages", "none", "--out", str(out), "-q"])
+    assert rc == 1
+    html = (out / "index.html").read_text("utf-8")
+    assert 'id="diff"' in html and "What training changed" in html and "used-row-frozen" in html
+    assert '"diff":{"map"' in html  # the token map's points
+
+
+def test_untrained_still_from_a_tokens_table(run, frozen, tmp_path):
+    """Rows the base's scan flags, used by the data and left where they were."""
+    import polars as pl
+
+    r0 = frozen
+    used = next(f for f in r0.findings if f.code == "used-row-frozen").ids[:3]
+    n = r0.base["rows"]
+    flagged = np.zeros(n, dtype=bool)
+    flagged[used] = True
+    table = tmp_path / "tokens.parquet"
+    pl.DataFrame({"token_id": np.arange(n, dtype=np.int32), "flagged": flagged}).write_parquet(table)
+    r = _diff(run["ext"], run["lora"], data=run["data"], tokens=table)
+    still = next(f for f in r.findings if f.code == "untrained-still")
+    assert still.severity == "error" and sorted(still.ids) == sorted(used)
+
+
+def test_gguf_to_safetensors_keeps_unchanged_rows_unmoved(run, tmp_path):
+    """SmolLM2's Q8_0 GGUF against its bf16 conversion, both ways: the measured floor (bf16
+    rounding of the dequantised rows) keeps every row unmoved."""
+    import embscope
+
+    bf16 = ft.bf16_copy(run["base"], tmp_path / "bf16")
+    for base, tuned in (("smollm2-135m", bf16), (bf16, "smollm2-135m")):
+        r = _diff(base, tuned)
+        m = r.matrices["input"]
+        assert m.moved == 0, (base, tuned, m.floor)
+        assert {m.floor.base_format, m.floor.tuned_format} == {"Q8_0", "BF16"}
+        assert m.floor.lineage != "independent" and m.floor.exact_share == 1.0
+        assert 0.001 < m.floor.floor < 0.004  # bf16 has 8 mantissa bits: ~0.17 % per row
+        assert [f.code for f in r.findings] == ["nothing-moved"]
+    # the float32 conversion is exact: floor 0
+    r = _diff("smollm2-135m", run["base"])
+    assert r.matrices["input"].floor.floor == 0.0 and r.matrices["input"].moved == 0
+
+
+PEFT_VARIANTS = {
+    "modules_to_save": dict(target_modules=["q_proj"], modules_to_save=["embed_tokens", "lm_head"]),
+    "modules_to_save_embed": dict(target_modules=["q_proj"], modules_to_save=["embed_tokens"]),
+    "lora_embedding": dict(target_modules=["embed_tokens", "q_proj"], init_lora_weights=False),
+    "lora_head": dict(target_modules=["lm_head"], init_lora_weights=False),
+    "trainable_tokens": dict(target_modules=["q_proj"], trainable_token_indices=[3, 500, 900]),
+    "trainable_tokens_by_module": dict(target_modules=["q_proj"],
+                                       trainable_token_indices={"embed_tokens": [3, 5], "lm_head": [5, 9]}),
+}
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_peft_adapters_read_as_peft_merges_them(tmp_path, tied):
+    """Each adapter format, read without merging, equals PEFT's own ``merge_and_unload`` (a small
+    Llama: the format, not the model, is under test; the fine-tunes above use SmolLM2's rows)."""
+    import torch
+    from peft import LoraConfig, TrainableTokensConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import embscope
+    from embscope.delta.tuned import load_tuned
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)
+    folder = tmp_path / "base"
+    LlamaForCausalLM(cfg).save_pretrained(str(folder))
+    base = embscope.load_model(str(folder), device="cpu")
+    assert base.tied == tied
+    variants = {**PEFT_VARIANTS, "TRAINABLE_TOKENS": None}
+    if tied:  # a head LoRA or head token list on a tied model is not one PEFT merges on its own
+        variants = {k: v for k, v in variants.items() if k not in ("lora_head", "trainable_tokens_by_module")}
+    for name, kw in variants.items():
+        lm = LlamaForCausalLM.from_pretrained(str(folder))
+        cfg_p = (TrainableTokensConfig(target_modules=["embed_tokens"], token_indices=[7, 8, 990], init_weights=False)
+                 if kw is None else LoraConfig(r=4, lora_alpha=8, **kw))
+        pm = get_peft_model(lm, cfg_p)
+        torch.manual_seed(1)
+        with torch.no_grad():  # what training would have done to the trainable embedding parts
+            for n, p in pm.named_parameters():
+                if p.requires_grad and ("embed" in n or "lm_head" in n):
+                    p.add_(torch.randn_like(p) * 0.05)
+        pm.save_pretrained(str(tmp_path / name))
+        merged = pm.merge_and_unload()
+        want_e = merged.get_input_embeddings().weight.detach()
+        want_h = merged.get_output_embeddings().weight.detach()
+        t = load_tuned(tmp_path / name, base)
+        got_e = t.embed.block(0, t.embed.n)
+        got_h = t.output.block(0, t.output.n) if t.output is not None else got_e
+        assert torch.allclose(got_e, want_e, atol=1e-6), name
+        assert torch.allclose(got_h, want_h, atol=1e-6), name
+        assert (t.output is None) == (want_e.data_ptr() == want_h.data_ptr() or torch.equal(want_e, want_h)), name
+
+
+def test_tie_broken_and_exploded_rows(run, tmp_path):
+    """A modules_to_save copy of a tied embedding leaves the head behind (tie-broken); a NaN row and a
+    row scaled ×50 are row-exploded."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(str(run["base"]))
+    pm = get_peft_model(lm, LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["embed_tokens"]))
+    with torch.no_grad():
+        w = pm.base_model.model.model.embed_tokens.modules_to_save["default"].weight
+        w[100] = float("nan")
+        w[200] *= 50
+        w[300] += 0.5
+    pm.save_pretrained(str(tmp_path / "a"))
+    r = _diff(run["base"], tmp_path / "a")
+    codes = _codes(r)
+    assert ("tie-broken", "warning") in codes
+    boom = next(f for f in r.findings if f.code == "row-exploded")
+    assert set(boom.ids) == {100, 200}
+    assert r.matrices["input"].moved == 3 and r.matrices["output"].moved == 0
+    assert r.tuned["tied"] is False and "output" in r.matrices
+
+
+def test_vocab_mismatch(run, tmp_path):
+    """TUNED's tokenizer with two tokens swapped: the rows compared are not the same tokens."""
+    import shutil
+
+    folder = tmp_path / "swapped"
+    shutil.copytree(run["base"], folder)
+    tj = json.loads((folder / "tokenizer.json").read_text("utf-8"))
+    vocab = tj["model"]["vocab"]
+    a, b = next(k for k, v in vocab.items() if v == 1000), next(k for k, v in vocab.items() if v == 1001)
+    vocab[a], vocab[b] = 1001, 1000
+    (folder / "tokenizer.json").write_text(json.dumps(tj), "utf-8")
+    r = _diff(run["base"], folder)
+    f = next(f for f in r.findings if f.code == "vocab-mismatch")
+    assert f.severity == "error" and set(f.ids) == {1000, 1001}
+
+
+def test_languages_drift_follows_the_trained_rows(run, tmp_path):
+    """trainable_token_indices on the ids English medical text uses: English rows move, Thai's not."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    import embscope
+
+    base = embscope.load_model(str(run["base"]), device="cpu")
+    ids = sorted({i for row in base.vocab.encode_batch(["the right of everyone to freedom and equal dignity"]) for i in row})
+    lm = AutoModelForCausalLM.from_pretrained(str(run["base"]))
+    pm = get_peft_model(lm, LoraConfig(r=4, target_modules=["q_proj"], trainable_token_indices=ids))
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "trainable_tokens_delta" in n:
+                p.add_(0.05)
+    pm.save_pretrained(str(tmp_path / "tt"))
+    r = embscope.diff(str(run["base"]), str(tmp_path / "tt"), languages="udhr").summary.sections.diff
+    by = {row["language"]: row for row in r.languages}
+    assert r.matrices["input"].moved == len(ids)
+    assert by["eng"]["moved_share"] > 0.1 and by["tha"]["moved_share"] == 0.0
+    assert by["eng"]["moved_share"] > max(row["moved_share"] for row in r.languages if row["script"] != "Latin")
+    assert r.languages[0]["moved_share"] >= r.languages[-1]["moved_share"]
+
+
+def test_noise_round_trips_on_real_rows(smollm2_model):
+    """Q8_0 is gguf-py's own quantiser (idempotent on SmolLM2's Q8_0 rows); the K-quant proxies get
+    coarser with fewer bits; a bf16 cast errs about 2^-9 per row."""
+    from embscope.delta.noise import canonical, measure, round_trip
+
+    x = smollm2_model.embed[::97].float().numpy()
+    assert (round_trip(x, "Q8_0") == x).all()
+    err = {f: float(np.median(np.linalg.norm(round_trip(x, f) - x, axis=1) / np.linalg.norm(x, axis=1)))
+           for f in ("BF16", "F16", "Q6_K", "Q4_K", "Q2_K")}
+    assert err["F16"] < err["BF16"] < err["Q6_K"] < err["Q4_K"] < err["Q2_K"]
+    assert 2 ** -10 < err["BF16"] < 2 ** -8
+    fl = measure(x, round_trip(x, "Q4_0"), "BF16", "Q4_0")
+    assert fl.lineage == "tuned descends from base" and fl.method == "exact"
+    assert canonical("bfloat16") == "BF16" and canonical("float32") == "F32"
+
+
+def test_bad_input_is_one_line(run, tmp_path, capsys):
+    from embscope.cli import main
+
+    assert main(["diff", str(run["base"]), "minilm-l6", "-q"]) == 2
+    assert "error: TUNED's rows are 384 wide" in capsys.readouterr().err
+    bad = tmp_path / "m.json"
+    bad.write_text('{"token_ids": [1, 2], "terms": ["a"]}', "utf-8")
+    assert main(["diff", str(run["base"]), str(run["tuned"]), "--manifest", str(bad), "-q"]) == 2
+    assert "has no token_ids/terms lists of equal length" in capsys.readouterr().err
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}", "utf-8")
+    assert main(["diff", str(run["base"]), str(adapter), "-q"]) == 2
+    assert "no adapter_model.safetensors" in capsys.readouterr().err

@@ -1,0 +1,156 @@
+"""The trainer profiles against the trainers themselves: TRL's SFTTrainer and DPOTrainer and
+transformers' DataCollatorForLanguageModeling, run on the same examples with SmolLM2's tokenizer
+as transformers loads it from the demo GGUF, give the same input ids and the same label mask
+(``labels != -100`` after their own collators) as ``embscope.finetune.trainer_sequences``.
+
+The examples are the shipped chat sample (``corpora/chat/medical-chat.jsonl``, 300 conversations)
+in the shapes the trainers read: ``messages``, TRL's conversational prompt-completion (the last
+assistant turn as the completion), plain text, and DPO pairs (the real answer chosen, another
+conversation's answer rejected). The trainers get a one-layer, 16-wide Llama built from a config:
+only their data preparation and collators run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the share of examples whose ids and label mask must equal the trainer's (issue-free: all of them)
+AGREEMENT = 0.999
+
+
+def _records() -> list[dict]:
+    lines = (ROOT / "corpora" / "chat" / "medical-chat.jsonl").read_text("utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(smollm2_model):
+    from transformers import AutoTokenizer
+
+    path = Path(smollm2_model.path)
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def _tiny_model(tok):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    return LlamaForCausalLM(cfg)
+
+
+def _ours(model, records, trainer, **kw):
+    from embscope.corpus.shapes import to_example
+    from embscope.finetune import trainer_sequences
+
+    examples = [to_example(r, i)[0] for i, r in enumerate(records)]
+    built = trainer_sequences(model, examples, trainer, **kw)
+    assert not built.failed and not built.refused
+    return built.sequences
+
+
+def _agree(theirs: list[tuple[list[int], list[bool]]], ours) -> float:
+    assert len(theirs) == len(ours)
+    same = sum(t_ids == o.ids and t_mask == (o.loss if o.loss is not None else [True] * len(o.ids))
+               for (t_ids, t_mask), o in zip(theirs, ours))
+    return same / len(theirs)
+
+
+def _collated(collator, rows, key="labels"):
+    """(ids, mask) per example from the collator's padded batches (padding cut by the attention mask)."""
+    out = []
+    for a in range(0, len(rows), 8):
+        batch = collator(rows[a:a + 8])
+        for ids, lab, att in zip(batch["input_ids"], batch[key], batch["attention_mask"]):
+            n = int(att.sum())
+            mask = (lab != -100) if key == "labels" else lab.bool()
+            out.append((ids[:n].tolist(), mask[:n].tolist()))
+    return out
+
+
+def test_trl_sft_messages_prompt_completion_and_text(smollm2_model, hf_tokenizer, tmp_path):
+    """SFTTrainer's own dataset preparation and collator on three shapes at once (one trainer per
+    shape: TRL picks the path by the first example)."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    recs = _records()
+    shapes = {
+        "messages": [{"messages": r["messages"]} for r in recs],
+        "prompt-completion": [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in recs],
+        "text": [{"text": " ".join(m["content"] for m in r["messages"])} for r in recs[:100]],
+    }
+    for name, rows in shapes.items():
+        args = SFTConfig(output_dir=str(tmp_path / name), report_to="none", use_cpu=True, dataset_num_proc=None,
+                         per_device_train_batch_size=8)
+        trainer = SFTTrainer(model=_tiny_model(hf_tokenizer), args=args, train_dataset=Dataset.from_list(rows),
+                             processing_class=hf_tokenizer)
+        prepared = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+        theirs = _collated(trainer.data_collator, [{"input_ids": p["input_ids"], "labels": p["labels"]}
+                                                   for p in prepared])
+        ours = _ours(smollm2_model, rows, "trl")
+        share = _agree(theirs, ours)
+        assert share >= AGREEMENT, (name, share)
+        if name == "prompt-completion":  # the prompt is out of the loss, the completion in it
+            assert all(not o.loss[0] and o.loss[-1] for o in ours)
+
+
+def test_trl_dpo_chosen_and_rejected(smollm2_model, hf_tokenizer, tmp_path):
+    """DPOTrainer: both completions tokenized, the prompt out of the loss (``completion_mask``)."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    recs = _records()[:120]
+    rows = [{"prompt": r["messages"][:-1], "chosen": r["messages"][-1:],
+             "rejected": [{"role": "assistant", "content": recs[(i + 7) % len(recs)]["messages"][-1]["content"]}]}
+            for i, r in enumerate(recs)]
+    args = DPOConfig(output_dir=str(tmp_path / "dpo"), report_to="none", use_cpu=True, dataset_num_proc=None,
+                     per_device_train_batch_size=8)
+    trainer = DPOTrainer(model=_tiny_model(hf_tokenizer), ref_model=_tiny_model(hf_tokenizer), args=args,
+                         train_dataset=Dataset.from_list(rows), processing_class=hf_tokenizer)
+    prepared = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    theirs = []
+    for a in range(0, len(prepared), 8):
+        chunk = prepared[a:a + 8]
+        batch = trainer.data_collator([{k: p[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for p in chunk])
+        m = len(chunk)
+        for j in range(m):  # the collator stacks the chosen sequences, then the rejected ones
+            for row in (j, j + m):
+                n = int(batch["attention_mask"][row].sum())
+                theirs.append((batch["input_ids"][row][:n].tolist(), batch["completion_mask"][row][:n].bool().tolist()))
+    ours = _ours(smollm2_model, rows, "trl")
+    assert [o.side for o in ours[:2]] == ["chosen", "rejected"]
+    assert _agree(theirs, ours) >= AGREEMENT
+
+
+def test_transformers_collator_masks_the_pad_by_id(smollm2_model, hf_tokenizer):
+    """``apply_chat_template(tokenize=True)`` + ``DataCollatorForLanguageModeling(mlm=False)``: the
+    GGUF's PAD is its EOS, so every ``<|im_end|>`` label is masked; the profile says the same."""
+    from transformers import DataCollatorForLanguageModeling
+
+    rows = [{"messages": r["messages"]} for r in _records()]
+    assert hf_tokenizer.pad_token_id == hf_tokenizer.eos_token_id == 2
+    collator = DataCollatorForLanguageModeling(hf_tokenizer, mlm=False)
+    feats = [{"input_ids": list(hf_tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=False))}
+             for r in rows]
+    theirs = []
+    for a in range(0, len(feats), 8):
+        batch = collator(feats[a:a + 8])
+        for ids, lab, att in zip(batch["input_ids"], batch["labels"], batch["attention_mask"]):
+            n = int(att.sum())
+            theirs.append((ids[:n].tolist(), (lab[:n] != -100).tolist()))
+    ours = _ours(smollm2_model, rows, "transformers")
+    assert _agree(theirs, ours) >= AGREEMENT
+    assert all(not m for ids, mask in theirs for i, m in zip(ids, mask) if i == 2)  # no EOS is a label
+    # a distinct PAD (--pad-token) puts them back
+    back = _ours(smollm2_model, rows, "transformers", pad_token="<|endoftext|>")
+    assert all(o.loss is None for o in back)
