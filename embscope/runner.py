@@ -198,9 +198,18 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                        domain=domain_path, tokens=tokens, data=data_paths, force=force,
                        training=training_paths)
         outputs: dict[str, SectionOutput] = {}
-        for spec in specs:
-            outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
-            state = replace(state, **res.gives)
+        try:
+            for spec in specs:
+                outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
+                state = replace(state, **res.gives)
+            for res in outputs.values():  # work a section left running (the map) ends here
+                if res.pending is not None:
+                    res.pending.finish()
+                    res.pending = None
+        finally:
+            for res in outputs.values():
+                if res.pending is not None:
+                    res.pending.cancel()
         summary = _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, tokenizers,
                            [*warnings, *(w for r in outputs.values() for w in r.warnings)])
         if resolved is not None and resolved.hub is not None and "model" in summary.inputs:

@@ -233,6 +233,44 @@ def test_umap_uses_our_graph_only(minilm_rows, monkeypatch):
     assert 0.2 < rec["neighbor_preservation"] <= 1.0, rec
 
 
+def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
+    """Rows with fewer than k neighbours (id -1, similarity -inf, as an approximate graph can leave)
+    and rows UMAP cannot place neither end the layout nor its preservation measure; the map, laid
+    out in its own process, equals the in-process one (seeded)."""
+    from embscope.geometry.layout import LayoutJob, neighbor_preservation, umap_layout
+
+    g = knn_graph(minilm_rows[:3000], 10, use_cache=False, progress=False)
+    nb, sims = g.neighbors.copy(), g.sims.copy()
+    nb[:14], sims[:14] = -1, -np.inf                      # no neighbour at all
+    nb[14:40, 5:], sims[14:40, 5:] = -1, -np.inf          # half of them
+    sims[40, 3] = np.nan
+    lay = umap_layout(nb, sims, n_epochs=30)
+    rec = lay.record()
+    assert rec["missing_edges"] == 14 * 10 + 26 * 5 + 1
+    assert rec["unplaced"] + rec["placed_by_neighbours"] <= 14 + 26
+    placed = np.isfinite(lay.x) & np.isfinite(lay.y)
+    assert placed[14:].all() and rec["unplaced"] == int((~placed).sum())
+    assert 0.2 < rec["neighbor_preservation"] <= 1.0 and rec["preservation_rows"] > 2900
+    xy = np.stack([lay.x, lay.y], 1)
+    xy[100:200] = np.nan                                   # a map with holes is measured, not refused
+    share, rows = neighbor_preservation(nb, xy)
+    assert np.isfinite(share) and rows > 2000
+    job = LayoutJob(nb, sims, n_epochs=30)
+    again = job.result()
+    np.testing.assert_array_equal(again.x, lay.x)
+    assert again.record()["neighbor_preservation"] == rec["neighbor_preservation"]
+
+
+def test_a_failed_map_process_is_a_note_not_an_error():
+    from embscope.geometry.layout import LayoutJob
+
+    nb = np.tile(np.arange(1, 11), (50, 1)) % 50
+    lay = LayoutJob(nb, np.ones((50, 9), np.float32)).result()   # similarities of the wrong shape
+    assert lay.note.startswith("no map:") and np.isnan(lay.x).all() and lay.record()["unplaced"] == 50
+    job = LayoutJob(nb, np.ones((50, 10), np.float32))
+    job.cancel()                                                   # a failed run ends the process
+
+
 def test_umap_kernels_are_cached_on_disk():
     """umap-learn's numba functions get numba's on-disk cache, so a new process loads them."""
     import umap.layouts

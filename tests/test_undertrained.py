@@ -247,6 +247,41 @@ def test_verify_batched_with_shared_prefix_equals_one_row_at_a_time(smollm2):
     assert sum(one[r] < MAX_PROB_CUT for r in rows) >= 3 and sum(one[r] >= MAX_PROB_CUT for r in rows) >= 3
 
 
+@pytest.mark.slow  # every prompt and step in float32 and in bf16 for ~30 rows (~15 CPU-s)
+def test_verify_bf16_body_keeps_every_decision(smollm2, smollm2_audit):
+    """The bf16-body copy (float32 head) gives every row of the scan's verification pool — all
+    flagged rows, the family rows and random trained rows — the float32 model's verdict once the
+    rows near the cut are re-checked in float32, and its values stay well inside the re-check band."""
+    import math
+
+    import polars as pl
+    import torch
+
+    from embscope.geometry.verify import (MAX_PROB_CUT, RECHECK_FACTOR, build_prompts, max_probs,
+                                          placeholder_token, prompt_probs)
+    from embscope.models.forward import fast_dtype, low_precision_copy
+    from embscope.models.fullmodel import load_causal_lm
+
+    lm = load_causal_lm(smollm2)
+    if fast_dtype(lm) == torch.float32:
+        pytest.skip("this CPU multiplies bf16 no faster than float32: the verification runs in float32 here")
+    tokens = pl.read_parquet(smollm2_audit / "tokens.parquet")
+    flagged = tokens.filter(pl.col("flagged") & (pl.col("category") == "normal"))["token_id"].to_list()
+    family = tokens.filter(pl.col("flag_reason").str.contains("family|drift") & ~pl.col("flagged"))
+    trained = tokens.filter(~pl.col("flagged") & (pl.col("category") == "normal") & pl.col("flag_reason").is_null())
+    rows = sorted(set(flagged) | set(family["token_id"].head(6).to_list())
+                  | set(trained.sample(8, seed=0)["token_id"].to_list()))
+    prompts = build_prompts(smollm2, placeholder_token(smollm2.vocab, smollm2.categories))
+    low = low_precision_copy(lm, torch.bfloat16)
+    exact = max_probs(lm, prompts, rows, "cpu", cut=None)
+    mixed = max_probs(low, prompts, rows, "cpu", cut=None)
+    worst = max(abs(math.log(max(mixed[r], 1e-30)) - math.log(max(exact[r], 1e-30))) for r in rows)
+    assert worst < math.log(RECHECK_FACTOR) / 2, worst
+    fast, _ = prompt_probs(lm, low, prompts, rows, "cpu")
+    assert [fast[r] < MAX_PROB_CUT for r in rows] == [exact[r] < MAX_PROB_CUT for r in rows]
+    assert sum(exact[r] < MAX_PROB_CUT for r in rows) >= 10 and sum(exact[r] >= MAX_PROB_CUT for r in rows) >= 8
+
+
 def test_usage_counts_corpus_and_chat_template(smollm2):
     from embscope.geometry.usage import flagged_usage
 

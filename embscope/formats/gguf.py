@@ -213,22 +213,32 @@ class GGUFFile:
 
     def matrix(self, name: str):
         """Tensor ``name`` dequantised to a float32 array of shape (rows, cols) = reversed GGUF shape."""
-        import gguf
-        import numpy as np
-
         t = self.tensors[name]
         if len(t.shape) != 2:
             raise ModelFileError(f"{self.path.name}: tensor {name!r} has shape {list(t.shape)}; a matrix "
                                  "[hidden, rows] was expected")
+        return self.tensor(name)
+
+    def tensor(self, name: str):
+        """Tensor ``name`` of any rank dequantised to a writeable float32 array of the reversed GGUF
+        shape (``[d, V]`` → (V, d); a norm's ``[d]`` → (d,)), with gguf-py's dequantisers (the ones
+        transformers' GGUF loader calls, so the values are the same bit for bit)."""
+        import gguf
+        import numpy as np
+
+        t = self.tensors[name]
         raw = np.frombuffer(self._buf, dtype=np.uint8, count=t.nbytes, offset=t.offset)
-        rows = t.shape[-1]
+        shape = tuple(reversed(t.shape))                     # (…, cols): the fastest axis last
+        rows = 1
+        for d in shape[:-1]:
+            rows *= d
         qtype = gguf.GGMLQuantizationType(t.ggml_type)
         try:
-            arr = gguf.quants.dequantize(raw.reshape(rows, -1), qtype)
+            arr = gguf.quants.dequantize(raw.reshape(rows, -1), qtype)   # (rows, cols) float32
         except (NotImplementedError, ValueError) as exc:
             raise ModelFileError(f"{self.path.name}: cannot dequantise {name!r} ({qtype.name}): "
                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-        arr = np.ascontiguousarray(arr.reshape(rows, -1), dtype=np.float32)
+        arr = np.ascontiguousarray(arr, dtype=np.float32).reshape(shape)
         return arr if arr.flags.writeable else arr.copy()
 
     def type_name(self, name: str) -> str:
@@ -304,10 +314,41 @@ def _check_fields(fields: dict[str, Any], where: str) -> None:
             raise bad(key, "a string")
 
 
+#: parsed files kept for reuse (:func:`open_gguf`): a run opens one model, sometimes a second
+_OPENED_MAX = 2
+_OPENED: "dict[tuple, GGUFFile]" = {}
+
+
 def open_gguf(path: Path, *, tensors: bool = True, end: int | None = None) -> GGUFFile:
     """Open a GGUF file; ``tensors=False`` reads only its metadata, ``end`` parses only its first
-    bytes (see :class:`GGUFFile`)."""
-    return GGUFFile(path, tensors=tensors, end=end)
+    bytes (see :class:`GGUFFile`).
+
+    One parse per file per process: a whole-file reader is kept (the last :data:`_OPENED_MAX`
+    files) and returned again while the file's identity (resolved path, size, modification time,
+    inode) is unchanged, so the tokenizer, the embedding load, the chat template and the
+    whole-model load of one run share it. A metadata-only request is served by a kept full reader;
+    a full request after a metadata-only parse reads the file again; a partial parse (``end``) is
+    never kept. The reader is read-only once built.
+    """
+    import os
+
+    p = Path(path)
+    if end is not None:
+        return GGUFFile(p, tensors=tensors, end=end)
+    try:
+        st = os.stat(p)
+        ident = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    except OSError:  # missing or unreadable: GGUFFile says so in its own words
+        return GGUFFile(p, tensors=tensors)
+    for want in ((True,) if tensors else (True, False)):
+        hit = _OPENED.get((*ident, want))
+        if hit is not None:
+            return hit
+    reader = GGUFFile(p, tensors=tensors)
+    if len(_OPENED) >= _OPENED_MAX:
+        _OPENED.pop(next(iter(_OPENED)))
+    _OPENED[(*ident, tensors)] = reader
+    return reader
 
 
 def metadata(reader: GGUFFile) -> dict[str, Any]:

@@ -17,6 +17,18 @@ k nearest points in the plane (Euclidean), averaged over up to ``PRESERVE_SAMPLE
 neighbours {8, 2} and 2-D nearest {8, 9} preserves 1/2.
 
 Reproducible: ``random_state`` fixes the layout (UMAP then runs single-threaded).
+
+Never fatal (the map is a picture, not a decision): a graph entry that is not a neighbour (id −1,
+an id out of range, the row itself, a non-finite similarity, as an approximate graph can leave
+when it finds fewer than k) is handed to UMAP as "no edge" (id −1 at the largest cosine distance,
+2), so it cannot turn a row's distances into NaN; a row UMAP still leaves non-finite is put at the
+mean of its placed neighbours, or left out of the map (NaN, which the report skips) when it has
+none; and preservation is measured on the placed rows and their real neighbours.
+
+:class:`LayoutJob` runs the same layout in a separate process (a fresh interpreter, so nothing of the
+caller's threads or script is inherited), started as soon as the graph exists: it is single-threaded, so on a
+two-core machine it takes the core that the rest of the run (tokenisation, the corpus passes, small
+forward passes) leaves idle, and its result is collected when the tables are written.
 """
 
 from __future__ import annotations
@@ -57,27 +69,95 @@ class Layout:
     preservation: float = float("nan")
     #: UMAP's initial layout: ``spectral`` or ``random``
     init: str = "spectral"
+    #: rows preservation was measured on
+    preservation_rows: int = 0
+    #: graph entries that were not neighbours (id −1, out of range, self, non-finite similarity)
+    missing_edges: int = 0
+    #: rows UMAP left non-finite that were put at their placed neighbours' mean
+    placed_by_neighbours: int = 0
+    #: rows left off the map (non-finite, no placed neighbour): NaN coordinates
+    unplaced: int = 0
+    #: why the map is missing or what limited it (null: nothing to say)
+    note: str | None = None
+    #: peak RSS of the process that laid it out (bytes; 0 when laid out in the caller's process)
+    peak_rss: int = 0
 
     def record(self) -> dict:
         """JSON-able summary (no arrays)."""
         return {"seconds": round(self.seconds, 3), "n_epochs": self.n_epochs, "init": self.init,
                 "neighbor_preservation": None if self.preservation != self.preservation
-                else round(self.preservation, 4), "preservation_rows": min(PRESERVE_SAMPLE, len(self.x))}
+                else round(self.preservation, 4), "preservation_rows": self.preservation_rows,
+                "missing_edges": self.missing_edges, "placed_by_neighbours": self.placed_by_neighbours,
+                "unplaced": self.unplaced, "note": self.note, "peak_rss": self.peak_rss}
 
 
 def neighbor_preservation(neighbors: np.ndarray, xy: np.ndarray, *, sample: int = PRESERVE_SAMPLE,
-                          seed: int = 0) -> float:
-    """Mean share of each sampled row's graph neighbours among its k nearest 2-D points.
+                          seed: int = 0) -> tuple[float, int]:
+    """``(share, rows)``: the mean share of each sampled row's graph neighbours among its nearest
+    2-D points, and how many rows it was measured on.
 
-    ``neighbors`` (n, k) graph ids (self excluded); ``xy`` (n, 2) coordinates.
+    ``neighbors`` (n, k) graph ids (self excluded; entries < 0 are "no neighbour"); ``xy`` (n, 2)
+    coordinates. Only placed rows (finite x and y) are sampled and searched; a row with ``m`` real,
+    placed neighbours is compared with its ``m`` nearest placed points. NaN when no row qualifies.
     """
     from scipy.spatial import cKDTree
 
     n, k = neighbors.shape
-    rows = np.random.default_rng(seed).choice(n, min(sample, n), replace=False)
-    _, near = cKDTree(xy).query(xy[rows], k=k + 1)                       # includes the row itself
-    hits = [len(set(near[a].tolist()) & set(neighbors[r].tolist())) for a, r in enumerate(rows)]
-    return float(np.mean(hits) / k)
+    placed = np.isfinite(xy).all(axis=1)
+    where = np.flatnonzero(placed)
+    nb = np.where((neighbors >= 0) & (neighbors < n), neighbors, -1)
+    ok = np.zeros(neighbors.shape, bool)
+    ok[nb >= 0] = placed[nb[nb >= 0]]
+    cand = where[ok[where].any(axis=1)]
+    if len(cand) == 0 or len(where) < 2:
+        return float("nan"), 0
+    rows = np.random.default_rng(seed).choice(cand, min(sample, len(cand)), replace=False)
+    kk = min(k + 1, len(where))
+    _, near = cKDTree(xy[where]).query(xy[rows], k=kk)                   # includes the row itself
+    near = where[near]
+    shares = []
+    for a, r in enumerate(rows):
+        mine = set(nb[r][ok[r]].tolist())
+        shares.append(len(set(near[a][:len(mine) + 1].tolist()) & mine) / len(mine))
+    return float(np.mean(shares)), len(rows)
+
+
+def clean_graph(neighbors: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(idx, dist, missing)``: UMAP's (n, k + 1) neighbour ids and cosine distances, column 0 the
+    row itself at distance 0, every entry that is not a neighbour (id < 0 or ≥ n, the row itself, a
+    non-finite similarity) as id −1 at distance 2 (UMAP skips id −1); and how many there were.
+
+    >>> idx, dist, missing = clean_graph(np.array([[1, -1], [0, 0]]), np.array([[0.9, -np.inf], [0.8, 0.8]]))
+    >>> idx.tolist(), dist.astype(float).round(2).tolist(), missing
+    ([[0, 1, -1], [1, 0, -1]], [[0.0, 0.1, 2.0], [0.0, 0.2, 2.0]], 2)
+    """
+    n, _ = neighbors.shape
+    nb = neighbors.astype(np.int64)
+    sims = sims.astype(np.float32)
+    own = np.arange(n, dtype=np.int64)[:, None]
+    bad = (nb < 0) | (nb >= n) | (nb == own) | ~np.isfinite(sims)
+    bad[:, 1:] |= (nb[:, 1:] == nb[:, :-1]) & ~bad[:, :-1]           # a repeated id (sorted lists)
+    nb = np.where(bad, -1, nb)
+    d = np.where(bad, 2.0, np.clip(1.0 - np.nan_to_num(sims), 0.0, 2.0)).astype(np.float32)
+    idx = np.hstack([own, nb])                                           # (n, k + 1)
+    dist = np.hstack([np.zeros((n, 1), np.float32), d])                  # (n, k + 1)
+    return idx, dist, int(bad.sum())
+
+
+def place_unplaced(xy: np.ndarray, neighbors: np.ndarray) -> tuple[int, int]:
+    """Give each non-finite row of ``xy`` (n, 2), in place, the mean position of its placed graph
+    neighbours; ``(placed, left)``: rows so placed, and rows left NaN (no placed neighbour)."""
+    n = len(xy)
+    bad = ~np.isfinite(xy).all(axis=1)
+    xy[bad] = np.nan
+    placed = 0
+    for r in np.flatnonzero(bad):
+        nb = neighbors[r][(neighbors[r] >= 0) & (neighbors[r] < n)]
+        nb = nb[~bad[nb]] if len(nb) else nb
+        if len(nb):
+            xy[r] = xy[nb].mean(axis=0)
+            placed += 1
+    return placed, int(bad.sum()) - placed
 
 
 def cache_umap_kernels() -> int:
@@ -133,10 +213,7 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
     t0 = time.perf_counter()
     cache_umap_kernels()
     n, k = neighbors.shape
-    self_col = np.arange(n, dtype=np.int64)[:, None]
-    idx = np.hstack([self_col, neighbors.astype(np.int64)])                 # (n, k + 1)
-    dist = np.hstack([np.zeros((n, 1), np.float32),
-                      np.clip(1.0 - sims.astype(np.float32), 0.0, 2.0)])      # (n, k + 1)
+    idx, dist, missing = clean_graph(neighbors, sims)
     if n_epochs is None:
         n_epochs = next((e for size, e in EPOCHS_BY_SIZE if n > size), None)
     if init is None:
@@ -149,8 +226,122 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "n_jobs overridden by random_state", spectral fallbacks
         xy = reducer.fit_transform(data)
-    xy = np.asarray(xy, dtype=np.float32)
+    xy = np.array(xy, dtype=np.float32)
+    placed, left = place_unplaced(xy, neighbors)
     seconds = time.perf_counter() - t0
+    share, rows = neighbor_preservation(neighbors, xy, seed=seed)
     return Layout(x=xy[:, 0].copy(), y=xy[:, 1].copy(), seconds=seconds,
                   n_epochs=int(n_epochs if n_epochs is not None else (500 if n <= 10_000 else 200)),  # UMAP's
-                  preservation=neighbor_preservation(neighbors, xy, seed=seed), init=init)
+                  preservation=share, preservation_rows=rows, init=init, missing_edges=missing,
+                  placed_by_neighbours=placed, unplaced=left)
+
+
+def _layout_child(folder: str) -> int:
+    """``python -m embscope.geometry.layout FOLDER``: :class:`LayoutJob`'s process. Reads
+    ``graph.npz`` (neighbours, similarities, seed, epochs) from FOLDER, writes ``xy.npy`` and
+    ``record.json`` (the :class:`Layout` less its arrays, or ``{"error": …}``)."""
+    import json
+    from pathlib import Path
+
+    out = Path(folder)
+    try:
+        with np.load(out / "graph.npz", allow_pickle=False) as z:
+            epochs = int(z["n_epochs"])
+            lay = umap_layout(z["neighbors"], z["sims"], seed=int(z["seed"]), n_epochs=epochs if epochs > 0 else None)
+        try:
+            import resource
+
+            lay.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        except ImportError:  # pragma: no cover - not a Unix
+            pass
+        np.save(out / "xy.npy", np.stack([lay.x, lay.y], axis=1), allow_pickle=False)
+        fields = {k: v for k, v in vars(lay).items() if k not in ("x", "y")}
+        (out / "record.json").write_text(json.dumps(fields), encoding="utf-8")
+    except BaseException as exc:  # noqa: BLE001 - the parent decides what a failed map means
+        (out / "record.json").write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), encoding="utf-8")
+        return 1
+    return 0
+
+
+class LayoutJob:
+    """:func:`umap_layout` of one graph in a separate process, started now; :meth:`result` waits.
+
+    The process is ``python -m embscope.geometry.layout`` on a private temporary folder that holds
+    the graph and, at the end, the coordinates (NumPy files, no pickle); it imports nothing of the
+    caller's script (a ``multiprocessing`` spawn would re-run an unguarded one).
+    ``EMBSCOPE_LAYOUT_PROCESS=0`` (or a process that cannot start) lays it out in this process
+    when the result is asked for; :meth:`cancel` ends the process.
+    """
+
+    def __init__(self, neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0, n_epochs: int | None = None):
+        import os
+
+        self._args = (np.ascontiguousarray(neighbors), np.ascontiguousarray(sims, dtype=np.float32), seed, n_epochs)
+        self._proc = self._dir = None
+        self.started = time.perf_counter()
+        if os.environ.get("EMBSCOPE_LAYOUT_PROCESS", "1") == "0":
+            return
+        try:
+            import subprocess
+            import sys
+            import tempfile
+            from pathlib import Path
+
+            self._dir = tempfile.TemporaryDirectory(prefix="embscope-layout-")
+            np.savez(Path(self._dir.name) / "graph.npz", neighbors=self._args[0], sims=self._args[1],
+                     seed=np.int64(seed), n_epochs=np.int64(n_epochs or 0))
+            root = str(Path(__file__).resolve().parents[2])  # the folder holding this embscope
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+            with open(Path(self._dir.name) / "stderr.txt", "wb") as log:  # a file: a pipe could fill
+                self._proc = subprocess.Popen([sys.executable, "-m", "embscope.geometry.layout", self._dir.name],
+                                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                              stderr=log)
+        except Exception:  # noqa: BLE001 - no process: lay it out here when asked
+            self._proc = None
+
+    def result(self) -> Layout:
+        """The layout (waiting for the process); a failure is a :class:`Layout` of NaN with a note."""
+        import json
+        from pathlib import Path
+
+        value = "the layout process ended without a result"
+        if self._proc is not None:
+            folder = Path(self._dir.name)
+            try:
+                code = self._proc.wait()
+                if not (folder / "record.json").is_file():
+                    tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip()
+                    raise ValueError(f"exit {code}: {tail.splitlines()[-1] if tail else 'no message'}")
+                rec = json.loads((folder / "record.json").read_text(encoding="utf-8"))
+                if "error" in rec:
+                    value = rec["error"]
+                else:
+                    xy = np.load(folder / "xy.npy", allow_pickle=False)
+                    return Layout(x=xy[:, 0].copy(), y=xy[:, 1].copy(), **rec)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                value = f"{value} ({type(exc).__name__}: {exc})"
+            finally:
+                self._dir.cleanup()
+        else:
+            try:
+                return umap_layout(self._args[0], self._args[1], seed=self._args[2], n_epochs=self._args[3])
+            except Exception as exc:  # noqa: BLE001 - the map is a picture: its failure is a note
+                value = f"{type(exc).__name__}: {exc}"
+        n = len(self._args[0])
+        nan = np.full(n, np.nan, np.float32)
+        return Layout(x=nan, y=nan.copy(), seconds=time.perf_counter() - self.started, n_epochs=0,
+                      init="none", unplaced=n, note=f"no map: {str(value).splitlines()[0][:300]}")
+
+    def cancel(self) -> None:
+        """End the process without waiting for its result."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            self._proc.wait()
+        if self._dir is not None:
+            self._dir.cleanup()
+
+
+if __name__ == "__main__":  # LayoutJob's process
+    import sys
+
+    sys.exit(_layout_child(sys.argv[1]))

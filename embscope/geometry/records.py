@@ -235,6 +235,14 @@ class VerificationRecord(Record):
     family_verified: int | None = None
     #: special and template tokens checked in context; null when the template and data use none
     specials: SpecialsRecord | None = None
+    #: precision of the model's body in the forward passes (``float32``, or ``bfloat16`` where this
+    #: CPU multiplies it faster; the LM head stays float32); null when not run
+    forward_dtype: str | None = None
+    #: torch threads the forward passes ran on; null on a GPU or when not run
+    threads: int | None = None
+    #: rows (and special tokens) whose bf16 max_prob fell within the re-check band around the cut
+    #: and were run again in float32, which decided them; 0 when the body ran in float32
+    rechecked_float32: int | None = None
     #: why it did not run, or what limited it
     note: str | None = None
 
@@ -291,8 +299,20 @@ class LayoutRecord(Record):
     #: share of each sampled row's k graph neighbours among its k nearest 2-D points (higher is
     #: better); null when not measured
     neighbor_preservation: float | None
-    #: rows that share was measured on
+    #: rows that share was measured on (placed rows with a placed neighbour)
     preservation_rows: int
+    #: graph entries that were no neighbour (id −1, out of range, self, non-finite similarity),
+    #: handed to UMAP as "no edge"
+    missing_edges: int = 0
+    #: rows UMAP left non-finite, put at the mean of their placed neighbours
+    placed_by_neighbours: int = 0
+    #: rows left off the map (NaN coordinates: no placed neighbour, or no map at all)
+    unplaced: int = 0
+    #: why there is no map or what limited it; null when nothing to say
+    note: str | None = None
+    #: peak RSS of the process that laid the map out, bytes (it runs beside the audit's own);
+    #: 0 when laid out in the audit's process
+    peak_rss: int = 0
 
 
 @dataclass

@@ -104,6 +104,21 @@ class ScanResult:
     verification: "Verification | None" = None
     #: corpus/template counts (None without ``corpus_texts``); ``usage.used_ids()`` feeds repair
     usage: "Usage | None" = None
+    #: the map still being laid out (``scan(defer_layout=True)``); :meth:`finish_layout` collects it
+    layout_job: Any = None
+
+    def finish_layout(self) -> None:
+        """Wait for the map a deferred scan started, then fill ``x``, ``y``, ``summary["layout"]``
+        and the timings (``layout``: the layout's own seconds; ``layout_wait``: how long this
+        process waited for it). Nothing to do when there is none."""
+        if self.layout_job is None:
+            return
+        t = time.perf_counter()
+        lay, self.layout_job = self.layout_job.result(), None
+        self.columns["x"], self.columns["y"] = lay.x, lay.y
+        self.timings.update(layout=lay.seconds, layout_wait=time.perf_counter() - t)
+        self.summary["layout"] = lay.record()
+        self.summary["timings"] = {k: round(v, 3) for k, v in self.timings.items()}
 
     def repair_rows(self, categories: Sequence[str], *, include_special: bool = False) -> list[int]:
         """Flagged rows the corpus or template uses, most used first — what ``--repair`` rewrites.
@@ -129,7 +144,8 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
          threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
          seed: int = 0, knn_method: str = "auto", verify: int = 0, verify_sample: str = "top",
          verify_time_cap: float | None = None,
-         corpus_texts: Sequence[str] | None = None, chat_template: bool = True) -> ScanResult:
+         corpus_texts: Sequence[str] | None = None, chat_template: bool = True,
+         defer_layout: bool = False) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
 
     Args:
@@ -148,6 +164,9 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         verify_time_cap: seconds after which the prompting stops (whole batches; the record says so).
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
+        defer_layout: return while the map (laid out in its own process from the moment the graph
+            exists, :class:`~embscope.geometry.layout.LayoutJob`) is still running; the caller
+            collects it with :meth:`ScanResult.finish_layout`.
     Returns:
         :class:`ScanResult`.
     """
@@ -158,6 +177,11 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     graph = knn_graph(model.embed, k, method=knn_method, cache_dir=cache_dir, seed=seed)
     timings["knn"] = time.perf_counter() - t
     release_free_blocks()  # the graph's build buffers are not reused by the indicators
+    job = None
+    if layout:
+        from embscope.geometry.layout import LayoutJob
+
+        job = LayoutJob(graph.neighbors, graph.sims, seed=seed)  # the graph above: no second search
 
     n = model.n_rows
     strings = model.token_strings()
@@ -197,16 +221,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
                               chat_template=chat_template)
         timings["usage"] = time.perf_counter() - t
 
-    layout_record = None
-    if layout:
-        from embscope.geometry.layout import umap_layout
-
-        lay = umap_layout(graph.neighbors, graph.sims, seed=seed)  # the graph above: no second search
-        xs, ys = lay.x, lay.y
-        timings["layout"] = lay.seconds
-        layout_record = lay.record()
-    else:
-        xs = ys = np.full(n, np.nan, np.float32)
+    xs = ys = np.full(n, np.nan, np.float32)  # filled by finish_layout
 
     tied = model.output is None
     columns: dict[str, Any] = {
@@ -228,8 +243,8 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "verify_max_prob": verify_col,
         "undertrained_status": status_column(ind.flagged, verification),
         **(usage.columns(n) if usage is not None else {"corpus_count": [None] * n, "template_count": [None] * n}),
-        "neighbors": graph.neighbors.tolist(),
-        "neighbor_sims": [list(map(float, r)) for r in graph.sims],
+        "neighbors": np.asarray(graph.neighbors),               # (n, k): the table stores them as lists
+        "neighbor_sims": np.asarray(graph.sims, dtype=np.float32),
         "x": xs,
         "y": ys,
     }
@@ -237,9 +252,13 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     summary["verification"] = verification.to_dict() if verification is not None else None
     summary.update(verdict_lists(columns["undertrained_status"], strings, ind, verification))
     summary["usage"] = usage.to_dict() if usage is not None else None
-    summary["layout"] = layout_record
+    summary["layout"] = None
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage)
+    res = ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage,
+                     layout_job=job)
+    if not defer_layout:
+        res.finish_layout()
+    return res
 
 
 def confirm_flags(ind, verification: "Verification") -> None:

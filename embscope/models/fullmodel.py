@@ -157,7 +157,10 @@ def load_causal_lm(model: "LoadedModel"):
 
     path = Path(model.path)
     if path.suffix == ".gguf":
-        lm = _from_gguf(path)
+        from embscope.formats.gguf import open_gguf
+        from embscope.models.gguf_model import build_causal_lm, can_build
+
+        lm = build_causal_lm(path) if can_build(open_gguf(path)) else _from_gguf(path)
     else:
         from transformers import AutoModelForCausalLM
 
@@ -195,15 +198,21 @@ def _from_gguf(path: Path):
             tensors = gguf_utils.load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=lm)["tensors"]
         finally:
             gguf_utils.tqdm = saved
-    state = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in tensors.items()}
-    missing = lm.load_state_dict(state, strict=False).missing_keys
-    if getattr(config, "tie_word_embeddings", False):
+    fill_weights(lm, {k: torch.as_tensor(v, dtype=torch.float32) for k, v in tensors.items()}, path)
+    return lm
+
+
+def fill_weights(lm, state: dict, path: Path, *, assign: bool = False) -> None:
+    """Load ``state`` into ``lm``, tie the head when the config says so, and refuse the model when a
+    weight it needs is still missing (:func:`_refuse_missing`). ``assign``: the tensors become the
+    parameters themselves (no copy)."""
+    missing = lm.load_state_dict(state, strict=False, assign=assign).missing_keys
+    if getattr(lm.config, "tie_word_embeddings", False):
         lm.tie_weights()
         head = lm.get_output_embeddings()
         tied = {k for k, v in lm.state_dict(keep_vars=True).items() if head is not None and v is head.weight}
         missing = [k for k in missing if k not in tied]
     _refuse_missing(missing, path)
-    return lm
 
 
 def _no_init_weights():

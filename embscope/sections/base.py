@@ -248,3 +248,6 @@ class SectionOutput:
     live: Any = None
     #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
     gives: dict[str, Any] = field(default_factory=dict)
+    #: work the section started and left running (the map): ``finish()`` completes the record and
+    #: tables before they are written, ``cancel()`` abandons it when the run fails
+    pending: Any = None

@@ -81,9 +81,12 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
                               cache_dir=opts.cache_dir, layout=opts.layout, knn_method=opts.knn_method,
-                              verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts)
+                              verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts,
+                              defer_layout=True)
         columns.update(result.columns)
         geometry = GeometryRecord.from_dict(result.summary, strict=True)
+        if result.layout_job is not None:
+            out.pending = _PendingMap(result, columns, geometry, out, inputs.steps)
         out.live = (model, result)
         out.gives["scan"] = out.live
         if geometry.reference.size == 0:
@@ -96,3 +99,29 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
     out.tables["tokens"] = tokens_frame(columns)
     out.gives["tokens"] = out.tables["tokens"]
     return out
+
+
+class _PendingMap:
+    """The map the scan left laying out in its own process while the later sections run: collected
+    (``finish``) when the tables are about to be written, into the tokens table and the record."""
+
+    def __init__(self, result, columns, geometry, out, steps):
+        self.result, self.columns, self.geometry, self.out, self.steps = result, columns, geometry, out, steps
+
+    def finish(self) -> None:
+        import polars as pl
+
+        from embscope.geometry.records import LayoutRecord
+
+        with self.steps.step("map", "2-D map (laid out alongside the later sections)"):
+            self.result.finish_layout()
+        xy = {c: self.result.columns[c] for c in ("x", "y")}
+        self.columns.update(xy)
+        self.geometry.layout = LayoutRecord.from_dict(self.result.summary["layout"], strict=True)
+        self.geometry.timings = dict(self.result.summary["timings"])
+        self.out.tables["tokens"] = self.out.tables["tokens"].with_columns(
+            *(pl.Series(c, v, dtype=pl.Float32) for c, v in xy.items()))
+
+    def cancel(self) -> None:
+        if self.result.layout_job is not None:
+            self.result.layout_job.cancel()
