@@ -174,3 +174,32 @@ def test_intervals_hold_on_known_populations():
     for s in (bounded_spread(np.where(exact, e, e + gap), exact, gap[draws], 0.001),
               spread_ci(e[draws[:1000]], e[draws[1000:]], 0.001)):
         assert s.median_lo <= med <= s.median_hi and s.mad_lo <= mad <= s.mad_hi, s
+
+
+def test_language_density_reads_exact_isolation_for_rows_the_graph_left_approximate(smol_rows):
+    """The languages table's ``mean_isolation`` (weighted by each language's token counts) from a
+    tokens table whose rows are partly approximate (``knn_exact`` false, isolation too high, as a
+    graph's upper bound is): the rows it averages get their exact isolation, so the figure equals
+    exact search's."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from embscope.languages.fertility import _add_density
+
+    x = smol_rows[:5000]
+    xn = normalize_rows(torch.from_numpy(x))
+    v, _ = exact_knn(xn, 1, progress=False)
+    iso = 1.0 - v[:, 0].numpy().astype(np.float64)
+    rng = np.random.default_rng(4)
+    exact = rng.random(len(x)) < 0.5
+    shown = np.where(exact, iso, iso + 0.3)  # what a graph would show: an upper bound
+    tokens = pl.DataFrame({"token_id": np.arange(len(x), dtype=np.int32), "in_norm": np.linalg.norm(x, axis=1),
+                           "isolation": shown, "flagged": np.zeros(len(x), bool), "knn_exact": exact})
+    counts = {lang: rng.poisson(0.3, len(x)).astype(np.int64) for lang in ("eng", "fra")}
+    acc = {(0, lang): SimpleNamespace(counts=c) for lang, c in counts.items()}
+    rows = [{"tokenizer": "t", "language": lang} for lang in counts]
+    _add_density(rows, "t", acc, tokens, torch.from_numpy(x))
+    for row in rows:
+        w = counts[row["language"]].astype(np.float64)
+        assert row["mean_isolation"] == pytest.approx((w * iso).sum() / w.sum(), rel=1e-6)

@@ -62,9 +62,9 @@ MAX_ROUNDS = 4
 #: rows searched exactly before the sample is drawn (seeded apart from it): every row's cosines to
 #: them are offered to its list, the graph the sample's gaps are measured against
 PIVOT_ROWS = 1024
-#: HNSW is tried as the base graph up to this width (its pilot decides); wider rows skip it: on
-#: the real 7B head (3584 wide) it cost more than exact search at 16,435 rows and ranked the
-#: isolation at ρ 0.27 (bench/README.md), and pynndescent, cheaper there, compiles ~60 CPU-s of
+#: HNSW is the base graph up to this width; wider rows go without one: on the real 7B head (3584
+#: wide) it cost more than exact search at 16,435 rows and found the nearest row of few of them
+#: (isolation ρ 0.27, bench/README.md), and pynndescent, cheaper there, compiles ~60 CPU-s of
 #: numba code in every new process
 HNSW_MAX_WIDTH = 1024
 #: a list is refined row by row only while at most this many rows stand between it and its
@@ -97,23 +97,18 @@ class Certified:
 
 def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """The approximate graph under the certificate: FAISS HNSW when the rows are at most
-    :data:`HNSW_MAX_WIDTH` wide and its pilot (:func:`embscope.geometry.hnsw.pilot`) finds the
-    indicators it feeds close to exact ones, else none (the lists start from the join's partners
-    and the exact searches' offers). Returns (sims, ids) (n, k), -inf/-1 where short."""
+    :data:`HNSW_MAX_WIDTH` wide, else none (the lists start from the join's partners and the
+    exact searches' offers). Its quality decides only how many rows are searched exactly, never a
+    decision. Returns (sims, ids) (n, k), -inf/-1 where short."""
     t0 = time.perf_counter()
     n, d = xn.shape
-    empty = (np.full((n, k), -np.inf, np.float32), np.full((n, k), -1, np.int64))
     if d > HNSW_MAX_WIDTH:
+        empty = (np.full((n, k), -np.inf, np.float32), np.full((n, k), -1, np.int64))
         return (*empty, {"base": "none (rows wider than the HNSW limit)", "base_seconds": 0.0})
-    from embscope.geometry.hnsw import hnsw_knn, pilot
+    from embscope.geometry.hnsw import hnsw_knn
 
-    rng = np.random.default_rng(seed + 7)
-    pil = pilot(xn, k, rng.choice(n, min(n, 300), replace=False), seed=seed)
-    if not pil["ok"]:
-        return (*empty, {"base": "none (HNSW pilot refused)", "hnsw_pilot": pil,
-                         "base_seconds": round(time.perf_counter() - t0, 3)})
     s, i = hnsw_knn(xn, k)
-    return s, i, {"base": "hnsw", "hnsw_pilot": pil, "base_seconds": round(time.perf_counter() - t0, 3)}
+    return s, i, {"base": "hnsw", "base_seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _values(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -367,3 +367,24 @@ def low_precision_bound(dtype, d: int) -> float:
     inputs = 2 * u + u * u
     accumulate = d * 2.0 ** -24 * (1 + inputs)
     return inputs + accumulate + u * (1 + inputs + accumulate)
+
+
+def nearest_cosine(x: "torch.Tensor", rows) -> "np.ndarray":
+    """Exact cosine of each of ``rows`` to its nearest other row of ``x`` (any dtype, not
+    normalised), as exact search computes it: 1 − this is the row's exact isolation. Costs
+    len(rows)·n·d multiply-adds (the tile dtype by :func:`embscope.geometry.probe.plan_tiles`:
+    bf16 screening pays only where top-1 gaps exceed its error bound, so half the rows are priced
+    as unsafe). Example: rows (1, 0), (1, 1), (0, 1), rows [0] → [0.7071]."""
+    import numpy as np
+    import torch
+
+    from embscope.geometry.probe import plan_tiles
+
+    rows = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+    if not len(rows):
+        return np.zeros(0, dtype=np.float32)
+    xn = normalize_rows(x.cpu())
+    n, d = xn.shape
+    plan = plan_tiles(len(rows) * n * d, d, unsafe=0.5)
+    v, _ = exact_knn(xn, 1, rows=rows, dtype=plan.torch_dtype(), threads=plan.threads, progress=False)
+    return v[:, 0].numpy()
