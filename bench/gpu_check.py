@@ -31,7 +31,11 @@ and once:
    search (tie-aware recall 1.0, max |Δ sim| ≤ 2e-6), and the number of re-searched rows is shown;
 10. verification by prompting (``embscope.geometry.verify.max_probs``, batched repetition
    prompts with greedy steps) on CUDA against the CPU, on a small randomly initialised Llama built
-   from a config (no weights to download): ``max |Δ max_prob| ≤ 1e-4`` (fp32 on both).
+   from a config (no weights to download): ``max |Δ max_prob| ≤ 1e-4`` (fp32 on both);
+11. the certified graph (``knn_graph(..., method="certified")``: it runs on the host, the matrix
+   copied there) on a 60,000-row subset of the first matrix against CUDA exact search: the flagged
+   and isolated rows of the indicators it feeds equal exact search's (0 flips), and every flagged
+   or isolated row is among the rows it searched exactly.
 
 Prints one table; exits non-zero when a tolerance is missed. Without a GPU it says so and exits 0.
 """
@@ -194,6 +198,36 @@ def check_fp16_recheck(failures: list[str]) -> str:
             f"rows searched again in fp32: {sum(calls)}")
 
 
+def check_certified(x, failures: list[str], rows: int = 60000) -> str:
+    """Step 11: the certified graph's decisions against CUDA exact search's on a subset."""
+    import torch
+
+    from embscope.geometry.indicators import compute_indicators
+    from embscope.geometry.knn import knn_graph
+
+    pick = torch.from_numpy(np.sort(np.random.default_rng(11).choice(len(x), min(rows, len(x)), replace=False)))
+    sub = x[pick.to(x.device)]
+    t0 = time.perf_counter()
+    ex = knn_graph(sub, 10, method="exact", device="cuda", use_cache=False, progress=False)
+    t_gpu = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ce = knn_graph(sub, 10, method="certified", use_cache=False, progress=False)
+    t_cert = time.perf_counter() - t0
+    cats, strings = ["normal"] * len(sub), [""] * len(sub)
+    fit = {k: tuple(v) for k, v in ce.params["knn_fit"].items()}
+    a = compute_indicators(sub.cpu(), None, cats, strings, ex.sims, neighbors=ex.neighbors)
+    b = compute_indicators(sub.cpu(), None, cats, strings, ce.sims, neighbors=ce.neighbors, knn_fit=fit)
+    flips = int((a.flagged != b.flagged).sum() + (a.isolated != b.isolated).sum())
+    decided = np.flatnonzero(a.flagged | a.isolated)
+    missing = int((~ce.exact[decided]).sum())
+    if flips or missing:
+        failures.append(f"certified vs CUDA exact on {len(sub)} rows: {flips} decision flips, "
+                        f"{missing} decided rows not searched exactly")
+    cert = ce.params["certificate"]
+    return (f"certified (host) vs CUDA exact on {len(sub)} rows: {flips} flips; {cert['exact_rows']} rows searched "
+            f"exactly, {cert['rounds']} round(s); host {t_cert:.1f} s, CUDA exact {t_gpu:.2f} s")
+
+
 def check_verification(failures: list[str]) -> str:
     """Step 10: ``max_probs`` on CUDA vs CPU on a seeded random Llama (fp32)."""
     import torch
@@ -255,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         first = synthetic(*(int(v) for v in args.shapes.split(",")[0].lower().split("x")), "cuda") \
             if args.shapes else torch.from_numpy(np.load(args.real[0])).to("cuda", torch.bfloat16)
         lines.append(check_symmetric(first, failures))
+        print(lines[-1], flush=True)
+        lines.append(check_certified(first, failures))
         print(lines[-1], flush=True)
         del first
     lines.append(check_fp16_recheck(failures))

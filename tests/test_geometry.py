@@ -128,7 +128,7 @@ def test_subspace_iteration_finds_the_exact_first_principal_component(minilm, sm
     the direction ``eigh`` finds, and a width past the switch takes that path."""
     import torch
 
-    from embscope.geometry import indicators as ind
+    from embscope.geometry import principal as ind
 
     for m in (minilm.embed, smollm2_model.embed):
         exact = ind._first_pc_exact(m).double()

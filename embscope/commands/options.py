@@ -39,6 +39,15 @@ Corpus = Annotated[Path, typer.Option("--corpus", "-c", help="corpus: a folder o
 Reference = Annotated[str, typer.Option("--reference", help="language that parity divides by")]
 
 
+class KnnMethod(str, enum.Enum):
+    auto = "auto"
+    exact = "exact"
+    certified = "certified"
+    ivf = "ivf"
+    refined = "refined"
+    hnsw = "hnsw"
+
+
 class EngineKind(str, enum.Enum):
     local = "local"
     ray = "ray"
@@ -96,6 +105,8 @@ RUN_OPTS: dict[str, RunOpt] = {
     "download": RunOpt("download", DownloadOpt, to_field=lambda d: d.value, from_field=Download),
     # the scan
     "k": RunOpt("k", Annotated[int, typer.Option("--k", min=1, max=1000, help="nearest neighbours per row in the kNN graph")]),
+    "knn": RunOpt("knn_method", Annotated[KnnMethod, typer.Option("--knn", help="how the kNN graph is built: auto (exact on small matrices, else certified when cheaper), exact, certified (exact decisions: every flagged, isolated or listed row searched exactly; docs/undertrained.md), or an approximate index: ivf, refined, hnsw")],
+                  to_field=lambda m: m.value, from_field=KnnMethod),
     "no_scan": RunOpt("scan", Annotated[bool, typer.Option("--no-scan", help="skip indicators and the kNN graph")],
                       to_field=lambda v: not v, from_field=lambda v: not v),
     "no_map": RunOpt("layout", Annotated[bool, typer.Option("--no-map", help="skip the 2-D UMAP map")],
@@ -145,7 +156,7 @@ RUN_OPTS: dict[str, RunOpt] = {
 }
 #: the groups commands take
 LOAD = ("device", "trust_pickle", "download")
-SCAN = ("k", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_time_cap", "repair", "repair_init")
+SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_time_cap", "repair", "repair_init")
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")

@@ -1,16 +1,18 @@
 """Exact cosine top-k by tiled matmuls, and the row helpers every kNN method shares.
 
 Row block × column tile matmuls with a running top-k per row; an n×n matrix is never built.
-When every row is searched in float32 (the CPU path), each pair's cosine is computed once
-(:func:`symmetric_knn`): half the multiply-adds.
-On CUDA the tiles are float16 (fp32 accumulation); on a CPU with native bf16 instructions
-(``avx512_bf16``/``amx_bf16``) bfloat16 (≈3× the fp32 rate there); else float32. When the tiles
-are 16-bit, ``k + RERANK_EXTRA`` candidates are kept and re-scored in float32; a row whose last
-candidate scores within the 16-bit error bound (:func:`low_precision_bound`) of its re-ranked k-th
-neighbour could hide a better row outside the candidates, and is searched again in float32. So the
-result equals the fp32 one (collapsed clusters of near-identical rows, such as Gemma-3's unused
-rows at cosine 0.9999, are where this matters: 32 extra fp16 candidates alone gave recall 0.988
-on a sample of its rows). Example: rows (1, 0),
+On the CPU every tile is read by a compiled selection kernel
+(:mod:`embscope.geometry.kernels`) that inserts only the similarities above a row's current k-th
+best; when every row is searched (:func:`symmetric_knn`) each pair's cosine is computed once, the
+tile ``X_a X_cᵀ`` feeding both blocks' rows: half the multiply-adds.
+
+Tile dtype. float32, or a 16-bit screen: bfloat16 on a CPU where it is faster (measured by
+:mod:`embscope.geometry.probe`, never assumed), float16 on CUDA. A 16-bit screen keeps
+``k + RERANK_EXTRA`` candidates per row, re-scores them in float32 (:func:`rerank_rows`), and
+a row whose last candidate scores within the 16-bit error bound (:func:`low_precision_bound`) of
+its re-ranked k-th neighbour could hide a better row outside the candidates: it is searched again
+in float32. So the result equals the float32 one (collapsed clusters of near-identical rows, such
+as Gemma-3's unused rows at cosine 0.9999, are where this matters). Example: rows (1, 0),
 (1, 1), (0, 1) with k = 1 give neighbours [1, 0, 1] and similarities [0.707, 0.707, 0.707].
 """
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 #: candidates kept beyond k when tiles are 16-bit, re-scored in fp32 (bf16 has an 8-bit mantissa:
-#: similarities are off by up to ~0.004; dense vocabularies such as SmolLM2's have dozens of rows
+#: similarities are off by up to ~0.012; dense vocabularies such as SmolLM2's have dozens of rows
 #: within that of the k-th neighbour: 8 extra gave recall 0.992 there, 32 gives ~1.0)
 RERANK_EXTRA = 32
 #: elements per similarity tile (64 Mi floats = 256 MiB in fp32)
@@ -36,6 +38,10 @@ NORM_BLOCK = 16384
 SYMMETRIC_BLOCK = 4096
 #: the all-rows fp32 search is symmetric from this many rows (below, one tile does it all)
 SYMMETRIC_FROM = 4096
+#: query rows per block and columns per tile of the CPU search of some rows (a 2048 × 8192 fp32
+#: tile is 64 MiB; the products stay large enough for BLAS to run at its full rate)
+QUERY_BLOCK = 2048
+COLUMN_TILE = 8192
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -52,12 +58,18 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def tile_dtype(device: "torch.device | str"):
-    """Matmul dtype for similarity tiles on ``device`` (see the module docstring)."""
+    """Matmul dtype for similarity tiles on ``device``: float16 on CUDA; on the CPU bfloat16 when
+    :func:`embscope.geometry.probe.gemm_rates` measures it faster than float32 here, else
+    float32 (whether it also pays after the re-search of unsafe rows is
+    :func:`embscope.geometry.probe.plan_tiles`'s question)."""
     import torch
 
     if torch.device(device).type == "cuda":
         return torch.float16
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    from embscope.geometry.probe import gemm_rates
+
+    r = gemm_rates(1024)
+    return torch.bfloat16 if r.rate("bfloat16") > r.rate("float32") else torch.float32
 
 
 def normalize_rows(x: "torch.Tensor") -> "torch.Tensor":
@@ -133,20 +145,172 @@ def _mask_self(tile, row_ids, col_ids):
 
 
 def exact_knn(xn: "torch.Tensor", k: int, *, rows: "torch.Tensor | None" = None, dtype=None,
-              progress: bool = True):
+              progress: bool = True, threads: int | None = None, offer: tuple | None = None):
     """Exact top-``k`` cosine neighbours of ``rows`` (default: all) among all rows of unit ``xn``.
 
-    Tiled: a block of query rows × a tile of columns at a time, a running top-m per row
-    (m = k, or k + RERANK_EXTRA when ``dtype`` is 16-bit, followed by an fp32 re-rank).
+    ``dtype``: tile dtype (default float32; a 16-bit dtype screens, then re-ranks in float32, see
+    the module docstring). ``threads``: intra-op threads on the CPU (default: torch's count).
+    ``offer``: see :func:`subset_knn` (CPU, some rows, float32 only).
     Returns (sims (r, k) float32, ids (r, k) int64), most similar first.
     """
     import torch
 
+    dtype = dtype or torch.float32
+    if xn.device.type != "cpu":
+        return _torch_knn(xn, k, rows=rows, dtype=dtype, progress=progress)
+    from embscope.geometry.probe import threads as using
+
+    with using(threads or torch.get_num_threads()):
+        if rows is None and xn.shape[0] > SYMMETRIC_FROM:
+            return symmetric_knn(xn, k, dtype=dtype, progress=progress)
+        rows = torch.arange(xn.shape[0]) if rows is None else rows.cpu()
+        return subset_knn(xn, rows, k, dtype=dtype, progress=progress, offer=offer)
+
+
+def _candidates(k: int, n: int, dtype) -> int:
+    """Candidates kept per row: k, or k + RERANK_EXTRA for a 16-bit screen (never more than n − 1)."""
+    import torch
+
+    return min(n - 1, k + RERANK_EXTRA if dtype != torch.float32 else k)
+
+
+def _finish(xn, rows, best_v, best_i, k: int, dtype, progress: bool):
+    """The result of a search whose running top-m is ``best_v``/``best_i`` (numpy, rows × m):
+    float32 tiles are done; 16-bit ones are re-ranked and their unsafe rows searched again."""
+    import numpy as np
+    import torch
+
+    n, d = xn.shape
+    m = best_v.shape[1]
+    if dtype == torch.float32:
+        return torch.from_numpy(best_v[:, :k]), torch.from_numpy(best_i[:, :k])
+    rows_np = np.asarray(rows, dtype=np.int64)
+    v, i = rerank_rows(xn, rows_np, best_i, min(k, m))
+    if m < n - 1:  # a row outside the m candidates may beat the k-th: redo those in fp32
+        unsafe = np.flatnonzero(best_v[:, -1] + low_precision_bound(dtype, d) >= v[:, -1])
+        if len(unsafe):
+            v32, i32 = subset_knn(xn, torch.from_numpy(rows_np[unsafe]), k, dtype=torch.float32, progress=False)
+            v[unsafe], i[unsafe] = v32.numpy(), i32.numpy()
+    return torch.from_numpy(v), torch.from_numpy(i)
+
+
+def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, progress: bool = True,
+               offer: tuple | None = None):
+    """Exact top-``k`` of the given ``rows`` among all rows of unit ``xn`` on the CPU: query blocks
+    × column tiles, each tile read by the compiled selection kernel (no sort of any tile).
+    ``offer``: (best_v, best_i) (n, m) lists of *every* row; with float32 tiles each row's cosines
+    to the searched rows are offered to its list too (:func:`~embscope.geometry.kernels.offer_cols`).
+    Returns (sims (r, k) float32, ids (r, k) int64)."""
+    import numpy as np
+    import torch
+
+    from embscope.geometry.kernels import offer_cols, select_into
+
+    dtype = dtype or torch.float32
+    n, d = xn.shape
+    xc = xn.float().contiguous()
+    if dtype != torch.float32:
+        offer = None  # 16-bit tiles are not the cosines themselves
+    xt = xc if dtype == torch.float32 else xc.to(dtype)
+    rows = rows.cpu().long()
+    r = len(rows)
+    m = _candidates(k, n, dtype)
+    best_v = np.full((r, m), -np.inf, dtype=np.float32)
+    best_i = np.full((r, m), -1, dtype=np.int64)
+    local = np.arange(r, dtype=np.int64)
+    col_ids = torch.arange(n)
+    starts = range(0, r, QUERY_BLOCK)
+    it = track(starts, total=len(starts), description="kNN exact") if progress else starts
+    for s in it:
+        r_ids = rows[s:s + QUERY_BLOCK]
+        q = xt[r_ids]                                                          # (b, d)
+        for c0 in range(0, n, COLUMN_TILE):
+            tile = (q @ xt[c0:c0 + COLUMN_TILE].T).float()                     # (b, cols)
+            _mask_self(tile, r_ids, col_ids[c0:c0 + COLUMN_TILE])
+            cols = np.arange(c0, c0 + tile.shape[1], dtype=np.int64)
+            t = tile.numpy()
+            select_into(t, local[s:s + len(r_ids)], cols, best_v, best_i)
+            if offer is not None:
+                offer_cols(t, cols, r_ids.numpy(), offer[0], offer[1])
+    return _finish(xc, rows.numpy(), best_v, best_i, k, dtype, progress)
+
+
+def symmetric_knn(xn: "torch.Tensor", k: int, *, block: int | None = None, dtype=None, progress: bool = True):
+    """Exact top-``k`` of every row of unit ``xn`` (on the CPU), each pair's cosine computed once.
+
+    ``cos(x_i, x_j) = cos(x_j, x_i)``, so the all-rows search needs only the tiles on and above
+    the block diagonal: the tile ``X_a X_bᵀ`` (a < b) feeds the running top-k of block a's rows
+    (along its columns) and of block b's rows (along its rows, i.e. the top-k of ``X_b X_aᵀ``).
+    That is n(n + B)/2 dot products instead of n², half the multiply-adds, for the same result
+    (ties aside: which of two equal similarities is kept may differ). Example: 3 blocks → tiles
+    (0,0), (0,1), (0,2), (1,1), (1,2), (2,2): 6 matmuls instead of 9.
+
+    Each tile is read twice by compiled kernels, once per orientation
+    (:func:`~embscope.geometry.kernels.select_into` along rows,
+    :func:`~embscope.geometry.kernels.select_cols_into` along columns, no transposed copy); they
+    insert only the similarities above a row's current k-th best (most elements are skipped after
+    a few tiles); sorting every tile (``topk``) cost ten times the matmul on narrow matrices
+    (GloVe's 50 columns). With ``dtype`` bfloat16 the tiles screen and the result is re-ranked as
+    in :func:`exact_knn`.
+
+    Returns (sims (n, k) float32, ids (n, k) int64), most similar first.
+    """
+    import numpy as np
+    import torch
+
+    from embscope.geometry.kernels import select_cols_into, select_into
+
+    dtype = dtype or torch.float32
+    n, d = xn.shape
+    b = block or max(1024, min(SYMMETRIC_BLOCK, n))
+    m = _candidates(k, n, dtype)
+    starts = list(range(0, n, b))
+    best_v = np.full((n, m), -np.inf, dtype=np.float32)
+    best_i = np.full((n, m), -1, dtype=np.int64)
+    ids = np.arange(n, dtype=np.int64)
+    pairs = [(a, c) for ai, a in enumerate(starts) for c in starts[ai:]]
+    it = track(pairs, total=len(pairs), description="kNN exact") if progress else pairs
+    xc = xn.cpu().float().contiguous()
+    xt = xc if dtype == torch.float32 else xc.to(dtype)
+    for a, c in it:
+        tile = (xt[a:a + b] @ xt[c:c + b].T).float()                            # (|a|, |c|)
+        if a == c:
+            tile.fill_diagonal_(-math.inf)
+        ia, ic = ids[a:a + tile.shape[0]], ids[c:c + tile.shape[1]]
+        t = tile.numpy()
+        select_into(t, ia, ic, best_v, best_i)
+        if a != c:
+            select_cols_into(t, ic, ia, best_v, best_i)
+    v, i = _finish(xc, ids, best_v, best_i, k, dtype, progress)
+    dev = xn.device
+    return v.to(dev), i.to(dev)
+
+
+def rerank_rows(xn: "torch.Tensor", rows, cand, k: int):
+    """Exact fp32 cosines of each row against its candidates, the best ``k`` kept (CPU, compiled:
+    :func:`~embscope.geometry.kernels.rerank_into`). ``rows`` (r,), ``cand`` (r, m) ids (-1 = none),
+    numpy. Returns numpy (sims (r, k) float32, ids (r, k) int64)."""
+    import numpy as np
+
+    from embscope.geometry.kernels import rerank_into
+
+    xs = np.ascontiguousarray(xn.float().numpy() if hasattr(xn, "numpy") else xn, dtype=np.float32)
+    r = len(rows)
+    out_v = np.empty((r, k), dtype=np.float32)
+    out_i = np.empty((r, k), dtype=np.int64)
+    rerank_into(xs, np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(cand, dtype=np.int64),
+                out_v, out_i)
+    return out_v, out_i
+
+
+def _torch_knn(xn: "torch.Tensor", k: int, *, rows: "torch.Tensor | None" = None, dtype=None,
+               progress: bool = True):
+    """:func:`exact_knn` on a CUDA device: torch tiles, ``topk`` per tile, the 16-bit re-rank
+    and the float32 re-search of unsafe rows in torch."""
+    import torch
+
     n, d = xn.shape
     dev = xn.device
-    dtype = dtype or torch.float32
-    if rows is None and dtype == torch.float32 and n > SYMMETRIC_FROM and dev.type == "cpu":
-        return symmetric_knn(xn, k, progress=progress)
     rows = torch.arange(n, device=dev) if rows is None else rows.to(dev)
     low = dtype != torch.float32
     m = min(n - 1, k + RERANK_EXTRA if low else k)
@@ -183,61 +347,44 @@ def exact_knn(xn: "torch.Tensor", k: int, *, rows: "torch.Tensor | None" = None,
     return torch.cat(out_v), torch.cat(out_i)
 
 
-def symmetric_knn(xn: "torch.Tensor", k: int, *, block: int | None = None, progress: bool = True):
-    """Exact fp32 top-``k`` of every row of unit ``xn`` (on the CPU), each pair's cosine computed once.
-
-    ``cos(x_i, x_j) = cos(x_j, x_i)``, so the all-rows search needs only the tiles on and above
-    the block diagonal: the tile ``X_a X_bᵀ`` (a < b) feeds the running top-k of block a's rows
-    (along its columns) and of block b's rows (along its rows, i.e. the top-k of ``X_b X_aᵀ``).
-    That is n(n + B)/2 dot products instead of n², half the multiply-adds, for the same result
-    (ties aside: which of two equal similarities is kept may differ). Example: 3 blocks → tiles
-    (0,0), (0,1), (0,2), (1,1), (1,2), (2,2): 6 matmuls instead of 9.
-
-    Each tile is read by the compiled :func:`~embscope.geometry.kernels.select_into`, which
-    inserts only the similarities above a row's current k-th best (most elements are skipped after
-    a few tiles); sorting every tile (``topk``) cost ten times the matmul on narrow matrices
-    (GloVe's 50 columns).
-
-    Returns (sims (n, k) float32, ids (n, k) int64), most similar first.
-    """
-    import numpy as np
-    import torch
-
-    from embscope.geometry.kernels import select_into
-
-    n, d = xn.shape
-    b = block or max(1024, min(SYMMETRIC_BLOCK, n))
-    m = min(k, n - 1)
-    starts = list(range(0, n, b))
-    best_v = np.full((n, m), -np.inf, dtype=np.float32)
-    best_i = np.full((n, m), -1, dtype=np.int64)
-    ids = np.arange(n, dtype=np.int64)
-    pairs = [(a, c) for ai, a in enumerate(starts) for c in starts[ai:]]
-    it = track(pairs, total=len(pairs), description="kNN exact") if progress else pairs
-    xc = xn.cpu().float()
-    for a, c in it:
-        qa, qc = xc[a:a + b], xc[c:c + b]
-        tile = qa @ qc.T                                                        # (|a|, |c|) fp32
-        if a == c:
-            tile.fill_diagonal_(-math.inf)
-        ia, ic = ids[a:a + len(qa)], ids[c:c + len(qc)]
-        select_into(tile.numpy(), ia, ic, best_v, best_i)
-        if a != c:
-            select_into(tile.T.contiguous().numpy(), ic, ia, best_v, best_i)
-    dev = xn.device
-    return torch.from_numpy(best_v).to(dev), torch.from_numpy(best_i).to(dev)
-
-
 def low_precision_bound(dtype, d: int) -> float:
-    """Largest error of a cosine of two unit rows rounded to ``dtype`` (16-bit) and summed in fp32.
+    """Largest error of a cosine of two unit rows rounded to ``dtype`` (16-bit), multiplied with
+    float32 accumulation, and returned in ``dtype`` (torch gives 16-bit products on the CPU and on
+    CUDA alike).
 
     Rounding each entry costs a relative error ≤ u (unit roundoff: 2^-11 for float16, 2^-8 for
-    bfloat16), so |â·b̂ − a·b| ≤ (2u + u²)·Σ|a_i b_i| ≤ 2u + u² for unit rows (Cauchy–Schwarz), plus
-    at most d·2^-24 from the fp32 accumulation (Higham, *Accuracy and Stability of Numerical
-    Algorithms*, 2002, §3.1). A row whose m-th 16-bit candidate scores within this of its re-ranked
-    k-th neighbour may have a true neighbour outside the candidates, and is searched again in fp32.
+    bfloat16), so |â·b̂ − a·b| ≤ (2u + u²)·Σ|a_i b_i| ≤ 2u + u² for unit rows (Cauchy–Schwarz);
+    the float32 accumulation adds at most d·2^-24 times Σ|â_i b̂_i| (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, 2002, §3.1); rounding the sum back to ``dtype`` adds u
+    times its magnitude (≤ 1 plus the errors before). Example: bfloat16 at d = 3584:
+    2·2^-8 + 2^-16 ≈ 0.00783, accumulation 0.00021, output 0.00392: 0.01196. A row whose m-th
+    16-bit candidate scores within this of its re-ranked k-th neighbour may have a true
+    neighbour outside the candidates, and is searched again in fp32.
     """
     import torch
 
     u = 2.0 ** -11 if dtype == torch.float16 else 2.0 ** -8
-    return 2 * u + u * u + d * 2.0 ** -24
+    inputs = 2 * u + u * u
+    accumulate = d * 2.0 ** -24 * (1 + inputs)
+    return inputs + accumulate + u * (1 + inputs + accumulate)
+
+
+def nearest_cosine(x: "torch.Tensor", rows) -> "np.ndarray":
+    """Exact cosine of each of ``rows`` to its nearest other row of ``x`` (any dtype, not
+    normalised), as exact search computes it: 1 − this is the row's exact isolation. Costs
+    len(rows)·n·d multiply-adds (the tile dtype by :func:`embscope.geometry.probe.plan_tiles`:
+    bf16 screening pays only where top-1 gaps exceed its error bound, so half the rows are priced
+    as unsafe). Example: rows (1, 0), (1, 1), (0, 1), rows [0] → [0.7071]."""
+    import numpy as np
+    import torch
+
+    from embscope.geometry.probe import plan_tiles
+
+    rows = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+    if not len(rows):
+        return np.zeros(0, dtype=np.float32)
+    xn = normalize_rows(x.cpu())
+    n, d = xn.shape
+    plan = plan_tiles(len(rows) * n * d, d, unsafe=0.5)
+    v, _ = exact_knn(xn, 1, rows=rows, dtype=plan.torch_dtype(), threads=plan.threads, progress=False)
+    return v[:, 0].numpy()

@@ -87,6 +87,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embscope.geometry.principal import (_first_pc_exact, first_principal_component,  # noqa: F401
+                                         magikarp_similarity, top_eigvec_subspace)
 from embscope.geometry.reference import Reference, discover_reference
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -166,135 +168,6 @@ def row_norms(m: "torch.Tensor") -> np.ndarray:
                            for s in range(0, m.shape[0], BLOCK)])
 
 
-#: subspace iteration stops early (for ``eigh``) when the Ritz values give λq/λ1 above this: with
-#: Rayleigh–Ritz each pass shrinks the top vector's error by about λ_{q+1}/λ1 (≤ λq/λ1), and
-#: 0.6^(2·24) < 1e-10, the tolerance on 1 − |cos|, so below it ``max_iter`` passes suffice
-GAP_GIVE_UP = 0.6
-#: widths from which the first principal component is found by subspace iteration instead of a
-#: d × d covariance and ``eigh`` (which cost n·d² + d³: minutes at 152064 × 3584 on 2 cores)
-SUBSPACE_FROM_DIM = 1024
-
-
-def first_principal_component(m: "torch.Tensor") -> "torch.Tensor":
-    """Unit top eigenvector of the covariance of all rows, ``C = MᵀM/n − μμᵀ`` (a centred PCA fit).
-
-    Narrow matrices: ``MᵀM`` is accumulated over row blocks (float32 products summed in float64),
-    then ``C`` is decomposed exactly (``eigh``, d × d). From :data:`SUBSPACE_FROM_DIM` columns:
-    :func:`top_eigvec_subspace`, falling back to the exact path if it does not converge.
-    Example: rows (1, 0.1), (1, 0.2), (1, −0.2), (1, −0.1) vary only along y, so c = ±(0, 1) — an
-    uncentred fit would return ≈ (1, 0) instead.
-    """
-    if m.shape[1] >= SUBSPACE_FROM_DIM:
-        c = top_eigvec_subspace(m)
-        if c is not None:
-            return c
-    return _first_pc_exact(m)
-
-
-def top_eigvec_subspace(m: "torch.Tensor", q: int = 8, tol: float = 1e-10, max_iter: int = 24,
-                        seed: int = 0) -> "torch.Tensor | None":
-    """Top eigenvector of ``C = MᵀM/n − μμᵀ`` by block subspace iteration with Rayleigh–Ritz
-    (Golub & Van Loan, *Matrix Computations*, 4th ed., §8.2.4), or ``None`` if unconverged.
-
-    Each iteration multiplies a d × q orthonormal basis by ``C`` in one pass over the rows
-    (``C·Q = Mᵀ(M·Q)/n − μ(μᵀQ)``, never forming ``C``), takes the top eigenvector of the q × q
-    projection ``QᵀCQ``, and stops when it moves by less than ``tol`` (1 − |cos|). The error in
-    the direction shrinks like (λ_{q+1}/λ_1)^iterations. Cost per iteration 2·n·d·q against the
-    exact path's n·d² + d³. On SmolLM2 and Gemma-3 it agrees with ``eigh`` to |cos| 1 − 1e-10
-    in 6–7 iterations. A spectrum whose top eigenvalues are nearly equal (synthetic rows around
-    many equally spread centres) converges slowly: it gives up (``None``) when the third pass's
-    Ritz values put λq/λ1 above :data:`GAP_GIVE_UP`, or after ``max_iter`` passes.
-    """
-    import torch
-
-    n, d = m.shape
-    g = torch.Generator().manual_seed(seed)
-    basis = torch.linalg.qr(torch.randn(d, q, generator=g, dtype=torch.float64))[0].to(m.device)
-    mu = torch.zeros(d, dtype=torch.float64, device=m.device)
-    for s in range(0, n, BLOCK):
-        mu += m[s:s + BLOCK].double().sum(0)
-    mu /= n
-    prev = None
-    for it in range(max_iter):
-        yt = torch.zeros(q, d, dtype=torch.float64, device=m.device)
-        qf = basis.float()
-        for s in range(0, n, BLOCK):
-            blk = m[s:s + BLOCK].float()
-            # (M·Q)ᵀ·M, not Mᵀ·(M·Q): the same product, but the thin transposed gemm is 3× slower
-            yt += ((blk @ qf).T @ blk).double()
-        y = yt.T / n - torch.outer(mu, mu @ basis)
-        h = basis.T @ y
-        w, u = torch.linalg.eigh(((h + h.T) / 2).cpu())
-        if it >= 2 and float(w[0]) > GAP_GIVE_UP * float(w[-1]):
-            return None  # λq/λ1 this close to 1 needs more passes than max_iter
-        v = basis @ u[:, -1].to(m.device)
-        v = v / torch.linalg.vector_norm(v)
-        if prev is not None and 1.0 - abs(float(v @ prev)) < tol:
-            return v
-        prev = v
-        basis = torch.linalg.qr(y)[0]
-    return None
-
-
-def _first_pc_exact(m: "torch.Tensor") -> "torch.Tensor":
-    """The exact path of :func:`first_principal_component`: covariance, then ``eigh``."""
-    import torch
-
-    d = m.shape[1]
-    gram = torch.zeros(d, d, dtype=torch.float64, device=m.device)
-    total = torch.zeros(d, dtype=torch.float64, device=m.device)
-    for s in range(0, m.shape[0], BLOCK):
-        blk = m[s:s + BLOCK].float()
-        gram += _gram(blk)
-        total += blk.double().sum(0)
-    if m.device.type == "cpu":  # _gram filled the upper triangle only
-        gram = torch.triu(gram) + torch.triu(gram, 1).T
-    n = m.shape[0]
-    mu = total / n
-    cov = gram / n - torch.outer(mu, mu)
-    from scipy.linalg import eigh
-
-    # only the top eigenpair (LAPACK's MRRR driver): half the time of every eigenvector
-    _, vec = eigh(cov.cpu().numpy(), subset_by_index=[d - 1, d - 1], driver="evr")
-    return torch.from_numpy(vec[:, 0]).to(m.device)
-
-
-def _gram(blk: "torch.Tensor") -> "torch.Tensor":
-    """``blkᵀ·blk`` (d × d) in float64. On the CPU only its upper triangle, by BLAS's symmetric
-    rank-k update (``ssyrk``): half the multiply-adds of a general product (a 16384 × 3584
-    block: 1.71 s instead of 4.04 s on 2 cores); the caller mirrors it once at the end."""
-    if blk.device.type != "cpu":
-        return (blk.T @ blk).double()
-    import torch
-    from scipy.linalg.blas import ssyrk
-
-    a = blk.contiguous().numpy().T  # (d, c), Fortran order: BLAS reads it without a copy
-    return torch.from_numpy(ssyrk(1.0, a, trans=0, lower=0)).double()
-
-
-def magikarp_similarity(m: "torch.Tensor", ref: Sequence[int]) -> np.ndarray | None:
-    """``cos(u'_i, mean_{j∈ref} u'_j)`` with ``u' = u − (u·c) c`` (see the module docstring)."""
-    import torch
-
-    c = first_principal_component(m)
-    r = m[torch.as_tensor(list(ref), device=m.device)].double()
-    r = (r - (r @ c).unsqueeze(1) * c).mean(0)
-    if float(torch.linalg.vector_norm(r)) < 1e-12:
-        return None  # the reference rows are all zero (or cancel out): no direction to compare to
-    r = r / torch.linalg.vector_norm(r)
-    # float64 input stays float64; anything narrower is projected in float32 (a float64 copy of
-    # every block cost 5× the time at 152064 × 3584, for cosines that need no 16 digits)
-    work = torch.float64 if m.dtype == torch.float64 else torch.float32
-    cw, rw = c.to(work), r.to(work)
-    out = []
-    for s in range(0, m.shape[0], BLOCK):
-        blk = m[s:s + BLOCK].to(work)
-        blk = blk - (blk @ cw).unsqueeze(1) * cw
-        nrm = torch.linalg.vector_norm(blk, dim=1).double()
-        out.append(torch.where(nrm > 0, (blk @ rw).double() / nrm.clamp_min(1e-300), torch.zeros_like(nrm)))
-    return torch.cat(out).cpu().numpy()
-
-
 def robust_z(values: np.ndarray, fit: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, float, float]:
     """``(v − median) / max(1.4826 · MAD, floor)`` with median and MAD over ``values[fit]``.
 
@@ -322,19 +195,32 @@ def _back(name: str, med: float) -> float:
     return 1.0 - math.exp(-med) if name == "knot" else med
 
 
-def evidence(raw: dict[str, np.ndarray], fit_rows: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Robust z per indicator, signed toward "untrained" (norms: low side, via ``−log``)."""
+def transform(name: str, v: np.ndarray) -> np.ndarray:
+    """The scale an indicator's robust z is taken on: ``−log`` of the norms, ``−log(1 − knot)``
+    (capped at 1 − 1e-6), the value itself otherwise. Example: knot 0.99 → 4.61."""
+    if name.endswith("_norm"):
+        return -np.log(np.maximum(v, 1e-30))
+    if name == "knot":
+        return -np.log(np.maximum(1.0 - v, 1e-6))
+    return v
+
+
+def evidence(raw: dict[str, np.ndarray], fit_rows: np.ndarray,
+             fixed: dict[str, tuple[float, float]] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Robust z per indicator, signed toward "untrained" (norms: low side, via ``−log``).
+
+    ``fixed``: indicator -> (median, scale) on the transformed scale, used instead of fitting them
+    on ``raw`` (the certified graph's sample estimates, :mod:`embscope.geometry.certify`)."""
     zs: dict[str, np.ndarray] = {}
     fit: dict[str, Any] = {}
     for name, v in raw.items():
         low = name.endswith("_norm")
-        if low:
-            x = -np.log(np.maximum(v, 1e-30))
-        elif name == "knot":
-            x = -np.log(np.maximum(1.0 - v, 1e-6))
+        x = transform(name, v)
+        if fixed and name in fixed:
+            med, scale = fixed[name]
+            z = (x - med) / scale
         else:
-            x = v
-        z, med, scale = robust_z(x, fit_rows, MIN_SCALE.get(name, 0.0))
+            z, med, scale = robust_z(x, fit_rows, MIN_SCALE.get(name, 0.0))
         zs[name] = z
         fit[name] = {"side": "low" if low else "high",
                      "median": _back(name, med), "scale": scale,
@@ -393,16 +279,28 @@ def neighbour_spread(norms: np.ndarray, neighbors: np.ndarray, sims: np.ndarray)
     return out
 
 
-def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Sequence[str],
-                       strings: Sequence[str], neighbor_sims: np.ndarray, *, vocab: "Vocabulary | None" = None,
-                       unused_ids: Sequence[int] | None = None, threshold: float = DEFAULT_THRESHOLD,
-                       neighbors: np.ndarray | None = None) -> Indicators:
-    """All indicator columns for one model. ``neighbor_sims`` (n, k), sorted descending, from the
-    kNN graph of ``embed`` (``neighbors``, the same graph's ids, turns on the collapse gate);
-    ``categories`` one per row (``normal`` rows not in the reference fit the
-    z-scores); ``strings`` the display string per row (placeholder names); ``vocab`` finds byte
-    tokens for the reference set.
-    """
+@dataclass
+class Prepared:
+    """What the indicators need besides the kNN graph (computed once; the certified graph uses it
+    before its graph exists)."""
+
+    in_norm: np.ndarray
+    out_norm: np.ndarray
+    zero: np.ndarray
+    reference: Reference
+    #: rows the robust z's are fitted on: ``normal``, not in the reference, not zero
+    fit_rows: np.ndarray
+    #: Magikarp's similarity, NaN without a reference
+    magikarp: np.ndarray
+    #: whether Magikarp's indicator exists on this model
+    has_magikarp: bool
+    tied: bool
+
+
+def prepare(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Sequence[str],
+            strings: Sequence[str], *, vocab: "Vocabulary | None" = None,
+            unused_ids: Sequence[int] | None = None) -> Prepared:
+    """Norms, zero rows, the reference set, the rows that fit the z's and Magikarp's similarity."""
     n = embed.shape[0]
     cats = np.asarray(categories)
     in_norm = row_norms(embed)
@@ -422,18 +320,76 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
 
     mk = magikarp_similarity(output if output is not None else embed, ref.ids) if ref.ids else None
     magikarp = np.full(n, np.nan) if mk is None else mk
+    return Prepared(in_norm=in_norm, out_norm=out_norm, zero=zero, reference=ref, fit_rows=fit_rows,
+                    magikarp=magikarp, has_magikarp=mk is not None, tied=output is None)
+
+
+def _raw(prep: Prepared, knot: np.ndarray | None = None, isolation: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    raw = {"in_norm": prep.in_norm}
+    if not prep.tied:
+        raw["out_norm"] = prep.out_norm
+    if prep.has_magikarp:
+        raw["magikarp"] = prep.magikarp
+    if knot is not None:
+        raw["knot"] = knot
+    if isolation is not None:
+        raw["isolation"] = isolation
+    return raw
+
+
+def _drift(hits_mk: np.ndarray, prep: Prepared, fit: dict[str, Any]) -> np.ndarray:
+    """Rows whose Magikarp evidence fired but stop short of the unused rows (the ``drift`` gate);
+    records the reference rows' median in ``fit``."""
+    live_ref = [i for i in prep.reference.ids if not prep.zero[i]]  # a zero row has no direction
+    med_ref = float(np.nanmedian(prep.magikarp[live_ref])) if live_ref else math.nan
+    med_fit = fit["magikarp"]["median"]
+    fit["magikarp"]["reference_median"] = med_ref
+    if not med_ref > med_fit:  # (NaN compares false: no gate)
+        return np.zeros_like(hits_mk)
+    position = (prep.magikarp - med_fit) / (med_ref - med_fit)
+    return hits_mk & ~(position >= MAGIKARP_POSITION)
+
+
+def graph_free_flags(prep: Prepared, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
+    """Rows flagged without the kNN graph: zero rows, and the norms' and Magikarp's evidence at or
+    above ``threshold`` (Magikarp after its gate) — exactly the flags :func:`compute_indicators`
+    raises from those indicators, whatever the graph."""
+    zs, fit = evidence(_raw(prep), prep.fit_rows)
+    flagged = prep.zero.copy()
+    for name, z in zs.items():
+        hit = np.nan_to_num(z, nan=-np.inf) >= threshold
+        if name == "magikarp":
+            hit &= ~_drift(hit, prep, fit)
+        flagged |= hit
+    return flagged
+
+
+def collapse_spread(prep_norms: np.ndarray, neighbors: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """The collapse gate's δ over the ⌈k/2⌉ nearest rows (:func:`neighbour_spread`)."""
+    half = max(1, math.ceil(sims.shape[1] / 2))  # the collapse must hold half the neighbourhood
+    return neighbour_spread(prep_norms, np.asarray(neighbors)[:, :half], np.asarray(sims)[:, :half])
+
+
+def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Sequence[str],
+                       strings: Sequence[str], neighbor_sims: np.ndarray, *, vocab: "Vocabulary | None" = None,
+                       unused_ids: Sequence[int] | None = None, threshold: float = DEFAULT_THRESHOLD,
+                       neighbors: np.ndarray | None = None, prepared: Prepared | None = None,
+                       knn_fit: dict[str, tuple[float, float]] | None = None) -> Indicators:
+    """All indicator columns for one model. ``neighbor_sims`` (n, k), sorted descending, from the
+    kNN graph of ``embed`` (``neighbors``, the same graph's ids, turns on the collapse gate);
+    ``categories`` one per row (``normal`` rows not in the reference fit the
+    z-scores); ``strings`` the display string per row (placeholder names); ``vocab`` finds byte
+    tokens for the reference set. ``prepared``: :func:`prepare`'s result, when already computed.
+    ``knn_fit``: {``knot``/``isolation``: (median, scale)} on the transformed scale, instead of
+    fitting them on these rows (the certified graph's sample estimates).
+    """
+    prep = prepared or prepare(embed, output, categories, strings, vocab=vocab, unused_ids=unused_ids)
+    zero, fit_rows, ref, in_norm = prep.zero, prep.fit_rows, prep.reference, prep.in_norm
 
     sims = np.asarray(neighbor_sims, dtype=np.float64)
     knot = sims.mean(axis=1)
     isolation = 1.0 - sims[:, 0]
-    raw = {"in_norm": in_norm}
-    if output is not None:
-        raw["out_norm"] = out_norm
-    if mk is not None:
-        raw["magikarp"] = magikarp
-    raw["knot"] = knot
-    raw["isolation"] = isolation
-    zs, fit = evidence(raw, fit_rows)
+    zs, fit = evidence(_raw(prep, knot, isolation), fit_rows, fixed=knn_fit)
 
     scored = np.vstack([np.nan_to_num(zs[k], nan=-np.inf) for k in SCORED if k in zs])
     score = scored.max(axis=0)
@@ -441,23 +397,16 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
     hits = {k: np.nan_to_num(zs[k], nan=-np.inf) >= threshold for k in SCORED if k in zs}
     spread = None
     if neighbors is not None:  # the collapse gate on the knot
-        half = max(1, math.ceil(sims.shape[1] / 2))  # the collapse must hold half the neighbourhood
-        spread = neighbour_spread(in_norm, np.asarray(neighbors)[:, :half], sims[:, :half])
+        spread = collapse_spread(in_norm, neighbors, sims)
         family = hits["knot"] & ~(np.nan_to_num(spread, nan=np.inf) <= COLLAPSE_SPREAD)
         hits["knot"] = hits["knot"] & ~family
         for i in np.flatnonzero(family):
             why[i] = why[i].replace("knot", "family")
     if "magikarp" in hits:  # the position gate on the Magikarp indicator
-        live_ref = [i for i in ref.ids if not zero[i]]  # a zero row has no direction (similarity 0)
-        med_ref = float(np.nanmedian(magikarp[live_ref])) if live_ref else math.nan
-        med_fit = fit["magikarp"]["median"]
-        fit["magikarp"]["reference_median"] = med_ref
-        if med_ref > med_fit:  # (NaN compares false: no gate)
-            position = (magikarp - med_fit) / (med_ref - med_fit)
-            drift = hits["magikarp"] & ~(position >= MAGIKARP_POSITION)
-            hits["magikarp"] = hits["magikarp"] & ~drift
-            for i in np.flatnonzero(drift):
-                why[i] = why[i].replace("magikarp", "drift")
+        drift = _drift(hits["magikarp"], prep, fit)
+        hits["magikarp"] = hits["magikarp"] & ~drift
+        for i in np.flatnonzero(drift):
+            why[i] = why[i].replace("magikarp", "drift")
     flagged = zero.copy()
     for h in hits.values():
         flagged |= h
@@ -467,7 +416,7 @@ def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", cat
     for tag in ("family", "drift"):
         fit["run"][f"{tag}_unflagged"] = int((np.asarray([w is not None and tag in w for w in why]) & fit_rows
                                               & ~flagged).sum())
-    return Indicators(in_norm=in_norm, out_norm=out_norm, zero_row=zero, magikarp_sim=magikarp, knot=knot,
+    return Indicators(in_norm=in_norm, out_norm=prep.out_norm, zero_row=zero, magikarp_sim=prep.magikarp, knot=knot,
                       isolation=isolation, knn_sim_k=sims[:, -1].copy(), z=zs, undertrained_score=score,
                       flagged=flagged, isolated=isolated, flag_reason=why,
                       threshold=threshold, reference=ref, fit=fit, note=note, spread=spread)

@@ -26,8 +26,39 @@ Kernels:
     neighbour": on Gemma-3's diffuse rows two passes lift an IVF graph's recall@10 from ≈ 0.6 to
     above 0.9.
 
-Both run rows in parallel; each row's top-m is written by one thread only and ties keep the
-earlier candidate, so results do not depend on the thread count.
+``select_cols_into(tile, cols, members, best_v, best_i)``
+    The same insertion along the tile's *columns*: column ``j`` is query ``cols[j]`` and tile row
+    ``a`` is candidate ``members[a]``. The symmetric exact search reads each tile ``X_a X_cᵀ`` once
+    per orientation with it, instead of copying its transpose (a 4096 × 4096 fp32 tile is 64 MiB).
+    Threads own disjoint column ranges and read the tile row by row, so every read is contiguous.
+
+``offer_cols(tile, cols, members, best_v, best_i)``
+    :func:`select_cols_into` for lists that already hold other candidates: a member already in a
+    column's list is not inserted twice. Exact search of some rows computes, in the same tiles,
+    every other row's cosine to them; the certified graph offers those to every row's list (a free
+    lower bound, rank by rank). One thread per column: columns are distinct rows, so no two threads
+    write one list.
+
+``rerank_into(xn, rows, cand, out_v, out_i)``
+    Exact float32 cosines of each row ``rows[t]`` against its candidate ids ``cand[t]`` (-1 =
+    none), the best ``k`` kept (``out_v`` descending). The dot products are read straight from
+    ``xn``: no (rows, m, d) gather is ever built (that copy, not the arithmetic, dominated the
+    16-bit path's re-rank).
+
+``count_at_least``, ``score_pairs``, ``insert_pairs``
+    The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
+    entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
+    listed), scored exactly in float32 on the full rows ``xn``; pairs at or above ``tau`` go into
+    both rows' top-m (serially: a pair writes two rows). Example: screen bound 0.991, exact
+    cosine 0.97 with ``tau`` 0.98 → rejected.
+
+``merge_into(best_v, best_i, new_v, new_i)``
+    Each row's top-m of two candidate lists, ids kept once (an approximate graph's neighbours and
+    the near-duplicate join's partners: both are real rows' exact cosines, so the merge is still a
+    lower bound of the exact list, rank by rank).
+
+All run rows (or columns) in parallel; each row's top-m is written by one thread only and ties keep
+the earlier candidate, so results do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -47,6 +78,27 @@ def _jit(fn):
         return numba.njit(parallel=True, fastmath=True, cache=False)(fn), False
 
 
+@numba.njit(cache=True, inline="always")
+def _push(best_v, best_i, r, v, j):  # pragma: no cover - compiled
+    """Insert (v, j) into row r's list, sorted descending, dropping its last entry."""
+    p = best_v.shape[1] - 1
+    while p > 0 and best_v[r, p - 1] < v:
+        best_v[r, p] = best_v[r, p - 1]
+        best_i[r, p] = best_i[r, p - 1]
+        p -= 1
+    best_v[r, p] = v
+    best_i[r, p] = j
+
+
+@numba.njit(cache=True, inline="always")
+def _holds(best_i, r, j):  # pragma: no cover - compiled
+    """Whether row r's list already holds id j."""
+    for p in range(best_i.shape[1]):
+        if best_i[r, p] == j:
+            return True
+    return False
+
+
 def _select_into(tile, rows, members, best_v, best_i):  # pragma: no cover - compiled
     b, n_cols = tile.shape
     m = best_v.shape[1]
@@ -56,13 +108,7 @@ def _select_into(tile, rows, members, best_v, best_i):  # pragma: no cover - com
         for j in range(n_cols):
             v = tile[a, j]
             if v > thr:
-                p = m - 1
-                while p > 0 and best_v[r, p - 1] < v:
-                    best_v[r, p] = best_v[r, p - 1]
-                    best_i[r, p] = best_i[r, p - 1]
-                    p -= 1
-                best_v[r, p] = v
-                best_i[r, p] = members[j]
+                _push(best_v, best_i, r, v, members[j])
                 thr = best_v[r, m - 1]
 
 
@@ -88,12 +134,7 @@ def _refine(xn, nb, nb_new, rev, rev_new, best_v, best_i, best_new):  # pragma: 
                 for t in range(d):
                     s += xn[i, t] * xn[c, t]
                 if s > thr:
-                    dup = False
-                    for p in range(m):
-                        if best_i[i, p] == c:
-                            dup = True
-                            break
-                    if dup:
+                    if _holds(best_i, i, c):
                         continue
                     p = m - 1
                     while p > 0 and best_v[i, p - 1] < s:
@@ -107,10 +148,127 @@ def _refine(xn, nb, nb_new, rev, rev_new, best_v, best_i, best_new):  # pragma: 
                     thr = best_v[i, m - 1]
 
 
+#: columns per thread chunk of :func:`select_cols_into` (64 floats: one 256-byte run of each tile row)
+COL_CHUNK = 64
+
+
+def _select_cols_into(tile, cols, members, best_v, best_i):  # pragma: no cover - compiled
+    b, n_cols = tile.shape
+    m = best_v.shape[1]
+    n_chunks = (n_cols + COL_CHUNK - 1) // COL_CHUNK
+    for ch in numba.prange(n_chunks):
+        j0 = ch * COL_CHUNK
+        j1 = min(n_cols, j0 + COL_CHUNK)
+        thr = np.empty(j1 - j0, dtype=np.float32)
+        for j in range(j0, j1):
+            thr[j - j0] = best_v[cols[j], m - 1]
+        for a in range(b):
+            for j in range(j0, j1):
+                v = tile[a, j]
+                if v > thr[j - j0]:
+                    r = cols[j]
+                    _push(best_v, best_i, r, v, members[a])
+                    thr[j - j0] = best_v[r, m - 1]
+
+
+def _offer_cols(tile, cols, members, best_v, best_i):  # pragma: no cover - compiled
+    b, n_cols = tile.shape
+    m = best_v.shape[1]
+    for j in numba.prange(n_cols):
+        r = cols[j]
+        for a in range(b):
+            v = tile[a, j]
+            if not v > best_v[r, m - 1]:
+                continue
+            if not _holds(best_i, r, members[a]):
+                _push(best_v, best_i, r, v, members[a])
+
+
+def _rerank_into(xn, rows, cand, out_v, out_i):  # pragma: no cover - compiled
+    r, m = cand.shape
+    k = out_v.shape[1]
+    d = xn.shape[1]
+    for t in numba.prange(r):
+        i = rows[t]
+        for p in range(k):
+            out_v[t, p] = -np.inf
+            out_i[t, p] = -1
+        for a in range(m):
+            j = cand[t, a]
+            if j < 0:
+                continue
+            s = np.float32(0.0)
+            for e in range(d):
+                s += xn[i, e] * xn[j, e]
+            if s > out_v[t, k - 1]:
+                _push(out_v, out_i, t, s, j)
+
+
+def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
+    b, c = tile.shape
+    for a in numba.prange(b):
+        n = 0
+        for t in range(c):
+            if tile[a, t] >= thr and not (same and t <= a):
+                n += 1
+        out[a] = n
+
+
+def _score_pairs(xn, rows, cols, tile, thr, same, starts, pi, pj, ps):  # pragma: no cover - compiled
+    b, c = tile.shape
+    d = xn.shape[1]
+    for a in numba.prange(b):
+        q = starts[a]
+        i = rows[a]
+        for t in range(c):
+            if tile[a, t] >= thr and not (same and t <= a):
+                j = cols[t]
+                s = np.float32(0.0)
+                for e in range(d):
+                    s += xn[i, e] * xn[j, e]
+                pi[q] = i
+                pj[q] = j
+                ps[q] = s
+                q += 1
+
+
+def _insert_pairs(pi, pj, ps, tau, best_v, best_i, count):  # pragma: no cover - compiled
+    m = best_v.shape[1]
+    for q in range(len(pi)):
+        s = ps[q]
+        if s < tau:
+            continue
+        for side in range(2):
+            r = pi[q] if side == 0 else pj[q]
+            j = pj[q] if side == 0 else pi[q]
+            count[r] += 1
+            if s > best_v[r, m - 1]:
+                _push(best_v, best_i, r, s, j)
+
+
+def _merge_into(best_v, best_i, new_v, new_i):  # pragma: no cover - compiled
+    n, m = best_v.shape
+    for r in numba.prange(n):
+        for a in range(new_v.shape[1]):
+            j = new_i[r, a]
+            v = new_v[r, a]
+            if j < 0 or not v > best_v[r, m - 1]:
+                continue
+            if not _holds(best_i, r, j):
+                _push(best_v, best_i, r, v, j)
+
+
 select_into, _c1 = _jit(_select_into)
 refine, _c2 = _jit(_refine)
+select_cols_into, _c3 = _jit(_select_cols_into)
+rerank_into, _c4 = _jit(_rerank_into)
+merge_into, _c7 = _jit(_merge_into)
+offer_cols, _c8 = _jit(_offer_cols)
+count_at_least, _c5 = _jit(_count_at_least)
+score_pairs, _c6 = _jit(_score_pairs)
+insert_pairs = numba.njit(cache=True)(_insert_pairs)  # serial: a pair writes two rows' lists
 #: whether the kernels' machine code is cached on disk
-CACHED = _c1 and _c2
+CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8
 
 
 def reverse_lists(nb: np.ndarray, width: int, seed: int = 0, new: np.ndarray | None = None):

@@ -24,12 +24,18 @@ Methods:
     FAISS's HNSW graph: cost about linear in n, good on narrow or clustered rows (GloVe), poor on
     wide diffuse rows with hubs (a real 7B LM head).
 
-``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``. Otherwise it times exact search on
-the recall sample (so exact's cost is measured, not assumed), builds a pilot HNSW graph on a
-subset and measures how far the indicators it would feed are from exact ones
-(:func:`embscope.geometry.hnsw.pilot`), estimates the work of ``ivf`` and ``refined`` from the
-tuning sample, and runs the cheapest plan that qualifies (:mod:`embscope.geometry.approx`), or
-exact search when every plan would cost more than a third of it.
+``certified`` (:mod:`embscope.geometry.certify`)
+    An approximate graph whose *decisions* are exact search's: the near-duplicate join proves which
+    rows can be collapsed, a sample with exact neighbours places the cuts with intervals, and every
+    row a decision or a listed figure depends on is searched exactly (m × n × d, not n² × d). Rows
+    not searched exactly keep graph values (knot a lower bound, isolation an upper bound).
+
+Every approximate method returns k real neighbours for every row: a row the index left short
+(an IVF list smaller than k, planted clusters with ``nprobe`` 1) is searched exactly.
+
+``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; above, ``certified`` when its
+estimated time (:func:`certified_estimate`, from the GEMM rates measured here) is below exact
+search's, else exact. It never picks an approximate method whose decisions are approximate.
 
 Recall@k of the returned graph is measured against float32 exact search on the held-out half of
 ``recall_sample`` random rows (the other half tunes the approximate methods), tie-aware: a returned neighbour counts when its exact similarity is at least the
@@ -72,7 +78,7 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
 #: the values ``method`` accepts
-METHODS = ("auto", "exact", "ivf", "refined", "hnsw")
+METHODS = ("auto", "exact", "certified", "ivf", "refined", "hnsw")
 
 
 class KnnError(EmbscopeError):
@@ -100,6 +106,8 @@ class KnnGraph:
     cached: bool = False
     #: method details: device, tile dtype, nlist, nprobe, scanned share
     params: dict[str, Any] = field(default_factory=dict)
+    #: (n,) whether each row's neighbours are exact search's (None: every row's are, or unknown)
+    exact: np.ndarray | None = None
 
     def record(self) -> dict[str, Any]:
         """JSON-able summary (no arrays)."""
@@ -125,6 +133,50 @@ def recall_at_k(xn, rows, found_ids, exact_sims) -> float:
     s = torch.bmm(xn[found_ids.clamp_min(0)], xn[rows].unsqueeze(2)).squeeze(2)
     kth = exact_sims[:, -1:].to(s.device)
     return ((s >= kth - 1e-6) & valid).double().mean().item()
+
+
+def certified_estimate(n: int, d: int, k: int) -> dict[str, float]:
+    """Estimated seconds of exact search and of the certified graph on an (n, d) matrix, from the
+    GEMM rates measured here (:mod:`embscope.geometry.probe`). Certified: the join's screen
+    n²·(p + 1)/2 at p = min(128, d/4), the sample and about 2 % of the rows searched exactly
+    (m·n·d), and the base graph (NN-descent: about 60·k·n·d multiply-adds, measured on the real 7B
+    rows, where it took 40 CPU-s for 65,740 rows)."""
+    from embscope.geometry.certify import SAMPLE_DRAWS
+    from embscope.geometry.probe import gemm_rates, plan_tiles
+
+    exact_s = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=1.0).estimate_seconds
+    r32 = max(gemm_rates(d).rate("float32"), 1e-9) * 1e9
+    p = min(128, max(8, d // 4))
+    join_s = 2 * n * n * (p + 1) / 2 / r32
+    refine_s = 2 * (SAMPLE_DRAWS + 0.02 * n) * n * d / r32
+    base_s = 2 * 60 * k * n * d / (0.05 * r32)  # random row reads: ~5 % of the GEMM rate
+    return {"exact": exact_s, "certified": join_s + refine_s + base_s}
+
+
+def resolve_method(x: "torch.Tensor", k: int, method: str) -> tuple[str, dict[str, Any]]:
+    """What ``method`` runs on ``x``: ``auto`` becomes ``exact`` or ``certified`` (module
+    docstring); the others stay. Returns (method, the estimates weighed, if any)."""
+    if method != "auto":
+        return method, {}
+    n, d = x.shape
+    if x.device.type == "cuda" or n * n * d <= EXACT_BUDGET:
+        return "exact", {}
+    est = certified_estimate(n, d, k)
+    return ("certified" if est["certified"] < est["exact"] else "exact"), \
+        {"estimated_seconds": {m: round(v, 1) for m, v in est.items()}}
+
+
+def fill_short_rows(xn: "torch.Tensor", sims: np.ndarray, ids: np.ndarray, k: int) -> int:
+    """Search exactly every row an approximate index left with fewer than ``k`` neighbours (id −1,
+    similarity −inf), in place; returns how many. Example: an IVF list of 3 rows probed alone
+    (``nprobe`` 1) gives its rows 2 neighbours each, not k."""
+    import torch
+
+    short = np.flatnonzero((ids < 0).any(axis=1) | ~np.isfinite(sims).all(axis=1))
+    if len(short):
+        v, i = exact_knn(xn, k, rows=torch.from_numpy(short), progress=False)
+        sims[short], ids[short] = v.cpu().numpy(), i.cpu().numpy()
+    return int(len(short))
 
 
 def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "auto",
@@ -162,6 +214,12 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     if device is not None:
         x = x.to(device)
 
+    chosen, weighed = resolve_method(x, k, method)
+    if chosen == "certified":
+        from embscope.geometry.certify import certified_knn
+
+        return certified_knn(x, k, seed=seed, progress=progress, cache_dir=cache_dir, use_cache=use_cache,
+                             weighed=weighed)
     path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if use_cache:
         t_key = time.perf_counter()
@@ -180,49 +238,40 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     if not all_finite(xn):
         raise KnnError("the matrix holds NaN or infinite values: fix or drop those rows before a kNN scan")
     dev = xn.device
-    dtype = tile_dtype(dev)
     g = torch.Generator().manual_seed(seed)
     sample = torch.randperm(n, generator=g)[:min(recall_sample, n)].to(dev)
-    t_sample = time.perf_counter()
-    ex_v, ex_i = exact_knn(xn, k, rows=sample, dtype=torch.float32, progress=False)
-    t_sample = time.perf_counter() - t_sample
+    # k + RERANK_EXTRA on the CPU: the share of rows a bf16 screen could not decide is read off them
+    wide = min(n - 1, k + RERANK_EXTRA) if dev.type == "cpu" else k
+    ex_v, ex_i = exact_knn(xn, wide, rows=sample, dtype=torch.float32, progress=False)
+    unsafe = _unsafe_share(ex_v, k, d)
+    ex_v, ex_i = ex_v[:, :k], ex_i[:, :k]
     # the first half tunes the approximate methods, the second (held-out) half measures recall
     half = max(1, len(sample) // 2) if len(sample) > 1 else len(sample)
     tune, held = sample[:half], sample[half:] if len(sample) > 1 else sample
 
-    chosen = method
-    if method == "auto":
-        chosen = "exact" if dev.type == "cuda" or n * n * d <= EXACT_BUDGET else "approx"
-    params: dict[str, Any] = {"device": str(dev), "tile_dtype": str(dtype).replace("torch.", "")}
-    sims = ids = None
-    hnsw_cost = None
-    if chosen == "approx":  # is HNSW fit for these rows? a pilot on a subset says (see geometry.hnsw)
-        from embscope.geometry.hnsw import estimate_seconds, pilot
-
-        pil = pilot(xn, k, tune.cpu().numpy(), seed=seed)
-        params["hnsw_pilot"] = {key: v for key, v in pil.items() if key != "ok"}
-        # exact search of all rows ≈ the sample's time × n / sample, halved by symmetry
-        exact_s = t_sample * n / max(1, len(sample)) / 2
-        params["exact_estimate_seconds"] = round(exact_s, 1)
-        if pil["ok"]:
-            hnsw_cost = estimate_seconds(pil, n) / max(exact_s, 1e-9)
-    if chosen in ("approx", "ivf", "refined", "hnsw"):
+    params: dict[str, Any] = {"device": str(dev), **weighed}
+    if chosen in ("ivf", "refined", "hnsw"):
         from embscope.geometry.approx import approx_knn
 
         sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=ex_i[:half], tune_kth=ex_v[:half, -1],
-                                         method="auto" if chosen == "approx" else chosen, seed=seed,
-                                         progress=progress, hnsw_cost=hnsw_cost)
+                                         method=chosen, seed=seed, progress=progress)
         chosen = ap.pop("method")
         params.update(ap)
         params["tile_dtype"] = "float32"
-        if sims_np is None:
-            chosen = "exact"
+        params["short_rows_searched"] = fill_short_rows(xn, sims_np, ids_np, k)
+        sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
+    else:
+        if dev.type == "cuda":
+            dtype, threads = tile_dtype(dev), None
             params["tile_dtype"] = str(dtype).replace("torch.", "")
-            params["fallback"] = "approximate plans cost more than exact search; exact search used"
         else:
-            sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
-    if chosen == "exact":
-        sims, ids = exact_knn(xn, k, dtype=dtype, progress=progress)
+            from embscope.geometry.probe import plan_tiles
+
+            plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe)
+            dtype, threads = plan.torch_dtype(), plan.threads
+            params["tile_dtype"] = plan.dtype
+            params["tiles"] = plan.record()
+        sims, ids = exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
     held_pos = slice(half, None) if len(sample) > 1 else slice(None)
     rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])
     graph = KnnGraph(neighbors=ids.cpu().numpy().astype(np.int64), sims=sims.cpu().numpy().astype(np.float32),
@@ -234,3 +283,18 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         knn_cache.save(key_path, graph.neighbors, graph.sims, meta)
         graph.params["key_seconds"] = round(key_seconds, 3)
     return graph
+
+
+def _unsafe_share(ex_v, k: int, d: int) -> float:
+    """Share of the sample rows a bf16 screen keeping k + RERANK_EXTRA candidates could not decide
+    (their last candidate within the bf16 error bound of the k-th: searched again in fp32), read
+    off their exact similarities (r, k + RERANK_EXTRA). 1.0 when there are no extra columns."""
+    import torch
+
+    from embscope.geometry.exact import low_precision_bound
+
+    if ex_v is None or not len(ex_v) or ex_v.shape[1] <= k:
+        return 1.0
+    v = ex_v.cpu().double()
+    b = low_precision_bound(torch.bfloat16, d)
+    return float((v[:, -1] + b >= v[:, k - 1]).double().mean())

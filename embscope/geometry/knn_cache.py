@@ -33,8 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 #: bumped when a method's output changes (2: IVF scan keeps self until the end; 3: full-byte key;
-#: 4: the key wraps embscope.provenance.tensor_digest)
-CACHE_VERSION = 4
+#: 4: the key wraps embscope.provenance.tensor_digest; 5: approximate graphs never short of k
+#: neighbours, the certified graph with its ``exact`` mask, the measured tile plan)
+CACHE_VERSION = 5
 #: slack on the cosine range when validating cached similarities
 SIM_SLACK = 1e-3
 
@@ -81,7 +82,9 @@ def validate(neighbors: np.ndarray, sims: np.ndarray, meta: dict[str, Any], n: i
 
 
 def load(path: Path, n: int, k: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | None:
-    """(neighbors, sims, meta) from a valid cache file, else None (logged when the file exists)."""
+    """(neighbors, sims, meta) from a valid cache file, else None (logged when the file exists).
+    Arrays saved with ``extra`` come back in ``meta["extra"]`` (a per-row bool mask must have n
+    entries, or the file is rebuilt)."""
     if not path.is_file():
         if path.exists() or path.is_symlink():
             log.warning("kNN cache %s is not a regular file; rebuilding the graph", path)
@@ -90,8 +93,13 @@ def load(path: Path, n: int, k: int) -> tuple[np.ndarray, np.ndarray, dict[str, 
         with np.load(path, allow_pickle=False) as z:
             neighbors, sims = z["neighbors"], z["sims"]
             meta = json.loads(str(z["meta"]))
+            extra = {name[2:]: z[name] for name in z.files if name.startswith("x_")}
         if not isinstance(meta, dict):
             raise ValueError("meta is not a record")
+        if any(v.dtype == np.bool_ and v.shape != (n,) for v in extra.values()):
+            raise ValueError("a per-row mask of the wrong length")
+        if extra:
+            meta["extra"] = extra
     except (OSError, KeyError, ValueError, EOFError) as e:
         log.warning("kNN cache %s is unreadable (%s); rebuilding the graph", path, e)
         return None
@@ -102,8 +110,10 @@ def load(path: Path, n: int, k: int) -> tuple[np.ndarray, np.ndarray, dict[str, 
     return neighbors, sims, meta
 
 
-def save(path: Path, neighbors: np.ndarray, sims: np.ndarray, meta: dict[str, Any]) -> bool:
-    """Write ``path`` atomically; True on success. Failures only cost a rebuild next time."""
+def save(path: Path, neighbors: np.ndarray, sims: np.ndarray, meta: dict[str, Any],
+         extra: dict[str, np.ndarray] | None = None) -> bool:
+    """Write ``path`` atomically; True on success. Failures only cost a rebuild next time.
+    ``extra``: more arrays (no object dtypes), read back by :func:`load`."""
     tmp = path.parent / f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +123,8 @@ def save(path: Path, neighbors: np.ndarray, sims: np.ndarray, meta: dict[str, An
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(tmp, flags, 0o644)
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, neighbors=neighbors, sims=sims, meta=np.array(json.dumps(meta)))
+            np.savez(fh, neighbors=neighbors, sims=sims, meta=np.array(json.dumps(meta)),
+                     **{f"x_{name}": v for name, v in (extra or {}).items()})
         os.replace(tmp, path)
         return True
     except OSError as e:

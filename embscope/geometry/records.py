@@ -80,7 +80,7 @@ class ScriptRow(Record):
 class KnnRecord(Record):
     """How the kNN graph was built (:func:`embscope.geometry.knn.knn_graph`)."""
 
-    #: ``exact``, ``ivf``, ``refined`` or ``hnsw``
+    #: ``exact``, ``certified``, ``ivf``, ``refined`` or ``hnsw``
     method: str
     #: neighbours per row
     k: int
@@ -119,8 +119,25 @@ class KnnRecord(Record):
     #: the HNSW pilot ``auto`` ran: ``pilot_rows``, ``pilot_error`` ({knot, isolation}: 99th
     #: percentile of the indicator error on the tuning rows, in robust spreads), seconds
     hnsw_pilot: dict[str, Any] | None = None
-    #: ``auto``'s estimate of exact search's seconds, timed on the recall sample
+    #: ``auto``'s estimate of exact search's seconds, timed on the recall sample (earlier versions)
     exact_estimate_seconds: float | None = None
+    #: ``auto``: {exact, certified} estimated seconds it chose by (from the GEMM rates measured here)
+    estimated_seconds: dict[str, float] | None = None
+    #: exact search's tile plan: ``tile_dtype``, ``threads``, ``estimate_seconds``, ``unsafe_share``
+    #: (rows a bf16 screen could not decide), ``gflops`` per ``dtype@threads`` measured here,
+    #: ``threads`` per dtype, ``probe_seconds``
+    tiles: dict[str, Any] | None = None
+    #: rows an approximate index left short of k neighbours, searched exactly
+    short_rows_searched: int | None = None
+    #: certified graph: what its decisions rest on (:mod:`embscope.geometry.certify`): ``confidence``,
+    #: ``rounds``, ``sample_draws``, ``sample_rows``, ``tau``, ``cuts`` (knot, isolation: cut,
+    #: interval, median and MAD with their intervals), ``exact_rows``, ``refined`` (rows searched
+    #: exactly, by reason), ``undecided``, ``reasons_undecided``, ``fallback``, ``join``, ``lists``
+    #: (certified or not), ``measured`` (the base graph against exact search on the sample rows),
+    #: ``seconds``, ``base``, ``base_seconds``
+    certificate: dict[str, Any] | None = None
+    #: certified graph: {knot, isolation}: [median, scale] of the robust z (sample estimates)
+    knn_fit: dict[str, list[float]] | None = None
 
 
 @dataclass

@@ -170,12 +170,30 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     Returns:
         :class:`ScanResult`.
     """
-    from embscope.geometry.knn import knn_graph
+    from embscope.geometry.knn import knn_graph, resolve_method
 
     timings: dict[str, float] = {}
-    t = time.perf_counter()
-    graph = knn_graph(model.embed, k, method=knn_method, cache_dir=cache_dir, seed=seed)
-    timings["knn"] = time.perf_counter() - t
+    n = model.n_rows
+    strings = model.token_strings()
+    cats = list(model.categories)
+    method, weighed = resolve_method(model.embed, k, knn_method)
+    if method == "certified":  # the certificate needs the graph-free indicators first
+        from embscope.geometry.certify import certified_knn, context_for
+        from embscope.geometry.indicators import prepare
+
+        t = time.perf_counter()
+        prep = prepare(model.embed, model.output, cats, strings, vocab=model.vocab, unused_ids=unused_ids)
+        timings["indicators"] = time.perf_counter() - t
+        t = time.perf_counter()
+        graph = certified_knn(model.embed, k, context=context_for(prep, cats, threshold), seed=seed,
+                              cache_dir=cache_dir, weighed=weighed)
+        timings["knn"] = time.perf_counter() - t
+        knn_fit = {name: tuple(v) for name, v in graph.params["knn_fit"].items()}
+    else:
+        t = time.perf_counter()
+        graph = knn_graph(model.embed, k, method=knn_method, cache_dir=cache_dir, seed=seed)
+        timings["knn"] = time.perf_counter() - t
+        prep = knn_fit = None
     release_free_blocks()  # the graph's build buffers are not reused by the indicators
     job = None
     if layout:
@@ -183,17 +201,15 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
         job = LayoutJob(graph.neighbors, graph.sims, seed=seed)  # the graph above: no second search
 
-    n = model.n_rows
-    strings = model.token_strings()
-    cats = list(model.categories)
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
-                             unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors)
+                             unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors,
+                             prepared=prep, knn_fit=knn_fit)
     from embscope.text.script import script_of
 
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
-    timings["indicators"] = time.perf_counter() - t
+    timings["indicators"] = timings.get("indicators", 0.0) + time.perf_counter() - t
     release_free_blocks()
 
     verification = None
@@ -243,6 +259,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "verify_max_prob": verify_col,
         "undertrained_status": status_column(ind.flagged, verification),
         **(usage.columns(n) if usage is not None else {"corpus_count": [None] * n, "template_count": [None] * n}),
+        "knn_exact": knn_exact_column(graph),
         "neighbors": np.asarray(graph.neighbors),               # (n, k): the table stores them as lists
         "neighbor_sims": np.asarray(graph.sims, dtype=np.float32),
         "x": xs,
@@ -259,6 +276,15 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     if not defer_layout:
         res.finish_layout()
     return res
+
+
+def knn_exact_column(graph) -> np.ndarray:
+    """Per row: whether its neighbours are exact search's (exact: every row; certified: the rows it
+    searched exactly; the approximate methods: none)."""
+    n = len(graph.neighbors)
+    if graph.exact is not None:
+        return np.asarray(graph.exact, dtype=bool)
+    return np.full(n, graph.method == "exact", dtype=bool)
 
 
 def confirm_flags(ind, verification: "Verification") -> None:

@@ -534,6 +534,22 @@ def _add_density(rows, name, acc, tokens, embed) -> None:
         in_norm = column("in_norm", pl.Float64)
         isolation = column("isolation", pl.Float64)
         flagged = column("flagged", pl.Float64)
+        exact = column("knn_exact", pl.Float64)
+        if isolation is not None and exact is not None and embed is not None:
+            # a certified graph's isolation is exact search's only where knn_exact: the rows these
+            # averages use get theirs exactly (embscope.geometry.exact.nearest_cosine)
+            from embscope.geometry.exact import nearest_cosine
+
+            used = np.zeros(size, dtype=bool)
+            for row in rows:
+                if row["tokenizer"] == name:
+                    c = acc[(0, row["language"])].counts
+                    used[:min(size, len(c))] |= c[:size] > 0
+            todo = np.flatnonzero(used & (exact != 1.0) & np.isfinite(isolation))
+            if len(todo):
+                import torch
+
+                isolation[todo] = 1.0 - nearest_cosine(torch.as_tensor(embed), todo)
     emb = embed  # (V, d), any dtype; only the rows of each language's top tokens are converted
     for row in rows:
         if row["tokenizer"] != name:

@@ -53,7 +53,7 @@ class RunOptions(Record):
     verify_time_cap: float | None = None
     #: token ids known to be unused (the Magikarp reference set); null finds them automatically
     unused_ids: list[int] | None = None
-    #: kNN method: auto, exact, ivf, refined or hnsw
+    #: kNN method: auto, exact, certified, ivf, refined or hnsw (embscope.geometry.knn)
     knn_method: str = "auto"
     #: reference language for parity
     reference: str = "eng"
@@ -182,6 +182,10 @@ class RunOptions(Record):
             raise SpecError(f"--verify-time-cap must be a positive number of seconds, got {self.verify_time_cap}")
         if self.sample_bytes is not None and self.sample_bytes < 1:
             raise SpecError(f"--sample-bytes must be at least 1, got {self.sample_bytes}")
+        from embscope.geometry.knn import METHODS
+
+        if self.knn_method not in METHODS:
+            raise SpecError(f"--knn must be one of {', '.join(METHODS)}, got {self.knn_method!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise SpecError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         if self.download not in ("ranges", "full"):

@@ -1,0 +1,500 @@
+"""The certified kNN graph: every decision exact search would make, at a fraction of its cost.
+
+An approximate graph lists real rows with their exact cosines, so each of its neighbour
+similarities is a lower bound of the exact one at the same rank: the knot it gives is a lower
+bound of the exact knot, the isolation an upper bound. That alone never proves a row *not*
+knot-flagged, and that is where the collapse gate helps (:mod:`embscope.geometry.join`): a
+knot-flagged row has another row at cosine ≥ 0.9798, and the join finds every such row exactly.
+
+The run, for k neighbours, threshold T, trained rows F (:func:`certified_graph`):
+
+1. **join** every pair of rows at cosine ≥ τ = √(1 − 0.2²) (a row with at least k partners has its
+   exact k nearest rows among them);
+2. **base graph**: an approximate graph (:data:`BASE`), merged with the join's partners; every row
+   gets k real neighbours (rows the base left short are searched exactly);
+3. **sample**: independent draws from F searched exactly, two halves (:mod:`embscope.geometry.population`):
+   the median and MAD of ``−log(1 − knot)`` and of isolation get intervals at confidence
+   :data:`~embscope.geometry.population.CONFIDENCE`, hence the cuts ``median + T·scale``;
+4. **refine** (exact search, m × n × d): every row the other indicators flag (so their reasons are
+   exact), every join row with fewer than k partners, every row whose graph isolation (an upper
+   bound) reaches the isolation cut's lower end, and the rows the summary and report list
+   (:func:`certify_lists`);
+5. **check**: a row searched exactly whose decision depends on a cut and whose value lies inside
+   that cut's interval doubles the sample (round j at level α/2^(j+1)); after
+   :data:`MAX_ROUNDS` rounds every row is searched exactly (the graph then *is* exact search's).
+
+Why a decision cannot flip (given the cuts' intervals hold; docs/undertrained.md):
+``flagged`` by the norms or Magikarp does not depend on the graph. By the knot: only when the
+spread is ≤ 0.2, which needs a partner at ≥ τ; such rows are searched exactly, so their knot and
+spread are exact, and their knot lies outside the cut's interval (step 5), on the side exact
+search puts it. A row with no partner has a graph spread > 0.2 as well (every graph similarity is
+below τ), so neither graph nor exact search flags it by the knot. ``isolated``: a row not searched
+exactly has a graph isolation below the cut's lower end, and its exact isolation is smaller still;
+a row searched exactly lies outside the interval. The z-values use the sample's point estimates,
+which lie inside the intervals, so the decisions they give equal those at the true cut.
+
+What stays approximate: the knot, isolation, neighbours and z of rows not searched exactly (the
+``knn_exact`` column says which; their knot is a lower bound, their isolation an upper bound), and
+the figures that count such rows' knot against the cut: the ``family`` count (rows whose knot
+passes the cut without a collapse) and the knot's share in the threshold note. How far they are
+off is measured on the sample (``certificate.measured``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embscope.geometry.indicators import COLLAPSE_SPREAD, DEFAULT_THRESHOLD, MIN_SCALE, transform
+from embscope.geometry.population import CONFIDENCE, level_of_round, spread_ci
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: sample draws (both halves together) in the first round
+SAMPLE_DRAWS = 2000
+#: rounds of sample doubling before every row is searched exactly
+MAX_ROUNDS = 4
+#: rows searched exactly before the sample is drawn (seeded apart from it): every row's cosines to
+#: them are offered to its list, the graph the sample's gaps are measured against
+PIVOT_ROWS = 1024
+#: HNSW is the base graph up to this width; wider rows go without one: on the real 7B head (3584
+#: wide) it cost more than exact search at 16,435 rows and found the nearest row of few of them
+#: (isolation ρ 0.27, bench/README.md), and pynndescent, cheaper there, compiles ~60 CPU-s of
+#: numba code in every new process
+HNSW_MAX_WIDTH = 1024
+#: a list is refined row by row only while at most this many rows stand between it and its
+#: certificate; beyond, it is recorded as not certified
+LIST_REFINE_CAP = 4096
+#: the summary's and the report's lists: rows per list
+TOP_N = 30
+
+
+def collapse_tau() -> float:
+    """Cosine a collapsed row's nearest row must reach: √(1 − COLLAPSE_SPREAD²), less 1e-6 for the
+    float64 arithmetic of the spread."""
+    return math.sqrt(1.0 - COLLAPSE_SPREAD ** 2) - 1e-6
+
+
+@dataclass
+class Certified:
+    """The certified graph and what its decisions rest on."""
+
+    #: (n, k) neighbour ids and cosines, descending
+    neighbors: np.ndarray
+    sims: np.ndarray
+    #: (n,) the row's neighbours are exact search's
+    exact: np.ndarray
+    #: {knot, isolation}: (median, scale) on the transformed scale, for the robust z
+    knn_fit: dict[str, tuple[float, float]]
+    #: what was sampled, refined and proven (JSON-able)
+    certificate: dict[str, Any] = field(default_factory=dict)
+
+
+def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The approximate graph under the certificate: FAISS HNSW when the rows are at most
+    :data:`HNSW_MAX_WIDTH` wide, else none (the lists start from the join's partners and the
+    exact searches' offers). Its quality decides only how many rows are searched exactly, never a
+    decision. Returns (sims, ids) (n, k), -inf/-1 where short."""
+    t0 = time.perf_counter()
+    n, d = xn.shape
+    if d > HNSW_MAX_WIDTH:
+        empty = (np.full((n, k), -np.inf, np.float32), np.full((n, k), -1, np.int64))
+        return (*empty, {"base": "none (rows wider than the HNSW limit)", "base_seconds": 0.0})
+    from embscope.geometry.hnsw import hnsw_knn
+
+    s, i = hnsw_knn(xn, k)
+    return s, i, {"base": "hnsw", "base_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _values(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(−log(1 − knot), isolation) per row of a (r, k) similarity block."""
+    s = np.asarray(sims, dtype=np.float64)
+    return transform("knot", s.mean(axis=1)), 1.0 - s[:, 0]
+
+
+class _Search:
+    """The graph being certified: merged base + join, the exact rows, and exact search on demand."""
+
+    def __init__(self, xn, sims, ids, exact, k, progress):
+        self.xn, self.sims, self.ids, self.exact, self.k, self.progress = xn, sims, ids, exact, k, progress
+        self.by_reason: dict[str, int] = {}
+        self.seconds = 0.0
+
+    def search(self, rows: np.ndarray, reason: str) -> int:
+        """Exact neighbours for ``rows`` not yet exact, every other row's cosines to them offered to
+        its list; returns how many were searched."""
+        import torch
+
+        from embscope.geometry.exact import exact_knn
+        from embscope.geometry.probe import plan_tiles
+
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        rows = rows[~self.exact[rows]]
+        if not len(rows):
+            return 0
+        t0 = time.perf_counter()
+        n, d = self.xn.shape
+        # float32 tiles: they are the cosines the other rows are offered
+        plan = plan_tiles(len(rows) * n * d, d, unsafe=1.0)
+        v, i = exact_knn(self.xn, self.k, rows=torch.from_numpy(rows), dtype=torch.float32,
+                         threads=plan.threads, progress=self.progress and len(rows) > 4096,
+                         offer=(self.sims, self.ids))
+        self.sims[rows], self.ids[rows] = v.numpy(), i.numpy()
+        self.exact[rows] = True
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + len(rows)
+        self.seconds += time.perf_counter() - t0
+        return len(rows)
+
+
+#: rows per batch when rows are searched until a condition holds (each batch's offers may lift the
+#: next rows' bounds past it)
+BATCH = 1024
+
+
+def _settle(run: "_Search", need, reason: str, cap: int | None = None) -> bool:
+    """Search ``need()`` (row ids, most urgent first) in batches until it is empty; False when more
+    than ``cap`` rows would still be needed (nothing more is searched then)."""
+    done = 0
+    while True:
+        rows = need()
+        if not len(rows):
+            return True
+        if cap is not None and done + len(rows) > cap and len(rows) > BATCH:
+            return False
+        done += run.search(rows[:BATCH], reason)
+
+
+def _cuts(values: dict[str, np.ndarray], base: dict[str, np.ndarray], exact: np.ndarray, fit_rows: np.ndarray,
+          draws_a: np.ndarray, draws_b: np.ndarray, alpha: float, threshold: float) -> dict[str, dict[str, Any]]:
+    """Per indicator: the interval of its median and MAD over the fit rows and the cut (point, lo,
+    hi). Two bounds, each at α/2, intersected (:mod:`embscope.geometry.population`): the sample
+    alone (halves A and B), and the whole population's graph values with the sample's gaps. The
+    knot's graph value is a lower bound (its negation an upper bound), isolation's an upper bound."""
+    from embscope.geometry.population import bounded_spread, intersect, negate
+
+    out = {}
+    draws = np.concatenate([draws_a, draws_b])
+    for name in ("knot", "isolation"):
+        v, b = values[name], base[name]
+        sample = spread_ci(v[draws_a], v[draws_b], alpha / 2)
+        sign = -1.0 if name == "knot" else 1.0  # make the graph's value an upper bound
+        pop = bounded_spread(sign * v[fit_rows], exact[fit_rows], sign * (b[draws] - v[draws]), alpha / 2)
+        if pop is not None and name == "knot":
+            pop = negate(pop)
+        sp = intersect(sample, pop)
+        cut, lo, hi = sp.cut(threshold, MIN_SCALE[name])
+        out[name] = {"spread": sp, "cut": cut, "lo": lo, "hi": hi,
+                     "by": "sample+population" if pop is not None else "sample"}
+    return out
+
+
+def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np.ndarray | None = None,
+                    graph_free: np.ndarray | None = None, norms: np.ndarray | None = None,
+                    groups: dict[str, np.ndarray] | None = None, other_scores: np.ndarray | None = None,
+                    threshold: float = DEFAULT_THRESHOLD, seed: int = 0, confidence: float = CONFIDENCE,
+                    draws: int = SAMPLE_DRAWS, progress: bool = True) -> Certified:
+    """The certified kNN graph of the rows of ``x`` (module docstring).
+
+    Args:
+        x: (n, d) matrix.
+        fit_rows: (n,) bool, the rows the robust z's are fitted on (default: every row).
+        graph_free: (n,) bool, rows flagged without the graph (zero rows, norms, Magikarp): they
+            are searched exactly so that their reasons are exact.
+        norms: (n,) row norms (the collapse gate's ratios); default computed.
+        groups: name -> (n,) bool, the rows each listed top-``TOP_N`` is drawn from (by score).
+        other_scores: (n,) the score without the knot (max of the other z's), for those lists.
+        threshold: the flag threshold in robust sigmas.
+        confidence: the cuts' intervals hold together with this probability (all rounds).
+        draws: sample draws in the first round.
+    Returns:
+        :class:`Certified`.
+    """
+    import torch
+
+    from embscope.geometry.exact import all_finite, normalize_rows
+    from embscope.geometry.join import near_duplicates
+
+    t_all = time.perf_counter()
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    xn = normalize_rows(x.cpu())
+    if not all_finite(xn):
+        from embscope.geometry.knn import KnnError
+
+        raise KnnError("the matrix holds NaN or infinite values: fix or drop those rows before a kNN scan")
+    n, d = xn.shape
+    fit_rows = np.ones(n, bool) if fit_rows is None else np.asarray(fit_rows, bool)
+    graph_free = np.zeros(n, bool) if graph_free is None else np.asarray(graph_free, bool)
+    if norms is None:
+        norms = torch.linalg.vector_norm(x.float(), dim=1).double().numpy()
+    alpha = 1.0 - confidence
+    timings: dict[str, float] = {}
+
+    # 1. the join
+    t = time.perf_counter()
+    tau = collapse_tau()
+    join = near_duplicates(xn, tau, k, seed=seed, progress=progress)
+    timings["join"] = time.perf_counter() - t
+
+    # 2. the base graph, merged with the join's partners, then the pivots' offers
+    from embscope.geometry.kernels import merge_into
+
+    t = time.perf_counter()
+    sims, ids, base_rec = base_graph(xn, k, seed=seed)
+    merge_into(sims, ids, join.best_v, join.best_i)
+    timings["base"] = time.perf_counter() - t
+    exact = join.count >= k  # their k nearest rows are among their partners (join module docstring)
+    sims[exact], ids[exact] = join.best_v[exact], join.best_i[exact]
+    run = _Search(xn, sims, ids, exact, k, progress)
+    run.by_reason["join (≥ k partners)"] = int(exact.sum())
+    rng = np.random.default_rng(seed)
+    run.search(np.random.default_rng(seed + 1).choice(n, min(n, PIVOT_ROWS), replace=False), "pivots")
+    short = np.flatnonzero((ids < 0).any(axis=1))
+    run.search(short, "graph short of k")
+    # the graph the sample's gaps are measured against: fixed before the sample is drawn
+    base_sims = run.sims.copy()
+    base_knot, base_iso = _values(base_sims)
+
+    # 3.–5. sample, cuts, refinement, check
+    pool = np.flatnonzero(fit_rows)
+    draws_a = rng.choice(pool, max(1, draws // 2))
+    draws_b = rng.choice(pool, max(1, draws // 2))
+    tau_rows = join.rows()
+    rounds, undecided = 0, 0
+    while True:
+        run.search(np.concatenate([draws_a, draws_b]), "sample")
+        run.search(np.flatnonzero(graph_free), "flagged by other indicators")
+        run.search(tau_rows, "near-duplicate (partner at ≥ τ)")
+        knot_x, iso = _values(run.sims)
+        cuts = _cuts({"knot": knot_x, "isolation": iso}, {"knot": base_knot, "isolation": base_iso}, run.exact,
+                     fit_rows, draws_a, draws_b, level_of_round(alpha, rounds), threshold)
+        lo_iso = cuts["isolation"]["lo"]
+
+        def band():
+            v = 1.0 - run.sims[:, 0].astype(np.float64)
+            rows = np.flatnonzero(~run.exact & (v >= lo_iso))
+            return rows[np.argsort(-v[rows], kind="stable")]
+
+        _settle(run, band, "isolation band")
+        knot_x, iso = _values(run.sims)
+        ex = run.exact
+        from embscope.geometry.indicators import collapse_spread
+
+        spread = collapse_spread(norms, run.ids, run.sims)
+        collapsed = ex & (np.nan_to_num(spread, nan=np.inf) <= COLLAPSE_SPREAD)
+        kc, ic = cuts["knot"], cuts["isolation"]
+        near_knot = (knot_x >= kc["lo"]) & (knot_x < kc["hi"])
+        # a flag the knot decides: a collapsed row nothing else flags (a flagged row only changes its reason)
+        in_knot = collapsed & ~graph_free & near_knot
+        in_iso = ex & (iso >= ic["lo"]) & (iso < ic["hi"])
+        undecided = int((in_knot | in_iso).sum())
+        reasons_undecided = int((ex & graph_free & near_knot).sum())
+        if not undecided or rounds + 1 >= MAX_ROUNDS:
+            break
+        rounds += 1
+        draws_a = np.concatenate([draws_a, rng.choice(pool, len(draws_a))])
+        draws_b = np.concatenate([draws_b, rng.choice(pool, len(draws_b))])
+    fallback = None
+    if undecided:  # the sample could not separate them from the cuts: exact search everywhere
+        from embscope.geometry.exact import exact_knn
+
+        t = time.perf_counter()
+        v, i = exact_knn(xn, k, progress=progress)
+        run.sims[:], run.ids[:] = v.numpy(), i.numpy()
+        run.by_reason["every row (cut undecided)"] = int((~run.exact).sum())
+        run.exact[:] = True
+        run.seconds += time.perf_counter() - t
+        fallback = (f"{undecided} rows stayed inside a cut's interval after {MAX_ROUNDS} rounds: every row "
+                    "was searched exactly")
+    kc, ic = cuts["knot"], cuts["isolation"]
+    knn_fit = {"knot": (kc["spread"].median, max(1.4826 * kc["spread"].mad, MIN_SCALE["knot"])),
+               "isolation": (ic["spread"].median, max(1.4826 * ic["spread"].mad, MIN_SCALE["isolation"]))}
+    if fallback:  # the population itself: exact figures, no interval
+        from embscope.geometry.indicators import robust_z
+
+        knot_x, iso = _values(run.sims)
+        for name, v in (("knot", knot_x), ("isolation", iso)):
+            _, med, scale = robust_z(v, fit_rows, MIN_SCALE[name])
+            knn_fit[name] = (med, scale)
+
+    lists = certify_lists(run, knn_fit, tau, groups or {}, other_scores, fit_rows)
+    sample_rows = np.unique(np.concatenate([draws_a, draws_b]))
+    measured = _measured(base_sims, run.sims, sample_rows, knn_fit, threshold)
+    timings["exact search"] = run.seconds
+    timings["all"] = time.perf_counter() - t_all
+    cert = {
+        "confidence": confidence, "rounds": rounds + 1, "sample_draws": int(len(draws_a) + len(draws_b)),
+        "sample_rows": int(len(sample_rows)), "tau": round(tau, 6), "threshold": threshold,
+        "cuts": {name: {"cut": c["cut"], "interval": [c["lo"], c["hi"]], "by": c["by"], **c["spread"].record()}
+                 for name, c in cuts.items()},
+        "exact_rows": int(run.exact.sum()), "refined": dict(run.by_reason), "undecided": undecided,
+        "reasons_undecided": reasons_undecided,
+        "fallback": fallback, "join": join.params, "lists": lists, "measured": measured,
+        "seconds": {k_: round(v, 3) for k_, v in timings.items()}, **base_rec,
+    }
+    return Certified(neighbors=run.ids, sims=run.sims, exact=run.exact.copy(), knn_fit=knn_fit, certificate=cert)
+
+
+def _z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:
+    med, scale = knn_fit[name]
+    return (v - med) / scale
+
+
+def certify_lists(run: _Search, knn_fit, tau: float, groups: dict[str, np.ndarray],
+                  other_scores: np.ndarray | None, fit_rows: np.ndarray) -> dict[str, Any]:
+    """Search exactly until the listed rows are exact search's: per group, the :data:`TOP_N`
+    highest scores, and the :data:`TOP_N` most isolated normal rows. A row not searched exactly
+    has a graph isolation at or above its exact one, and a knot below τ (it has no partner at
+    ≥ τ), so its score is at most ``max(other, z_knot(τ))``; a list is certified when its
+    ``TOP_N``-th exact value reaches every such bound (rows are searched until it does, up to
+    :data:`LIST_REFINE_CAP` rows)."""
+    out: dict[str, Any] = {}
+    z_tau = float(_z("knot", transform("knot", np.array([tau])), knn_fit)[0])
+
+    def settle(name, pool, exact_value, bound):
+        def need():
+            ex = pool & run.exact
+            vals = exact_value()
+            nth = np.sort(vals[ex])[-TOP_N] if ex.sum() >= TOP_N else -np.inf
+            b = bound()
+            rows = np.flatnonzero(pool & ~run.exact & (b >= nth))
+            return rows[np.argsort(-b[rows], kind="stable")]
+
+        out[name] = _settle(run, need, f"list: {name}", cap=LIST_REFINE_CAP)
+
+    normal = groups.get("normal", fit_rows)
+
+    def iso_exact():
+        return 1.0 - run.sims[:, 0].astype(np.float64)
+
+    settle("top_isolated", normal, iso_exact, iso_exact)  # graph isolation is the upper bound
+    if other_scores is not None:
+        other = np.nan_to_num(np.asarray(other_scores, dtype=np.float64), nan=-np.inf)
+
+        def score():
+            kx, _ = _values(run.sims)
+            return np.maximum(other, _z("knot", kx, knn_fit))
+
+        def score_bound():
+            return np.maximum(other, z_tau)
+
+        for name, pool in groups.items():
+            settle(f"top_score:{name}", np.asarray(pool, bool), score, score_bound)
+    return out
+
+
+def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit, threshold: float) -> dict[str, Any]:
+    """How far the base graph was from exact search on the sample rows (all exact): the knot's
+    and isolation's gaps (quantiles) and the share of rows whose knot sits on the other side of
+    the cut (the ``family`` count's error rate), with a 95 % Clopper–Pearson upper bound."""
+    from scipy.stats import beta
+
+    if not len(rows):
+        return {}
+    bk, bi = _values(base_sims[rows])
+    ek, ei = _values(sims[rows])
+    gap_k = np.exp(-bk) - np.exp(-ek)  # knot (cosine units): exact − graph ≥ 0
+    gap_i = bi - ei  # isolation: graph − exact ≥ 0
+    flips = int(((_z("knot", bk, knn_fit) >= threshold) != (_z("knot", ek, knn_fit) >= threshold)).sum())
+    m = len(rows)
+    upper = float(beta.ppf(0.95, flips + 1, m - flips)) if flips < m else 1.0
+    q = [50, 90, 99, 100]
+    return {"rows": m, "knot_gap": dict(zip(map(str, q), np.percentile(gap_k, q).round(5).tolist())),
+            "isolation_gap": dict(zip(map(str, q), np.percentile(gap_i, q).round(5).tolist())),
+            "knot_cut_flips": flips, "knot_cut_flip_share_95": round(upper, 5),
+            "base_recall_top1": round(float((gap_i <= 1e-6).mean()), 4),
+            "base_recall_at_k": round(float((base_sims[rows] >= sims[rows][:, -1:] - 1e-6).mean()), 4)}
+
+
+@dataclass
+class Context:
+    """What the certificate is for: the indicators' rows and flags that do not depend on the graph
+    (:func:`embscope.geometry.indicators.prepare`). Default: every row fits the cuts, none is
+    flagged otherwise, no list."""
+
+    fit_rows: np.ndarray | None = None
+    graph_free: np.ndarray | None = None
+    norms: np.ndarray | None = None
+    groups: dict[str, np.ndarray] | None = None
+    other_scores: np.ndarray | None = None
+    threshold: float = DEFAULT_THRESHOLD
+
+    def digest(self) -> str:
+        """A hash of everything above (part of the cache key: another threshold or other flags is
+        another certificate)."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=12)
+        h.update(repr(float(self.threshold)).encode())
+        for name in ("fit_rows", "graph_free", "norms", "other_scores"):
+            v = getattr(self, name)
+            h.update(name.encode() + (b"-" if v is None else np.ascontiguousarray(v).tobytes()))
+        for name, v in sorted((self.groups or {}).items()):
+            h.update(name.encode() + np.packbits(np.asarray(v, bool)).tobytes())
+        return h.hexdigest()
+
+
+def context_for(prep, categories, threshold: float) -> Context:
+    """The :class:`Context` of a scan: its fit rows, graph-free flags, norms, the report's two
+    score groups (normal and other rows) and each row's score without the knot."""
+    from embscope.geometry.indicators import SCORED, _raw, evidence, graph_free_flags
+
+    cats = np.asarray(categories)
+    zs, _ = evidence(_raw(prep), prep.fit_rows)
+    other = np.vstack([np.nan_to_num(zs[n_], nan=-np.inf) for n_ in SCORED if n_ in zs]).max(axis=0)
+    normal = cats == "normal"
+    return Context(fit_rows=prep.fit_rows, graph_free=graph_free_flags(prep, threshold), norms=prep.in_norm,
+                   groups={"normal": normal, "other": ~normal}, other_scores=other, threshold=threshold)
+
+
+def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int = 0, progress: bool = True,
+                  cache_dir=None, use_cache: bool = True, weighed: dict[str, Any] | None = None):
+    """:func:`certified_graph` as a :class:`~embscope.geometry.knn.KnnGraph`, cached (the key holds
+    the matrix, k and the context's digest). ``graph.exact`` marks the rows searched exactly;
+    ``graph.params["certificate"]`` says what was sampled, refined and proven, and
+    ``params["knn_fit"]`` the (median, scale) the robust z's of knot and isolation must use."""
+    import torch
+
+    from embscope.geometry import knn_cache
+    from embscope.geometry.knn import KnnGraph
+
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    x = x.cpu()
+    ctx = context or Context()
+    n = x.shape[0]
+    key_path = None
+    if use_cache:
+        from pathlib import Path
+
+        base = Path(cache_dir) if cache_dir is not None else knn_cache.default_cache_dir()
+        key_path = base / f"{knn_cache.matrix_key(x, k, 'certified:' + ctx.digest())}.npz"
+        hit = knn_cache.load(key_path, n, k)
+        if hit is not None and "exact" in hit[2].get("extra", {}):
+            nb, sm, meta = hit
+            return KnnGraph(neighbors=nb, sims=sm, method="certified", k=k,
+                            recall_at_k=float(meta.get("recall_at_k", float("nan"))),
+                            recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
+                            cached=True, params=meta.get("params", {}), exact=meta["extra"]["exact"])
+    t0 = time.perf_counter()
+    cert = certified_graph(x, k, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
+                           groups=ctx.groups, other_scores=ctx.other_scores, threshold=ctx.threshold,
+                           seed=seed, progress=progress)
+    measured = cert.certificate.get("measured", {})
+    params = {"device": "cpu", "certificate": cert.certificate, **(weighed or {}),
+              "knn_fit": {name: list(v) for name, v in cert.knn_fit.items()}}
+    # recall@k: the base graph's, on the sample rows (what the rows not searched exactly look like)
+    graph = KnnGraph(neighbors=cert.neighbors.astype(np.int64), sims=cert.sims.astype(np.float32),
+                     method="certified", k=k, recall_at_k=float(measured.get("base_recall_at_k", float("nan"))),
+                     recall_rows=int(measured.get("rows", 0)), seconds=time.perf_counter() - t0, params=params,
+                     exact=cert.exact)
+    if key_path is not None:
+        meta = {"method": "certified", "k": k, "recall_at_k": graph.recall_at_k, "recall_rows": graph.recall_rows,
+                "seconds": graph.seconds, "params": params}
+        knn_cache.save(key_path, graph.neighbors, graph.sims, meta, extra={"exact": cert.exact})
+    return graph
