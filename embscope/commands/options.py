@@ -160,7 +160,7 @@ def run_options(*names: str) -> Callable:
     >>> @run_options("k")
     ... def cmd(model: str, options=None):
     ...     return options.k
-    >>> cmd("m", k=3)
+    >>> cmd(model="m", k=3)
     3
     """
     from embscope.api import RunOptions
