@@ -27,8 +27,8 @@ from typing import Any
 
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
 from embscope.progress import Steps
-from embscope.sections.base import Inputs, RunOptions, SectionOutput
-from embscope.sections.registry import BY_NAME, SECTION_NAMES, Section
+from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
+from embscope.sections.registry import BY_NAME, SECTION_NAMES
 from embscope.summary import SCHEMA_VERSION, ModelRecord, Sections, Summary
 
 #: corpora that ship with embscope, by name (``--corpus medical``)

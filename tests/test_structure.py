@@ -185,6 +185,60 @@ else:
     assert plain > 20000 and reused < 2000 and released > 2000  # an mmap per buffer: ~ 8 × 18432 pages
 
 
+def _section_io(path: Path) -> tuple[set[str], set[str]]:
+    """The :class:`Inputs` fields a section module reads (``inputs.<field>``) and the ones it gives
+    (``gives["<field>"]``, ``gives={"<field>": ...}``), read from its source."""
+    reads, gives = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "inputs":
+            reads.add(node.attr)
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and (
+                isinstance(node.value, ast.Attribute) and node.value.attr == "gives"
+                or isinstance(node.value, ast.Name) and node.value.id == "gives"):
+            gives.add(node.slice.value)
+        elif isinstance(node, (ast.Assign, ast.keyword)):
+            named = node.arg == "gives" if isinstance(node, ast.keyword) else any(
+                isinstance(t, ast.Name) and t.id == "gives" for t in node.targets)
+            if named:
+                gives |= {k.value for d in ast.walk(node.value) if isinstance(d, ast.Dict)
+                          for k in d.keys if isinstance(k, ast.Constant)}
+    return reads, gives
+
+
+def test_sections_read_and_give_what_they_declare():
+    """Each section's source reads exactly the inputs its registration declares (besides
+    ``options`` and ``steps``, which every section has) and gives only those it declares."""
+    from embscope.sections.registry import SECTIONS
+
+    for s in SECTIONS:
+        reads, gives = _section_io(Path(sys.modules[s.run.__module__].__file__))
+        assert reads - {"options", "steps"} == set(s.reads) | set(s.requires), (s.name, reads)
+        assert gives == set(s.gives), (s.name, gives)
+
+
+def test_sections_register_where_they_are_defined():
+    """Every section module registers one section, and every registered section is in the run."""
+    from embscope.sections.base import REGISTERED
+    from embscope.sections.registry import MODULES, SECTIONS
+
+    assert sorted(REGISTERED) == sorted(s.name for s in SECTIONS)
+    assert [s.run.__module__ for s in SECTIONS] == [m.__name__ for m in MODULES]
+    defined = {f"embscope.sections.{p.stem}" for p in (PKG / "sections").glob("*.py")} - {
+        "embscope.sections.base", "embscope.sections.registry"}
+    assert defined == {m.__name__ for m in MODULES}
+
+
+def test_help_imports_neither_numpy_nor_torch():
+    """``embscope --help`` (and every command's ``--help``) answers without the heavy libraries."""
+    code = ("import sys\nfrom embscope.cli import main\n"
+            "codes = [main(argv) for argv in (['--help'], ['audit', '--help'], ['check', '--help'])]\n"
+            "print(codes, sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'numpy', 'torch', 'polars', 'transformers', 'tokenizers', 'pyarrow'}))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[0, 0, 0] []", res.stdout[-500:]
+
+
 def test_registry_and_summary_agree():
     """Every registered section has its field in ``Sections``, in run order, typed by its record;
     every declared hand-off names a field of ``Inputs``."""

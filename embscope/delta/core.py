@@ -20,7 +20,7 @@ import numpy as np
 
 from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
 from embscope.delta.record import DiffRecord, MatrixDiff
-from embscope.finetune.findings import worst
+from embscope.finetune.record import worst
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl

@@ -24,7 +24,7 @@ code                    severity         when
                                          ``used-row-frozen`` says so)
 ======================  ===============  ===================================================================
 
-The finding record is the check's (:class:`embscope.finetune.findings.Finding`): ``examples`` are
+The finding record is the check's (:class:`embscope.finetune.record.Finding`): ``examples`` are
 0-based positions of training records holding the ids, as there.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from embscope.finetune.findings import MAX_IDS, SEVERITIES, Finding
+from embscope.finetune.record import MAX_IDS, SEVERITIES, Finding
 
 CODES = ("vocab-mismatch", "row-exploded", "new-row-unmoved", "used-row-frozen", "untrained-still",
          "tie-broken", "nothing-moved")

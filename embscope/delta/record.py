@@ -5,9 +5,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from embscope.delta.noise import NoiseFloor
-from embscope.finetune.findings import Finding
+from embscope.finetune.record import Finding
 from embscope.records import Record
+
+
+@dataclass
+class NoiseFloor(Record):
+    """The floor one matrix's rows are judged against (``sections.diff.matrices.<m>.floor``)."""
+
+    #: relative change ‖t − r‖/‖r‖ a row must exceed to count as moved
+    floor: float
+    #: BASE's storage format of this matrix (``BF16``, ``Q8_0``, …)
+    base_format: str
+    #: TUNED's storage format of the rows that may differ from BASE
+    tuned_format: str
+    #: ``tuned descends from base`` (its unchanged rows are BASE's cast to TUNED's format), ``base
+    #: descends from tuned`` (BASE is TUNED's source quantised), ``independent`` or ``identical formats``
+    lineage: str
+    #: share of sampled rows that round-trip bit for bit under that lineage
+    exact_share: float
+    #: rows measured
+    rows: int
+    #: the quantile of the per-row error the floor is set at
+    quantile: float
+    #: the floor is this many times that quantile
+    margin: float
+    #: 99.9th percentile of ‖rt_B(b) − b‖/‖b‖ (BASE stored in TUNED's format)
+    e_base_in_tuned: float
+    #: 99.9th percentile of ‖rt_A(t) − t‖/‖t‖ (TUNED stored in BASE's format)
+    e_tuned_in_base: float
+    #: ``exact`` when both round trips are the formats' own, ``proxy`` when one is approximated
+    method: str
+    #: the floor for rows added past BASE, judged against their initial rows
+    new_floor: float | None = None
+    #: where those initial rows come from and how their floor was set
+    new_reference: str | None = None
 
 
 @dataclass

@@ -5,12 +5,16 @@ corpora and what earlier sections gave (the tokens table, the scan result, the d
 returns a typed record (a :class:`~embscope.records.Record`), its Parquet tables, the values it
 gives to later sections, and — when it has nothing to report — the reason instead of a record.
 The runner writes the output folder; the one section that writes elsewhere is ``repair``, to the
-folder its option names. :mod:`embscope.sections.registry` lists the sections and their hand-offs.
+folder its option names.
+
+A section registers itself where it is defined, with :func:`section`: its name, its record, its
+tables, the :class:`Inputs` fields it reads and those it gives; :mod:`embscope.sections.registry`
+imports the section modules in run order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -248,3 +252,63 @@ class SectionOutput:
     live: Any = None
     #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
     gives: dict[str, Any] = field(default_factory=dict)
+
+
+def _always(options: RunOptions) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Section:
+    """A registered section: what it runs, records, writes, reads and gives."""
+
+    #: the key in ``summary.json`` ``sections`` and in ``run(sections=[...])``
+    name: str
+    #: the section function, ``(Inputs) -> SectionOutput``
+    run: Callable[[Inputs], SectionOutput]
+    #: the record class stored under ``sections.<name>``
+    record: type[Record]
+    #: the Parquet tables it writes (file stems)
+    tables: tuple[str, ...] = ()
+    #: the :class:`Inputs` fields it reads (besides ``options`` and ``steps``, which every section may)
+    reads: tuple[str, ...] = ()
+    #: the :class:`Inputs` fields it fills for the sections after it
+    gives: tuple[str, ...] = ()
+    #: whether the options ask for it at all (a section that is not enabled is not run, not skipped)
+    enabled: Callable[[RunOptions], bool] = _always
+    #: the :class:`Inputs` fields without which it is not run (asked for or not)
+    requires: tuple[str, ...] = ()
+
+    @property
+    def entry(self) -> str:
+        """``module:function`` of the section function."""
+        return f"{self.run.__module__}:{self.run.__name__}"
+
+    def function(self) -> Callable[[Inputs], SectionOutput]:
+        return self.run
+
+
+#: every section, by name, as the section modules registered them (import order)
+REGISTERED: dict[str, Section] = {}
+
+
+def section(name: str, *, record: type[Record], tables: Sequence[str] = (), reads: Sequence[str] = (),
+            gives: Sequence[str] = (), enabled: Callable[[RunOptions], bool] = _always,
+            requires: Sequence[str] = ()) -> Callable:
+    """Register the decorated function as section ``name`` (see :class:`Section` for each field).
+
+    >>> @section("demo", record=Record, reads=("model",))
+    ... def demo_section(inputs):
+    ...     return SectionOutput(skipped="a demonstration")
+    >>> REGISTERED.pop("demo").entry
+    'embscope.sections.base:demo_section'
+    """
+    def register(fn: Callable[[Inputs], SectionOutput]) -> Callable[[Inputs], SectionOutput]:
+        if name in REGISTERED:
+            raise TypeError(f"section {name!r} is registered twice ({REGISTERED[name].entry} and "
+                            f"{fn.__module__}:{fn.__name__})")  # a bug, not input
+        REGISTERED[name] = Section(name, fn, record, tuple(tables), tuple(reads), tuple(gives), enabled,
+                                   tuple(requires))
+        return fn
+
+    return register

@@ -8,9 +8,12 @@ It runs after the tokens section and reads its ``flagged`` column (BASE's under-
 
 from __future__ import annotations
 
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.delta.record import DiffRecord
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
+@section("diff", record=DiffRecord, tables=("diff",), reads=("model", "tokens", "training", "corpora"),
+         enabled=lambda o: o.tuned is not None)
 def diff_section(inputs: Inputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.tuned``."""
     import numpy as np

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.finetune.record import CheckRecord
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
+@section("finetune", record=CheckRecord, tables=("findings",), reads=("model", "tokens", "training"),
+         gives=("repair_rows",), requires=("training",))
 def finetune_section(inputs: Inputs) -> SectionOutput:
     """Check ``inputs.training`` against ``inputs.model``."""
     import numpy as np

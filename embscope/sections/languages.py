@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
 @dataclass
@@ -30,6 +30,8 @@ class LanguagesRecord(Record):
     corpora: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+@section("languages", record=LanguagesRecord, tables=("languages",),
+         reads=("vocabs", "model", "corpora", "tokens", "domain"), gives=("domain",))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl

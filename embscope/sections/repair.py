@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
 @dataclass
@@ -38,6 +38,8 @@ class RepairRecord(Record):
     kl_note: str | None = None
 
 
+@section("repair", record=RepairRecord, reads=("scan", "repair_rows", "force"),
+         enabled=lambda o: o.repair_to is not None)
 def repair_section(inputs: Inputs) -> SectionOutput:
     """Re-initialise the flagged rows the data (and the chat template) uses; write the model."""
     import numpy as np

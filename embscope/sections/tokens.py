@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from embscope.geometry.records import GeometryRecord
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
 @dataclass
@@ -28,6 +28,7 @@ class TokensRecord(Record):
     geometry: GeometryRecord | None = None
 
 
+@section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "data"), gives=("tokens", "scan"))
 def tokens_section(inputs: Inputs) -> SectionOutput:
     """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map."""
     from collections import Counter
