@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from embscope.progress import Steps
 from embscope.records import Record
@@ -25,6 +25,7 @@ from embscope.records import Record
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
+    from embscope.geometry.scan import ScanResult
     from embscope.models.model import LoadedModel
     from embscope.tokenizer.base import Vocabulary
 
@@ -207,10 +208,22 @@ class RunOptions(Record):
         return self
 
 
+class Scanned(NamedTuple):
+    """The geometry scan of the run's model (given by the tokens section): ``model, result =
+    inputs.scan`` unpacks it as the ``(model, ScanResult)`` pair it replaces."""
+
+    #: the model scanned
+    model: "LoadedModel"
+    #: its per-row columns, summary, verification and corpus usage
+    result: "ScanResult"
+
+
 @dataclass
 class Inputs:
     """What a section may read: what the runner loaded, and what earlier sections gave
-    (:data:`embscope.sections.registry.SECTIONS` declares who gives what)."""
+    (:data:`embscope.sections.registry.SECTIONS` declares who gives what). The names are the
+    command line's: ``--data`` is :attr:`data`, ``--corpus`` is :attr:`corpora`, ``--languages`` (and
+    the corpus of ``fertility``/``compare``) is :attr:`languages`."""
 
     options: RunOptions
     steps: Steps
@@ -218,18 +231,18 @@ class Inputs:
     model: "LoadedModel | None" = None
     #: tokenizers to measure (the model's own first, when there is a model)
     vocabs: "Sequence[Vocabulary]" = ()
-    #: corpora for per-language figures
-    corpora: Sequence[Path] = ()
+    #: corpora measured per language (fertility, parity, density; the diff's per-language drift)
+    languages: Sequence[Path] = ()
     #: the domain corpus for vocabulary extension (null: no extension)
     domain: Path | None = None
     #: the tokens table as built so far (base columns + scan columns), or None
     tokens: "pl.DataFrame | None" = None
-    #: the user's own corpora: the scan lists which flagged rows their text produces
+    #: the user's own corpora (``--corpus``): the scan lists which flagged rows their text produces
+    corpora: Sequence[Path] = ()
+    #: the geometry scan (given by the tokens section), or None
+    scan: Scanned | None = None
+    #: training data (``--data``: records in any format of embscope.corpus.conversations)
     data: Sequence[Path] = ()
-    #: ``(model, ScanResult)`` of the geometry scan (given by the tokens section), or None
-    scan: Any = None
-    #: training data to check (records in any format of embscope.corpus.conversations)
-    training: Sequence[Path] = ()
     #: rows the check's error-level findings point at (given by the finetune section): what
     #: ``--repair`` rewrites instead of the scan's used flagged rows; None without a check
     repair_rows: list[int] | None = None
@@ -248,7 +261,7 @@ class SectionOutput:
     skipped: str | None = None
     #: things the user should know, listed at the end of the run
     warnings: list[str] = field(default_factory=list)
-    #: live objects a caller may need after the run (never written), e.g. (model, ExtensionResult)
+    #: live objects a caller may need after the run (never written), e.g. the :class:`Scanned` scan
     live: Any = None
     #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
     gives: dict[str, Any] = field(default_factory=dict)

@@ -31,21 +31,21 @@ class LanguagesRecord(Record):
 
 
 @section("languages", record=LanguagesRecord, tables=("languages",),
-         reads=("vocabs", "model", "corpora", "tokens", "domain"), gives=("domain",))
+         reads=("vocabs", "model", "languages", "tokens", "domain"), gives=("domain",))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
 
     from embscope.languages.fertility import measure
 
-    if not inputs.corpora:
+    if not inputs.languages:
         return SectionOutput(skipped="no corpus given")
     if not inputs.vocabs:
         return SectionOutput(skipped="the model ships no tokenizer")
     opts = inputs.options
     embed = inputs.model.embed if inputs.model is not None else None
     tables, per_corpus, warnings = [], {}, []
-    for corpus in inputs.corpora:
+    for corpus in inputs.languages:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
@@ -63,7 +63,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
                              corpora=per_corpus)
     table = pl.concat(tables, how="diagonal_relaxed")
-    gives = {} if inputs.domain is not None else {"domain": domain_corpus(table, inputs.corpora)}
+    gives = {} if inputs.domain is not None else {"domain": domain_corpus(table, inputs.languages)}
     return SectionOutput(record=record, tables={"languages": table}, warnings=warnings, gives=gives)
 
 

@@ -50,7 +50,7 @@ def repair_section(inputs: Inputs) -> SectionOutput:
     if inputs.scan is None:
         return SectionOutput(skipped="the geometry scan did not run, so no row is flagged",
                              warnings=["repair: the scan did not run; nothing was written"])
-    model, scan = inputs.scan
+    model, scan = inputs.scan.model, inputs.scan.result
     # a check names its rows (error-level findings); otherwise the flagged rows the data uses
     rows = inputs.repair_rows if inputs.repair_rows is not None else scan.repair_rows(model.categories)
     if not rows:

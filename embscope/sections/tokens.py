@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from embscope.geometry.records import GeometryRecord
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import Inputs, Scanned, SectionOutput, section
 
 
 @dataclass
@@ -28,7 +28,7 @@ class TokensRecord(Record):
     geometry: GeometryRecord | None = None
 
 
-@section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "data"), gives=("tokens", "scan"))
+@section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "corpora"), gives=("tokens", "scan"))
 def tokens_section(inputs: Inputs) -> SectionOutput:
     """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map."""
     from collections import Counter
@@ -47,7 +47,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         from embscope.geometry.scan import scan as run_scan
 
         texts = None
-        if inputs.data:
+        if inputs.corpora:
             import warnings
 
             from embscope.corpus.stream import CorpusWarning
@@ -55,7 +55,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
 
             # all corpora together hold at most scan_bytes of text, whatever their languages
             budget, texts, cut = opts.bounds().scan_bytes, [], []
-            for corpus in inputs.data:
+            for corpus in inputs.corpora:
                 if budget <= 0:
                     cut.append(str(corpus))
                     continue
@@ -85,7 +85,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
                               verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts)
         columns.update(result.columns)
         geometry = GeometryRecord.from_dict(result.summary, strict=True)
-        out.live = (model, result)
+        out.live = Scanned(model, result)
         out.gives["scan"] = out.live
         if geometry.reference.size == 0:
             out.warnings.append(f"{model.name}: {geometry.reference.note}")
