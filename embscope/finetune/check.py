@@ -24,13 +24,10 @@ def _context(model: "LoadedModel", max_length: int | None, trainer) -> tuple[int
         return int(max_length), "--max-length"
     if trainer.max_length:
         return trainer.max_length, f"{trainer.name}'s {trainer.max_length_from}"
-    cfg = model.config
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
-        v = text.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v, f"config {key}"
-    return None, "unknown"
+    from embscope.config import max_positions
+
+    value, key = max_positions(model.config)
+    return (value, f"config {key}") if value is not None else (None, "unknown")
 
 
 def reference(model: "LoadedModel") -> str:
