@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from embscope.context import context_summary
-from embscope.context.display import format_summary
+from embscope.commands.rope import format_summary
 from embscope.models.params import estimate_parameters
 from embscope.context.rope import extension_band
 from embscope.formats.gguf_config import config_from_gguf_metadata

@@ -11,9 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.check import RANK, FailOn
-from embscope.commands.options import (LOAD, Force, Json, Out, Quiet, Verbose, findings_json, print_findings,
-                                       print_json, print_warnings, run_options, setup)
+from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
+from embscope.commands.options import LOAD, Force, Json, Out, Quiet, Verbose, run_options, setup
 
 
 @run_options(*LOAD, "no_scan", "threshold", "unused_ids", "format", "text_field", "limit")
@@ -24,7 +23,7 @@ def diff(
     manifest: Annotated[Optional[Path], typer.Option("--manifest", help="embscope_extension.json of `extend --apply` (or its folder): the initial rows of the added tokens (default: the one in BASE's folder, else BASE's mean row)")] = None,
     languages: Annotated[str, typer.Option("--languages", help="per-language drift on this corpus: udhr (shipped), none, or a PATH")] = "udhr",
     tokens: Annotated[Optional[Path], typer.Option("--tokens", help="tokens.parquet of an earlier scan of BASE: its flagged rows instead of a new scan")] = None,
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="exit 1 when a finding reaches this severity (never: always 0)")] = FailOn.error,
+    fail_on: FailOnOpt = FailOn.error,
     out: Out = None,
     force: Force = False,
     as_json: Json = False,
@@ -38,17 +37,7 @@ def diff(
     setup(quiet, verbose)
     res = run_diff(base, tuned, data=[str(p) for p in data or []], manifest=manifest, languages=languages,
                    tokens=tokens, out=out, force=force, options=options)
-    record = res.summary.sections.diff
-    print_warnings(res.warnings)
-    failed = any(RANK[f.severity] >= RANK[fail_on.value] for f in record.findings)
-    if as_json:
-        body = record.to_dict()
-        print_json({"findings": findings_json(body.pop("findings")), "data": body, "folder": str(res.folder) if res.folder else None,
-                    "exit": 1 if failed else 0})
-    else:
-        _print(record, res)
-    if failed:
-        raise typer.Exit(1)
+    finish(res, res.summary.sections.diff, fail_on, as_json, lambda: _print(res.summary.sections.diff, res))
 
 
 def _print(record, res) -> None:

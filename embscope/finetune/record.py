@@ -67,8 +67,19 @@ def worst(findings: Sequence[Finding]) -> str | None:
     return max((x.severity for x in findings), key=severity_rank, default=None)
 
 
+def reaches(findings: Sequence[Finding], severity: str) -> bool:
+    """Whether a finding is at ``severity`` or above (``never``: none is) — the CI gate of ``check``
+    and ``diff`` (``--fail-on``).
+
+    >>> found = [Finding(code="no-labels", severity="warning", message="...")]
+    >>> reaches(found, "error"), reaches(found, "warning"), reaches(found, "never")
+    (False, True, False)
+    """
+    return severity != "never" and any(severity_rank(x.severity) >= severity_rank(severity) for x in findings)
+
+
 def as_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    """``[{"code", "severity", "ids", "tokens", "count", "examples", "fix", "message", …}, …]``."""
+    """``--json``'s findings: every field of each (``code``, ``severity``, ``message``, ``ids``, …)."""
     return [x.to_dict() for x in findings]
 
 
