@@ -285,23 +285,20 @@ def _run_section(spec: Section, state: Inputs, steps: Steps, required: bool) -> 
 
 
 def _summary(command, opts, steps, loaded, resolved, model, outputs, state, tokenizers, warnings) -> Summary:
-    from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
+    from embscope.provenance import library_versions, stamp, tensor_digest, tree_digest
+    from embscope.summary import Fingerprints, ModelInputs, TensorDigests
 
-    fingerprints: dict[str, Any] = {}
+    inputs = Fingerprints(corpora={str(p): tree_digest(p) for p in dict.fromkeys(
+        [*state.languages, *([state.domain] if state.domain else []), *state.corpora])}, tokenizers=list(tokenizers))
     if loaded is not None:
-        fingerprints["model"] = {"spec": model, "tensors": {
-            "embed": tensor_digest(loaded.embed),
-            "output": tensor_digest(loaded.output) if loaded.output is not None else None}}
-        if resolved.hub is not None:
-            fingerprints["model"]["hub"] = resolved.hub  # read by ranges: the commit, each file's ETag
-    fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
-        [*state.languages, *([state.domain] if state.domain else []), *state.corpora])}
-    fingerprints["tokenizers"] = list(tokenizers)
+        inputs.model = ModelInputs(spec=model, hub=resolved.hub, tensors=TensorDigests(
+            embed=tensor_digest(loaded.embed),
+            output=tensor_digest(loaded.output) if loaded.output is not None else None))
     if state.data:
-        fingerprints["training"] = {str(p): tree_digest(p) if p.exists() else "glob" for p in state.data}
+        inputs.training = {str(p): tree_digest(p) if p.exists() else "glob" for p in state.data}
     summary = Summary(
-        schema_version=SCHEMA_VERSION, embscope=run_stamp(command), versions=library_versions(),
-        inputs=fingerprints, parameters=opts, timings=dict(steps.timings),
+        schema_version=SCHEMA_VERSION, embscope=stamp(command), versions=library_versions(),
+        inputs=inputs, parameters=opts, timings=dict(steps.timings),
         model=_model_record(loaded) if loaded is not None else None,
         sections=Sections(**{n: r.record for n, r in outputs.items() if r.record is not None}),
         skipped={n: r.skipped for n, r in outputs.items() if r.skipped}, warnings=list(warnings))

@@ -12,7 +12,8 @@ from typing import Annotated
 import typer
 
 from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
-from embscope.commands.options import CHECK, LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, run_options, setup
+from embscope.commands.options import (CHECK, LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, print_repair,
+                                       run_options, setup)
 
 
 @run_options(*LOAD, "no_scan", *SCAN, *CHECK, "text_field", "engine", "workers", "ray_address")
@@ -32,32 +33,31 @@ def check(
 
     setup(quiet, verbose)
     res = run_check(model, [str(p) for p in data], out=out, force=force, options=options)
-    finish(res, res.summary.sections.finetune, fail_on, as_json, lambda: _print(res, options))
+    finish(res, res.summary.sections.finetune, fail_on, as_json, lambda: _print(res))
 
 
-def _print(res, options) -> None:
+def _print(res) -> None:
     from rich.console import Console
     from rich.text import Text
 
     record = res.summary.sections.finetune
     con = Console()
-    formats = ", ".join(f"{n} {k}" for k, n in record.data["formats"].items())
+    formats = ", ".join(f"{n} {k}" for k, n in record.data.formats.items())
     limit = f"{record.context} ({record.context_from})" if record.context else "unknown"
-    con.print(Text(f"Ready to fine-tune with {record.trainer['name']}? {record.examples} examples ({formats}), "
+    con.print(Text(f"Ready to fine-tune with {record.trainer.name}? {record.examples} examples ({formats}), "
                    f"{record.sequences} sequences, {record.tokens} tokens ({record.label_tokens} in the loss), "
-                   f"longest {record.lengths['max']}, limit {limit}; template: {record.template}; "
-                   f"PAD {record.pad['token']!r} ({record.pad['how']})"))
+                   f"longest {record.lengths.max}, limit {limit}; template: {record.template}; "
+                   f"PAD {record.pad.token!r} ({record.pad.how})"))
     con.print(Text(f"ids as {record.reference}", style="dim"))
     for name, part in record.splits.items():
-        con.print(Text(f"  split {name}: {part['examples']} examples, {part['tokens']} tokens, template: "
-                       f"{part['template']}, worst: {part['worst'] or 'nothing'}"))
+        con.print(Text(f"  split {name}: {part.examples} examples, {part.tokens} tokens, template: "
+                       f"{part.template}, worst: {part.worst or 'nothing'}"))
     if not record.findings:
         con.print(Text("no findings: nothing in the data hits a known vocabulary hazard", style="green"))
     print_findings(con, record.findings)
     if res.folder is not None:
         typer.echo(f"wrote {res.folder}/findings.parquet, summary.json, index.html")
-    if res.repair is not None:
-        typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {options.repair_to}")
+    print_repair(res)
 
 
 def register(app: typer.Typer) -> None:

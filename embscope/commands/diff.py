@@ -48,23 +48,23 @@ def _print(record, res) -> None:
 
     con = Console()
     b, t = record.base, record.tuned
-    con.print(Text(f"What training changed: {t['name']} ({t['kind']}, {t['rows']} rows) against {b['name']} "
-                   f"({b['rows']} rows); {record.new_rows} new rows (against {record.new_reference or '—'})"))
+    con.print(Text(f"What training changed: {t.name} ({t.kind}, {t.rows} rows) against {b.name} "
+                   f"({b.rows} rows); {record.new_rows} new rows (against {record.new_reference or '—'})"))
     for name, m in record.matrices.items():
         fl = m.floor
         line = (f"  {name:<6} {m.moved} of {m.rows} rows moved ({m.moved_share:.2%}), {m.new_moved} of "
                 f"{record.new_rows} new; floor {fl.floor:.3g} ({fl.base_format} → {fl.tuned_format}, {fl.lineage}"
                 f"{', proxy' if fl.method == 'proxy' else ''})")
         con.print(Text(line))
-    if record.data:
+    if record.data is not None:
         d = record.data
-        con.print(Text(f"  data   {d['examples']} examples, {d['tokens']} tokens: {d['used_moved']} of the "
-                       f"{d['used_rows']} rows it uses moved; {d['moved_used_share']:.0%} of the moved rows are used"))
+        con.print(Text(f"  data   {d.examples} examples, {d.tokens} tokens: {d.used_moved} of the "
+                       f"{d.used_rows} rows it uses moved; {d.moved_used_share:.0%} of the moved rows are used"))
     if record.top_movers:
-        shown = ", ".join(f"{r['id']} {display_token(r['token'])} ({r['change']:.3g})" for r in record.top_movers[:6])
+        shown = ", ".join(f"{r.id} {display_token(r.token)} ({r.change:.3g})" for r in record.top_movers[:6])
         con.print(Text(f"  most moved: {shown}"))
-    if record.languages and record.languages[0]["moved_share"] > 0:
-        top = ", ".join(f"{r['language']} {r['moved_share']:.0%}" for r in record.languages[:5])
+    if record.languages and record.languages[0].moved_share > 0:
+        top = ", ".join(f"{r.language} {r.moved_share:.0%}" for r in record.languages[:5])
         con.print(Text(f"  languages whose rows moved most (share of their tokens): {top}"))
     if not record.findings:
         con.print(Text("no findings: the rows the run should have trained moved, and nothing blew up", style="green"))

@@ -221,3 +221,10 @@ def print_warnings(warnings: list[str]) -> None:
     con = Console(stderr=True)
     for w in warnings:
         con.print(Text(f"warning: {w}", style="yellow"))
+
+
+def print_repair(res) -> None:
+    """The line naming the model ``--repair`` wrote, when the run wrote one."""
+    rec = res.summary.sections.repair
+    if rec is not None:
+        typer.echo(f"repaired model ({rec.format}, {rec.n_repaired} rows): {rec.folder}")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from embscope.commands.options import (LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, print_json,
-                                       print_warnings, run_options, setup)
+                                       print_repair, print_warnings, run_options, setup)
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.records import GeometryRecord
@@ -38,8 +38,7 @@ def scan(
 
     Console().print(scan_tables(res.summary.sections.tokens.geometry))
     typer.echo(f"wrote {res.folder}/tokens.parquet, summary.json, index.html")
-    if res.repair is not None:
-        typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {options.repair_to}")
+    print_repair(res)
 
 
 def scan_tables(g: "GeometryRecord"):

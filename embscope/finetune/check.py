@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.finetune.findings import find
-from embscope.finetune.record import CODES, SEVERITIES, CheckRecord, worst
+from embscope.finetune.encode import length_stats
+from embscope.finetune.findings import Facts, find
+from embscope.finetune.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
@@ -122,9 +123,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     """
     from embscope.corpus.conversations import FORMATS, DataReport, iter_examples
     from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
-    from embscope.finetune.encode import length_stats
     from embscope.finetune.engine import encode_all
-    from embscope.finetune.findings import Facts, data_findings, merge_splits
 
     if fmt is not None and fmt not in FORMATS:
         raise SpecError(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; choose from {', '.join(FORMATS)}")
@@ -132,11 +131,55 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
         raise VocabError(f"{model.name} ships no tokenizer, so its training data cannot be tokenized; "
                          "pass a model with a tokenizer")
     t0 = time.perf_counter()
-    n = model.n_rows
     ctx, pad, sp, (context, context_from) = make_context(model, trainer, pad_token=pad_token, template=template,
                                                          max_length=max_length)
-    profile, template = ctx.trainer, ctx.template
-    flagged = np.asarray(flagged, dtype=bool)[:n] if flagged is not None else None
+    flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
+    zero = zero_rows(model)
+    report = DataReport()
+    parts = encode_all(iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=split), ctx,
+                       _watched(model, sp, pad, flagged, status) | zero, engine=engine)
+    if sum(p.examples for p in parts.values()) == 0:
+        why = ", ".join(f"{c} {r}" for r, c in [*report.rejected.most_common(3), *report.issues.totals.most_common(2)])
+        raise CorpusError(f"{', '.join(map(str, data))} holds no training example ({why or 'no records'}); pass "
+                          "jsonl/json/Parquet/Arrow records in the messages, conversations, alpaca, "
+                          "prompt/completion, preference (chosen/rejected) or text shape")
+
+    def facts(enc, name):
+        return Facts(model=model, specials=sp, encoded=enc, data=report, flagged=flagged, zero_row=zero,
+                     context=context, context_from=context_from, template=ctx.template, trainer=ctx.trainer,
+                     pad=pad, status=status, split=name)
+
+    findings, enc, per_split = _findings(parts, facts)
+    return CheckRecord(
+        findings=findings, data=report.record(), specials=sp.record(), template=enc.template,
+        examples=enc.examples, conversations=enc.conversations, tokens=enc.tokens, bytes=enc.bytes,
+        lengths=length_stats(enc.lengths), context=context, context_from=context_from,
+        distinct_ids=int(np.count_nonzero(enc.counts)), worst=worst(findings),
+        seconds=round(time.perf_counter() - t0, 3), top_ids=_top_ids(model, enc), trainer=ctx.trainer.record(),
+        pad=pad, reference=reference(model), sequences=enc.sequences, label_tokens=int(sum(enc.loss_tokens)),
+        splits=per_split)
+
+
+#: ids listed under ``top_ids``
+TOP_IDS = 20
+#: rows per block when looking for zero rows: (8192, d) float32 is 128 MiB at d = 4096
+BLOCK_ROWS = 8192
+
+
+def zero_rows(model: "LoadedModel") -> np.ndarray:
+    """Per row: all zeros in the input embedding (or in the untied head)."""
+    zero = np.zeros(model.n_rows, dtype=bool)
+    for a in range(0, model.n_rows, BLOCK_ROWS):
+        zero[a:a + BLOCK_ROWS] = (model.embed[a:a + BLOCK_ROWS].float().abs().amax(dim=1) == 0).cpu().numpy()
+        if model.output is not None:
+            zero[a:a + BLOCK_ROWS] |= (model.output[a:a + BLOCK_ROWS].float().abs().amax(dim=1) == 0).cpu().numpy()
+    return zero
+
+
+def _watched(model: "LoadedModel", sp, pad, flagged: np.ndarray | None, status) -> np.ndarray:
+    """The rows whose example indices the encoding keeps: flagged and verified rows, the declared
+    BOS/EOS/PAD/UNK, the trainer's PAD and the added tokens."""
+    n = model.n_rows
     watch = np.zeros(n, dtype=bool)
     if flagged is not None:
         watch |= flagged
@@ -147,54 +190,33 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     if pad.id is not None and 0 <= pad.id < n:
         watch[pad.id] = True
     watch[[i for i, _, _ in sp.added if 0 <= i < n]] = True
-    zero = np.zeros(n, dtype=bool)
-    step = 8192  # rows per block: a (8192, d) float32 block is at most a few tens of MB
-    for a in range(0, n, step):
-        zero[a:a + step] = (model.embed[a:a + step].float().abs().amax(dim=1) == 0).cpu().numpy()
-        if model.output is not None:
-            zero[a:a + step] |= (model.output[a:a + step].float().abs().amax(dim=1) == 0).cpu().numpy()
-    watch |= zero
-    strings = model.token_strings()
-    report = DataReport()
-    parts = encode_all(iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=split), ctx,
-                       watch, engine=engine)
-    examples = sum(p.examples for p in parts.values())
-    if examples == 0:
-        why = ", ".join(f"{c} {r}" for r, c in [*report.rejected.most_common(3), *report.issues.totals.most_common(2)])
-        raise CorpusError(f"{', '.join(map(str, data))} holds no training example ({why or 'no records'}); pass "
-                          "jsonl/json/Parquet/Arrow records in the messages, conversations, alpaca, "
-                          "prompt/completion, preference (chosen/rejected) or text shape")
+    return watch
 
-    def facts(enc, name):
-        return Facts(model=model, specials=sp, encoded=enc, data=report, flagged=flagged, zero_row=zero,
-                     context=context, context_from=context_from, template=template, trainer=profile, pad=pad,
-                     status=status, split=name)
+
+def _findings(parts: dict, facts) -> tuple[list, Any, dict[str, SplitRecord]]:
+    """``(findings, the whole data's encoding, per split)``: data without splits is one part; with
+    splits each is checked on its own, findings every split shares kept once, the reading's own
+    findings (one report for all splits) added."""
+    from embscope.finetune.findings import data_findings, merge_splits
 
     keys = list(parts)
     if keys == [None]:
-        enc = parts[None]
-        findings = find(facts(enc, None))
-        per_split: dict[str, Any] = {}
-    else:
-        per = {k: find(facts(parts[k], k)) for k in keys}
-        findings = merge_splits({k: list(v) for k, v in per.items()})
-        findings += data_findings(facts(parts[keys[0]], None))
-        findings.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
-        per_split = {k: {**parts[k].to_dict(), "worst": worst(per[k])} for k in keys}
-        enc = parts[keys[0]]
-        for k in keys[1:]:
-            enc = enc.merge(parts[k])
+        return find(facts(parts[None], None)), parts[None], {}
+    per = {k: find(facts(parts[k], k)) for k in keys}
+    findings = merge_splits({k: list(v) for k, v in per.items()})
+    findings += data_findings(facts(parts[keys[0]], None))
+    findings.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
+    per_split = {k: parts[k].record(worst(per[k])) for k in keys}
+    enc = parts[keys[0]]
+    for k in keys[1:]:
+        enc = enc.merge(parts[k])
+    return findings, enc, per_split
+
+
+def _top_ids(model: "LoadedModel", enc) -> list[TopId]:
+    """The :data:`TOP_IDS` ids the data uses most."""
+    strings, n = model.token_strings(), model.n_rows
     used = np.flatnonzero(enc.counts)
-    top = used[np.argsort(-enc.counts[used], kind="stable")][:20]
-    return CheckRecord(
-        findings=findings, data=report.to_dict(), specials=sp.to_dict(), template=enc.template,
-        examples=enc.examples, conversations=enc.conversations, tokens=enc.tokens, bytes=enc.bytes,
-        lengths=length_stats(enc.lengths), context=context, context_from=context_from,
-        distinct_ids=int(len(used)), worst=worst(findings), seconds=round(time.perf_counter() - t0, 3),
-        top_ids=[{"id": int(i), "token": strings[i] if i < n else f"<id {i}>", "count": int(enc.counts[i]),
-                  "labels": int(enc.label_counts[i]), "examples": int(enc.example_counts[i])} for i in top],
-        trainer={"name": profile.name, "title": profile.title, "masks_pad_by_id": profile.masks_pad_by_id,
-                 "chat_loss": profile.chat_loss, "completion_only": profile.completion_only,
-                 "text_eos": profile.text_eos},
-        pad=pad.to_dict(), reference=reference(model), sequences=enc.sequences,
-        label_tokens=int(sum(enc.loss_tokens)), splits=per_split)
+    top = used[np.argsort(-enc.counts[used], kind="stable")][:TOP_IDS]
+    return [TopId(id=int(i), token=strings[i] if i < n else f"<id {i}>", count=int(enc.counts[i]),
+                  labels=int(enc.label_counts[i]), examples=int(enc.example_counts[i])) for i in top]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from embscope.corpus.conversations import DataRead
 from embscope.records import Record
 
 #: severities, lowest first
@@ -84,18 +85,117 @@ def as_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
 
 
 @dataclass
+class LengthStats(Record):
+    """Tokens per sequence."""
+
+    #: the longest sequence
+    max: int
+    #: percentiles (numpy's linear interpolation, truncated to an integer)
+    p50: int
+    p95: int
+    p99: int
+    #: the mean, to one decimal
+    mean: float
+
+
+@dataclass
+class TopId(Record):
+    """One of the ids the data uses most."""
+
+    #: row id
+    id: int
+    #: its token string (raw, untrusted)
+    token: str
+    #: occurrences in the data
+    count: int
+    #: occurrences at a loss position
+    labels: int
+    #: examples it occurs in
+    examples: int
+
+
+@dataclass
+class TrainerRecord(Record):
+    """The trainer profile the check followed (:data:`embscope.finetune.trainers.TRAINERS`)."""
+
+    #: the ``--trainer`` name
+    name: str
+    #: the library and what of it the profile follows
+    title: str
+    #: the collator masks every label equal to the pad id (by id), not only the padding
+    masks_pad_by_id: bool
+    #: loss positions of a conversation: ``all``, ``assistant-content`` or ``assistant-turns``
+    chat_loss: str
+    #: prompt-completion, preference and KTO examples: only the completion is in the loss
+    completion_only: bool
+    #: plain texts and string completions get the EOS appended before tokenizing
+    text_eos: bool
+
+
+@dataclass
+class PadChoice(Record):
+    """The PAD the trainer will pad with (:func:`embscope.finetune.trainers.choose_pad`)."""
+
+    #: its id (null: there is none, the trainer needs one set)
+    id: int | None
+    #: its token string
+    token: str | None
+    #: how it was chosen (``--pad-token``, ``tokenizer_config.json``, ``the EOS (no PAD declared)``, …)
+    how: str
+    #: the trainer adds a token of its own that has no row yet (Unsloth's last resort)
+    new_token: bool = False
+
+
+@dataclass
+class SpecialsRecord(Record):
+    """The special ids the model declares (:class:`embscope.finetune.specials.SpecialIds`)."""
+
+    #: {source: {role: [ids]}} (``config.json`` → {"eos": [2]}); roles a source does not declare are absent
+    sources: dict[str, dict[str, list[int]]]
+    #: ids the tokenizer puts before a text when called with special tokens (``[1]`` for a BOS)
+    prefix: list[int]
+    #: ids it puts after (``[2]`` for an EOS)
+    suffix: list[int]
+    #: where prefix and suffix come from (``tokenizer.json post-processor``, ``gguf add_bos_token``, …)
+    adds_from: str
+    #: tokens the tokenizer adds to its model vocabulary
+    added_tokens: int
+    #: size of the tokenizer's model vocabulary, without added tokens (null when unknown)
+    base_size: int | None
+
+
+@dataclass
+class SplitRecord(Record):
+    """The figures of one split of the data."""
+
+    #: examples tokenized
+    examples: int
+    #: of them, conversations rendered by the template
+    conversations: int
+    #: sequences trained on
+    sequences: int
+    #: tokens
+    tokens: int
+    #: tokens at a loss position
+    label_tokens: int
+    #: the template's status on this split (see ``CheckRecord.template``)
+    template: str
+    #: tokens per sequence
+    lengths: LengthStats
+    #: the highest severity found in it (null: nothing)
+    worst: str | None
+
+
+@dataclass
 class CheckRecord(Record):
     """The pre-fine-tune check (``summary.json`` ``sections.finetune``)."""
 
     #: the hazards found, errors first (see embscope.finetune.findings for the codes)
     findings: list[Finding]
-    #: what was read: {records, files, formats {shape: examples}, rejected {reason: records},
-    #: rejected_examples, skipped {reason: count}, ignored_fields {field: records}, labels (KTO)
-    #: {desirable, undesirable}, splits {split: records}}
-    data: dict[str, Any]
-    #: declared special ids: {sources {source: {role: [ids]}}, prefix, suffix (what the tokenizer
-    #: adds around a text), adds_from, added_tokens, base_size}
-    specials: dict[str, Any]
+    #: what was read: records, files, shapes, what was rejected or skipped and why
+    data: DataRead
+    #: the declared special ids, and what the tokenizer adds around a text
+    specials: SpecialsRecord
     #: the chat template, as the renders went: rendered, rendered N of M (K failed or refused),
     #: render failed on all N, render refused: …, none shipped, not needed
     template: str
@@ -107,8 +207,8 @@ class CheckRecord(Record):
     tokens: int
     #: UTF-8 bytes of the texts tokenized (rendered conversations and plain texts)
     bytes: int
-    #: tokens per sequence: {max, p50, p95, p99, mean}
-    lengths: dict[str, Any]
+    #: tokens per sequence
+    lengths: LengthStats
     #: the length limit the sequences must fit (tokens; null when unknown)
     context: int | None
     #: where the limit comes from (--max-length, the trainer's default, the config's context)
@@ -119,18 +219,17 @@ class CheckRecord(Record):
     worst: str | None
     #: seconds spent reading, rendering and tokenizing
     seconds: float
-    #: the most used ids: [{id, token, count, labels, examples}] (20 at most)
-    top_ids: list[dict[str, Any]] = field(default_factory=list)
-    #: the trainer profile: {name, title, masks_pad_by_id, chat_loss, completion_only, text_eos}
-    trainer: dict[str, Any] = field(default_factory=dict)
-    #: the PAD that trainer pads with: {id, token, how, new_token}
-    pad: dict[str, Any] = field(default_factory=dict)
+    #: the most used ids (20 at most)
+    top_ids: list[TopId] = field(default_factory=list)
+    #: the trainer profile followed
+    trainer: TrainerRecord | None = None
+    #: the PAD that trainer pads with
+    pad: PadChoice | None = None
     #: which tokenizer the ids follow (tokenizer.json, llama.cpp's pre-tokenizer for a GGUF, …)
     reference: str = ""
     #: sequences trained on (a DPO example gives two: chosen and rejected)
     sequences: int = 0
     #: tokens at a loss position (past the first of each sequence)
     label_tokens: int = 0
-    #: per split (data with two or more): {split: {examples, conversations, sequences, tokens,
-    #: label_tokens, template, lengths, worst}}
-    splits: dict[str, Any] = field(default_factory=dict)
+    #: per split, for data with two or more
+    splits: dict[str, SplitRecord] = field(default_factory=dict)

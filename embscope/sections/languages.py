@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from embscope.languages.record import CorpusMeasure
 from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput, section
 
@@ -23,11 +23,8 @@ class LanguagesRecord(Record):
     tokenizers: list[str]
     #: language that parity divides by
     reference: str
-    #: corpus path → the measurement's summary: tokenizers [{name, backend, vocab_size,
-    #: space_prefix_for_words}], reference_present, languages (count), sample_bytes, segmentation
-    #: (the rule, in words), word_sample_bytes, roundtrip_texts, corpus {files_read, texts, bytes,
-    #: skipped, ignored_files, capped_languages, lang_source}
-    corpora: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: {corpus path: how it was measured and what was read}
+    corpora: dict[str, CorpusMeasure] = field(default_factory=dict)
 
 
 @section("languages", record=LanguagesRecord, tables=("languages",),
@@ -53,11 +50,11 @@ def languages_section(inputs: Inputs) -> SectionOutput:
                           max_languages=opts.bounds().languages)
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
-        if res.summary.get("languages_folded"):
-            warnings.append(f"{corpus}: {res.summary['languages_folded']} languages past the first "
-                            f"{res.summary['max_languages']} were measured together as 'other'; raise "
+        if res.summary.languages_folded:
+            warnings.append(f"{corpus}: {res.summary.languages_folded} languages past the first "
+                            f"{res.summary.max_languages} were measured together as 'other'; raise "
                             "--limit languages=N to measure each")
-        if res.table.height > 1 and not res.summary.get("reference_present"):
+        if res.table.height > 1 and not res.summary.reference_present:
             warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")
     record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
