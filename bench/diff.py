@@ -164,7 +164,7 @@ def finetune(args) -> None:
     for name, b, t, kw in cases:
         r = embscope.diff(str(b), str(t), languages="none", scan=False, **kw).summary.sections.diff
         m = r.matrices["input"]
-        used = f"{r.data['used_moved']} / {r.data['used_rows']}" if r.data else "—"
+        used = f"{r.data.used_moved} / {r.data.used_rows}" if r.data else "—"
         found = "; ".join(f"{f.code} ({f.severity}, {f.count})" for f in r.findings) or "none"
         print(f"| {name} | {m.moved} / {m.rows} (floor {m.floor.floor:.3g}, {m.floor.lineage}) | "
               f"{m.new_moved} / {r.new_rows} | {used} | {found} |")

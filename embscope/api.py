@@ -45,7 +45,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
-    return run(model, corpora=[*langs, *corpora], data=corpora, training=list(data), out=out, force=force,
+    return run(model, languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
                options=options, command="audit", verbose=verbose, warnings=notes, **kw)
 
 
@@ -61,7 +61,7 @@ def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | No
     Example:
         >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
     """
-    return run(model, sections=["tokens", "repair"], data=corpora, out=out, force=force, options=options,
+    return run(model, sections=["tokens", "repair"], corpora=corpora, out=out, force=force, options=options,
                command="scan", kind="scan", verbose=verbose, required=["tokens"], **kw)
 
 
@@ -102,7 +102,7 @@ def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Pat
     kw.setdefault("layout", False)
     tmp = Path(tempfile.mkdtemp(prefix="embscope-check-")) if out is None else None
     try:
-        res = run(model, sections=["tokens", "finetune", "repair"], training=paths,
+        res = run(model, sections=["tokens", "finetune", "repair"], data=paths,
                   out=out if out is not None else tmp / "check", force=force, render=out is not None,
                   options=options, command="check", kind="check", verbose=verbose, required=["finetune"], **kw)
     finally:
@@ -166,7 +166,7 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Sequence[str | Path
     opts = RunOptions.build(opts, layout=kw.get("layout", False))
     tmp = Path(tempfile.mkdtemp(prefix="embscope-diff-")) if out is None else None
     try:
-        res = run(base, sections=sections, corpora=langs, training=paths, tokens=table,
+        res = run(base, sections=sections, languages=langs, data=paths, tokens=table,
                   out=out if out is not None else tmp / "diff", force=force, render=out is not None,
                   options=opts, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
     finally:
@@ -196,7 +196,7 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
     Example:
         >>> compare(["gpt2", "cl100k_base"], "udhr").folder  # doctest: +SKIP
     """
-    return run(None, sections=["languages"], corpora=[corpus], tokenizers=list(tokenizers), out=out,
+    return run(None, sections=["languages"], languages=[corpus], tokenizers=list(tokenizers), out=out,
                force=force, options=options, command="compare" if len(tokenizers) > 1
                else "fertility", kind="languages", verbose=verbose, required=["languages"], **kw)
 

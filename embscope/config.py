@@ -8,6 +8,8 @@ and what to do, never a ``KeyError``/``ValueError`` traceback: configs are untru
   keep the language model under ``text_config``; its keys win over the outer ones.
 - :func:`hidden_size`: the model width, the one reader every module uses (the loader checks the
   embedding's width against it; the context summary and the parameter estimate use it).
+- :func:`max_positions`: the longest context the config states, the one reader of it (``rope`` and
+  ``check`` agree on it).
 - :func:`dims`: hidden size, layers, heads, KV heads and head dims, under every family's key names
   (Llama ``hidden_size``/``num_hidden_layers``/``num_attention_heads``, GPT-2 ``n_embd``/
   ``n_layer``/``n_head``, T5-like ``d_model``/``num_layers``, DeepSeek MLA head dims).
@@ -25,6 +27,9 @@ from embscope.errors import ModelFileError
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim")
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+#: config keys that state the longest context, by family: Llama/Qwen/Gemma ``max_position_embeddings``,
+#: GPT-2 ``n_positions``, MPT ``max_seq_len``, ``max_sequence_length``, ChatGLM/Qwen-1 ``seq_length``
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length", "seq_length")
 
 #: Defaults transformers applies to keys a published config leaves out, for families whose
 #: published configs are sparse. Gemma-3's ``text_config`` (e.g. google/gemma-3-4b-it) states only
@@ -109,6 +114,21 @@ def positive_int(config: dict, name: str, *keys: str, default: Any = None, requi
         raise ModelFileError(f"{where} {key}={_short(value)} is above {top:,}, far past any real model; fix it "
                              "in config.json")
     return int(value)
+
+
+def max_positions(config: dict, *, where: str = "config") -> tuple[int | None, str | None]:
+    """The longest context ``config`` states, in tokens, and the key it is under
+    (:data:`CONTEXT_KEYS`, first present wins, of the language model's part); ``(None, None)`` when it
+    states none. A malformed value is a one-line :class:`~embscope.errors.ModelFileError`.
+
+    >>> max_positions({"text_config": {"max_position_embeddings": 8192}, "n_positions": 1024})
+    (8192, 'max_position_embeddings')
+    >>> max_positions({"seq_length": 2048}), max_positions({})
+    ((2048, 'seq_length'), (None, None))
+    """
+    cfg = text_config(config)
+    value = positive_int(cfg, "max positions", *CONTEXT_KEYS, required=False, where=where)
+    return (value, _key_of(cfg, CONTEXT_KEYS)) if value is not None else (None, None)
 
 
 def _short(value: Any) -> str:

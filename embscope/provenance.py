@@ -17,8 +17,11 @@ import os
 import platform
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from embscope.records import Record
 
 #: libraries whose versions change results; recorded in every summary
 LIBRARIES = ("torch", "transformers", "tokenizers", "faiss-cpu", "faiss-gpu-cu12", "polars", "numpy",
@@ -31,6 +34,36 @@ BLOCK = 64 * 2**20
 #: id(tensor) → (weak reference, version counter, digest); an entry is used only while the reference
 #: still points at that tensor and its version is unchanged
 _TENSOR_DIGESTS: dict[int, tuple[Any, int, str]] = {}
+
+
+@dataclass
+class RunStamp(Record):
+    """The embscope run a result came from (``summary.json`` → ``embscope``)."""
+
+    #: embscope's version
+    version: str
+    #: the checkout's commit (null outside a git checkout)
+    git: str | None
+    #: when the run started, ISO 8601 in UTC
+    created_utc: str
+    #: the Python version
+    python: str
+    #: the command (``audit``, ``scan``, ``check``, …)
+    command: str
+
+
+@dataclass
+class TreeDigest(Record):
+    """The digest of a file or of a folder's files."""
+
+    #: files hashed
+    files: int
+    #: their bytes
+    bytes: int
+    #: BLAKE2b-128 over each file's relative path and digest, in path order
+    blake2b: str
+    #: some file was larger than FULL_HASH_BYTES: its size, mtime and first and last MiB were hashed
+    partial: bool = False
 
 
 def git_hash() -> str | None:
@@ -57,13 +90,18 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def run_stamp(command: str) -> dict[str, Any]:
-    """``{version, git, created_utc, python, command}`` of this embscope run."""
+def stamp(command: str) -> RunStamp:
+    """The :class:`RunStamp` of this embscope run."""
     from embscope import __version__
 
-    return {"version": __version__, "git": git_hash(),
-            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "python": platform.python_version(), "command": command}
+    return RunStamp(version=__version__, git=git_hash(),
+                    created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    python=platform.python_version(), command=command)
+
+
+def run_stamp(command: str) -> dict[str, Any]:
+    """:func:`stamp` as the JSON the written model folders' manifests hold."""
+    return stamp(command).to_dict()
 
 
 def _new_hash():
@@ -154,8 +192,8 @@ def file_digest(path: Path) -> dict[str, Any]:
     return {"bytes": st.st_size, "blake2b": h.hexdigest(), "partial": True}
 
 
-def tree_digest(root: Path, files: Iterable[Path] | None = None) -> dict[str, Any]:
-    """``{files, bytes, blake2b}`` over a file or a folder's files (sorted by relative path)."""
+def tree_digest(root: Path, files: Iterable[Path] | None = None) -> TreeDigest:
+    """The :class:`TreeDigest` of a file or a folder's files (sorted by relative path)."""
     root = Path(root)
     if files is None:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
@@ -169,7 +207,4 @@ def tree_digest(root: Path, files: Iterable[Path] | None = None) -> dict[str, An
         n += 1
         size += d["bytes"]
         partial |= bool(d.get("partial"))
-    out = {"files": n, "bytes": size, "blake2b": h.hexdigest()}
-    if partial:
-        out["partial"] = True
-    return out
+    return TreeDigest(files=n, bytes=size, blake2b=h.hexdigest(), partial=partial)

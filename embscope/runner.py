@@ -27,8 +27,8 @@ from typing import Any
 
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
 from embscope.progress import Steps
-from embscope.sections.base import Inputs, RunOptions, SectionOutput
-from embscope.sections.registry import BY_NAME, SECTION_NAMES, Section
+from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
+from embscope.sections.registry import BY_NAME, SECTION_NAMES
 from embscope.summary import SCHEMA_VERSION, ModelRecord, Sections, Summary
 
 #: corpora that ship with embscope, by name (``--corpus medical``)
@@ -110,23 +110,26 @@ def check_sections(sections: Sequence[str]) -> list[str]:
 
 
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
-        corpora: Sequence[str | Path] = (), domain: str | Path | None = None, data: Sequence[str | Path] = (),
-        training: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None, force: bool = False,
-        options: RunOptions | None = None, render: bool = True, tokens=None,
+        languages: Sequence[str | Path] = (), domain: str | Path | None = None, corpora: Sequence[str | Path] = (),
+        data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None,
+        force: bool = False, options: RunOptions | None = None, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
         warnings: Sequence[str] = (), required: Sequence[str] = (), **kw: Any) -> RunResult:
     """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
+
+    The names are the command line's (and the sections' :class:`~embscope.sections.base.Inputs`):
+    ``data`` is ``--data``, ``corpora`` is ``--corpus``, ``languages`` is ``--languages``.
 
     Args:
         model: a model spec (alias, hub id, folder, ``.gguf``); ``None`` for tokenizer-only runs.
         sections: which of :data:`~embscope.sections.registry.SECTION_NAMES` to run (a section
             whose option is off, e.g. ``repair`` without ``repair_to``, does not run).
-        corpora: corpora for per-language figures (paths, or shipped names ``medical``, ``udhr``).
+        languages: corpora measured per language (paths, or shipped names ``medical``, ``udhr``).
         domain: the corpus that extension candidates come from (default: the first corpus with one
             language, given by the languages section).
-        data: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
+        corpora: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
             template) produces, and ``repair_to`` re-initialises them.
-        training: training data for the finetune section (any record format of
+        data: training data for the finetune section (any record format of
             :mod:`embscope.corpus.conversations`; files, folders, globs); ``repair_to`` then
             re-initialises the rows its error-level findings point at.
         tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
@@ -147,75 +150,114 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         >>> res.summary.sections.tokens.categories["normal"]  # doctest: +SKIP
     """
     from embscope.allocator import reuse_freed_blocks
-    from embscope.models.load import load_model, pick_device
-    from embscope.models.resolve import resolve
-    from embscope.models.vocabulary import load_vocabulary
-    from embscope.output import check_distinct, check_target, claim, default_out
+    from embscope.output import claim, default_out
 
     opts = RunOptions.build(options, **kw)
+    given = _Given(languages=[corpus_path(c) for c in languages],
+                   domain=corpus_path(domain) if domain is not None else None,
+                   corpora=[corpus_path(c) for c in corpora], data=[_training_path(c) for c in data])
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
-             and ("training" not in BY_NAME[n].requires or training)]  # the check runs on training data only
+             and all(getattr(given, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
-    steps = Steps(verbose=verbose)
-    corpus_paths = [corpus_path(c) for c in corpora]
-    domain_path = corpus_path(domain) if domain is not None else None
-    data_paths = [corpus_path(c) for c in data]
-    training_paths = [_training_path(c) for c in training]
     if opts.repair_to is not None:  # refused before any work, like --out
-        if not data_paths and not training_paths:
-            raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
-        if not opts.scan:
-            raise SpecError("--repair re-initialises the rows the scan flags (and the zero rows it finds): drop "
-                            "--no-scan")
-        check_distinct([("--out", out), ("--repair", opts.repair_to)])
-        check_target(opts.repair_to, force=force, inputs=[*data_paths, *(p for p in training_paths if p.exists())])
-        _check_repair_kind(Path(opts.repair_to))
+        _check_repair(opts, given, out, force)
+    resolved, extra_vocabs = _resolve(model, tokenizers, opts)
+    label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
+    target = Path(out) if out is not None else default_out(label, kind)
+    steps = Steps(verbose=verbose)
+
+    # The folder is claimed before the heavy work, so a bad --out fails in a second.
+    with claim(target, force=force, inputs=given.paths(resolved, tokenizers), kind=kind or "audit") as tmp:
+        loaded = _load(resolved, opts, steps, tokens_past_rows=any(s.name == "finetune" for s in specs))
+        vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
+        state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, languages=given.languages,
+                       domain=given.domain, tokens=tokens, corpora=given.corpora, data=given.data, force=force)
+        outputs, state = _run_sections(specs, state, steps, required)
+        summary = _summary(command, opts, steps, loaded, resolved, model, outputs, state, tokenizers,
+                           [*warnings, *(w for r in outputs.values() for w in r.warnings)])
+        _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
+    return RunResult(folder=target, summary=summary, outputs=outputs)
+
+
+@dataclass
+class _Given:
+    """The paths a run was given, by the :class:`Inputs` field they fill."""
+
+    languages: list[Path]
+    domain: Path | None
+    corpora: list[Path]
+    data: list[Path]
+
+    def paths(self, resolved, tokenizers: Sequence[str]) -> list[Path]:
+        """Every input that exists on disk (the output folder may be none of them)."""
+        found = [resolved.path if resolved is not None else None, *self.languages, self.domain, *self.corpora,
+                 *(p for p in self.data if p.exists()), *(Path(t) for t in tokenizers if Path(t).exists())]
+        return [p for p in found if p is not None]
+
+
+def _check_repair(opts: RunOptions, given: _Given, out, force: bool) -> None:
+    """``--repair OUT``: something to repair, a scan to find it, and a target it may write."""
+    from embscope.output import check_distinct, check_target
+
+    if not given.corpora and not given.data:
+        raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
+    if not opts.scan:
+        raise SpecError("--repair re-initialises the rows the scan flags (and the zero rows it finds): drop "
+                        "--no-scan")
+    check_distinct([("--out", out), ("--repair", opts.repair_to)])
+    check_target(opts.repair_to, force=force, inputs=[*given.corpora, *(p for p in given.data if p.exists())])
+    _check_repair_kind(Path(opts.repair_to))
+
+
+def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):
+    """``(Resolved or None, the extra tokenizers loaded)``; the device is checked first."""
+    from embscope.models.load import pick_device
+    from embscope.models.resolve import resolve
+    from embscope.models.vocabulary import load_vocabulary
+
     pick_device(opts.device)  # fail fast on --device cuda without a GPU
     resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download,
                        limits=opts.bounds()) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
-    extra_vocabs = [load_vocabulary(t) for t in tokenizers]
-    label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
-    target = Path(out) if out is not None else default_out(label, kind)
-    inputs_paths = [p for p in [resolved.path if resolved else None, *corpus_paths, domain_path, *data_paths,
-                                *(p for p in training_paths if p.exists()), *(t for t in tokenizers if Path(t).exists())] if p is not None]
+    return resolved, [load_vocabulary(t) for t in tokenizers]
 
-    # The folder is claimed before the heavy work, so a bad --out fails in a second.
-    with claim(target, force=force, inputs=inputs_paths, kind=kind or "audit") as tmp:
-        loaded = None
-        if resolved is not None:
-            with steps.step("load", f"load {model}"):
-                loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
-                                    tokens_past_rows=any(s.name == "finetune" for s in specs) and bool(training_paths))
-            bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
-            if bad:
-                raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
-                                f"({loaded.n_rows - 1}); pass row ids of this model")
-        vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
-        state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, corpora=corpus_paths,
-                       domain=domain_path, tokens=tokens, data=data_paths, force=force,
-                       training=training_paths)
-        outputs: dict[str, SectionOutput] = {}
-        try:
-            for spec in specs:
-                outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
-                state = replace(state, **res.gives)
-            for res in outputs.values():  # work a section left running (the map) ends here
-                if res.pending is not None:
-                    res.pending.finish()
-                    res.pending = None
-        finally:
-            for res in outputs.values():
-                if res.pending is not None:
-                    res.pending.cancel()
-        summary = _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, tokenizers,
-                           [*warnings, *(w for r in outputs.values() for w in r.warnings)])
-        if resolved is not None and resolved.hub is not None and "model" in summary.inputs:
-            summary.inputs["model"]["hub"] = resolved.hub  # read by ranges: the commit, each file's ETag
-        _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
-    return RunResult(folder=target, summary=summary, outputs=outputs)
+
+def _run_sections(specs, state: Inputs, steps: Steps, required) -> "tuple[dict[str, SectionOutput], Inputs]":
+    """Run the sections in order, each reading what the ones before it gave; work a section left
+    running (the map's layout process) is finished once every section has run, and abandoned when
+    the run fails."""
+    outputs: dict[str, SectionOutput] = {}
+    try:
+        for spec in specs:
+            outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
+            state = replace(state, **res.gives)
+        for res in outputs.values():
+            if res.pending is not None:
+                res.pending.finish()
+                res.pending = None
+    finally:
+        for res in outputs.values():
+            if res.pending is not None:
+                res.pending.cancel()
+    return outputs, state
+
+
+def _load(resolved, opts: RunOptions, steps: Steps, *, tokens_past_rows: bool):
+    """The model's matrices and tokenizer (None for tokenizer-only runs); ``--unused-ids`` checked."""
+    from embscope.models.load import load_model
+
+    if resolved is None:
+        return None
+    with steps.step("load", f"load {resolved.spec}"):
+        loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
+                            tokens_past_rows=tokens_past_rows)
+    bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
+    if bad:
+        raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
+                        f"({loaded.n_rows - 1}); pass row ids of this model")
+    return loaded
 
 
 def _check_repair_kind(target: Path) -> None:
@@ -259,22 +301,21 @@ def _run_section(spec: Section, state: Inputs, steps: Steps, required: bool) -> 
     return res
 
 
-def _summary(command, opts, steps, loaded, model, outputs, state, corpus_paths, tokenizers, warnings) -> Summary:
-    from embscope.provenance import library_versions, run_stamp, tensor_digest, tree_digest
+def _summary(command, opts, steps, loaded, resolved, model, outputs, state, tokenizers, warnings) -> Summary:
+    from embscope.provenance import library_versions, stamp, tensor_digest, tree_digest
+    from embscope.summary import Fingerprints, ModelInputs, TensorDigests
 
-    fingerprints: dict[str, Any] = {}
+    inputs = Fingerprints(corpora={str(p): tree_digest(p) for p in dict.fromkeys(
+        [*state.languages, *([state.domain] if state.domain else []), *state.corpora])}, tokenizers=list(tokenizers))
     if loaded is not None:
-        fingerprints["model"] = {"spec": model, "tensors": {
-            "embed": tensor_digest(loaded.embed),
-            "output": tensor_digest(loaded.output) if loaded.output is not None else None}}
-    fingerprints["corpora"] = {str(p): tree_digest(p) for p in dict.fromkeys(
-        [*corpus_paths, *([state.domain] if state.domain else [])])}
-    fingerprints["tokenizers"] = list(tokenizers)
-    if state.training:
-        fingerprints["training"] = {str(p): tree_digest(p) if p.exists() else "glob" for p in state.training}
+        inputs.model = ModelInputs(spec=model, hub=resolved.hub, tensors=TensorDigests(
+            embed=tensor_digest(loaded.embed),
+            output=tensor_digest(loaded.output) if loaded.output is not None else None))
+    if state.data:
+        inputs.training = {str(p): tree_digest(p) if p.exists() else "glob" for p in state.data}
     summary = Summary(
-        schema_version=SCHEMA_VERSION, embscope=run_stamp(command), versions=library_versions(),
-        inputs=fingerprints, parameters=opts, timings=dict(steps.timings),
+        schema_version=SCHEMA_VERSION, embscope=stamp(command), versions=library_versions(),
+        inputs=inputs, parameters=opts, timings=dict(steps.timings),
         model=_model_record(loaded) if loaded is not None else None,
         sections=Sections(**{n: r.record for n, r in outputs.items() if r.record is not None}),
         skipped={n: r.skipped for n, r in outputs.items() if r.skipped}, warnings=list(warnings))

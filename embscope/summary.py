@@ -13,11 +13,13 @@ from typing import Any
 
 from embscope.context.summary import ContextSummary
 from embscope.delta.record import DiffRecord
+from embscope.finetune.record import CheckRecord
+from embscope.models.resolve import HubRead
+from embscope.provenance import RunStamp, TreeDigest
 from embscope.records import Record, RecordError
 from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
 from embscope.sections.languages import LanguagesRecord
-from embscope.finetune import CheckRecord
 from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
 
@@ -83,17 +85,53 @@ class Sections(Record):
 
 
 @dataclass
+class TensorDigests(Record):
+    """What the model's matrices hash to (:func:`embscope.provenance.tensor_digest`)."""
+
+    #: the input embedding's digest, ``<hash>:<32 hex>``
+    embed: str
+    #: the untied head's; null when tied
+    output: str | None
+
+
+@dataclass
+class ModelInputs(Record):
+    """The model a run read."""
+
+    #: the spec as given
+    spec: str
+    #: what its matrices hash to
+    tensors: TensorDigests
+    #: a hub model read by byte ranges: the commit, each file's ETag and the ranges read
+    hub: HubRead | None = None
+
+
+@dataclass
+class Fingerprints(Record):
+    """What a run read, hashed (``summary.json`` → ``inputs``)."""
+
+    #: the model (null for tokenizer-only runs)
+    model: ModelInputs | None = None
+    #: {corpus path: digest of its files}: the corpora measured per language, the domain corpus, ``--corpus``
+    corpora: dict[str, TreeDigest] = field(default_factory=dict)
+    #: the tokenizer specs measured beside the model's own
+    tokenizers: list[str] = field(default_factory=list)
+    #: {training-data path: digest of its files, or ``glob`` for a glob}; null without training data
+    training: dict[str, TreeDigest | str] | None = None
+
+
+@dataclass
 class Summary(Record):
     """The whole ``summary.json``."""
 
     #: the layout version of this file (see SCHEMA_VERSION)
     schema_version: int
-    #: {version, git, created_utc, python, command} of the embscope run
-    embscope: dict[str, Any]
+    #: the embscope run: version, git commit, start time, Python, command
+    embscope: RunStamp
     #: {distribution: version} of the libraries that shape the results
     versions: dict[str, str]
-    #: fingerprints: {model: {spec, tensors {embed, output}: XXH3-128 digest}, corpora {path: {files, bytes, blake2b}}, tokenizers [...]}
-    inputs: dict[str, Any]
+    #: what was read, hashed: the model's matrices, the corpora, the training data
+    inputs: Fingerprints
     #: every option of the run
     parameters: RunOptions
     #: {step: seconds}, in the order the steps ran

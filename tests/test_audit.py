@@ -26,10 +26,10 @@ def test_audit_writes_every_table(smollm2_audit):
     assert s.model.rows == 49152 and s.model.tied is True
     assert s.sections.context.rope.theta == pytest.approx(1e5)
     assert {"load", "tokens", "geometry", "extension", "report"} <= set(s.timings)
-    assert s.embscope["version"] and s.parameters.k == 10
+    assert s.embscope.version and s.parameters.k == 10
     assert {"torch", "polars", "numpy", "transformers"} <= set(s.versions)
-    name, digest = s.inputs["model"]["tensors"]["embed"].split(":")
-    assert name in ("xxh3_128", "blake2b") and len(digest) == 32 and s.inputs["model"]["tensors"]["output"] is None
+    name, digest = s.inputs.model.tensors.embed.split(":")
+    assert name in ("xxh3_128", "blake2b") and len(digest) == 32 and s.inputs.model.tensors.output is None
     assert s.skipped == {}
 
     tokens = pl.read_parquet(out / "tokens.parquet")
@@ -123,7 +123,7 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
     assert s.model.source == "hub-cache" and s.model.tied is False
     assert s.model.n_tokens == 151665
     assert s.sections.tokens.categories["padding"] == 152064 - 151665
-    assert s.inputs["model"]["tensors"]["output"] is not None
+    assert s.inputs.model.tensors.output is not None
     knn = s.sections.tokens.geometry.knn
     assert knn.method in ("ivf", "refined", "hnsw") and knn.recall_at_k > 0.9
     tokens = pl.read_parquet(out / "tokens.parquet", columns=["category", "out_norm", "zero_row", "flagged"])

@@ -202,7 +202,7 @@ def test_clean_folder_raises_none(tmp_path, smol, train_data):
     folder = build_folder(tmp_path / "clean", smol)
     record = _check(folder, train_data)
     assert record.template == "rendered" and record.examples == 137
-    assert record.specials["sources"]["tokenizer_config.json"] == {"bos": [1], "eos": [2], "pad": [0], "unk": [0]}
+    assert record.specials.sources["tokenizer_config.json"] == {"bos": [1], "eos": [2], "pad": [0], "unk": [0]}
     assert not _codes(record, "error"), [f.message for f in record.findings]
     assert _codes(record) <= {"special-row-untrained"}  # the template's <|im_start|>/<|im_end|>, if flagged
 
@@ -237,7 +237,7 @@ def test_pad_is_eos(tmp_path, smol, train_data):
         assert g.severity == "info", trainer
     # Unsloth's fix_pad_token picks a reserved token of its own: <|endoftext|> (id 0) here
     unsloth = _check(folder, train_data, trainer="unsloth", scan=False)
-    assert unsloth.pad["id"] == 0 and "fix_pad_token" in unsloth.pad["how"]
+    assert unsloth.pad.id == 0 and "fix_pad_token" in unsloth.pad.how
     assert "pad-is-eos" not in _codes(unsloth)
 
 
@@ -248,8 +248,8 @@ def test_template_bos_under_a_tokenizer_that_adds_one(tmp_path, smol, train_data
     record = _check(folder, [train_data, text], trainer="transformers")
     chat = next(f for f in record.findings if f.code == "double-bos" and f.severity == "warning")
     plain = next(f for f in record.findings if f.code == "double-bos" and f.severity == "error")
-    assert chat.count == 137 and chat.ids == [1] and plain.count == 1 and plain.examples == [record.data['records'] - 2]
-    assert record.specials["prefix"] == [1]
+    assert chat.count == 137 and chat.ids == [1] and plain.count == 1 and plain.examples == [record.data.records - 2]
+    assert record.specials.prefix == [1]
 
 
 def test_added_token_in_a_padding_row(tmp_path, smol, train_data):
@@ -260,7 +260,7 @@ def test_added_token_in_a_padding_row(tmp_path, smol, train_data):
                                              {"role": "assistant", "content": "done"}]}) + "\n")
     record = _check(folder, [train_data, data])
     f = next(f for f in record.findings if f.code == "added-in-padding")
-    assert f.severity == "error" and f.ids == [new] and f.tokens == ["<|tool|>"] and f.examples == [record.data["records"] - 1]
+    assert f.severity == "error" and f.ids == [new] and f.tokens == ["<|tool|>"] and f.examples == [record.data.records - 1]
 
 
 def test_id_past_the_matrix(tmp_path, smol, train_data):
@@ -271,7 +271,7 @@ def test_id_past_the_matrix(tmp_path, smol, train_data):
     data.write_text(json.dumps({"text": "a <|new|> token"}) + "\n")
     record = _check(folder, [train_data, data])
     f = next(f for f in record.findings if f.code == "id-beyond-matrix")
-    assert f.severity == "error" and f.ids[:1] == [ROWS] and ROWS + 7 in f.ids and f.examples == [record.data["records"] - 1]
+    assert f.severity == "error" and f.ids[:1] == [ROWS] and ROWS + 7 in f.ids and f.examples == [record.data.records - 1]
 
 
 def test_over_long_examples(tmp_path, smol, train_data):
@@ -279,7 +279,7 @@ def test_over_long_examples(tmp_path, smol, train_data):
                     trainer="transformers")
     f = next(f for f in record.findings if f.code == "exceeds-context")
     assert f.severity == "warning" and 0 < f.count < 137 and "96" in f.message
-    assert record.lengths["max"] > 96
+    assert record.lengths.max > 96
     capped = _check(build_folder(tmp_path / "m2", smol), train_data, max_length=48, scan=False)
     g = next(f for f in capped.findings if f.code == "exceeds-context")
     assert "--max-length" in g.message and g.count > f.count

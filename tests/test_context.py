@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from embscope.context import context_summary
-from embscope.context.display import format_summary
+from embscope.commands.rope import format_summary
 from embscope.models.params import estimate_parameters
 from embscope.context.rope import extension_band
 from embscope.formats.gguf_config import config_from_gguf_metadata
@@ -527,3 +527,23 @@ def test_scaled_wavelengths_match_transformers(cfg):
     inv_freq, _ = ROPE_INIT_FUNCTIONS[s.rope.rope_type](hf_cfg, "cpu", seq_len=s.max_context)
     reference = (2 * math.pi / inv_freq.double()).tolist()
     assert s.rope.wavelengths_scaled == pytest.approx(reference, rel=1e-5)
+
+
+@pytest.mark.parametrize("key", ["max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length",
+                                 "seq_length"])
+def test_check_and_rope_read_one_context(smollm2_model, key):
+    """``check``'s length limit (a trainer without one of its own) is the context ``rope`` reports,
+    under every key a config states it with, at the top or in ``text_config``, and from a family's
+    defaults (Gemma-3 states none: transformers' default 131072)."""
+    import dataclasses
+
+    from embscope.config import CONTEXT_KEYS
+    from embscope.finetune import make_context
+
+    base = {k: v for k, v in smollm2_model.config.items() if k not in CONTEXT_KEYS}
+    for cfg, want in (({**base, key: 3000}, 3000), ({**base, "text_config": {key: 3000}}, 3000),
+                      ({"model_type": "gemma3_text"}, 131072)):
+        model = dataclasses.replace(smollm2_model, config=cfg)
+        limit, source = make_context(model, "transformers")[3]
+        assert limit == context_summary(cfg).max_position_embeddings == want, (cfg, source)
+        assert source == f"config {key if want == 3000 else 'max_position_embeddings'}"

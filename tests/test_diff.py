@@ -82,8 +82,8 @@ def test_trainable_embedding_moves_every_new_row(run, trained):
     assert not any(f.code in ("new-row-unmoved", "used-row-frozen") for f in r.findings)
     # the data produces every new token the corpus ever tokenizes to (extend also adds ▁/space twins
     # such as " Fracture" that the corpus never writes; on a tied model the softmax moves them too)
-    assert 0 < r.data["new_used"] <= len(new_ids)
-    assert r.data["used_unmoved"] == 0
+    assert 0 < r.data.new_used <= len(new_ids)
+    assert r.data.used_unmoved == 0
     # the floor of two float32 checkpoints is exact
     assert m.floor.base_format == m.floor.tuned_format == "F32" and m.floor.floor == 0.0
 
@@ -116,15 +116,15 @@ def test_frozen_embedding_every_used_row_is_frozen(run, frozen, tmp_path):
     from embscope.cli import main
 
     r = frozen
-    assert r.tuned["kind"] == "peft" and r.tuned["adapter"]["embed"] == []
+    assert r.tuned.kind == "peft" and r.tuned.adapter.embed == []
     assert r.new_reference == "base" and r.manifest.endswith("embscope_extension.json")
     assert r.matrices["input"].moved == 0
     frozen_f = [f for f in r.findings if f.code == "used-row-frozen"]
-    old_used = r.data["used_rows"] - r.data["new_used"]
+    old_used = r.data.used_rows - r.data.new_used
     assert [(f.severity, f.count) for f in frozen_f] == [("error", old_used)]
     unmoved = {f.severity: f for f in r.findings if f.code == "new-row-unmoved"}
-    assert unmoved["error"].count == r.data["new_used"]
-    assert unmoved.get("warning") is None or unmoved["warning"].count == r.new_rows - r.data["new_used"]
+    assert unmoved["error"].count == r.data.new_used
+    assert unmoved.get("warning") is None or unmoved["warning"].count == r.new_rows - r.data.new_used
     assert unmoved["error"].examples  # training records that hold the new tokens
     out = tmp_path / "rep"
     rc = main(["diff", str(run["ext"]), str(run["lora"]), "--data", str(run["data"]), "--no-scan",
@@ -141,7 +141,7 @@ def test_untrained_still_from_a_tokens_table(run, frozen, tmp_path):
 
     r0 = frozen
     used = next(f for f in r0.findings if f.code == "used-row-frozen").ids[:3]
-    n = r0.base["rows"]
+    n = r0.base.rows
     flagged = np.zeros(n, dtype=bool)
     flagged[used] = True
     table = tmp_path / "tokens.parquet"
@@ -245,7 +245,7 @@ def test_tie_broken_and_exploded_rows(run, tmp_path):
     boom = next(f for f in r.findings if f.code == "row-exploded")
     assert set(boom.ids) == {100, 200}
     assert r.matrices["input"].moved == 3 and r.matrices["output"].moved == 0
-    assert r.tuned["tied"] is False and "output" in r.matrices
+    assert r.tuned.tied is False and "output" in r.matrices
 
 
 def test_vocab_mismatch(run, tmp_path):
@@ -286,7 +286,7 @@ def test_languages_drift_follows_the_trained_rows(run, tmp_path):
     assert r.matrices["input"].moved == len(ids)
     assert by["eng"]["moved_share"] > 0.1 and by["tha"]["moved_share"] == 0.0
     assert by["eng"]["moved_share"] > max(row["moved_share"] for row in r.languages if row["script"] != "Latin")
-    assert r.languages[0]["moved_share"] >= r.languages[-1]["moved_share"]
+    assert r.languages[0].moved_share >= r.languages[-1].moved_share
 
 
 def test_noise_round_trips_on_real_rows(smollm2_model):

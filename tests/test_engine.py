@@ -85,12 +85,12 @@ def test_engine_options_are_checked():
 def test_fertility_local_workers_equal_one_process(gpt2, udhr_one, tmp_path):
     two = measure([gpt2], UDHR, engine=Engine(workers=2))
     same_fertility(udhr_one, two)
-    assert two.summary["corpus"] == udhr_one.summary["corpus"]
+    assert two.summary.corpus == udhr_one.summary.corpus
     # a sharded copy (gz, zst, bz2, Parquet, HF dataset folders) gives the same table
     copy = sharded_copy(UDHR, tmp_path / "udhr")
     sharded = measure([gpt2], copy, engine=Engine(workers=2))
     same_fertility(udhr_one, sharded)
-    assert sharded.summary["corpus"]["files_read"] == 3 * udhr_one.summary["corpus"]["files_read"]
+    assert sharded.summary.corpus.files_read == 3 * udhr_one.summary.corpus.files_read
 
 
 def test_sampled_pass_is_the_same_on_workers(gpt2):
@@ -107,7 +107,7 @@ def test_interleaved_languages_count_as_separate_files(gpt2, tmp_path, monkeypat
     import itertools
     import json
 
-    from embscope.languages import fertility as F
+    from embscope.languages import counting as F
 
     monkeypatch.setattr(F, "WORD_SAMPLE_BYTES", 3000)
     monkeypatch.setattr(F, "SCRIPT_SAMPLE_CHARS", 700)
@@ -130,7 +130,7 @@ def test_interleaved_languages_count_as_separate_files(gpt2, tmp_path, monkeypat
 
 def test_merge_replays_order_dependent_samples(gpt2):
     """Merging partials of consecutive batches = counting them in one go (round-trips, samples)."""
-    from embscope.languages import fertility as F
+    from embscope.languages import counting as F
     from embscope.corpus.stream import iter_corpus
 
     batches = list(iter_corpus(UDHR / "eng.jsonl", batch_size=2))
@@ -212,8 +212,8 @@ def ray_local():
 def test_ray_fertility_equals_local(gpt2, udhr_one, ray_local):
     on_ray = measure([gpt2], UDHR, engine=ray_local)
     same_fertility(udhr_one, on_ray)
-    assert on_ray.summary["corpus"] == udhr_one.summary["corpus"]
-    assert on_ray.summary["engine"]["kind"] == "ray"
+    assert on_ray.summary.corpus == udhr_one.summary.corpus
+    assert on_ray.summary.engine.kind == "ray"
 
 
 @pytest.mark.slow

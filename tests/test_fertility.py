@@ -87,8 +87,8 @@ def test_parity_and_ratios(result):
             assert 0 < r["vocab_utilisation"] < 0.1
         assert rows["eng"]["continued_word_rate"] < 0.2 < rows["amh"]["continued_word_rate"]
         assert rows["tha"]["segmentation"] == "characters" and rows["eng"]["segmentation"] == "words"
-    assert "tokka-bench" in result.summary["segmentation"]
-    assert result.summary["corpus"]["skipped"] == {}
+    assert "tokka-bench" in result.summary.segmentation
+    assert result.summary.corpus.skipped == {}
 
 
 def test_parity_by_hand(result):
@@ -112,7 +112,7 @@ def test_parity_null_without_alignment_or_reference(tmp_path):
     res = measure([load_vocabulary("gpt2")], tmp_path)
     assert res.table["parity"].null_count() == 2
     res = measure([load_vocabulary("gpt2")], UDHR / "fra.jsonl")
-    assert res.table["parity"][0] is None and res.summary["reference_present"] is False
+    assert res.table["parity"][0] is None and res.summary.reference_present is False
 
 
 def test_double_cost_columns(small_corpus):
@@ -147,7 +147,7 @@ def test_cli_compare_writes_table(tmp_path, small_corpus, capsys):
 
     s = read_summary(json.loads((out / "summary.json").read_text()))
     assert s.sections.languages.reference == "eng" and s.model is None
-    assert list(s.inputs["corpora"]) == [str(small_corpus)] and s.inputs["tokenizers"] == ["gpt2", "o200k_base"]
+    assert list(s.inputs.corpora) == [str(small_corpus)] and s.inputs.tokenizers == ["gpt2", "o200k_base"]
     printed = capsys.readouterr().out
     first_row = next(l for l in printed.splitlines() if l.startswith("│"))
     assert "eng" in first_row and "1.00" in first_row

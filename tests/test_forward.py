@@ -49,7 +49,7 @@ def test_nearest_rows_in_bf16_equals_float32_inside_a_collapsed_cluster(smollm2_
     """bf16 candidates re-scored in float32 give the float32 search's neighbours, also for queries
     inside a planted cluster of near-identical rows (where bf16 cannot tell the rows apart and the
     search falls back to float32 for those queries)."""
-    from embscope.extension.diagnostics import nearest_rows
+    from embscope.extension.nearest import nearest_rows
 
     m = smollm2_model.embed.float().clone()
     g = torch.Generator().manual_seed(0)

@@ -227,7 +227,7 @@ def test_language_fold_bounds_every_shard_and_the_merge():
     """A shard keeps its first N languages and the merge keeps the pass's first N: the languages
     stay at most N + 1 (``other``) however the shards fall, and no token is lost."""
     from embscope.corpus.stream import Batch
-    from embscope.languages.fertility import OTHER, count_batches, merge_counts
+    from embscope.languages.counting import OTHER, count_batches, merge_counts
     from embscope.models.vocabulary import load_vocabulary
 
     vocab = load_vocabulary("gpt2")

@@ -125,13 +125,13 @@ def test_provenance_names_commit_and_etags(hub, checkpoint):
 
     folder, _ = checkpoint
     r = resolve(REPO)
-    assert r.hub["repo"] == REPO and r.hub["commit"] == hub.commits[REPO]
+    assert r.hub.repo == REPO and r.hub.commit == hub.commits[REPO]
     for shard in (SHARDS[0], SHARDS[2]):
-        f = r.hub["files"][shard]
-        assert f["etag"] == hashlib.sha256((folder / shard).read_bytes()).hexdigest()
-        assert f["bytes"] == (folder / shard).stat().st_size
-        assert f["bytes_read"] > MATRIX_BYTES
-    assert r.hub["bytes_read"] == sum(shard_bytes(hub).values())
+        f = r.hub.files[shard]
+        assert f.etag == hashlib.sha256((folder / shard).read_bytes()).hexdigest()
+        assert f.bytes == (folder / shard).stat().st_size
+        assert f.bytes_read > MATRIX_BYTES
+    assert r.hub.bytes_read == sum(shard_bytes(hub).values())
 
 
 def test_resume_after_a_dropped_connection(hub, checkpoint):

@@ -78,7 +78,7 @@ def build_hostile_run(root: Path, *, scan: bool = True, languages: bool = True) 
         "intermediate_size": 64, "vocab_size": v, "tie_word_embeddings": True, "rope_theta": 1e5,
         "max_position_embeddings": 8192, "torch_dtype": "float32"}))
     out = root / "report"
-    run(str(model), corpora=[corpus] if languages else [], domain=corpus / "eng.txt" if languages else None,
+    run(str(model), languages=[corpus] if languages else [], domain=corpus / "eng.txt" if languages else None,
         out=out, scan=scan, options=RunOptions(layout=scan, top=5, diagnostics=False))
     return out
 

@@ -115,12 +115,12 @@ def test_every_shape_is_read_and_tokenized(name, smollm2_model, tmp_path):
     record = _check(smollm2_model, _write(tmp_path, name, rows), template=TOOLS_TEMPLATE.read_text("utf-8"),
                     trainer="llamafactory" if name.startswith("llamafactory") else "trl")
     fmt, per = EXPECT[name]
-    assert record.data["formats"] == {fmt: len(rows)} and not record.data["rejected"], record.data
+    assert record.data.formats == {fmt: len(rows)} and not record.data.rejected, record.data
     assert record.sequences == per * len(rows) and record.template in ("rendered", "not needed")
     assert 0 < record.label_tokens < record.tokens  # the prompts are out of the loss
     assert not [f for f in record.findings if f.code in ("render-failed", "render-refused", "unreadable-records")]
     if fmt == "kto":
-        assert sum(record.data["labels"].values()) == len(rows) and set(record.data["labels"]) == {"desirable",
+        assert sum(record.data.labels.values()) == len(rows) and set(record.data.labels) == {"desirable",
                                                                                                    "undesirable"}
     if name == "openai-tools":  # the extra "id" field is named, not dropped silently
         f = next(f for f in record.findings if f.code == "ignored-fields")
@@ -206,8 +206,8 @@ def test_dataset_dict_splits_are_checked_apart(smollm2_model, tmp_path):
                                "test": datasets.Dataset.from_list(test)})
     dd.save_to_disk(str(tmp_path / "dd"))
     record = _check(smollm2_model, tmp_path / "dd")
-    assert record.data["splits"] == {"train": 30, "test": 10} and set(record.splits) == {"train", "test"}
-    assert record.splits["train"]["examples"] == 30 and record.splits["test"]["examples"] == 10
+    assert record.data.splits == {"train": 30, "test": 10} and set(record.splits) == {"train", "test"}
+    assert record.splits["train"].examples == 30 and record.splits["test"].examples == 10
     long = next(f for f in record.findings if f.code == "exceeds-context")
     assert long.split == "test" and long.count == 1
     pad = next(f for f in record.findings if f.code == "pad-is-eos")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.commands.options import (AUDIT_SCAN, CORPUS, EXTENSION, LOAD, Force, Json, Out, Quiet, Verbose,
-                                       print_json, print_warnings, run_options, setup)
+                                       print_json, print_repair, print_warnings, run_options, setup)
 from embscope.models.registry import DEFAULT_MODEL
 
 
@@ -35,8 +35,7 @@ def audit(
         print_json({"folder": str(res.folder), "summary": res.summary})
     else:
         typer.echo(f"report: {res.folder / 'index.html'}")
-        if res.repair is not None:
-            typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {options.repair_to}")
+        print_repair(res)
 
 
 def register(app: typer.Typer) -> None:

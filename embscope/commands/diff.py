@@ -11,9 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.check import RANK, FailOn
-from embscope.commands.options import (LOAD, Force, Json, Out, Quiet, Verbose, findings_json, print_findings,
-                                       print_json, print_warnings, run_options, setup)
+from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
+from embscope.commands.options import LOAD, Force, Json, Out, Quiet, Verbose, run_options, setup
 
 
 @run_options(*LOAD, "no_scan", "threshold", "unused_ids", "format", "text_field", "limit")
@@ -24,7 +23,7 @@ def diff(
     manifest: Annotated[Optional[Path], typer.Option("--manifest", help="embscope_extension.json of `extend --apply` (or its folder): the initial rows of the added tokens (default: the one in BASE's folder, else BASE's mean row)")] = None,
     languages: Annotated[str, typer.Option("--languages", help="per-language drift on this corpus: udhr (shipped), none, or a PATH")] = "udhr",
     tokens: Annotated[Optional[Path], typer.Option("--tokens", help="tokens.parquet of an earlier scan of BASE: its flagged rows instead of a new scan")] = None,
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="exit 1 when a finding reaches this severity (never: always 0)")] = FailOn.error,
+    fail_on: FailOnOpt = FailOn.error,
     out: Out = None,
     force: Force = False,
     as_json: Json = False,
@@ -38,17 +37,7 @@ def diff(
     setup(quiet, verbose)
     res = run_diff(base, tuned, data=[str(p) for p in data or []], manifest=manifest, languages=languages,
                    tokens=tokens, out=out, force=force, options=options)
-    record = res.summary.sections.diff
-    print_warnings(res.warnings)
-    failed = any(RANK[f.severity] >= RANK[fail_on.value] for f in record.findings)
-    if as_json:
-        body = record.to_dict()
-        print_json({"findings": findings_json(body.pop("findings")), "data": body, "folder": str(res.folder) if res.folder else None,
-                    "exit": 1 if failed else 0})
-    else:
-        _print(record, res)
-    if failed:
-        raise typer.Exit(1)
+    finish(res, res.summary.sections.diff, fail_on, as_json, lambda: _print(res.summary.sections.diff, res))
 
 
 def _print(record, res) -> None:
@@ -59,23 +48,23 @@ def _print(record, res) -> None:
 
     con = Console()
     b, t = record.base, record.tuned
-    con.print(Text(f"What training changed: {t['name']} ({t['kind']}, {t['rows']} rows) against {b['name']} "
-                   f"({b['rows']} rows); {record.new_rows} new rows (against {record.new_reference or '—'})"))
+    con.print(Text(f"What training changed: {t.name} ({t.kind}, {t.rows} rows) against {b.name} "
+                   f"({b.rows} rows); {record.new_rows} new rows (against {record.new_reference or '—'})"))
     for name, m in record.matrices.items():
         fl = m.floor
         line = (f"  {name:<6} {m.moved} of {m.rows} rows moved ({m.moved_share:.2%}), {m.new_moved} of "
                 f"{record.new_rows} new; floor {fl.floor:.3g} ({fl.base_format} → {fl.tuned_format}, {fl.lineage}"
                 f"{', proxy' if fl.method == 'proxy' else ''})")
         con.print(Text(line))
-    if record.data:
+    if record.data is not None:
         d = record.data
-        con.print(Text(f"  data   {d['examples']} examples, {d['tokens']} tokens: {d['used_moved']} of the "
-                       f"{d['used_rows']} rows it uses moved; {d['moved_used_share']:.0%} of the moved rows are used"))
+        con.print(Text(f"  data   {d.examples} examples, {d.tokens} tokens: {d.used_moved} of the "
+                       f"{d.used_rows} rows it uses moved; {d.moved_used_share:.0%} of the moved rows are used"))
     if record.top_movers:
-        shown = ", ".join(f"{r['id']} {display_token(r['token'])} ({r['change']:.3g})" for r in record.top_movers[:6])
+        shown = ", ".join(f"{r.id} {display_token(r.token)} ({r.change:.3g})" for r in record.top_movers[:6])
         con.print(Text(f"  most moved: {shown}"))
-    if record.languages and record.languages[0]["moved_share"] > 0:
-        top = ", ".join(f"{r['language']} {r['moved_share']:.0%}" for r in record.languages[:5])
+    if record.languages and record.languages[0].moved_share > 0:
+        top = ", ".join(f"{r.language} {r.moved_share:.0%}" for r in record.languages[:5])
         con.print(Text(f"  languages whose rows moved most (share of their tokens): {top}"))
     if not record.findings:
         con.print(Text("no findings: the rows the run should have trained moved, and nothing blew up", style="green"))

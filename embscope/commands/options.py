@@ -171,7 +171,7 @@ def run_options(*names: str) -> Callable:
     >>> @run_options("k")
     ... def cmd(model: str, options=None):
     ...     return options.k
-    >>> cmd("m", k=3)
+    >>> cmd(model="m", k=3)
     3
     """
     from embscope.api import RunOptions
@@ -234,32 +234,8 @@ def print_warnings(warnings: list[str]) -> None:
         con.print(Text(f"warning: {w}", style="yellow"))
 
 
-#: the keys of a finding in ``--json`` output, in order (``check`` and ``diff``)
-FINDING_KEYS = ("code", "severity", "ids", "tokens", "count", "examples", "fix", "message")
-
-
-def findings_json(findings: list[dict]) -> list[dict]:
-    """Findings as ``--json`` prints them: :data:`FINDING_KEYS` of each, in order."""
-    return [{k: f[k] for k in FINDING_KEYS} for f in findings]
-
-
-def print_findings(con, findings, *, examples: bool = True) -> None:
-    """One block per finding: severity, code and message; ids with their tokens; examples; fix."""
-    from rich.text import Text
-
-    from embscope.report.escape import display_token
-
-    style = {"error": "red", "warning": "yellow", "info": "cyan"}
-    for f in findings:
-        line = Text()
-        line.append(f"{f.severity:<8}", style=style.get(f.severity))
-        line.append(f" {f.code}: ", style="bold")
-        line.append(f.message)
-        con.print(line)
-        if f.ids:
-            shown = ", ".join(f"{i} {display_token(t)}" for i, t in list(zip(f.ids, f.tokens))[:8])
-            more = f" (+{len(f.ids) - 8})" if len(f.ids) > 8 else ""
-            con.print(Text(f"         ids: {shown}{more}"))
-        if examples and f.examples:
-            con.print(Text(f"         examples: {', '.join(map(str, f.examples))}"))
-        con.print(Text(f"         fix: {f.fix}"))
+def print_repair(res) -> None:
+    """The line naming the model ``--repair`` wrote, when the run wrote one."""
+    rec = res.summary.sections.repair
+    if rec is not None:
+        typer.echo(f"repaired model ({rec.format}, {rec.n_repaired} rows): {rec.folder}")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from embscope.commands.options import (LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, print_json,
-                                       print_warnings, run_options, setup)
+                                       print_repair, print_warnings, run_options, setup)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.geometry.records import GeometryRecord
 
 
 @run_options(*LOAD, *SCAN, "limit")
@@ -33,12 +36,51 @@ def scan(
         return
     from rich.console import Console
 
-    from embscope.geometry.scan import format_scan_summary
-
-    Console().print(format_scan_summary(res.summary.sections.tokens.geometry.to_dict()))
+    Console().print(scan_tables(res.summary.sections.tokens.geometry))
     typer.echo(f"wrote {res.folder}/tokens.parquet, summary.json, index.html")
-    if res.repair is not None:
-        typer.echo(f"repaired model ({res.repair['format']}, {res.repair['n_repaired']} rows): {options.repair_to}")
+    print_repair(res)
+
+
+def scan_tables(g: "GeometryRecord"):
+    """The scan's headline figures, its most under-trained normal tokens and its per-script table,
+    as one rich renderable."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    head = Table(title="Token rows", show_header=False)
+    head.add_row("rows", str(g.rows))
+    for c, v in g.categories.items():
+        head.add_row(f"  {c}", str(v))
+    f = g.flagged
+    head.add_row("flagged normal", f"{f.normal} ({100 * f.normal_share:.2f} %)")
+    for r, v in f.by_reason.items():
+        head.add_row(f"  {r} fired", str(v))
+    head.add_row("isolated normal", str(f.isolated))
+    head.add_row("zero rows", str(f.zero_rows))
+    head.add_row("threshold", str(g.threshold))
+    head.add_row("reference", f"{g.reference.size} rows ({g.reference.source})")
+    kn = g.knn
+    head.add_row("kNN", f"{kn.method} k={kn.k} recall@k={kn.recall_at_k:.3f} {kn.seconds:.1f} s"
+                 f"{' (cached)' if kn.cached else ''}")
+    ver = g.verification
+    if ver is not None:
+        head.add_row("verified", ver.note if ver.n_checked is None else
+                     f"{ver.n_verified_undertrained}/{ver.n_checked} (precision {ver.precision}); "
+                     f"controls failed {ver.controls_failed}/{ver.controls_checked}")
+    if g.usage is not None:
+        head.add_row("flagged rows your data uses", f"{g.usage.flagged_used} ({g.usage.occurrences} occurrences)")
+    top = Table(title=f"Most under-trained normal tokens (top {len(g.top_undertrained)})")
+    for col in ("id", "token", "score", "why"):
+        top.add_column(col, justify="right" if col in ("id", "score") else "left")
+    for r in g.top_undertrained:
+        top.add_row(str(r.id), escape(repr(r.token)), f"{r.score:.2f}", r.reason or "")
+    scr = Table(title="Per script (normal tokens)")
+    for col in ("script", "rows", "flagged", "share", "mean norm"):
+        scr.add_column(col, justify="left" if col == "script" else "right")
+    for name, v in list(g.per_script.items())[:15]:
+        scr.add_row(name, str(v.rows), str(v.flagged), f"{100 * v.flagged_share:.2f} %", f"{v.mean_norm:.3f}")
+    return Group(head, top, scr)
 
 
 def register(app: typer.Typer) -> None:

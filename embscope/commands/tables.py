@@ -45,7 +45,7 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
                   "→ sections.languages → segmentation)")
     lang_rec = summary.sections.languages
     for path, s in lang_rec.corpora.items():
-        skipped = (s.get("corpus") or {}).get("skipped")
+        skipped = s.corpus.skipped
         if skipped:
             console.print(Text(f"skipped in {path}: {skipped}", style="yellow"))
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from embscope.records import Record
-from embscope.config import dims, first, positive_int, text_config
+from embscope.config import dims, first, max_positions, positive_int, text_config
 from embscope.models.params import ABSOLUTE_POSITIONS, ALIBI, ParamEstimate, estimate_parameters, tied
 from embscope.context.rope import RopeSummary, extension_band, rope_parameters, rope_summary
 from embscope.context.rope import rope_type as rope_type_of
@@ -251,8 +251,7 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
     cfg = text_config(config)
     notes: list[str] = []
     dm = dims(cfg)
-    max_pos = positive_int(cfg, "max positions", "max_position_embeddings", "n_positions",
-                           "max_sequence_length", "seq_length", required=False)
+    max_pos, _ = max_positions(cfg)
     kind = cfg.get("model_type")
 
     # -- positions

@@ -12,12 +12,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from embscope.errors import EmbscopeError
+from embscope.records import Record
 
 ENGINES = ("local", "ray")
 
 
 class EngineError(EmbscopeError):
     """An engine that cannot run: unknown name, bad worker count, Ray missing or unreachable."""
+
+
+@dataclass
+class EngineRecord(Record):
+    """Where a corpus pass ran."""
+
+    #: ``local`` (processes on this machine) or ``ray``
+    kind: str
+    #: the workers asked for (null: automatic)
+    workers: int | None
+    #: Ray: the cluster (``local`` for a Ray started for the run); null for local passes
+    ray_address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -36,9 +49,15 @@ class Engine:
         if self.ray_address and self.kind != "ray":
             raise EngineError("--ray-address needs --engine ray")
 
+    def record(self) -> EngineRecord:
+        """Where the pass runs (workers as requested)."""
+        return EngineRecord(kind=self.kind, workers=self.workers, ray_address=(
+            self.ray_address or os.environ.get("RAY_ADDRESS") or "local") if self.kind == "ray" else None)
+
     def as_dict(self) -> dict:
-        """For summary.json: ``{"kind": "local", "workers": 2}`` (workers as requested)."""
-        out: dict[str, Any] = {"kind": self.kind, "workers": self.workers}
-        if self.kind == "ray":
-            out["ray_address"] = self.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+        """``{"kind": "local", "workers": 2}`` (and ``ray_address`` for Ray), as the extension record
+        still holds it."""
+        out: dict[str, Any] = self.record().to_dict()
+        if out["ray_address"] is None:
+            del out["ray_address"]
         return out

@@ -30,11 +30,38 @@ from embscope.corpus.listing import list_files
 from embscope.corpus.readers import COMPRESSIONS, FileIssues, SourceFile, _lines, sniff
 from embscope.corpus.records import json_objects, table_objects
 from embscope.corpus.shapes import FORMATS, SHAREGPT_ROLES, Example, Reject, detect, to_example  # noqa: F401
+from embscope.records import Record
 
 #: the metadata files of an HF ``datasets`` folder (not data)
 HF_META = {"dataset_info.json", "state.json", "dataset_dict.json"}
 #: hub-style shard names: ``train-00000-of-00003.parquet``, ``test.jsonl``
 SPLIT_NAME = re.compile(r"^(train|test|validation|valid|dev|eval)(?:[-_.]\d+(?:-of-\d+)?)?$", re.IGNORECASE)
+
+
+@dataclass
+class DataRead(Record):
+    """What reading the training data found (``summary.json`` → ``sections.finetune.data``)."""
+
+    #: records seen (good and rejected)
+    records: int
+    #: files read
+    files: int
+    #: {shape: examples yielded}
+    formats: dict[str, int] = field(default_factory=dict)
+    #: {reason: records that fit no shape, or not the forced one}
+    rejected: dict[str, int] = field(default_factory=dict)
+    #: {reason: the first few rejected record indices}
+    rejected_examples: dict[str, list[int]] = field(default_factory=dict)
+    #: {reason: bad lines and files} (see embscope.corpus.readers)
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: {record field: records that carry it but whose shape does not read it}
+    ignored_fields: dict[str, int] = field(default_factory=dict)
+    #: KTO labels: {desirable, undesirable: examples}
+    labels: dict[str, int] = field(default_factory=dict)
+    #: {split: records} (empty when the data has no splits)
+    splits: dict[str, int] = field(default_factory=dict)
+    #: {split: records} of the splits other than the one asked for, not read
+    other_splits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,12 +95,12 @@ class DataReport:
         if len(self.rejected_examples[reason]) < 5:
             self.rejected_examples[reason].append(index)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"records": self.records, "files": self.files, "formats": dict(self.formats),
-                "rejected": dict(self.rejected), "rejected_examples": dict(self.rejected_examples),
-                "skipped": dict(self.issues.totals), "ignored_fields": dict(self.ignored_fields),
-                "labels": dict(self.labels), "splits": dict(self.splits),
-                "other_splits": dict(self.other_splits)}
+    def record(self) -> DataRead:
+        """What was read, as the check records it."""
+        return DataRead(records=self.records, files=self.files, formats=dict(self.formats),
+                        rejected=dict(self.rejected), rejected_examples=dict(self.rejected_examples),
+                        skipped=dict(self.issues.totals), ignored_fields=dict(self.ignored_fields),
+                        labels=dict(self.labels), splits=dict(self.splits), other_splits=dict(self.other_splits))
 
 
 def _json_records(file: SourceFile, issues: FileIssues):

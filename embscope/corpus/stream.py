@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embscope.errors import CorpusError
+from embscope.records import Record
 from embscope.corpus.listing import is_glob, list_files, stem
 from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions, SourceFile,
                                      iter_records, sniff)
@@ -102,6 +103,30 @@ class Batch:
 
 
 @dataclass
+class CorpusRead(Record):
+    """What reading a corpus found (``summary.json``: each languages corpus's ``corpus``)."""
+
+    #: files that gave at least one text
+    files_read: int
+    #: texts read
+    texts: int
+    #: their UTF-8 bytes
+    bytes: int
+    #: {reason: bad records or files} over all files (see embscope.corpus.readers)
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: {file: {reason: count}} for the files with a bad record or that were skipped
+    per_file: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: files with a suffix the reader does not read
+    ignored_files: int = 0
+    #: bytes read from the files (compressed size for compressed files)
+    bytes_read: int = 0
+    #: languages cut by sample_bytes (the first 4,096)
+    capped_languages: list[str] = field(default_factory=list)
+    #: {language: how it was decided} (the first 4,096)
+    lang_source: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class CorpusReport:
     """What was read and what was skipped. Fill it by passing it to :func:`iter_corpus`."""
 
@@ -138,13 +163,17 @@ class CorpusReport:
                 break
             self.lang_source.setdefault(lang, src)
 
+    def record(self) -> CorpusRead:
+        """What was read; ``per_file`` lists only files with a bad record or that were skipped."""
+        return CorpusRead(files_read=self.files_read, texts=self.texts, bytes=self.bytes,
+                          skipped=dict(sorted(self.skipped.items())),
+                          per_file={f: dict(sorted(c.items())) for f, c in sorted(self.issues.per_file.items())},
+                          ignored_files=self.ignored_files, bytes_read=self.issues.bytes_read,
+                          capped_languages=list(self.capped_languages), lang_source=dict(self.lang_source))
+
     def as_dict(self) -> dict:
-        """JSON-able; ``per_file`` lists only files with a bad record or that were skipped."""
-        return {"files_read": self.files_read, "texts": self.texts, "bytes": self.bytes,
-                "skipped": dict(sorted(self.skipped.items())),
-                "per_file": {f: dict(sorted(c.items())) for f, c in sorted(self.issues.per_file.items())},
-                "ignored_files": self.ignored_files, "bytes_read": self.issues.bytes_read,
-                "capped_languages": self.capped_languages, "lang_source": self.lang_source}
+        """:meth:`record` as plain JSON (what the extension record still holds)."""
+        return self.record().to_dict()
 
 
 def looks_like_lang(name: str) -> bool:

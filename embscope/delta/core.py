@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
-from embscope.delta.record import DiffRecord, MatrixDiff
-from embscope.finetune.findings import worst
+from embscope.delta.record import BaseSide, DataUse, DiffRecord, Formats, MapInfo, MatrixDiff, Mover, TunedSide
+from embscope.finetune.record import worst
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
@@ -137,12 +137,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     Returns:
         :class:`DiffResult`.
     """
-    import polars as pl
-
-    from embscope.delta import manifest as manifests
-    from embscope.delta.noise import mean_floor, measure, sample_ids
-    from embscope.delta.rows import compare
-    from embscope.delta.tuned import base_rows, fingerprint, load_tuned
+    from embscope.delta.tuned import base_rows, load_tuned
     from embscope.errors import ModelFileError
 
     seconds: dict[str, float] = {}
@@ -154,11 +149,89 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         raise ModelFileError(f"TUNED's rows are {tuned.embed.d} wide, BASE's {base.dim}: not the same model; pass "
                              "the BASE TUNED was trained from")
     b_embed, b_out = base_rows(base)
+    rows = _which_rows(base, tuned, manifest)
+    n = rows.n
+    mismatches, n_mis = _mismatches(base.vocab, tm.vocab, min(rows.base_tokens, rows.tuned_tokens, n))
+    seconds["load"] = round(time.perf_counter() - t0, 3)
+
+    strings = tm.token_strings() if tm.vocab is not None else [f"<row {i}>" for i in range(n)]
+    matrices, facts, cols, xy, map_info = _compare_matrices(base, tuned, b_embed, b_out, rows, seconds)
+    counts, where, use = None, {}, None
+    if data:
+        t3 = time.perf_counter()
+        counts, where, use = _data_use(tm, data, data_format, text_field, rows.new, flagged, facts)
+        seconds["data"] = round(time.perf_counter() - t3, 3)
+    drift = []
+    if languages is not None and tm.vocab is not None:
+        from embscope.delta.languages import count_languages, language_drift
+
+        t4 = time.perf_counter()
+        per = count_languages(tm.vocab, languages, n_rows=n, options=read_options)
+        drift = language_drift(per, facts[0].moved, facts[0].change, strings)
+        seconds["languages"] = round(time.perf_counter() - t4, 3)
+
+    cfg_tie = tm.config.get("tie_word_embeddings") if isinstance(tm.config, dict) else None
+    if tuned.kind == "peft" or not isinstance(cfg_tie, bool):
+        cfg_tie = None  # an adapter's merge decides (embscope.delta.peft); the base config's flag is BASE's
+    fl_base = None
+    if flagged is not None:
+        fl_base = np.zeros(n, dtype=bool)
+        k = min(len(flagged), n)
+        fl_base[:k] = np.asarray(flagged, dtype=bool)[:k]
+    findings = find(Facts(
+        strings=strings, matrices=facts, new=rows.new & (np.arange(n) < rows.tuned_tokens), counts=counts,
+        where=where, flagged=fl_base, shared=rows.shared, mismatches=mismatches, n_mismatches=n_mis,
+        lost_rows=max(0, rows.base_tokens - rows.tuned_tokens), manifest_mismatches=rows.manifest_mismatches,
+        base_tied=base.output is None, tuned_tied=tuned.tied, config_tie=cfg_tie, adapter=tuned.adapter))
+    record = DiffRecord(
+        base=BaseSide(spec=base.spec, name=base.name, rows=base.n_rows, tokens=rows.base_tokens,
+                      tied=base.output is None,
+                      formats=Formats(embed=b_embed.format, output=b_out.format if b_out is not None else None)),
+        tuned=_tuned_side(tuned, rows, cfg_tie), shared_rows=int(rows.shared - rows.new[:rows.shared].sum()),
+        new_rows=int(rows.new.sum()), new_reference=rows.reference,
+        manifest=str(rows.manifest) if rows.manifest is not None else None, matrices=matrices,
+        top_movers=_top_movers(facts, strings, rows.new, counts), findings=findings, worst=worst(findings),
+        data=use, languages=drift, languages_corpus=str(languages) if languages is not None else None,
+        map=map_info, seconds=seconds)
+    return DiffResult(record=record, frame=_frame(tm, strings, rows, cols, counts, fl_base, xy))
+
+
+@dataclass
+class _Rows:
+    """Which of TUNED's rows are which: the same tokens as BASE's, or added (by the tokenizers, or
+    listed by the extension manifest), and what the added ones are compared with."""
+
+    #: TUNED's rows
+    n: int
+    #: tokens each tokenizer defines (rows when a model has none)
+    base_tokens: int
+    tuned_tokens: int
+    #: rows both matrices have
+    shared: int
+    #: per row: added past BASE (or listed by the manifest)
+    new: np.ndarray
+    #: per row: past BASE's rows (new tokens or padding)
+    past: np.ndarray
+    #: rows compared with the manifest's initial rows, and with BASE's mean row
+    init_ids: np.ndarray
+    mean_ids: np.ndarray
+    #: ``manifest``, ``base`` (BASE is the extended model), ``mean`` or None (nothing added)
+    reference: str | None
+    #: the manifest's path and rows, or None
+    manifest: Path | None
+    initial: Any
+    #: manifest terms whose id TUNED's tokenizer decodes otherwise: (id, term, decoded)
+    manifest_mismatches: list[tuple[int, str, str]]
+
+
+def _which_rows(base: "LoadedModel", tuned, manifest) -> _Rows:
+    from embscope.delta import manifest as manifests
+    from embscope.errors import ModelFileError
+
+    tm = tuned.model
     n = tuned.embed.n
     base_tokens = base.n_tokens if base.vocab is not None else base.n_rows
     tuned_tokens = tm.n_tokens if tm.vocab is not None else n
-    mismatches, n_mis = _mismatches(base.vocab, tm.vocab, min(base_tokens, tuned_tokens, n))
-
     mpath = manifests.find(manifest, base.path if Path(base.path).is_dir() else None)
     initial = manifests.read(mpath, dim=base.dim) if mpath is not None else None
     base_is_ext = initial is not None and initial.folder is not None and \
@@ -166,7 +239,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     beyond = np.zeros(n, dtype=bool)  # tokens past BASE's tokenizer
     beyond[min(base_tokens, n):min(tuned_tokens, n)] = True
     new = beyond.copy()
-    man_mis: list[tuple[int, str, str]] = []
+    mismatches: list[tuple[int, str, str]] = []
     if initial is not None:
         if len(initial.ids) and int(initial.ids.max()) >= n:
             raise ModelFileError(f"{initial.path} lists token {int(initial.ids.max())} but TUNED has {n} rows; pass "
@@ -175,135 +248,109 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         if tm.vocab is not None:
             for i, term in zip(initial.ids.tolist(), initial.terms):
                 got = tm.vocab.decode([i]) if i < tuned_tokens else ""
-                if got != term and len(man_mis) < MISMATCHES_KEPT:
-                    man_mis.append((i, term, got))
+                if got != term and len(mismatches) < MISMATCHES_KEPT:
+                    mismatches.append((i, term, got))
     past = np.arange(n) >= base.n_rows  # rows BASE does not have (new tokens or padding)
-    if base_is_ext:  # BASE is the extended model: its rows at the manifest's ids are the initial rows
-        init_ids = np.zeros(0, np.int64)
-    else:
-        init_ids = initial.ids if initial is not None else np.zeros(0, np.int64)
+    # BASE is the extended model: its rows at the manifest's ids are the initial rows
+    init_ids = initial.ids if initial is not None and not base_is_ext else np.zeros(0, np.int64)
     mean_ids = np.flatnonzero((beyond | past) & ~np.isin(np.arange(n), init_ids))
     reference = "base" if base_is_ext else "manifest" if initial is not None else "mean" if new.any() else None
-    shared = min(base.n_rows, n)
-    seconds["load"] = round(time.perf_counter() - t0, 3)
+    return _Rows(n=n, base_tokens=base_tokens, tuned_tokens=tuned_tokens, shared=min(base.n_rows, n), new=new,
+                 past=past, init_ids=init_ids, mean_ids=mean_ids, reference=reference, manifest=mpath,
+                 initial=initial, manifest_mismatches=mismatches)
 
-    strings = tm.token_strings() if tm.vocab is not None else [f"<row {i}>" for i in range(n)]
-    matrices: dict[str, MatrixDiff] = {}
-    facts: list[MatrixFacts] = []
-    cols: dict[str, Any] = {}
+
+def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, seconds: dict[str, float]):
+    """Per matrix (the input, and the output when either model is untied): its noise floor, one pass
+    over every row, its verdicts; the map's positions from the input matrix's pass. Returns
+    ``(matrices, facts, table columns, xy, map info)``."""
+    from embscope.delta.rows import compare
+    from embscope.errors import ModelFileError
+
+    initial, n = rows.initial, rows.n
     pairs = [("input", b_embed, tuned.embed, initial.embed if initial is not None else None)]
     if b_out is not None or tuned.output is not None:
-        t_out = tuned.output if tuned.output is not None else tuned.embed
         init_out = None
         if initial is not None:
             init_out = initial.output if initial.output is not None else initial.embed
-        pairs.append(("output", b_out if b_out is not None else b_embed, t_out, init_out))
+        pairs.append(("output", b_out if b_out is not None else b_embed,
+                      tuned.output if tuned.output is not None else tuned.embed, init_out))
+    matrices: dict[str, MatrixDiff] = {}
+    facts: list[MatrixFacts] = []
+    cols: dict[str, Any] = {}
     xy = np.full((n, 2), np.nan, dtype=np.float32)
-    map_info: dict[str, Any] = {}
+    map_info = None
     for name, b_rows, t_rows, init_rows in pairs:
         t1 = time.perf_counter()
         if t_rows.n != n:
             raise ModelFileError(f"TUNED's head has {t_rows.n} rows but its embedding {n}; re-save the checkpoint")
-        ok_ids = np.flatnonzero(~new[:shared])
-        pick = ok_ids[sample_ids(len(ok_ids))]
-        sb, st = b_rows.take(pick).cpu().numpy(), t_rows.take(pick).cpu().numpy()
-        fl = measure(sb, st, b_rows.format, t_rows.format)
-        mean = None
-        if len(mean_ids):
-            mean, trace = _mean_and_trace(b_rows)
-        if reference == "manifest" and len(init_ids):
-            nf = measure(init_rows.cpu().numpy(), t_rows.take(init_ids).cpu().numpy(), initial.format, t_rows.format)
-            fl.new_floor, fl.new_reference = nf.floor, f"the manifest's rows ({initial.format}, {nf.lineage})"
-        elif reference == "base":
-            fl.new_floor, fl.new_reference = fl.floor, "BASE's rows (BASE is the extended model)"
-        elif reference == "mean":
-            fl.new_floor = mean_floor(mean, trace, t_rows.format, fl.floor)
-            fl.new_reference = "BASE's mean row (no manifest): transformers' mean_resizing spread, 4σ"
+        fl, sample, mean = _floor(b_rows, t_rows, init_rows, rows)
         visit = None
         if name == "input":
-            visit, explained = _map_visitor(sb, new, xy)
-            map_info = {"method": "BASE's first two principal components (input rows; new rows at their tuned row)",
-                        "explained": round(explained, 4)}
+            visit, explained = _map_visitor(sample, rows.new, xy)
+            map_info = MapInfo(method="BASE's first two principal components (input rows; new rows at their tuned row)",
+                               explained=round(explained, 4))
         seconds[f"floor_{name}"] = round(time.perf_counter() - t1, 3)
         t2 = time.perf_counter()
-        ref = _Reference(b_rows, n, init_ids, init_rows, mean_ids, mean)
+        ref = _Reference(b_rows, n, rows.init_ids, init_rows, rows.mean_ids, mean)
         stats = compare(t_rows, ref, device=base.device if base.device != "cpu" else "cpu", visit=visit)
         seconds[f"pass_{name}"] = round(time.perf_counter() - t2, 3)
-        matrices[name], fact = _judge(name, stats, fl, new, new | past, shared)
+        matrices[name], fact = _judge(name, stats, fl, rows.new, rows.new | rows.past, rows.shared)
         facts.append(fact)
         p = "in" if name == "input" else "out"
         cols.update({f"{p}_delta": stats.delta, f"{p}_change": stats.rel_delta, f"{p}_cos": stats.cos,
                      f"{p}_norm_change": stats.norm_change, f"{p}_moved": fact.moved})
         cols["nonfinite"] = cols.get("nonfinite", False) | ~fact.finite
         cols["exploded"] = cols.get("exploded", False) | fact.exploded
+    return matrices, facts, cols, xy, map_info
 
-    counts = None
-    where: dict[int, list[int]] = {}
-    data_info = None
-    if data:
-        t3 = time.perf_counter()
-        watch = new.copy()
-        if flagged is not None:
-            k = min(len(flagged), n)
-            watch[:k] |= np.asarray(flagged, dtype=bool)[:k]
-        counts, where, data_info = _data_counts(tm, data, data_format, text_field, watch)
-        seconds["data"] = round(time.perf_counter() - t3, 3)
-    any_moved = np.zeros(n, dtype=bool)
-    for f in facts:
-        any_moved |= f.moved
-    if data_info is not None:
-        used = counts[:n] > 0
-        data_info.update({
-            "used_rows": int(used.sum()), "used_moved": int((used & any_moved).sum()),
-            "used_unmoved": int((used & ~any_moved).sum()), "moved_rows": int(any_moved.sum()),
-            "moved_used_share": round(float((used & any_moved).sum() / max(int(any_moved.sum()), 1)), 6),
-            "new_used": int((used & new).sum())})
 
-    langs: list[dict[str, Any]] = []
-    if languages is not None and tm.vocab is not None:
-        from embscope.delta.languages import count_languages, drift
+def _floor(b_rows, t_rows, init_rows, rows: _Rows):
+    """``(NoiseFloor, BASE's sampled rows, BASE's mean row or None)`` of one matrix: the floor from
+    sampled shared rows, and the added rows' own floor against their reference."""
+    from embscope.delta.noise import mean_floor, measure, sample_ids
 
-        t4 = time.perf_counter()
-        per = count_languages(tm.vocab, languages, n_rows=n, options=read_options)
-        langs = drift(per, facts[0].moved, facts[0].change, strings)
-        seconds["languages"] = round(time.perf_counter() - t4, 3)
+    ok_ids = np.flatnonzero(~rows.new[:rows.shared])
+    pick = ok_ids[sample_ids(len(ok_ids))]
+    sb, st = b_rows.take(pick).cpu().numpy(), t_rows.take(pick).cpu().numpy()
+    fl = measure(sb, st, b_rows.format, t_rows.format)
+    mean = None
+    if len(rows.mean_ids):
+        mean, trace = _mean_and_trace(b_rows)
+    if rows.reference == "manifest" and len(rows.init_ids):
+        nf = measure(init_rows.cpu().numpy(), t_rows.take(rows.init_ids).cpu().numpy(), rows.initial.format,
+                     t_rows.format)
+        fl.new_floor, fl.new_reference = nf.floor, f"the manifest's rows ({rows.initial.format}, {nf.lineage})"
+    elif rows.reference == "base":
+        fl.new_floor, fl.new_reference = fl.floor, "BASE's rows (BASE is the extended model)"
+    elif rows.reference == "mean":
+        fl.new_floor = mean_floor(mean, trace, t_rows.format, fl.floor)
+        fl.new_reference = "BASE's mean row (no manifest): transformers' mean_resizing spread, 4σ"
+    return fl, sb, mean
 
-    cfg_tie = tm.config.get("tie_word_embeddings") if isinstance(tm.config, dict) else None
-    if tuned.kind == "peft":
-        cfg_tie = None  # the adapter's merge decides (embscope.delta.peft); the base config's flag is BASE's
-    fl_base = None
-    if flagged is not None:
-        fl_base = np.zeros(n, dtype=bool)
-        k = min(len(flagged), n)
-        fl_base[:k] = np.asarray(flagged, dtype=bool)[:k]
-    findings = find(Facts(
-        strings=strings, matrices=facts, new=new & (np.arange(n) < tuned_tokens), counts=counts, where=where,
-        flagged=fl_base, shared=shared, mismatches=mismatches, n_mismatches=n_mis,
-        lost_rows=max(0, base_tokens - tuned_tokens),
-        manifest_mismatches=man_mis, base_tied=base.output is None, tuned_tied=tuned.tied,
-        config_tie=cfg_tie if isinstance(cfg_tie, bool) else None, adapter=tuned.adapter))
 
-    frame = pl.DataFrame({
+def _tuned_side(tuned, rows: _Rows, cfg_tie: bool | None) -> TunedSide:
+    from embscope.delta.tuned import fingerprint
+
+    return TunedSide(spec=tuned.spec, name=tuned.model.name, kind=tuned.kind, rows=rows.n, tokens=rows.tuned_tokens,
+                     tied=tuned.tied, formats=Formats(embed=tuned.embed.format,
+                                                      output=tuned.output.format if tuned.output is not None else None),
+                     tie_word_embeddings=cfg_tie, adapter=tuned.adapter, fingerprint=fingerprint(tuned),
+                     files=list(tuned.files))
+
+
+def _frame(tm, strings, rows: _Rows, cols, counts, fl_base, xy):
+    """``diff.parquet``: one row per TUNED row."""
+    import polars as pl
+
+    n = rows.n
+    return pl.DataFrame({
         "token_id": np.arange(n, dtype=np.int32), "token": strings[:n],
         "special": [i in (tm.vocab.special_ids if tm.vocab is not None else ()) for i in range(n)],
-        "new": new, **{k: v for k, v in cols.items()},
+        "new": rows.new, **cols,
         "data_count": counts[:n] if counts is not None else pl.Series([None] * n, dtype=pl.Int64),
         "base_flagged": fl_base if fl_base is not None else pl.Series([None] * n, dtype=pl.Boolean),
         "x": xy[:, 0], "y": xy[:, 1]})
-    top = _top_movers(facts, strings, new, counts)
-    record = DiffRecord(
-        base={"spec": base.spec, "name": base.name, "rows": base.n_rows, "tokens": base_tokens, "tied": base.output is None,
-              "formats": {"embed": b_embed.format, "output": b_out.format if b_out is not None else None}},
-        tuned={"spec": tuned.spec, "name": tm.name, "kind": tuned.kind, "rows": n, "tokens": tuned_tokens,
-               "tied": tuned.tied, "formats": {"embed": tuned.embed.format,
-                                                "output": tuned.output.format if tuned.output is not None else None},
-               "tie_word_embeddings": cfg_tie if isinstance(cfg_tie, bool) else None, "adapter": tuned.adapter,
-               "fingerprint": fingerprint(tuned), "files": tuned.files},
-        shared_rows=int(shared - new[:shared].sum()), new_rows=int(new.sum()), new_reference=reference,
-        manifest=str(mpath) if mpath is not None else None, matrices=matrices, top_movers=top,
-        findings=findings, worst=worst(findings), data=data_info, languages=langs,
-        languages_corpus=str(languages) if languages is not None else None, map=map_info, seconds=seconds)
-    return DiffResult(record=record, frame=frame)
 
 
 def _map_visitor(sample: np.ndarray, new: np.ndarray, xy: np.ndarray):
@@ -348,7 +395,7 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
                                tuned_norm=st.tuned_norm, floor=fl.floor)
 
 
-def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[dict[str, Any]]:
+def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[Mover]:
     out = []
     share = [TOP_MOVERS] if len(facts) == 1 else [30, TOP_MOVERS - 30]
     for f, k in zip(facts, share):
@@ -356,14 +403,15 @@ def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[dict[str
         for i in np.argsort(-c, kind="stable")[:k]:
             if not np.isfinite(c[i]):
                 break
-            out.append({"id": int(i), "token": strings[i], "matrix": f.name, "change": float(f.change[i]),
-                        "new": bool(new[i]), "used": int(counts[i]) if counts is not None and i < len(counts) else None})
+            out.append(Mover(id=int(i), token=strings[i], matrix=f.name, change=float(f.change[i]), new=bool(new[i]),
+                             used=int(counts[i]) if counts is not None and i < len(counts) else None))
     return out
 
 
-def _data_counts(model: "LoadedModel", data, fmt, text_field, watch) -> tuple[np.ndarray, dict, dict]:
-    """Token counts of the training data as the trainer makes them (TUNED's tokenizer and template);
-    example indices are kept for the rows ``watch`` marks (new and flagged rows)."""
+def _data_use(model: "LoadedModel", data, fmt, text_field, new: np.ndarray, flagged, facts: list[MatrixFacts]):
+    """``(counts, where, DataUse)``: the training data's token counts as the trainer makes them
+    (TUNED's tokenizer and template), the example indices of the new and flagged rows, and the rows it
+    uses against the rows that moved."""
     from embscope.corpus.conversations import DataReport, iter_examples
     from embscope.errors import CorpusError, VocabError
     from embscope.finetune import make_context
@@ -371,18 +419,29 @@ def _data_counts(model: "LoadedModel", data, fmt, text_field, watch) -> tuple[np
 
     if model.vocab is None:
         raise VocabError(f"{model.name} ships no tokenizer, so --data cannot be tokenized; pass a TUNED with one")
+    n = len(new)
+    watch = new.copy()
+    if flagged is not None:
+        k = min(len(flagged), n)
+        watch[:k] |= np.asarray(flagged, dtype=bool)[:k]
     ctx = make_context(model)[0]  # the default trainer's sequences, TUNED's own template
-    report = DataReport()
     wanted = np.zeros(model.n_rows, dtype=bool)
-    wanted[:min(len(watch), model.n_rows)] = watch[:model.n_rows]
-    examples = iter_examples(list(data), fmt=fmt, text_field=text_field, report=report)
-    parts = encode_examples(examples, ctx, wanted, by_split=False)
-    enc = parts.get(None)
+    wanted[:min(n, model.n_rows)] = watch[:model.n_rows]
+    examples = iter_examples(list(data), fmt=fmt, text_field=text_field, report=DataReport())
+    enc = encode_examples(examples, ctx, wanted, by_split=False).get(None)
     if enc is None or enc.examples == 0:
         raise CorpusError(f"{', '.join(map(str, data))} holds no training example; pass jsonl/json/Parquet/Arrow "
                           "records in the messages, conversations, alpaca, prompt/completion or text format")
     counts = enc.counts
-    if len(counts) < len(watch):
-        counts = np.concatenate([counts, np.zeros(len(watch) - len(counts), np.int64)])
-    info = {"paths": [str(p) for p in data], "examples": enc.examples, "tokens": enc.tokens, "template": enc.template}
-    return counts, enc.where, info
+    if len(counts) < n:
+        counts = np.concatenate([counts, np.zeros(n - len(counts), np.int64)])
+    moved = np.zeros(n, dtype=bool)
+    for f in facts:
+        moved |= f.moved
+    used = counts[:n] > 0
+    use = DataUse(paths=[str(p) for p in data], examples=enc.examples, tokens=enc.tokens, template=enc.template,
+                  used_rows=int(used.sum()), used_moved=int((used & moved).sum()),
+                  used_unmoved=int((used & ~moved).sum()), moved_rows=int(moved.sum()),
+                  moved_used_share=round(float((used & moved).sum() / max(int(moved.sum()), 1)), 6),
+                  new_used=int((used & new).sum()))
+    return counts, enc.where, use

@@ -24,7 +24,7 @@ code                    severity         when
                                          ``used-row-frozen`` says so)
 ======================  ===============  ===================================================================
 
-The finding record is the check's (:class:`embscope.finetune.findings.Finding`): ``examples`` are
+The finding record is the check's (:class:`embscope.finetune.record.Finding`): ``examples`` are
 0-based positions of training records holding the ids, as there.
 """
 
@@ -32,11 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.finetune.findings import MAX_IDS, SEVERITIES, Finding
+from embscope.finetune.record import MAX_IDS, SEVERITIES, Finding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.delta.record import AdapterInfo
 
 CODES = ("vocab-mismatch", "row-exploded", "new-row-unmoved", "used-row-frozen", "untrained-still",
          "tie-broken", "nothing-moved")
@@ -89,7 +92,7 @@ class Facts:
     #: TUNED's config ``tie_word_embeddings`` (None when it says nothing)
     config_tie: bool | None = None
     #: the adapter, when TUNED is one (for the fixes)
-    adapter: dict[str, Any] | None = None
+    adapter: "AdapterInfo | None" = None
 
 
 def _examples(where: dict[int, list[int]], ids) -> list[int]:
@@ -224,7 +227,7 @@ def find(f: Facts) -> list[Finding]:
             add("tie-broken", "warning",
                 "BASE ties the head to the embedding; in TUNED they differ"
                 + (" (modules_to_save copied the embedding, the head kept BASE's rows)"
-                   if f.adapter and any("modules_to_save" in p for p in f.adapter.get("embed", [])) else ""),
+                   if f.adapter and any("modules_to_save" in p for p in f.adapter.embed) else ""),
                 (), 0, "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them before saving")
 
     if used is None and f.matrices and not any(m.moved.any() for m in f.matrices):

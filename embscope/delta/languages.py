@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embscope.delta.record import LanguageDrift
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.tokenizer.base import Vocabulary
 
@@ -48,7 +50,7 @@ def count_languages(vocab: "Vocabulary", corpus: str | Path, *, n_rows: int, opt
     return out
 
 
-def drift(per_lang: dict[str, dict[str, Any]], moved: np.ndarray, change: np.ndarray, strings) -> list[dict[str, Any]]:
+def language_drift(per_lang: dict[str, dict[str, Any]], moved: np.ndarray, change: np.ndarray, strings) -> list[LanguageDrift]:
     """One row per language (see the module docstring), most moved first."""
     rows = []
     ch = np.nan_to_num(change, nan=0.0, posinf=0.0)
@@ -60,8 +62,8 @@ def drift(per_lang: dict[str, dict[str, Any]], moved: np.ndarray, change: np.nda
         w = c / total
         m = moved[ids]
         top = ids[m][np.argsort(-c[m], kind="stable")][:TOP]
-        rows.append({"language": lang, "script": a["script"], "tokens": total, "distinct": int(len(ids)),
-                     "moved_share": round(float((w * m).sum()), 5), "mean_change": float((w * ch[ids]).sum()),
-                     "top": [strings[i] for i in top]})
-    rows.sort(key=lambda r: (-r["moved_share"], -r["mean_change"], r["language"]))
+        rows.append(LanguageDrift(language=lang, script=a["script"], tokens=total, distinct=int(len(ids)),
+                                  moved_share=round(float((w * m).sum()), 5), mean_change=float((w * ch[ids]).sum()),
+                                  top=[strings[i] for i in top]))
+    rows.sort(key=lambda r: (-r.moved_share, -r.mean_change, r.language))
     return rows

@@ -28,11 +28,9 @@ on a max-abs or min-max scale), coarser than llama.cpp's quantisers, which searc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from embscope.records import Record
+from embscope.delta.record import NoiseFloor
 
 #: the quantile of the per-row round-trip error the floor is set at
 QUANTILE = 0.999
@@ -113,39 +111,6 @@ def _proxy(x: np.ndarray, bits: int, group: int, asym: bool) -> np.ndarray:
         s[s == 0] = 1
         out = np.clip(np.round(v / s), -top, top) * s
     return out.reshape(k, -1)[:, :d].astype(np.float32)
-
-
-@dataclass
-class NoiseFloor(Record):
-    """The floor one matrix's rows are judged against (``sections.diff.matrices.<m>.floor``)."""
-
-    #: relative change ‖t − r‖/‖r‖ a row must exceed to count as moved
-    floor: float
-    #: BASE's storage format of this matrix (``BF16``, ``Q8_0``, …)
-    base_format: str
-    #: TUNED's storage format of the rows that may differ from BASE
-    tuned_format: str
-    #: ``tuned descends from base`` (its unchanged rows are BASE's cast to TUNED's format), ``base
-    #: descends from tuned`` (BASE is TUNED's source quantised), ``independent`` or ``identical formats``
-    lineage: str
-    #: share of sampled rows that round-trip bit for bit under that lineage
-    exact_share: float
-    #: rows measured
-    rows: int
-    #: the quantile of the per-row error the floor is set at
-    quantile: float
-    #: the floor is this many times that quantile
-    margin: float
-    #: 99.9th percentile of ‖rt_B(b) − b‖/‖b‖ (BASE stored in TUNED's format)
-    e_base_in_tuned: float
-    #: 99.9th percentile of ‖rt_A(t) − t‖/‖t‖ (TUNED stored in BASE's format)
-    e_tuned_in_base: float
-    #: ``exact`` when both round trips are the formats' own, ``proxy`` when one is approximated
-    method: str
-    #: the floor for rows added past BASE, judged against their initial rows
-    new_floor: float | None = None
-    #: where those initial rows come from and how their floor was set
-    new_reference: str | None = None
 
 
 def measure(base: np.ndarray, tuned: np.ndarray, base_format: str, tuned_format: str) -> NoiseFloor:

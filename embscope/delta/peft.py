@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from embscope.delta.record import AdapterInfo
 from embscope.delta.rows import Dense, Patched, Rows
 from embscope.errors import ModelFileError, PickleRefused, SpecError
 
@@ -99,12 +100,13 @@ class Adapter:
     def peft_type(self) -> str:
         return str(self.config.get("peft_type") or "?")
 
-    def describe(self) -> dict[str, Any]:
-        """``{peft_type, base_model, embed: [...], output: [...], ensure_weight_tying}`` for the record."""
-        return {"peft_type": self.peft_type, "base_model": self.config.get("base_model_name_or_path"),
-                "embed": self.parts["embed"].describe() if "embed" in self.parts else [],
-                "output": self.parts["output"].describe() if "output" in self.parts else [],
-                "ensure_weight_tying": bool(self.config.get("ensure_weight_tying"))}
+    def describe(self) -> AdapterInfo:
+        """What the adapter is and does to each matrix, for the record."""
+        base = self.config.get("base_model_name_or_path")
+        return AdapterInfo(peft_type=self.peft_type, base_model=base if isinstance(base, str) else None,
+                           embed=self.parts["embed"].describe() if "embed" in self.parts else [],
+                           output=self.parts["output"].describe() if "output" in self.parts else [],
+                           ensure_weight_tying=bool(self.config.get("ensure_weight_tying")))
 
 
 def _role(module: str) -> str | None:

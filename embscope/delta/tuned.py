@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embscope.delta.record import TunedFingerprint
 from embscope.delta.rows import Dense, Rows
 
 if TYPE_CHECKING:  # pragma: no cover
+    from embscope.delta.record import AdapterInfo
     from embscope.models.model import LoadedModel
 
 
@@ -30,7 +32,7 @@ class Tuned:
     #: with the adapter folder's tokenizer when it ships one; its matrices are shape-only)
     model: "LoadedModel"
     #: the adapter's description (peft type, what it does to each matrix), or None
-    adapter: dict[str, Any] | None
+    adapter: "AdapterInfo | None"
     #: files read for the matrices
     files: list[str]
 
@@ -39,14 +41,15 @@ class Tuned:
         return self.output is None
 
 
-def fingerprint(tuned: Tuned) -> dict[str, Any]:
+def fingerprint(tuned: Tuned) -> TunedFingerprint:
     """XXH3-128 digests of a checkpoint's matrices, or the BLAKE2b digest of the adapter's files."""
     from embscope.provenance import tensor_digest, tree_digest
 
     if tuned.kind == "peft":
-        return {"adapter": tree_digest(Path(tuned.files[0]))}
+        return TunedFingerprint(adapter=tree_digest(Path(tuned.files[0])))
     m = tuned.model
-    return {"embed": tensor_digest(m.embed), "output": tensor_digest(m.output) if m.output is not None else None}
+    return TunedFingerprint(embed=tensor_digest(m.embed),
+                            output=tensor_digest(m.output) if m.output is not None else None)
 
 
 def matrix_format(model: "LoadedModel", which: str) -> str:

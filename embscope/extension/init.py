@@ -206,7 +206,7 @@ def init_weighted_subword(ctx: InitContext) -> "torch.Tensor":
 
 def nearest_trained(ctx: InitContext, queries: "torch.Tensor", k: int):
     """``(sims, ids)``: top-k cosine neighbours of each query among trained rows, (n, k) each
-    (:func:`embscope.extension.diagnostics.nearest_rows`: bf16 candidates re-scored in float32
+    (:func:`embscope.extension.nearest.nearest_rows`: bf16 candidates re-scored in float32
     where this CPU multiplies bf16 faster). Equal queries are searched once (``mean`` gives every
     new term the same row)."""
     import torch
@@ -215,7 +215,7 @@ def nearest_trained(ctx: InitContext, queries: "torch.Tensor", k: int):
     if distinct.shape[0] < queries.shape[0]:
         sims, ids = nearest_trained(ctx, distinct, k)
         return sims[inverse], ids[inverse]
-    from embscope.extension.diagnostics import nearest_rows
+    from embscope.extension.nearest import nearest_rows
 
     norms = torch.zeros(ctx.matrix.shape[0])
     norms[ctx.trained] = trained_norms(ctx)  # the rows' norms, computed once per matrix

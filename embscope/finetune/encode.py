@@ -157,11 +157,13 @@ class Encoded:
             _keep(getattr(self, name), getattr(other, name))
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        """The figures of this pass (no per-id arrays)."""
-        return {"examples": self.examples, "conversations": self.conversations, "sequences": self.sequences,
-                "tokens": self.tokens, "label_tokens": int(sum(self.loss_tokens)), "template": self.template,
-                "lengths": length_stats(self.lengths)}
+    def record(self, worst: str | None):
+        """The figures of this pass (no per-id arrays), with the worst severity found in it."""
+        from embscope.finetune.record import SplitRecord
+
+        return SplitRecord(examples=self.examples, conversations=self.conversations, sequences=self.sequences,
+                           tokens=self.tokens, label_tokens=int(sum(self.loss_tokens)), template=self.template,
+                           lengths=length_stats(self.lengths), worst=worst)
 
 
 def _grow(a: np.ndarray, n: int) -> np.ndarray:
@@ -285,10 +287,16 @@ def encode_examples(examples: Iterable["Example"], ctx: "Context", watch: np.nda
     return out
 
 
-def length_stats(lengths: Sequence[int]) -> dict[str, Any]:
-    """``{max, p50, p95, p99, mean}`` of the sequence lengths (tokens)."""
+def length_stats(lengths: Sequence[int]):
+    """The max, percentiles and mean of the sequence lengths (tokens).
+
+    >>> length_stats([10, 20, 30, 40])
+    LengthStats(max=40, p50=25, p95=38, p99=39, mean=25.0)
+    """
+    from embscope.finetune.record import LengthStats
+
     if not lengths:
-        return {"max": 0, "p50": 0, "p95": 0, "p99": 0, "mean": 0.0}
+        return LengthStats(max=0, p50=0, p95=0, p99=0, mean=0.0)
     a = np.asarray(lengths)
-    return {"max": int(a.max()), "p50": int(np.percentile(a, 50)), "p95": int(np.percentile(a, 95)),
-            "p99": int(np.percentile(a, 99)), "mean": round(float(a.mean()), 1)}
+    return LengthStats(max=int(a.max()), p50=int(np.percentile(a, 50)), p95=int(np.percentile(a, 95)),
+                       p99=int(np.percentile(a, 99)), mean=round(float(a.mean()), 1))

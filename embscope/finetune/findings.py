@@ -52,12 +52,12 @@ Exit codes (``check``): 1 when a finding reaches ``--fail-on`` (default ``error`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embscope.records import Record
+from embscope.finetune.record import CODES, MAX_IDS, SEVERITIES, Finding, severity_rank
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.conversations import DataReport
@@ -66,48 +66,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from embscope.finetune.trainers import PadChoice, Trainer
     from embscope.models.model import LoadedModel
 
-SEVERITIES = ("info", "warning", "error")
-CODES = ("untrained-used", "special-row-untrained", "pad-is-eos", "pad-in-labels", "double-bos",
-         "id-beyond-matrix", "added-in-padding", "exceeds-context", "no-labels", "unknown-tokens",
-         "no-chat-template", "render-refused", "render-failed", "prompt-not-prefix", "unmapped-roles",
-         "trainer-drops", "unreadable-records", "ignored-fields")
+__all__ = ["BYTE_FALLBACK_SHARE", "CODES", "MAX_IDS", "SEVERITIES", "Facts", "Finding", "data_findings", "find",
+           "findings_frame", "merge_splits", "severity_rank"]
+
 #: byte-fallback tokens above this share of all tokens are worth an info line (text the vocabulary
 #: spells byte by byte trains slowly)
 BYTE_FALLBACK_SHARE = 0.01
-#: ids listed per finding
-MAX_IDS = 50
-
-
-@dataclass
-class Finding(Record):
-    """One hazard (``findings.parquet`` has one row per finding)."""
-
-    #: stable code (see :mod:`embscope.finetune.findings`)
-    code: str
-    #: error, warning or info
-    severity: str
-    #: what is wrong, in one line
-    message: str
-    #: the row ids concerned (at most 50), most used first
-    ids: list[int] = field(default_factory=list)
-    #: their token strings (raw, untrusted: escape before display)
-    tokens: list[str] = field(default_factory=list)
-    #: occurrences (tokens or examples, see ``message``)
-    count: int = 0
-    #: a few example indices (0-based record positions in the data)
-    examples: list[int] = field(default_factory=list)
-    #: the fix, in one line
-    fix: str = ""
-    #: per id of ``ids``: occurrences as an input (the input row's gradient)
-    input_counts: list[int] = field(default_factory=list)
-    #: per id of ``ids``: occurrences at a loss position (the output row's softmax target)
-    label_counts: list[int] = field(default_factory=list)
-    #: the split it was found in (null: the data has no splits, or it holds for every split)
-    split: str | None = None
-
-
-def severity_rank(s: str) -> int:
-    return SEVERITIES.index(s)
 
 
 @dataclass
@@ -375,13 +339,3 @@ def findings_frame(findings: Sequence[Finding]):
         "label_counts": pl.Series([x.label_counts for x in findings], dtype=pl.List(pl.Int64)),
         "split": pl.Series([x.split for x in findings], dtype=pl.Utf8)},
         schema_overrides={"code": pl.Utf8, "severity": pl.Utf8, "message": pl.Utf8, "fix": pl.Utf8})
-
-
-def worst(findings: Sequence[Finding]) -> str | None:
-    """The highest severity among ``findings`` (None when there are none)."""
-    return max((x.severity for x in findings), key=severity_rank, default=None)
-
-
-def as_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    """``[{"code", "severity", "ids", "tokens", "count", "examples", "fix", "message", …}, …]``."""
-    return [x.to_dict() for x in findings]

@@ -51,9 +51,12 @@ class SpecialIds:
         """Every id any source declares for ``role``, in order of first mention."""
         return list(dict.fromkeys(i for s in self.sources.values() for i in s.get(role, ())))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"sources": self.sources, "prefix": self.prefix, "suffix": self.suffix,
-                "adds_from": self.adds_from, "added_tokens": len(self.added), "base_size": self.base_size}
+    def record(self):
+        """The declared ids as the check records them (:class:`~embscope.finetune.record.SpecialsRecord`)."""
+        from embscope.finetune.record import SpecialsRecord
+
+        return SpecialsRecord(sources=self.sources, prefix=list(self.prefix), suffix=list(self.suffix),
+                              adds_from=self.adds_from, added_tokens=len(self.added), base_size=self.base_size)
 
 
 def _as_ids(v) -> list[int]:

@@ -70,6 +70,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from embscope.finetune.record import PadChoice, TrainerRecord
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.finetune.specials import SpecialIds
     from embscope.models.model import LoadedModel
@@ -108,6 +110,11 @@ class Trainer:
     pad_fix: str
     #: the remedy for a model without a chat template
     template_fix: str
+
+    def record(self) -> TrainerRecord:
+        """The profile as the check records it."""
+        return TrainerRecord(name=self.name, title=self.title, masks_pad_by_id=self.masks_pad_by_id,
+                             chat_loss=self.chat_loss, completion_only=self.completion_only, text_eos=self.text_eos)
 
 
 TRAINERS: dict[str, Trainer] = {t.name: t for t in (
@@ -149,23 +156,6 @@ def get_trainer(name: str | None) -> Trainer:
         raise SpecError(f"unknown --trainer {name!r}{did_you_mean(name, TRAINERS)}; choose from "
                         f"{', '.join(TRAINERS)}")
     return TRAINERS[name]
-
-
-@dataclass
-class PadChoice:
-    """The PAD the trainer will pad with."""
-
-    #: its id (None: there is none, the trainer needs one set)
-    id: int | None
-    #: its token string
-    token: str | None
-    #: how it was chosen (``--pad-token``, ``tokenizer_config.json``, ``the EOS (no PAD declared)``, …)
-    how: str
-    #: the trainer adds a token of its own that has no row yet (Unsloth's last resort)
-    new_token: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "token": self.token, "how": self.how, "new_token": self.new_token}
 
 
 #: where the tokenizer's own special tokens are declared, first first (config.json is the model's)

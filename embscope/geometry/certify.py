@@ -224,7 +224,7 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
         x = torch.from_numpy(x)
     xn = normalize_rows(x.cpu())
     if not all_finite(xn):
-        from embscope.geometry.knn import KnnError
+        from embscope.geometry.graph import KnnError
 
         raise KnnError("the matrix holds NaN or infinite values: fix or drop those rows before a kNN scan")
     n, d = xn.shape
@@ -461,7 +461,7 @@ def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int =
     import torch
 
     from embscope.geometry import knn_cache
-    from embscope.geometry.knn import KnnGraph
+    from embscope.geometry.graph import KnnGraph
 
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)

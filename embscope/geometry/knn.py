@@ -51,18 +51,17 @@ matrix with ``k`` and the method, and validated when read (:mod:`embscope.geomet
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.errors import EmbscopeError
 from embscope.geometry.exact import (NORM_BLOCK, RERANK_EXTRA, TILE_ELEMENTS, all_finite,  # noqa: F401
                                       cpu_has_fast_bf16, exact_knn, normalize_rows, rerank, tile_dtype)
 from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa: F401
 from embscope.geometry.knn_cache import default_cache_dir, matrix_key  # noqa: F401
 from embscope.geometry import knn_cache
+from embscope.geometry.graph import KnnError, KnnGraph  # noqa: F401  (their home before graph.py)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -79,41 +78,6 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 EXACT_BUDGET = 2.0e12
 #: the values ``method`` accepts
 METHODS = ("auto", "exact", "certified", "ivf", "refined", "hnsw")
-
-
-class KnnError(EmbscopeError):
-    """A matrix that the kNN graph cannot be built from."""
-
-
-@dataclass
-class KnnGraph:
-    """A k-nearest-neighbour graph under cosine similarity (self excluded)."""
-
-    #: (n, k) int64 row ids, most similar first
-    neighbors: np.ndarray
-    #: (n, k) float32 cosine similarity to each neighbour, descending (higher = closer)
-    sims: np.ndarray
-    #: ``exact``, ``ivf`` or ``refined``
-    method: str
-    k: int
-    #: recall@k against fp32 exact search on ``recall_rows`` random rows (1.0 = perfect)
-    recall_at_k: float
-    #: rows the recall was measured on
-    recall_rows: int
-    #: seconds spent building the graph (the build that was cached, when ``cached``)
-    seconds: float
-    #: whether the graph was read from the cache
-    cached: bool = False
-    #: method details: device, tile dtype, nlist, nprobe, scanned share
-    params: dict[str, Any] = field(default_factory=dict)
-    #: (n,) whether each row's neighbours are exact search's (None: every row's are, or unknown)
-    exact: np.ndarray | None = None
-
-    def record(self) -> dict[str, Any]:
-        """JSON-able summary (no arrays)."""
-        return {"method": self.method, "k": self.k, "recall_at_k": round(float(self.recall_at_k), 4),
-                "recall_rows": self.recall_rows, "seconds": round(float(self.seconds), 3),
-                "cached": self.cached, **self.params}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from embscope.models.fill import fill_weights, no_init_weights, refuse_missing
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
 
@@ -166,7 +168,7 @@ def load_causal_lm(model: "LoadedModel"):
 
         lm, info = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, trust_remote_code=False,
                                                         output_loading_info=True)
-        _refuse_missing(info.get("missing_keys"), path)
+        refuse_missing(info.get("missing_keys"), path)
     lm.eval()
     _CACHE.clear()  # one model at a time
     _CACHE[key] = lm
@@ -189,7 +191,7 @@ def _from_gguf(path: Path):
 
     with _memoised_gguf():
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
-        with _no_init_weights():  # every weight is overwritten below (missing ones are refused)
+        with no_init_weights():  # every weight is overwritten below (missing ones are refused)
             lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
         # Its converter draws a tqdm bar of its own, which transformers' switch does not reach;
         # our step line already reports this step.
@@ -200,33 +202,6 @@ def _from_gguf(path: Path):
             gguf_utils.tqdm = saved
     fill_weights(lm, {k: torch.as_tensor(v, dtype=torch.float32) for k, v in tensors.items()}, path)
     return lm
-
-
-def fill_weights(lm, state: dict, path: Path, *, assign: bool = False) -> None:
-    """Load ``state`` into ``lm``, tie the head when the config says so, and refuse the model when a
-    weight it needs is still missing (:func:`_refuse_missing`). ``assign``: the tensors become the
-    parameters themselves (no copy)."""
-    missing = lm.load_state_dict(state, strict=False, assign=assign).missing_keys
-    if getattr(lm.config, "tie_word_embeddings", False):
-        lm.tie_weights()
-        head = lm.get_output_embeddings()
-        tied = {k for k, v in lm.state_dict(keep_vars=True).items() if head is not None and v is head.weight}
-        missing = [k for k in missing if k not in tied]
-    _refuse_missing(missing, path)
-
-
-def _no_init_weights():
-    """transformers' ``no_init_weights``: the empty model's random initialisation skipped
-    (SmolLM2-135M: 2.6 of its 11 CPU-s of loading drew random numbers that the GGUF's tensors then
-    replaced); buffers computed in the modules' constructors (rotary frequencies) are kept, and the
-    loaded state dict and buffers were bit-identical. A plain block where transformers lacks it."""
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # pragma: no cover - older transformers
-        from contextlib import nullcontext
-
-        return nullcontext()
-    return no_init_weights()
 
 
 @contextmanager
@@ -267,16 +242,6 @@ def _memoised_gguf():
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = saved
-
-
-def _refuse_missing(missing, path: Path) -> None:
-    """A full model with weights transformers had to invent is not the model: refuse it."""
-    from embscope.errors import ModelFileError
-
-    if missing:
-        missing = sorted(missing)
-        raise ModelFileError(f"{path.name} lacks {len(missing)} weights of the full model (e.g. {missing[0]}); "
-                             "transformers would fill them with random values; use the rows-only output")
 
 
 #: ops timed per thread count by :func:`fastest_threads` (each a few hundred thousand floats)

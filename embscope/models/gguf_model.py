@@ -125,14 +125,14 @@ def build_causal_lm(path: Path):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from embscope.formats.gguf import open_gguf
-    from embscope.models.fullmodel import _no_init_weights, fill_weights
+    from embscope.models.fill import fill_weights, no_init_weights
 
     reader = open_gguf(path)
     arch = reader.fields["general.architecture"]
     cfg = transformers_config_dict(reader)
     config = CONFIG_MAPPING[cfg["model_type"]].from_dict(cfg)
     config._name_or_path = str(Path(path).parent)  # what transformers records for a GGUF in a folder
-    with _no_init_weights():  # every weight is overwritten below (missing ones are refused)
+    with no_init_weights():  # every weight is overwritten below (missing ones are refused)
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
     kind = BUILDERS[arch]
     names = _name_map(lm, arch, config.num_hidden_layers)

@@ -129,7 +129,7 @@ def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bo
         :class:`~embscope.models.model.LoadedModel`.
 
     Example:
-        >>> m = load_model("smollm2-135m")  # doctest: +SKIP
+        >>> m = load_model("smollm2-135m", device="cpu")
         >>> m.embed.shape, m.tied
         (torch.Size([49152, 576]), True)
     """

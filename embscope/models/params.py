@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embscope.config import Dims, dims, first, positive_int, text_config
+from embscope.config import Dims, dims, first, max_positions, positive_int, text_config
 from embscope.records import Record
 
 #: model types whose position information is a learned absolute table (added to the count)
@@ -182,8 +182,7 @@ def estimate_parameters(config: dict) -> ParamEstimate | None:
     final_norm = 2 * d if plain else d
     embedding = (dm.vocab or 0) * d * (1 if tied(cfg) else 2)
     if kind in ABSOLUTE_POSITIONS:
-        embedding += (positive_int(cfg, "max positions", "max_position_embeddings", "n_positions",
-                                   required=False) or 0) * d
+        embedding += (max_positions(cfg)[0] or 0) * d
     total += embedding + final_norm
     active += embedding + final_norm
     return ParamEstimate(total=int(total), active=int(active), embedding=int(embedding), experts=experts,

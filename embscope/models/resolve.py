@@ -26,12 +26,16 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embscope.errors import ModelFileError, PickleRefused, SpecError, did_you_mean
 from embscope.models.registry import ALIASES, ModelAlias
+from embscope.records import Record
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.models.hub_ranges import Fetched
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -44,6 +48,44 @@ NEEDS = ("config", "tokenizer", "weights")
 #: how a hub model's weights are read: the tensors' byte ranges, or the whole shards holding them
 DOWNLOADS = ("ranges", "full")
 log = logging.getLogger("embscope.models.resolve")
+
+
+@dataclass
+class HubFile(Record):
+    """What one run read of one file of a hub repo."""
+
+    #: the file's ETag (sha256 of the whole file for LFS files), as the hub sent it
+    etag: str | None
+    #: size of the whole file, bytes
+    bytes: int
+    #: ``{tensor: [begin, end]}`` absolute byte ranges held in the sparse copy
+    tensors: dict[str, list[int]] = field(default_factory=dict)
+    #: bytes this run received for it (0 when everything came from the cache)
+    bytes_read: int = 0
+    #: HTTP requests this run made for it
+    requests: int = 0
+
+
+@dataclass
+class HubRead(Record):
+    """A hub model read by byte ranges (``summary.json`` → ``inputs.model.hub``)."""
+
+    #: the repo id
+    repo: str
+    #: the commit read
+    commit: str
+    #: ``ranges``
+    download: str
+    #: bytes received from the hub in all
+    bytes_read: int
+    #: {file: what was read of it}
+    files: dict[str, HubFile] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, repo_id: str, commit: str, fetched: "dict[str, Fetched]") -> "HubRead":
+        return cls(repo=repo_id, commit=commit, download="ranges", bytes_read=sum(f.bytes_read for f in fetched.values()),
+                   files={name: HubFile(etag=f.etag, bytes=f.size, tensors=f.tensors, bytes_read=f.bytes_read,
+                                        requests=f.requests) for name, f in fetched.items()})
 
 
 @dataclass
@@ -61,7 +103,7 @@ class Resolved:
     format: str
     alias: ModelAlias | None = None
     #: ``hub-ranges``: repo, commit and, per file, ETag, size, tensor byte ranges and bytes read
-    hub: dict[str, Any] | None = None
+    hub: HubRead | None = None
     #: ``tensor name → shard path`` for the tensors we need (safetensors only; filled lazily)
     _config: dict | None = None
     _reader: Any = None
@@ -166,7 +208,7 @@ def download_hint(repo_id: str, need: str) -> str:
 
 
 def _hub_download(repo_id: str, need: str, download: str = "ranges",
-                  budget=None) -> tuple[Path, dict[str, Any] | None]:
+                  budget=None) -> tuple[Path, HubRead | None]:
     """Fetch (or find in the cache) what ``need`` requires of a hub repo.
 
     Returns the folder to read (the HF cache snapshot; for weights read by ranges, the embscope
@@ -244,7 +286,7 @@ def _hub_download(repo_id: str, need: str, download: str = "ranges",
 
 
 def _ranged(repo_id: str, snapshot: Path, where: dict[str | None, str], online, offline: bool,
-            need: str, budget=None) -> tuple[Path, dict[str, Any]]:
+            need: str, budget=None) -> tuple[Path, HubRead]:
     """The embedding/head tensors (``{tensor: shard}``; ``{None: file}``: the ones its header names)
     through range requests into the embscope cache (see :mod:`embscope.models.hub_ranges`);
     returns the cache folder and what was read, for the provenance."""
@@ -268,11 +310,7 @@ def _ranged(repo_id: str, snapshot: Path, where: dict[str | None, str], online, 
             raise SpecError(f"the embedding tensors of {repo_id} are not in the embscope cache ({folder}) and "
                             f"{how}; run once online, or download them with: {download_hint(repo_id, need)}")
         files[shard] = fetch_tensors(repo_id, commit, shard, names, folder, budget)
-    hub = {"repo": repo_id, "commit": commit, "download": "ranges",
-           "bytes_read": sum(f.bytes_read for f in files.values()),
-           "files": {s: {"etag": f.etag, "bytes": f.size, "tensors": f.tensors, "bytes_read": f.bytes_read,
-                         "requests": f.requests} for s, f in files.items()}}
-    return folder, hub
+    return folder, HubRead.of(repo_id, commit, files)
 
 
 def _in_hf_cache(repo_id: str, snapshot: Path, files: list[str]) -> bool:
@@ -345,13 +383,10 @@ def _hub_gguf(spec: str, repo_id: str, filename: str, download: str, budget=None
                f"the hub ({constants.ENDPOINT}) could not be reached within {HUB_CONNECT_TIMEOUT:g} s")
         raise SpecError(f"{err} and {how}; run once online, or download it with: hf download {repo_id} "
                         f"{filename}, and pass the local file") from None
-    hub = {"repo": repo_id, "commit": commit, "download": "ranges", "bytes_read": fetched.bytes_read,
-           "files": {filename: {"etag": fetched.etag, "bytes": fetched.size, "tensors": fetched.tensors,
-                                "bytes_read": fetched.bytes_read, "requests": fetched.requests}}}
-    return Resolved(spec, name, "hub-ranges", path, "gguf", hub=hub)
+    return Resolved(spec, name, "hub-ranges", path, "gguf", hub=HubRead.of(repo_id, commit, {filename: fetched}))
 
 
-def _from_hub(r: Resolved, hub: dict[str, Any] | None) -> Resolved:
+def _from_hub(r: Resolved, hub: HubRead | None) -> Resolved:
     if hub is not None:
         r.source, r.hub = "hub-ranges", hub
     return r

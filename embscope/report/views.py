@@ -121,12 +121,11 @@ def languages_view(langs) -> dict[str, Any]:
     reads = []
     seg = None
     for path, b in langs.corpora.items():
-        c = b.get("corpus") or {}
-        seg = seg or (b.get("segmentation") if isinstance(b.get("segmentation"), str) else None)
-        reads.append({"corpus": path, "languages": b.get("languages"), "texts": c.get("texts"),
-                      "bytes": c.get("bytes"), "files_read": c.get("files_read"),
-                      "reference_present": b.get("reference_present"),
-                      "skipped": c.get("skipped") or {}, "capped": c.get("capped_languages") or []})
+        c = b.corpus
+        seg = seg or b.segmentation
+        reads.append({"corpus": path, "languages": b.languages, "texts": c.texts, "bytes": c.bytes,
+                      "files_read": c.files_read, "reference_present": b.reference_present,
+                      "skipped": c.skipped, "capped": c.capped_languages})
     return {"reference": langs.reference, "corpora": list(langs.corpora), "segmentation": seg,
             "tokenizers": list(langs.tokenizers), "reads": reads}
 
@@ -145,7 +144,7 @@ def summary_view(s: Summary) -> dict[str, Any]:
     """Blocks the template reads (see the ``*_view`` helpers)."""
     tokens = s.sections.tokens
     categories = tokens.categories if tokens is not None else {}
-    prov = dict(s.embscope)
+    prov = s.embscope.to_dict()
     return {
         "model": s.model.to_dict() if s.model is not None else {"name": "tokenizers only"},
         "prov": prov,

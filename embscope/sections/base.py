@@ -5,15 +5,19 @@ corpora and what earlier sections gave (the tokens table, the scan result, the d
 returns a typed record (a :class:`~embscope.records.Record`), its Parquet tables, the values it
 gives to later sections, and — when it has nothing to report — the reason instead of a record.
 The runner writes the output folder; the one section that writes elsewhere is ``repair``, to the
-folder its option names. :mod:`embscope.sections.registry` lists the sections and their hand-offs.
+folder its option names.
+
+A section registers itself where it is defined, with :func:`section`: its name, its record, its
+tables, the :class:`Inputs` fields it reads and those it gives; :mod:`embscope.sections.registry`
+imports the section modules in run order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from embscope.progress import Steps
 from embscope.records import Record
@@ -21,6 +25,7 @@ from embscope.records import Record
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
+    from embscope.geometry.scan import ScanResult
     from embscope.models.model import LoadedModel
     from embscope.tokenizer.base import Vocabulary
 
@@ -207,10 +212,22 @@ class RunOptions(Record):
         return self
 
 
+class Scanned(NamedTuple):
+    """The geometry scan of the run's model (given by the tokens section): ``model, result =
+    inputs.scan`` unpacks it as the ``(model, ScanResult)`` pair it replaces."""
+
+    #: the model scanned
+    model: "LoadedModel"
+    #: its per-row columns, summary, verification and corpus usage
+    result: "ScanResult"
+
+
 @dataclass
 class Inputs:
     """What a section may read: what the runner loaded, and what earlier sections gave
-    (:data:`embscope.sections.registry.SECTIONS` declares who gives what)."""
+    (:data:`embscope.sections.registry.SECTIONS` declares who gives what). The names are the
+    command line's: ``--data`` is :attr:`data`, ``--corpus`` is :attr:`corpora`, ``--languages`` (and
+    the corpus of ``fertility``/``compare``) is :attr:`languages`."""
 
     options: RunOptions
     steps: Steps
@@ -218,18 +235,18 @@ class Inputs:
     model: "LoadedModel | None" = None
     #: tokenizers to measure (the model's own first, when there is a model)
     vocabs: "Sequence[Vocabulary]" = ()
-    #: corpora for per-language figures
-    corpora: Sequence[Path] = ()
+    #: corpora measured per language (fertility, parity, density; the diff's per-language drift)
+    languages: Sequence[Path] = ()
     #: the domain corpus for vocabulary extension (null: no extension)
     domain: Path | None = None
     #: the tokens table as built so far (base columns + scan columns), or None
     tokens: "pl.DataFrame | None" = None
-    #: the user's own corpora: the scan lists which flagged rows their text produces
+    #: the user's own corpora (``--corpus``): the scan lists which flagged rows their text produces
+    corpora: Sequence[Path] = ()
+    #: the geometry scan (given by the tokens section), or None
+    scan: Scanned | None = None
+    #: training data (``--data``: records in any format of embscope.corpus.conversations)
     data: Sequence[Path] = ()
-    #: ``(model, ScanResult)`` of the geometry scan (given by the tokens section), or None
-    scan: Any = None
-    #: training data to check (records in any format of embscope.corpus.conversations)
-    training: Sequence[Path] = ()
     #: rows the check's error-level findings point at (given by the finetune section): what
     #: ``--repair`` rewrites instead of the scan's used flagged rows; None without a check
     repair_rows: list[int] | None = None
@@ -248,10 +265,70 @@ class SectionOutput:
     skipped: str | None = None
     #: things the user should know, listed at the end of the run
     warnings: list[str] = field(default_factory=list)
-    #: live objects a caller may need after the run (never written), e.g. (model, ExtensionResult)
+    #: live objects a caller may need after the run (never written), e.g. the :class:`Scanned` scan
     live: Any = None
     #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
     gives: dict[str, Any] = field(default_factory=dict)
     #: work the section started and left running (the map): ``finish()`` completes the record and
     #: tables before they are written, ``cancel()`` abandons it when the run fails
     pending: Any = None
+
+
+def _always(options: RunOptions) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Section:
+    """A registered section: what it runs, records, writes, reads and gives."""
+
+    #: the key in ``summary.json`` ``sections`` and in ``run(sections=[...])``
+    name: str
+    #: the section function, ``(Inputs) -> SectionOutput``
+    run: Callable[[Inputs], SectionOutput]
+    #: the record class stored under ``sections.<name>``
+    record: type[Record]
+    #: the Parquet tables it writes (file stems)
+    tables: tuple[str, ...] = ()
+    #: the :class:`Inputs` fields it reads (besides ``options`` and ``steps``, which every section may)
+    reads: tuple[str, ...] = ()
+    #: the :class:`Inputs` fields it fills for the sections after it
+    gives: tuple[str, ...] = ()
+    #: whether the options ask for it at all (a section that is not enabled is not run, not skipped)
+    enabled: Callable[[RunOptions], bool] = _always
+    #: the :class:`Inputs` fields without which it is not run (asked for or not)
+    requires: tuple[str, ...] = ()
+
+    @property
+    def entry(self) -> str:
+        """``module:function`` of the section function."""
+        return f"{self.run.__module__}:{self.run.__name__}"
+
+    def function(self) -> Callable[[Inputs], SectionOutput]:
+        return self.run
+
+
+#: every section, by name, as the section modules registered them (import order)
+REGISTERED: dict[str, Section] = {}
+
+
+def section(name: str, *, record: type[Record], tables: Sequence[str] = (), reads: Sequence[str] = (),
+            gives: Sequence[str] = (), enabled: Callable[[RunOptions], bool] = _always,
+            requires: Sequence[str] = ()) -> Callable:
+    """Register the decorated function as section ``name`` (see :class:`Section` for each field).
+
+    >>> @section("demo", record=Record, reads=("model",))
+    ... def demo_section(inputs):
+    ...     return SectionOutput(skipped="a demonstration")
+    >>> REGISTERED.pop("demo").entry
+    'embscope.sections.base:demo_section'
+    """
+    def register(fn: Callable[[Inputs], SectionOutput]) -> Callable[[Inputs], SectionOutput]:
+        if name in REGISTERED:
+            raise TypeError(f"section {name!r} is registered twice ({REGISTERED[name].entry} and "
+                            f"{fn.__module__}:{fn.__name__})")  # a bug, not input
+        REGISTERED[name] = Section(name, fn, record, tuple(tables), tuple(reads), tuple(gives), enabled,
+                                   tuple(requires))
+        return fn
+
+    return register

@@ -6,9 +6,11 @@ every field and its formula).
 
 from __future__ import annotations
 
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.context.summary import ContextSummary
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
+@section("context", record=ContextSummary, reads=("model",))
 def context_section(inputs: Inputs) -> SectionOutput:
     """``ContextSummary`` of the model's config; skipped for tokenizer-only runs."""
     from embscope.context import context_summary

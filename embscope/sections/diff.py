@@ -8,9 +8,12 @@ It runs after the tokens section and reads its ``flagged`` column (BASE's under-
 
 from __future__ import annotations
 
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.delta.record import DiffRecord
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
+@section("diff", record=DiffRecord, tables=("diff",), reads=("model", "tokens", "data", "languages"),
+         enabled=lambda o: o.tuned is not None)
 def diff_section(inputs: Inputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.tuned``."""
     import numpy as np
@@ -24,11 +27,11 @@ def diff_section(inputs: Inputs) -> SectionOutput:
     flagged = None
     if inputs.tokens is not None and "flagged" in inputs.tokens.columns:
         flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
-    elif inputs.training and opts.scan:
+    elif inputs.data and opts.scan:
         out.warnings.append("diff: no geometry scan, so untrained-still is not checked")
     with inputs.steps.step("diff", f"diff against {opts.tuned}"):
-        res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.training), flagged=flagged,
-                          languages=inputs.corpora[0] if inputs.corpora else None, data_format=opts.data_format,
+        res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged,
+                          languages=inputs.languages[0] if inputs.languages else None, data_format=opts.data_format,
                           text_field=opts.text_field, trust_pickle=opts.trust_pickle, download=opts.download,
                           read_options=opts.read_options())
     out.record = res.record

@@ -11,7 +11,7 @@ from typing import Any
 
 from embscope.progress import Steps
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
 @dataclass
@@ -77,6 +77,7 @@ class ExtensionRecord(Record):
     engine: dict[str, Any] = field(default_factory=dict)
 
 
+@section("extension", record=ExtensionRecord, tables=("candidates",), reads=("model", "domain", "tokens"))
 def extension_section(inputs: Inputs) -> SectionOutput:
     """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
     from embscope.errors import CorpusError

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.finetune.record import CheckRecord
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
+@section("finetune", record=CheckRecord, tables=("findings",), reads=("model", "tokens", "data"),
+         gives=("repair_rows",), requires=("data",))
 def finetune_section(inputs: Inputs) -> SectionOutput:
-    """Check ``inputs.training`` against ``inputs.model``."""
+    """Check ``inputs.data`` against ``inputs.model``."""
     import numpy as np
 
     from embscope.finetune import check_data, findings_frame
@@ -21,7 +24,7 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     model = inputs.model
     if model is None:
         return SectionOutput(skipped="no model: the check tokenizes the data with the model's tokenizer")
-    if not inputs.training:
+    if not inputs.data:
         return SectionOutput(skipped="no training data: pass --data")
     opts = inputs.options
     flagged = status = None
@@ -40,7 +43,7 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
         raw = read_bytes(Path(opts.chat_template), what="chat template", max_bytes=1 << 20)
         template = raw.decode("utf-8", "replace")
     with inputs.steps.step("finetune", "read, render and tokenize the training data"):
-        record = check_data(model, inputs.training, fmt=opts.data_format, text_field=opts.text_field,
+        record = check_data(model, inputs.data, fmt=opts.data_format, text_field=opts.text_field,
                             flagged=flagged, max_length=opts.max_length, template=template, trainer=opts.trainer,
                             pad_token=opts.pad_token, split=opts.split, status=status,
                             engine=opts.corpus_engine())

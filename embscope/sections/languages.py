@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from embscope.languages.record import CorpusMeasure
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.sections.base import Inputs, SectionOutput, section
 
 
 @dataclass
@@ -23,45 +23,45 @@ class LanguagesRecord(Record):
     tokenizers: list[str]
     #: language that parity divides by
     reference: str
-    #: corpus path → the measurement's summary: tokenizers [{name, backend, vocab_size,
-    #: space_prefix_for_words}], reference_present, languages (count), sample_bytes, segmentation
-    #: (the rule, in words), word_sample_bytes, roundtrip_texts, corpus {files_read, texts, bytes,
-    #: skipped, ignored_files, capped_languages, lang_source}
-    corpora: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: {corpus path: how it was measured and what was read}
+    corpora: dict[str, CorpusMeasure] = field(default_factory=dict)
 
 
+@section("languages", record=LanguagesRecord, tables=("languages",),
+         reads=("vocabs", "model", "languages", "tokens", "domain"), gives=("domain",))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
 
     from embscope.languages.fertility import measure
 
-    if not inputs.corpora:
+    if not inputs.languages:
         return SectionOutput(skipped="no corpus given")
     if not inputs.vocabs:
         return SectionOutput(skipped="the model ships no tokenizer")
     opts = inputs.options
     embed = inputs.model.embed if inputs.model is not None else None
     tables, per_corpus, warnings = [], {}, []
-    for corpus in inputs.corpora:
+    for corpus in inputs.languages:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
+                          exact_isolation=_exact_isolation(embed),
                           engine=opts.corpus_engine(), options=opts.read_options(),
                           max_languages=opts.bounds().languages)
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
-        if res.summary.get("languages_folded"):
-            warnings.append(f"{corpus}: {res.summary['languages_folded']} languages past the first "
-                            f"{res.summary['max_languages']} were measured together as 'other'; raise "
+        if res.summary.languages_folded:
+            warnings.append(f"{corpus}: {res.summary.languages_folded} languages past the first "
+                            f"{res.summary.max_languages} were measured together as 'other'; raise "
                             "--limit languages=N to measure each")
-        if res.table.height > 1 and not res.summary.get("reference_present"):
+        if res.table.height > 1 and not res.summary.reference_present:
             warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")
     record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
                              corpora=per_corpus)
     table = pl.concat(tables, how="diagonal_relaxed")
-    gives = {} if inputs.domain is not None else {"domain": domain_corpus(table, inputs.corpora)}
+    gives = {} if inputs.domain is not None else {"domain": domain_corpus(table, inputs.languages)}
     return SectionOutput(record=record, tables={"languages": table}, warnings=warnings, gives=gives)
 
 
@@ -72,3 +72,19 @@ def domain_corpus(table, corpora) -> Path | None:
         if table.filter(table["corpus"] == str(c))["language"].n_unique() == 1:
             return c
     return None
+
+
+def _exact_isolation(embed):
+    """Exact search's isolation (1 − the nearest other row's cosine) of given rows of ``embed``
+    (:func:`embscope.geometry.exact.nearest_cosine`), or None without a matrix."""
+    if embed is None:
+        return None
+
+    def isolation(rows):
+        import torch
+
+        from embscope.geometry.exact import nearest_cosine
+
+        return 1.0 - nearest_cosine(torch.as_tensor(embed), rows)
+
+    return isolation

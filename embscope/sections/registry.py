@@ -1,96 +1,47 @@
-"""The sections, declared once: what each runs, what it records, which tables it writes, what it
-reads from the run's :class:`~embscope.sections.base.Inputs` and what it hands to the sections
-after it.
+"""The sections, in run order. Each registers itself where it is defined
+(:func:`embscope.sections.base.section`): what it runs, what it records, which tables it writes,
+what it reads from the run's :class:`~embscope.sections.base.Inputs` and what it hands to the
+sections after it. Importing this module imports every section module, in the order below.
 
-The runner (:func:`embscope.runner.run`) is a loop over :data:`SECTIONS` in this order: it calls
-each section that is asked for and enabled, records its record (or the reason it has none), and
-folds the values the section *gives* into the inputs of the next ones. A section may give only the
-fields declared here, so every hand-off between sections is written in this one table:
+The runner (:func:`embscope.runner.run`) is a loop over :data:`SECTIONS`: it calls each section
+that is asked for and enabled, records its record (or the reason it has none), and folds the
+values the section *gives* into the inputs of the next ones. A section may give only the fields it
+declares, and reads only those it declares (``tests/test_structure.py`` checks both in its source):
 
-============  =====================================  ==========================  ===================
-section       reads                                  gives                       tables
-============  =====================================  ==========================  ===================
-context       model                                  —                           —
-tokens        model, data                            tokens, scan                tokens
-languages     vocabs, model, corpora, tokens, domain domain (first 1-language    languages
-                                                     corpus, when none given)
-extension     model, domain, tokens                  —                           candidates
-finetune      model, tokens, training                repair_rows                 findings
-repair        model, scan, data, repair_rows         —                           —
-diff          model, tokens, training, corpora       —                           diff
-============  =====================================  ==========================  ===================
+============  =======================================  ==========================  =================
+section       reads                                    gives                       tables
+============  =======================================  ==========================  =================
+context       model                                    —                           —
+tokens        model, corpora                           tokens, scan                tokens
+languages     vocabs, model, languages, tokens, domain domain (first 1-language    languages
+                                                       corpus, when none given)
+extension     model, domain, tokens                    —                           candidates
+finetune      model, tokens, data                      repair_rows                 findings
+repair        scan, repair_rows, force                 —                           —
+diff          model, tokens, data, languages           —                           diff
+============  =======================================  ==========================  =================
+
+The inputs bear the command line's names: ``data`` is ``--data`` (training data), ``corpora`` is
+``--corpus`` (the user's own text), ``languages`` the corpora measured per language.
 
 ``requires`` names the inputs a section cannot run without: the check runs on training data only;
 the diff reads training data when there is some.
 
-Adding a section: write ``sections/<name>.py`` (a function ``(Inputs) -> SectionOutput`` and its
-:class:`~embscope.records.Record`), add a row here and a field to
-:class:`embscope.summary.Sections`; ``tests/test_structure.py`` checks that the two agree.
+Adding a section: write ``sections/<name>.py`` (a function ``(Inputs) -> SectionOutput`` under
+``@section(...)``, and its :class:`~embscope.records.Record`), import it below in its place in the
+run order, and add a field to :class:`embscope.summary.Sections`; ``tests/test_structure.py``
+checks that the three agree.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from embscope.sections import context, diff, extension, finetune, languages, repair, tokens
+from embscope.sections.base import REGISTERED, Section
 
-from embscope.context.summary import ContextSummary
-from embscope.delta.record import DiffRecord
-from embscope.finetune import CheckRecord
-from embscope.records import Record
-from embscope.sections.base import Inputs, RunOptions, SectionOutput
-from embscope.sections.extension import ExtensionRecord
-from embscope.sections.languages import LanguagesRecord
-from embscope.sections.repair import RepairRecord
-from embscope.sections.tokens import TokensRecord
+#: the section modules in run order: a section reads only what the ones before it give
+MODULES = (context, tokens, languages, extension, finetune, repair, diff)
 
-
-def _always(options: RunOptions) -> bool:
-    return True
-
-
-@dataclass(frozen=True)
-class Section:
-    """One row of the registry."""
-
-    #: the key in ``summary.json`` ``sections`` and in ``run(sections=[...])``
-    name: str
-    #: ``module:function``, imported when the section runs
-    entry: str
-    #: the record class stored under ``sections.<name>``
-    record: type[Record]
-    #: the Parquet tables it writes (file stems)
-    tables: tuple[str, ...] = ()
-    #: the :class:`Inputs` fields it reads
-    reads: tuple[str, ...] = ()
-    #: the :class:`Inputs` fields it fills for the sections after it
-    gives: tuple[str, ...] = ()
-    #: whether the options ask for it at all (a section that is not enabled is not run, not skipped)
-    enabled: Callable[[RunOptions], bool] = _always
-    #: the :class:`Inputs` fields without which it is not run (asked for or not)
-    requires: tuple[str, ...] = ()
-
-    def function(self) -> Callable[[Inputs], SectionOutput]:
-        module, name = self.entry.split(":")
-        return getattr(importlib.import_module(module), name)
-
-
-SECTIONS: tuple[Section, ...] = (
-    Section("context", "embscope.sections.context:context_section", ContextSummary, reads=("model",)),
-    Section("tokens", "embscope.sections.tokens:tokens_section", TokensRecord, tables=("tokens",),
-            reads=("model", "data"), gives=("tokens", "scan")),
-    Section("languages", "embscope.sections.languages:languages_section", LanguagesRecord,
-            tables=("languages",), reads=("vocabs", "model", "corpora", "tokens", "domain"), gives=("domain",)),
-    Section("extension", "embscope.sections.extension:extension_section", ExtensionRecord,
-            tables=("candidates",), reads=("model", "domain", "tokens")),
-    Section("finetune", "embscope.sections.finetune:finetune_section", CheckRecord, tables=("findings",),
-            reads=("model", "tokens", "training"), gives=("repair_rows",), requires=("training",)),
-    Section("repair", "embscope.sections.repair:repair_section", RepairRecord,
-            reads=("model", "scan", "data", "repair_rows"),
-            enabled=lambda o: o.repair_to is not None),
-    Section("diff", "embscope.sections.diff:diff_section", DiffRecord, tables=("diff",),
-            reads=("model", "tokens", "training", "corpora"), enabled=lambda o: o.tuned is not None),
-)
+SECTIONS: tuple[Section, ...] = tuple(s for m in MODULES for s in REGISTERED.values() if s.run.__module__ == m.__name__)
 #: section names in run order
 SECTION_NAMES: tuple[str, ...] = tuple(s.name for s in SECTIONS)
 BY_NAME: dict[str, Section] = {s.name: s for s in SECTIONS}

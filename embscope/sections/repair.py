@@ -9,10 +9,36 @@ nothing to write and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.records import Record, to_json
+from embscope.sections.base import Inputs, SectionOutput, section
+
+
+@dataclass
+class RepairDiagnostics(Record):
+    """How the re-initialised rows sit among the trained ones (embscope.extension.diagnostics)."""
+
+    #: the initialisation strategy
+    name: str
+    #: median over the new rows of their norm's percentile among trained rows (0–100; ~50 is typical)
+    norm_percentile_median: float | None
+    #: min / max of those percentiles (0 or 100: rows outside the trained range)
+    norm_percentile_min: float | None
+    norm_percentile_max: float | None
+    #: median cosine to the nearest trained row (higher: the row sits among known tokens)
+    nearest_cosine_median: float | None
+    #: mean and max KL(p_old ‖ p_new) per position on held-out text, nats (lower is better; ≈0 is
+    #: safe); null without the whole model
+    kl: float | None = None
+    kl_max: float | None = None
+    #: mean and max probability mass on the repaired tokens per position (lower is safer)
+    new_token_mass: float | None = None
+    new_token_mass_max: float | None = None
+    #: per repaired token: its nearest trained tokens, ``[[token, cosine], …]``
+    examples: dict[str, list[list[str | float | None]]] = field(default_factory=dict)
+    #: untied models: the same two figures for the output rows
+    output_norm_percentile_median: float | None = None
+    output_nearest_cosine_median: float | None = None
 
 
 @dataclass
@@ -31,13 +57,15 @@ class RepairRecord(Record):
     token_ids: list[int]
     #: their token strings (raw text, untrusted)
     tokens: list[str]
-    #: norm percentiles and nearest trained cosines of the new rows; with the whole model, KL(p_old ‖ p_new)
-    #: (``kl``, ``kl_max``, nats) and the mass on the repaired tokens (``new_token_mass``, ``_max``)
-    diagnostics: dict[str, Any] = field(default_factory=dict)
+    #: norm percentiles and nearest trained cosines of the new rows; with the whole model, the KL
+    #: against the old model and the mass on the repaired tokens (null: not measured)
+    diagnostics: RepairDiagnostics | None = None
     #: what the KL was measured on, or why it was not
     kl_note: str | None = None
 
 
+@section("repair", record=RepairRecord, reads=("scan", "repair_rows", "force"),
+         enabled=lambda o: o.repair_to is not None)
 def repair_section(inputs: Inputs) -> SectionOutput:
     """Re-initialise the flagged rows the data (and the chat template) uses; write the model."""
     import numpy as np
@@ -48,7 +76,7 @@ def repair_section(inputs: Inputs) -> SectionOutput:
     if inputs.scan is None:
         return SectionOutput(skipped="the geometry scan did not run, so no row is flagged",
                              warnings=["repair: the scan did not run; nothing was written"])
-    model, scan = inputs.scan
+    model, scan = inputs.scan.model, inputs.scan.result
     # a check names its rows (error-level findings); otherwise the flagged rows the data uses
     rows = inputs.repair_rows if inputs.repair_rows is not None else scan.repair_rows(model.categories)
     if not rows:
@@ -59,6 +87,7 @@ def repair_section(inputs: Inputs) -> SectionOutput:
                           flagged=np.flatnonzero(np.asarray(scan.columns["flagged"])))
     record = RepairRecord(folder=str(opts.repair_to), format=manifest["format"], init=manifest["init"],
                           n_repaired=manifest["n_repaired"], token_ids=manifest["token_ids"],
-                          tokens=manifest["tokens"], diagnostics=manifest["diagnostics"],
-                          kl_note=manifest["kl_note"])
+                          tokens=manifest["tokens"], kl_note=manifest["kl_note"],
+                          # the writer's manifest is plain JSON (NaN as null): checked field by field
+                          diagnostics=RepairDiagnostics.from_dict(to_json(manifest["diagnostics"]), strict=True))
     return SectionOutput(record=record, live=manifest)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from embscope.geometry.records import GeometryRecord
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput
+from embscope.sections.base import Inputs, Scanned, SectionOutput, section
 
 
 @dataclass
@@ -28,6 +28,7 @@ class TokensRecord(Record):
     geometry: GeometryRecord | None = None
 
 
+@section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "corpora"), gives=("tokens", "scan"))
 def tokens_section(inputs: Inputs) -> SectionOutput:
     """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map."""
     from collections import Counter
@@ -46,7 +47,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         from embscope.geometry.scan import scan as run_scan
 
         texts = None
-        if inputs.data:
+        if inputs.corpora:
             import warnings
 
             from embscope.corpus.stream import CorpusWarning
@@ -54,7 +55,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
 
             # all corpora together hold at most scan_bytes of text, whatever their languages
             budget, texts, cut = opts.bounds().scan_bytes, [], []
-            for corpus in inputs.data:
+            for corpus in inputs.corpora:
                 if budget <= 0:
                     cut.append(str(corpus))
                     continue
@@ -87,7 +88,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         geometry = GeometryRecord.from_dict(result.summary, strict=True)
         if result.layout_job is not None:
             out.pending = _PendingMap(result, columns, geometry, out, inputs.steps)
-        out.live = (model, result)
+        out.live = Scanned(model, result)
         out.gives["scan"] = out.live
         if geometry.reference.size == 0:
             out.warnings.append(f"{model.name}: {geometry.reference.note}")

@@ -1,0 +1,222 @@
+"""The check itself: read the training data, render and tokenize it as the trainer will, and turn
+what it holds into findings (:func:`check_data`); :func:`make_context` is what building the
+trainer's sequences needs, shared with ``diff``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from embscope.finetune.encode import length_stats
+from embscope.finetune.findings import Facts, find
+from embscope.finetune.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.models.model import LoadedModel
+
+
+def _context(model: "LoadedModel", max_length: int | None, trainer) -> tuple[int | None, str]:
+    if max_length:
+        return int(max_length), "--max-length"
+    if trainer.max_length:
+        return trainer.max_length, f"{trainer.name}'s {trainer.max_length_from}"
+    from embscope.config import max_positions
+
+    value, key = max_positions(model.config)
+    return (value, f"config {key}") if value is not None else (None, "unknown")
+
+
+def reference(model: "LoadedModel") -> str:
+    """Which tokenizer the check's ids follow, in words (the summary names it)."""
+    import tokenizers
+
+    path = Path(model.path)
+    if path.suffix == ".gguf":
+        from embscope.formats.gguf import open_gguf
+        from embscope.tokenizer.gguf import BUILDERS, CUSTOM_PRE, RAW_UTF8
+        from embscope.tokenizer.llamacpp_pre import pre_type
+
+        fields = open_gguf(path, tensors=False).fields
+        kind, pre = fields.get("tokenizer.ggml.model"), fields.get("tokenizer.ggml.pre")
+        ours = kind in BUILDERS and (kind != "gpt2" or (pre_type(pre) if pre else "gpt2") not in (None, *RAW_UTF8)
+                                     and pre not in CUSTOM_PRE)
+        if ours and kind == "gpt2":
+            return (f"llama.cpp's {pre or 'gpt2'!r} pre-tokenizer and the GGUF's merges, as llama.cpp tokenizes "
+                    "(transformers' GGUF loader can split otherwise: docs/trainers.md)")
+        if ours:
+            return f"the GGUF's {kind!r} vocabulary and scores, as llama.cpp tokenizes"
+        return f"transformers' GGUF conversion of the {kind!r} tokenizer (tokenizers {tokenizers.__version__})"
+    if (path / "tokenizer.json").is_file():
+        return f"the model's tokenizer.json (tokenizers {tokenizers.__version__})"
+    return f"the model's tokenizer files ({getattr(model.vocab, 'backend', type(model.vocab).__name__)})"
+
+
+def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token: str | None = None,
+                 template: str | None = ..., max_length: int | None = None):  # type: ignore[assignment]
+    """``(Context, PadChoice, SpecialIds, (limit, where from))``: what building the trainer's sequences
+    needs for ``model`` (see :mod:`embscope.finetune.sequences`)."""
+    from embscope.finetune.sequences import Context
+    from embscope.finetune.specials import special_ids
+    from embscope.finetune.trainers import choose_pad, eos_id, get_trainer
+    from embscope.models.chat_template import read_chat_template, special_token_strings
+
+    profile = get_trainer(trainer)
+    sp = special_ids(model)
+    pad = choose_pad(profile, model, sp, pad_token)
+    if template is ...:
+        template = read_chat_template(model)
+    context, context_from = _context(model, max_length, profile)
+    eos = eos_id(sp)
+    strings = model.token_strings()
+    ctx = Context(vocab=model.vocab, trainer=profile, template=template, variables=special_token_strings(model),
+                  prefix=list(sp.prefix), suffix=list(sp.suffix), pad_id=pad.id, eos_id=eos,
+                  eos_token=strings[eos] if eos is not None and 0 <= eos < len(strings) else None,
+                  max_length=context if (max_length or profile.max_length) else None)
+    return ctx, pad, sp, (context, context_from)
+
+
+def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None, *, pad_token: str | None = None,
+                      max_length: int | None = None):
+    """The sequences ``trainer`` trains on for ``examples`` (:class:`~embscope.corpus.shapes.Example`):
+    token ids and per-position loss masks (``labels != -100``), in order (a DPO example gives its
+    chosen then its rejected sequence).
+
+    Example:
+        >>> from embscope.corpus.shapes import to_example  # doctest: +SKIP
+        >>> ex, _ = to_example({"messages": [{"role": "user", "content": "hi"}]}, 0)  # doctest: +SKIP
+        >>> trainer_sequences(model, [ex], "transformers")[0].ids  # doctest: +SKIP
+    """
+    from embscope.finetune.sequences import build
+
+    ctx, *_ = make_context(model, trainer, pad_token=pad_token, max_length=max_length)
+    return build(list(examples), ctx)
+
+
+def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | None = None,
+               text_field: str = "text", flagged: np.ndarray | None = None, max_length: int | None = None,
+               template: str | None = ..., trainer: str | None = None,  # type: ignore[assignment]
+               pad_token: str | None = None, split: str | None = None,
+               status: Sequence[str | None] | None = None, engine=None) -> CheckRecord:
+    """Check ``data`` against ``model`` (see the module docstring).
+
+    Args:
+        model: the loaded model (matrices, config, tokenizer).
+        data: training-data paths (files, folders, globs).
+        fmt: force a record shape (:data:`embscope.corpus.shapes.FORMATS`); default: detected per record.
+        flagged: per row, flagged as under-trained by the scan (None: only zero rows are checked).
+        max_length: the trainer's sequence length (default: the trainer's, else the config's context).
+        template: the chat template to render with (default: the model's own).
+        trainer: the trainer profile (:data:`embscope.finetune.trainers.TRAINERS`; default ``trl``).
+        pad_token: the PAD the user will set (default: the trainer's own choice).
+        split: check only this split of data that has several.
+        status: per row, the scan's ``undertrained_status`` (verified rows are errors, cleared rows
+            are not flagged).
+        engine: :class:`~embscope.corpus.backend.Engine` for the rendering and tokenizing (default:
+            this process).
+    Returns:
+        :class:`CheckRecord`.
+    """
+    from embscope.corpus.conversations import FORMATS, DataReport, iter_examples
+    from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
+    from embscope.finetune.engine import encode_all
+
+    if fmt is not None and fmt not in FORMATS:
+        raise SpecError(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; choose from {', '.join(FORMATS)}")
+    if model.vocab is None:
+        raise VocabError(f"{model.name} ships no tokenizer, so its training data cannot be tokenized; "
+                         "pass a model with a tokenizer")
+    t0 = time.perf_counter()
+    ctx, pad, sp, (context, context_from) = make_context(model, trainer, pad_token=pad_token, template=template,
+                                                         max_length=max_length)
+    flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
+    zero = zero_rows(model)
+    report = DataReport()
+    parts = encode_all(iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=split), ctx,
+                       _watched(model, sp, pad, flagged, status) | zero, engine=engine)
+    if sum(p.examples for p in parts.values()) == 0:
+        why = ", ".join(f"{c} {r}" for r, c in [*report.rejected.most_common(3), *report.issues.totals.most_common(2)])
+        raise CorpusError(f"{', '.join(map(str, data))} holds no training example ({why or 'no records'}); pass "
+                          "jsonl/json/Parquet/Arrow records in the messages, conversations, alpaca, "
+                          "prompt/completion, preference (chosen/rejected) or text shape")
+
+    def facts(enc, name):
+        return Facts(model=model, specials=sp, encoded=enc, data=report, flagged=flagged, zero_row=zero,
+                     context=context, context_from=context_from, template=ctx.template, trainer=ctx.trainer,
+                     pad=pad, status=status, split=name)
+
+    findings, enc, per_split = _findings(parts, facts)
+    return CheckRecord(
+        findings=findings, data=report.record(), specials=sp.record(), template=enc.template,
+        examples=enc.examples, conversations=enc.conversations, tokens=enc.tokens, bytes=enc.bytes,
+        lengths=length_stats(enc.lengths), context=context, context_from=context_from,
+        distinct_ids=int(np.count_nonzero(enc.counts)), worst=worst(findings),
+        seconds=round(time.perf_counter() - t0, 3), top_ids=_top_ids(model, enc), trainer=ctx.trainer.record(),
+        pad=pad, reference=reference(model), sequences=enc.sequences, label_tokens=int(sum(enc.loss_tokens)),
+        splits=per_split)
+
+
+#: ids listed under ``top_ids``
+TOP_IDS = 20
+#: rows per block when looking for zero rows: (8192, d) float32 is 128 MiB at d = 4096
+BLOCK_ROWS = 8192
+
+
+def zero_rows(model: "LoadedModel") -> np.ndarray:
+    """Per row: all zeros in the input embedding (or in the untied head)."""
+    zero = np.zeros(model.n_rows, dtype=bool)
+    for a in range(0, model.n_rows, BLOCK_ROWS):
+        zero[a:a + BLOCK_ROWS] = (model.embed[a:a + BLOCK_ROWS].float().abs().amax(dim=1) == 0).cpu().numpy()
+        if model.output is not None:
+            zero[a:a + BLOCK_ROWS] |= (model.output[a:a + BLOCK_ROWS].float().abs().amax(dim=1) == 0).cpu().numpy()
+    return zero
+
+
+def _watched(model: "LoadedModel", sp, pad, flagged: np.ndarray | None, status) -> np.ndarray:
+    """The rows whose example indices the encoding keeps: flagged and verified rows, the declared
+    BOS/EOS/PAD/UNK, the trainer's PAD and the added tokens."""
+    n = model.n_rows
+    watch = np.zeros(n, dtype=bool)
+    if flagged is not None:
+        watch |= flagged
+    if status is not None:
+        watch[[i for i, s in enumerate(status[:n]) if s == "verified"]] = True
+    for ids in (sp.ids(r) for r in ("bos", "eos", "pad", "unk")):
+        watch[[i for i in ids if 0 <= i < n]] = True
+    if pad.id is not None and 0 <= pad.id < n:
+        watch[pad.id] = True
+    watch[[i for i, _, _ in sp.added if 0 <= i < n]] = True
+    return watch
+
+
+def _findings(parts: dict, facts) -> tuple[list, Any, dict[str, SplitRecord]]:
+    """``(findings, the whole data's encoding, per split)``: data without splits is one part; with
+    splits each is checked on its own, findings every split shares kept once, the reading's own
+    findings (one report for all splits) added."""
+    from embscope.finetune.findings import data_findings, merge_splits
+
+    keys = list(parts)
+    if keys == [None]:
+        return find(facts(parts[None], None)), parts[None], {}
+    per = {k: find(facts(parts[k], k)) for k in keys}
+    findings = merge_splits({k: list(v) for k, v in per.items()})
+    findings += data_findings(facts(parts[keys[0]], None))
+    findings.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
+    per_split = {k: parts[k].record(worst(per[k])) for k in keys}
+    enc = parts[keys[0]]
+    for k in keys[1:]:
+        enc = enc.merge(parts[k])
+    return findings, enc, per_split
+
+
+def _top_ids(model: "LoadedModel", enc) -> list[TopId]:
+    """The :data:`TOP_IDS` ids the data uses most."""
+    strings, n = model.token_strings(), model.n_rows
+    used = np.flatnonzero(enc.counts)
+    top = used[np.argsort(-enc.counts[used], kind="stable")][:TOP_IDS]
+    return [TopId(id=int(i), token=strings[i] if i < n else f"<id {i}>", count=int(enc.counts[i]),
+                  labels=int(enc.label_counts[i]), examples=int(enc.example_counts[i])) for i in top]

@@ -1,0 +1,84 @@
+"""The "double cost" of a language (Petrov et al. 2023's cost in tokens, plus where those tokens sit
+in the embedding space): columns of ``languages.parquet`` for ``vocabs[0]``, when ``tokens`` (the
+geometry table: ``token_id``, ``in_norm``, maybe ``isolation``, ``flagged``) and/or ``embed`` ((V, d)
+matrix) are given. The weights are each token's share of the language's tokens:
+
+- ``mean_in_norm`` = Σ_i w_i ‖e_i‖, ``mean_isolation`` = Σ_i w_i isolation_i,
+  ``flagged_share`` = Σ_i w_i [flagged_i];
+- ``mean_within_sim`` = mean cosine similarity over pairs of the language's :data:`TOP_TOKENS`
+  most frequent tokens (high: the language's tokens crowd one corner of the space).
+"""
+
+from __future__ import annotations
+
+#: most frequent tokens per language compared pairwise for mean_within_sim (200² pairs)
+TOP_TOKENS = 200
+
+
+def add_density(rows, name, acc, tokens, embed, exact_isolation=None) -> None:
+    """Add the double-cost columns to ``rows`` of tokenizer ``name`` (vocabs[0]).
+
+    ``exact_isolation(ids) -> isolations``: exact search's isolation of the given rows; with it, the
+    rows these averages use whose ``knn_exact`` is false (a certified graph's approximate rows) get
+    their exact value, so every average is exact search's."""
+    import numpy as np
+
+    in_norm = isolation = flagged = None
+    if tokens is not None:
+        ids = tokens["token_id"].to_numpy()
+        size = int(ids.max()) + 1 if len(ids) else 0
+
+        def column(col, dtype):
+            if col not in tokens.columns:
+                return None
+            arr = np.full(size, np.nan, dtype=np.float64)
+            arr[ids] = tokens[col].cast(dtype).fill_null(np.nan).to_numpy()
+            return arr
+
+        import polars as pl
+
+        in_norm = column("in_norm", pl.Float64)
+        isolation = column("isolation", pl.Float64)
+        flagged = column("flagged", pl.Float64)
+        exact = column("knn_exact", pl.Float64)
+        if isolation is not None and exact is not None and exact_isolation is not None:
+            used = np.zeros(size, dtype=bool)
+            for row in rows:
+                if row["tokenizer"] == name:
+                    c = acc[(0, row["language"])].counts
+                    used[:min(size, len(c))] |= c[:size] > 0
+            todo = np.flatnonzero(used & (exact != 1.0) & np.isfinite(isolation))
+            if len(todo):
+                isolation[todo] = exact_isolation(todo)
+    emb = embed  # (V, d), any dtype; only the rows of each language's top tokens are converted
+    for row in rows:
+        if row["tokenizer"] != name:
+            continue
+        counts = acc[(0, row["language"])].counts.astype(np.float64)
+
+        def weighted(values):
+            if values is None:
+                return None
+            n = min(len(values), len(counts))
+            w, v = counts[:n], values[:n]
+            ok = ~np.isnan(v) & (w > 0)
+            return float((w[ok] * v[ok]).sum() / w[ok].sum()) if ok.any() else None
+
+        row["mean_in_norm"] = weighted(in_norm)
+        row["mean_isolation"] = weighted(isolation)
+        row["flagged_share"] = weighted(flagged)
+        sim = None
+        if emb is not None:
+            used = np.flatnonzero(counts[:len(emb)])
+            top = used[np.argsort(-counts[used], kind="stable")[:TOP_TOKENS]]
+            if len(top) >= 2:
+                x = emb[top]  # (k, d): only these rows, in float32
+                x = x.detach().float().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float32)
+                x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+                s = x @ x.T  # (k, k) cosine similarities
+                k = len(top)
+                sim = float((s.sum() - np.trace(s)) / (k * (k - 1)))
+        row["mean_within_sim"] = sim
+    for row in rows:  # same columns on every row so the table has one schema
+        for col in ("mean_in_norm", "mean_isolation", "flagged_share", "mean_within_sim"):
+            row.setdefault(col, None)

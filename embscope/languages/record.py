@@ -1,0 +1,54 @@
+"""The language measurement's records: what one corpus's measurement read and how
+(``summary.json`` → ``sections.languages.corpora``); the figures themselves are ``languages.parquet``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from embscope.corpus.backend import EngineRecord
+from embscope.corpus.stream import CorpusRead
+from embscope.records import Record
+
+
+@dataclass
+class TokenizerInfo(Record):
+    """One tokenizer measured."""
+
+    #: its spec or name
+    name: str
+    #: ``tokenizers``, ``tiktoken``, ``sentencepiece``, …
+    backend: str
+    #: tokens it defines
+    vocab_size: int
+    #: words after a space are encoded with that space (" the" is one token and differs from "the")
+    space_prefix_for_words: bool
+
+
+@dataclass
+class CorpusMeasure(Record):
+    """How one corpus was measured (:func:`embscope.languages.fertility.measure`)."""
+
+    #: the tokenizers, the model's own first
+    tokenizers: list[TokenizerInfo]
+    #: the language parity divides by
+    reference: str
+    #: the corpus holds the reference language (parity is empty without it)
+    reference_present: bool
+    #: languages measured
+    languages: int
+    #: languages measured one by one at most (the rest together as ``other``)
+    max_languages: int
+    #: languages past that bound, measured as ``other``
+    languages_folded: int
+    #: cap on bytes read per language (null: all)
+    sample_bytes: int | None
+    #: how words are counted, in words (embscope.languages.segment)
+    segmentation: str
+    #: bytes per language whose words are tokenised one by one (continued-word rates)
+    word_sample_bytes: int
+    #: texts per language checked for decode(encode(text)) == text
+    roundtrip_texts: int
+    #: what was read
+    corpus: CorpusRead
+    #: where the pass ran
+    engine: EngineRecord | None = None
