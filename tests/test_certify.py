@@ -185,7 +185,8 @@ def test_language_density_reads_exact_isolation_for_rows_the_graph_left_approxim
 
     import polars as pl
 
-    from embscope.languages.fertility import _add_density
+    from embscope.languages.density import add_density
+    from embscope.sections.languages import _exact_isolation
 
     x = smol_rows[:5000]
     xn = normalize_rows(torch.from_numpy(x))
@@ -199,7 +200,33 @@ def test_language_density_reads_exact_isolation_for_rows_the_graph_left_approxim
     counts = {lang: rng.poisson(0.3, len(x)).astype(np.int64) for lang in ("eng", "fra")}
     acc = {(0, lang): SimpleNamespace(counts=c) for lang, c in counts.items()}
     rows = [{"tokenizer": "t", "language": lang} for lang in counts]
-    _add_density(rows, "t", acc, tokens, torch.from_numpy(x))
+    add_density(rows, "t", acc, tokens, torch.from_numpy(x), _exact_isolation(torch.from_numpy(x)))
     for row in rows:
         w = counts[row["language"]].astype(np.float64)
         assert row["mean_isolation"] == pytest.approx((w * iso).sum() / w.sum(), rel=1e-6)
+
+
+def test_near_duplicates_everywhere_make_it_exact_search(smol_rows):
+    """When most rows have a near-duplicate short of k (searching them one by one would cost more
+    than exact search of every pair), the certified graph is exact search's, and says why."""
+    x = smol_rows[:3000]
+    noise = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
+    twins = x + 1e-3 * np.linalg.norm(x, axis=1, keepdims=True) * noise / np.sqrt(x.shape[1])
+    both = np.concatenate([x, twins])                       # every row has one partner at cos ≈ 1
+    cert = certified_graph(both, 10, progress=False)
+    assert cert.exact.all() and "exact search everywhere" in cert.certificate["fallback"]
+    v, i = exact_knn(normalize_rows(torch.from_numpy(both)), 10, progress=False)
+    assert np.allclose(cert.sims, v.numpy(), atol=1e-6)
+
+
+def test_a_list_past_the_search_cap_shows_only_rows_searched_exactly(smol_rows, monkeypatch):
+    """A most-isolated list the certificate cannot prove within its cap is drawn from the rows it
+    searched exactly, so every z it shows is exact search's."""
+    from embscope.geometry import certify
+
+    monkeypatch.setattr(certify, "LIST_REFINE_CAP", 1)
+    monkeypatch.setattr(certify, "BATCH", 8)
+    x = smol_rows[:6000]
+    cert = certified_graph(x, 10, progress=False)
+    assert cert.certificate["lists"]["top_isolated"] is False
+    assert cert.certificate["refined"].get("list: top_isolated") == 8   # the most urgent batch only

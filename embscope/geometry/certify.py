@@ -70,6 +70,9 @@ HNSW_MAX_WIDTH = 1024
 #: a list is refined row by row only while at most this many rows stand between it and its
 #: certificate; beyond, it is recorded as not certified
 LIST_REFINE_CAP = 4096
+#: share of the rows past which searching the join's and the flags' rows one by one costs more
+#: than exact search of every pair (m·n·d against n²·d/2, plus the sample and pivots)
+EXACT_SHARE = 0.35
 #: the summary's and the report's lists: rows per list
 TOP_N = 30
 
@@ -158,13 +161,15 @@ BATCH = 1024
 
 def _settle(run: "_Search", need, reason: str, cap: int | None = None) -> bool:
     """Search ``need()`` (row ids, most urgent first) in batches until it is empty; False when more
-    than ``cap`` rows would still be needed (nothing more is searched then)."""
+    than ``cap`` rows would be needed: then only the most urgent batch is searched (a list that
+    cannot be proven is drawn from the rows searched exactly, with exact figures)."""
     done = 0
     while True:
         rows = need()
         if not len(rows):
             return True
         if cap is not None and done + len(rows) > cap and len(rows) > BATCH:
+            run.search(rows[:BATCH], reason)
             return False
         done += run.search(rows[:BATCH], reason)
 
@@ -240,6 +245,14 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     tau = collapse_tau()
     join = near_duplicates(xn, tau, k, seed=seed, progress=progress)
     timings["join"] = time.perf_counter() - t
+
+    # rows the certificate would search one by one (partners short of k, graph-free flags): past
+    # EXACT_SHARE of the matrix, the symmetric exact search (n²·d/2) is the cheaper way to them
+    todo = int(((join.count > 0) & (join.count < k) | graph_free).sum())
+    if todo > EXACT_SHARE * n:
+        return _exact_instead(xn, k, fit_rows, groups, other_scores, threshold, join, timings, progress,
+                              f"{todo:,} of {n:,} rows have a near-duplicate short of k or a flag from "
+                              "another indicator: exact search everywhere was cheaper")
 
     # 2. the base graph, merged with the join's partners, then the pivots' offers
     from embscope.geometry.kernels import merge_into
@@ -338,6 +351,31 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
         "seconds": {k_: round(v, 3) for k_, v in timings.items()}, **base_rec,
     }
     return Certified(neighbors=run.ids, sims=run.sims, exact=run.exact.copy(), knn_fit=knn_fit, certificate=cert)
+
+
+def _exact_instead(xn, k, fit_rows, groups, other_scores, threshold, join, timings, progress, why: str):
+    """The certified graph as exact search of every row (its decisions and figures are then exact
+    search's by definition); the fit is the population's own median and MAD."""
+    from embscope.geometry.exact import exact_knn
+    from embscope.geometry.indicators import robust_z
+
+    t = time.perf_counter()
+    v, i = exact_knn(xn, k, progress=progress)
+    sims, ids = v.numpy(), i.numpy()
+    timings["exact search"] = time.perf_counter() - t
+    knot_x, iso = _values(sims)
+    knn_fit = {}
+    for name, val in (("knot", knot_x), ("isolation", iso)):
+        _, med, scale = robust_z(val, fit_rows, MIN_SCALE[name])
+        knn_fit[name] = (med, scale)
+    n = len(sims)
+    cert = {"confidence": 1.0, "rounds": 0, "sample_draws": 0, "sample_rows": 0, "tau": round(join.tau, 6),
+            "threshold": threshold, "cuts": {}, "exact_rows": n, "refined": {"every row (exact search was cheaper)": n},
+            "undecided": 0, "reasons_undecided": 0, "fallback": why, "join": join.params,
+            "lists": {name: True for name in ("top_isolated", *(f"top_score:{g}" for g in (groups or {})))},
+            "measured": {"rows": n, "base_recall_at_k": 1.0}, "base": "none (exact search)", "base_seconds": 0.0,
+            "seconds": {k_: round(v_, 3) for k_, v_ in timings.items()}}
+    return Certified(neighbors=ids, sims=sims, exact=np.ones(n, bool), knn_fit=knn_fit, certificate=cert)
 
 
 def _z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:

@@ -33,9 +33,9 @@ Methods:
 Every approximate method returns k real neighbours for every row: a row the index left short
 (an IVF list smaller than k, planted clusters with ``nprobe`` 1) is searched exactly.
 
-``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; above, ``certified`` when its
-estimated time (:func:`certified_estimate`, from the GEMM rates measured here) is below exact
-search's, else exact. It never picks an approximate method whose decisions are approximate.
+``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; above, ``certified`` when the rows
+are at least ``CERTIFIED_MIN_WIDTH`` wide and its estimated time (:func:`certified_estimate`,
+from the GEMM rates measured here) is below exact search's, else exact. It never picks an approximate method whose decisions are approximate.
 
 Recall@k of the returned graph is measured against float32 exact search on the held-out half of
 ``recall_sample`` random rows (the other half tunes the approximate methods), tie-aware: a returned neighbour counts when its exact similarity is at least the
@@ -77,6 +77,11 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
 #: the values ``method`` accepts
+#: ``auto`` considers the certified graph only for rows at least this wide: below it the join's
+#: screen (p + 1 = d/4 + 1 numbers a pair) is bound by the n² pairs it scans, like exact search,
+#: not by multiply-adds (measured: a 152,064 × 128 matrix with planted clusters spent longer in the
+#: join than the estimate of the whole exact search, then searched most rows exactly one by one)
+CERTIFIED_MIN_WIDTH = 512
 METHODS = ("auto", "exact", "certified", "ivf", "refined", "hnsw")
 
 
@@ -126,8 +131,8 @@ def resolve_method(x: "torch.Tensor", k: int, method: str) -> tuple[str, dict[st
     if x.device.type == "cuda" or n * n * d <= EXACT_BUDGET:
         return "exact", {}
     est = certified_estimate(n, d, k)
-    return ("certified" if est["certified"] < est["exact"] else "exact"), \
-        {"estimated_seconds": {m: round(v, 1) for m, v in est.items()}}
+    pick = "certified" if est["certified"] < est["exact"] and d >= CERTIFIED_MIN_WIDTH else "exact"
+    return pick, {"estimated_seconds": {m: round(v, 1) for m, v in est.items()}}
 
 
 def fill_short_rows(xn: "torch.Tensor", sims: np.ndarray, ids: np.ndarray, k: int) -> int:

@@ -357,6 +357,16 @@ def _by_reason(ind) -> dict[str, int]:
     return dict(out)
 
 
+def _listable(graph, name: str, rows: np.ndarray) -> np.ndarray:
+    """The rows a summary list may show: ``rows``, or, when a certified graph could not prove list
+    ``name`` within its search cap (``knn.certificate.lists[name]`` false), only those of them
+    searched exactly (the rows with the highest bounds), so every figure listed is exact search's."""
+    lists = (graph.params.get("certificate") or {}).get("lists") or {}
+    if graph.exact is not None and lists.get(name) is False:
+        return rows & np.asarray(graph.exact, dtype=bool)
+    return rows
+
+
 def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, Any]:
     cats_a = np.asarray(cats)
     normal = cats_a == "normal"
@@ -364,11 +374,13 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, A
     counts = Counter(cats)
     flagged_by_cat = {c: int(ind.flagged[cats_a == c].sum()) for c in counts}
     order = np.argsort(-np.nan_to_num(score, nan=-np.inf))
+    listable = _listable(graph, "top_score:normal", normal)
     top = [{"id": int(i), "token": strings[i], "score": round(float(score[i]), 3), "reason": ind.flag_reason[i]}
-           for i in order if normal[i]][:TOP_N]
+           for i in order if listable[i]][:TOP_N]
     iso = ind.z["isolation"]
+    listable = _listable(graph, "top_isolated", normal)
     top_iso = [{"id": int(i), "token": strings[i], "z": round(float(iso[i]), 3)}
-               for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if normal[i]][:TOP_N]
+               for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if listable[i]][:TOP_N]
     per_script: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[int]] = defaultdict(list)
     for i in np.flatnonzero(normal):
