@@ -14,7 +14,7 @@ context       model                                  —                        
 tokens        model, data                            tokens, scan                tokens
 languages     vocabs, model, corpora, tokens, domain domain (first 1-language    languages
                                                      corpus, when none given)
-extension     model, domain, tokens                  —                           candidates
+extension     model, domain, tokens                  —                           candidates, new_tokens
 finetune      model, tokens, training                repair_rows                 findings
 repair        model, scan, data, repair_rows         —                           —
 ============  =====================================  ==========================  ===================
@@ -75,7 +75,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("languages", "embscope.sections.languages:languages_section", LanguagesRecord,
             tables=("languages",), reads=("vocabs", "model", "corpora", "tokens", "domain"), gives=("domain",)),
     Section("extension", "embscope.sections.extension:extension_section", ExtensionRecord,
-            tables=("candidates",), reads=("model", "domain", "tokens")),
+            tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens")),
     Section("finetune", "embscope.sections.finetune:finetune_section", CheckRecord, tables=("findings",),
             reads=("model", "tokens", "training"), gives=("repair_rows",)),
     Section("repair", "embscope.sections.repair:repair_section", RepairRecord,
