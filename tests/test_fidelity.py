@@ -281,3 +281,32 @@ def test_auto_recommends_a_measured_strategy_and_apply_writes_it(result, smollm2
     manifest = apply(smollm2_model, result, tmp_path / "out", init="auto", mode="rows")
     assert manifest["init"] == rec
     assert json.loads((tmp_path / "out" / "embscope_extension.json").read_text())["init"] == rec
+
+
+@pytest.mark.slow
+def test_bfloat16_passes_give_the_float32_figures(result, smollm2_model):
+    """The measuring passes in bfloat16 autocast (``PRECISION = "auto"`` picks it on CPUs with AMX
+    or AVX512-BF16) move bits per byte and fidelity KL by little against float32, the changes
+    between strategies least."""
+    import embscope.extension.fidelity as fidelity
+    from embscope.extension.bpb import summarize, text_losses
+    from embscope.extension.contexts import start_ids
+    from embscope.models.fullmodel import load_causal_lm, load_hf_tokenizer
+
+    lm, tok = load_causal_lm(smollm2_model), load_hf_tokenizer(smollm2_model)
+    rows = {s: result.rows[s] for s in SPECS}
+    texts, ctxs = result.contexts.texts, result.contexts.held
+    figures = {}
+    for precision in ("float32", "bfloat16"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fidelity, "PRECISION", precision)
+            with fidelity.forward_precision():
+                base, bpb = summarize(text_losses(lm, texts, tok, result.extension.tokenizer,
+                                                  start_ids(tok, lm.config.bos_token_id), result.token_ids, rows))
+                fid = fidelity.fidelity(lm, ctxs, {s: rows[s]["embed"] for s in SPECS}, result.token_ids)
+        figures[precision] = (base, bpb, fid)
+    (b32, p32, f32), (b16, p16, f16) = figures["float32"], figures["bfloat16"]
+    assert b16["bits_per_byte"] == pytest.approx(b32["bits_per_byte"], abs=0.01)
+    for s in SPECS:
+        assert p16[s]["bits_per_byte_change"] == pytest.approx(p32[s]["bits_per_byte_change"], abs=0.005)
+        assert f16[s]["fidelity_kl"] == pytest.approx(f32[s]["fidelity_kl"], rel=0.03)

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from embscope.extension.fidelity import (LOGIT_ROWS, Parts, _cap, _embed_ids, _hidden_of, parts)
+from embscope.extension.fidelity import LOGIT_ROWS, Parts, _cap, _embed_ids, _hidden_of, exact, parts
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -122,7 +122,7 @@ def summarize(losses: TextLosses, *, disturbance: bool = False) -> tuple[dict, d
         bpb, se = ratio_se(bits, b)
         diff, dse = ratio_se(bits - losses.original, b)
         d = {"bits_per_byte": round(bpb, 5), "bits_per_byte_se": round(se, 5),
-             "bits_per_byte_change": round(diff, 5), "bits_per_byte_change_se": round(dse, 5),
+             "bits_per_byte_change": round(diff, 7), "bits_per_byte_change_se": round(dse, 7),
              "tokens_per_byte": round(tpb, 5), "tokens_per_byte_change": round(tpb - tpb0, 5)}
         if disturbance and name in losses.disturbance and len(losses.disturbance[name][0]):
             kl, mass = losses.disturbance[name]
@@ -161,14 +161,15 @@ def _old_parts(p: Parts, h: "torch.Tensor", targets: "torch.Tensor", drop: "torc
     head = p.head[keep].float() if not bool(keep.all()) else p.head.float()
     bias = None if p.bias is None else p.bias[keep]
     lses, tgts = [torch.zeros(0, dtype=torch.float64)], [torch.zeros(0, dtype=torch.float64)]
-    for a in range(0, h.shape[0], LOGIT_ROWS):
-        lg = h[a:a + LOGIT_ROWS] @ head.T
-        if bias is not None:
-            lg = lg + bias
-        t = targets[a:a + LOGIT_ROWS]
-        lse, tgt = _lse_and_target(_cap(p, lg), torch.where(t < n, col[t.clamp_max(n - 1)], -1))
-        lses.append(lse)
-        tgts.append(tgt)
+    with exact():
+        for a in range(0, h.shape[0], LOGIT_ROWS):
+            lg = h[a:a + LOGIT_ROWS] @ head.T
+            if bias is not None:
+                lg = lg + bias
+            t = targets[a:a + LOGIT_ROWS]
+            lse, tgt = _lse_and_target(_cap(p, lg), torch.where(t < n, col[t.clamp_max(n - 1)], -1))
+            lses.append(lse)
+            tgts.append(tgt)
     return torch.cat(lses), torch.cat(tgts)
 
 
@@ -186,9 +187,10 @@ def _nll_with_new(p: Parts, h, targets, new_ids, old_parts, out_rows=None, new_b
     lse_old, tgt_old = old_parts
     if out_rows is None or h.shape[0] == 0:
         return -(tgt_old - lse_old), torch.full_like(lse_old, float("-inf"))
-    lg = h @ out_rows.T
-    if new_bias is not None:
-        lg = lg + new_bias
+    with exact():
+        lg = h @ out_rows.T
+        if new_bias is not None:
+            lg = lg + new_bias
     rank = torch.full((max(int(new_ids.max()), int(targets.max())) + 1,), -1, dtype=torch.long)
     rank[new_ids] = torch.arange(len(new_ids))
     lse_new, tgt_new = _lse_and_target(_cap(p, lg), rank[targets])

@@ -33,11 +33,13 @@ CORPUS_BYTES = 24 * 1024
 SCREEN_BYTES = 4 * 1024
 #: strategies measured on the whole sample
 CONFIRM = 3
-#: ``audit``'s smaller sample (the extension step stays within its earlier cost): stated in the
-#: summary's ``bits_per_byte_original.bytes`` and in the report
-AUDIT_CORPUS_BYTES = 6 * 1024
-AUDIT_SCREEN_BYTES = 2 * 1024
+#: ``audit``'s smaller samples (its extension step stays within its earlier cost): stated in the
+#: summary's ``bits_per_byte_original.bytes`` / ``general_bits_per_byte_original.bytes`` and in the
+#: report; and no fidelity for strategies over the disturbance bound (never recommended)
+AUDIT_CORPUS_BYTES = 4 * 1024
+AUDIT_SCREEN_BYTES = 1536
 AUDIT_CONFIRM = 2
+AUDIT_GENERAL_BYTES = 5 * 1024
 #: what the general text is, for the summary
 GENERAL_SOURCE = "UDHR English (corpora/udhr/eng.jsonl, 31 units)"
 
@@ -52,16 +54,20 @@ class Plan:
     screen_bytes: int = SCREEN_BYTES
     #: strategies confirmed on the whole sample
     confirm: int = CONFIRM
+    #: bytes of general text (spread over its units; None: all of it)
+    general_bytes: int | None = None
+    #: fidelity for strategies over the disturbance bound too (they are never recommended)
+    fidelity_all: bool = True
 
 
-AUDIT_PLAN = Plan(AUDIT_CORPUS_BYTES, AUDIT_SCREEN_BYTES, AUDIT_CONFIRM)
+AUDIT_PLAN = Plan(AUDIT_CORPUS_BYTES, AUDIT_SCREEN_BYTES, AUDIT_CONFIRM, AUDIT_GENERAL_BYTES, False)
 
 
 def plan_for(corpus_bytes: int) -> Plan:
     """The plan for a held-out sample of ``corpus_bytes``: ``audit``'s for its sample size, else
     the default screening and confirmation around it.
 
-    >>> plan_for(6144) == AUDIT_PLAN, plan_for(30000).screen_bytes
+    >>> plan_for(4096) == AUDIT_PLAN, plan_for(30000).screen_bytes
     (True, 4096)
     """
     if corpus_bytes == AUDIT_CORPUS_BYTES:
@@ -102,6 +108,13 @@ def measure(lm, tok, ext_tok, new_ids: Sequence[int], rows: dict[str, dict], con
     ``rows``: strategy → ``{"embed", "output"?}``; ``contexts``: :class:`~.contexts.Contexts`
     (held-out contexts and the held-out texts, at least ``plan.corpus_bytes`` of them).
     """
+    from embscope.extension.fidelity import forward_precision
+
+    with forward_precision():  # one precision scope for every stage (fidelity.forward_precision)
+        return _measure(lm, tok, ext_tok, new_ids, rows, contexts, steps=steps, plan=plan, general=general)
+
+
+def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general):
     from embscope.extension.bpb import summarize, text_losses
     from embscope.extension.choose import bounded, score
     from embscope.extension.contexts import spread, start_ids
@@ -114,6 +127,8 @@ def measure(lm, tok, ext_tok, new_ids: Sequence[int], rows: dict[str, dict], con
 
     extras: dict[str, Any] = {"precision": compute_precision()}
     texts, source = general if general is not None else general_texts()
+    if plan.general_bytes is not None:
+        texts = spread(texts, plan.general_bytes)
     with steps.step("general text", f"{len(texts)} texts of {source}, {len(names)} strategies"):
         g_base, g = summarize(text_losses(lm, texts, tok, ext_tok, start, new_ids, rows), disturbance=True)
     for name, d in g.items():
@@ -124,15 +139,16 @@ def measure(lm, tok, ext_tok, new_ids: Sequence[int], rows: dict[str, dict], con
     extras["general_bits_per_byte_original"] = {**g_base, "source": source}
     extras["kl_note"] = (f"{source}: {g_base['texts'] - g_base['texts_changed']} texts without a new token, "
                          f"{next(iter(g.values()), {}).get('disturbance_positions', 0)} positions")
+    ok = [n for n in names if bounded(figures[n])]
     if contexts is not None and contexts.held:
-        with steps.step("fidelity", f"{len(contexts.held)} held-out contexts, {len(names)} strategies"):
-            _update(figures, fidelity(lm, contexts.held, {n: rows[n]["embed"] for n in names}, new_ids))
+        which = names if plan.fidelity_all else ok
+        with steps.step("fidelity", f"{len(contexts.held)} held-out contexts, {len(which)} strategies"):
+            _update(figures, fidelity(lm, contexts.held, {n: rows[n]["embed"] for n in which}, new_ids))
     held = list(contexts.texts) if contexts is not None else []
     held = spread(held, plan.corpus_bytes)
     if not held:
         return figures, extras
     screen = spread(held, min(plan.screen_bytes, plan.corpus_bytes))
-    ok = [n for n in names if bounded(figures[n])]
     with steps.step("corpus text", f"{len(screen)} held-out texts, {len(ok)} strategies"):
         first = text_losses(lm, screen, tok, ext_tok, start, new_ids, {n: rows[n] for n in ok})
     per_byte = float(first.new_tokens.sum()) / max(int(first.bytes.sum()), 1)

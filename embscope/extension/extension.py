@@ -310,7 +310,10 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         from embscope.extension.distil import fit_rows
 
         def distil(start):
-            with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"):
+            from embscope.extension.fidelity import forward_precision
+
+            with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"), \
+                    forward_precision():
                 return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"))
 
     names = model.token_strings()
