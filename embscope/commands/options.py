@@ -112,7 +112,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "no_diagnostics": RunOpt("diagnostics", Annotated[bool, typer.Option("--no-diagnostics", help="skip the extension's KL / new-token-mass check (no whole-model load)")],
                              to_field=lambda v: not v, from_field=lambda v: not v),
     "extend_as": RunOpt("extend_as", Annotated[str, typer.Option("--as", help="how new tokens are written: model (BPE merges ranked after every existing merge, Unigram pieces with a score: built only where the tokenizer would build them) or added (HF added tokens, matched anywhere in the raw text, with spaced twins)")]),
-    "bpb_bytes": RunOpt("bpb_bytes", Annotated[Optional[int], typer.Option("--bpb-bytes", min=256, help="held-out corpus bytes for the extension's bits per byte (default: 24576 in extend, 6144 in audit)")]),
+    "bpb_bytes": RunOpt("bpb_bytes", Annotated[Optional[int], typer.Option("--bpb-bytes", min=256, help="held-out corpus bytes for the extension's bits per byte (default: 24576 in extend, 4096 in audit)")]),
     "distil_budget": RunOpt("distil_budget", Annotated[Optional[float], typer.Option("--distil-budget", min=0, help="seconds distil may take inside --init auto, estimated from its first contexts (default: 180 in extend, 0 in audit); --init distil always runs it")]),
     # corpus reading and where the passes run
     "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]),

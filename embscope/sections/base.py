@@ -82,8 +82,8 @@ class RunOptions(Record):
     #: how new tokens are written: ``model`` (BPE merges, Unigram pieces: the tokenizer's own terms)
     #: or ``added`` (HF added tokens, matched anywhere in the raw text)
     extend_as: str = "model"
-    #: held-out corpus bytes the extension's bits per byte reads (null: 24 KB in ``extend``, 6 KB in
-    #: ``audit``)
+    #: held-out corpus bytes the extension's bits per byte reads (null: 24 KB in ``extend``, 4 KB in
+    #: ``audit``, which also reads 5 KB of general text instead of all 10 KB)
     bpb_bytes: int | None = None
     #: seconds ``distil`` may take inside ``--init auto``, estimated from its first contexts (null:
     #: 180 in ``extend``, 0 in ``audit``); a named ``--init distil`` always runs
