@@ -94,6 +94,10 @@ def test_measured_savings_equal_a_recount(smol, result, applied, texts):
     assert s["corpus_tokens_after"] == after
     assert s["tokens_saved"] == before - after > 0
     assert manifest["tokens_saved"] == s["tokens_saved"]
+    # merges only join runs of old tokens: the saving is exactly Σ count × (pieces − 1) over new tokens
+    assert int(result.new_tokens["tokens_saved"].sum()) == s["tokens_saved"]
+    added = result.table.filter(result.table["added"])
+    assert added.height == TOP and int(added["tokens_saved"].sum()) <= s["tokens_saved"]
 
 
 @pytest.mark.slow
@@ -280,6 +284,10 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
     code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--init", "hewit",
                  "--out", str(tmp_path / "bad")])
     assert code == 2 and "did you mean 'hewitt'" in capsys.readouterr().err
+    code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--as", "merges",
+                 "--out", str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --as 'merges': choose from model, added") and len(err.splitlines()) == 1
     assert not (tmp_path / "bad").exists()
 
 
