@@ -191,3 +191,20 @@ def test_forms_and_unsupported_models_say_what_to_do(smol):
     ext = extend_tokenizer(tok, [" hello", " unspecified"], [[tok.token_to_id("Ġhello")],
                                                             [tok.token_to_id("Ġun"), tok.token_to_id("specified")]])
     assert ext.skipped == {" hello": "it is already one token"} and [t.text for t in ext.tokens] == [" unspecified"]
+
+
+def test_extend_reads_at_least_20_kb_of_held_out_text(smol, texts):
+    """``extend``'s bits per byte read ≥ 20 KB of held-out medical text (1 line in 4, never a fit
+    line), as many bytes as the plan asks for; ``audit``'s plan reads less and says how much."""
+    from embscope.extension.contexts import collect, is_held_out, spread
+    from embscope.extension.evaluate import AUDIT_PLAN, Plan
+
+    tok, _, ext = smol
+    plan = Plan()
+    assert plan.corpus_bytes >= 20 * 1024 and AUDIT_PLAN.corpus_bytes < plan.corpus_bytes
+    found = collect(texts["medical"], ext.tokenizer, ext.ids, [t.pieces for t in ext.tokens],
+                    [tok.token_to_id("<|endoftext|>")], bpb_bytes=plan.corpus_bytes)
+    held = spread(list(found.texts), plan.corpus_bytes)
+    size = sum(len(t.encode("utf-8")) for t in held)
+    assert size >= 20 * 1024 and abs(size - plan.corpus_bytes) < 1024
+    assert all(is_held_out(t) for t in held) and len(set(held)) == len(held)
