@@ -95,6 +95,10 @@ def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
         if base:
             con.print(Text(f"original model: {base.get('bits_per_byte')} ± {base.get('bits_per_byte_se')} bits/byte on "
                            f"{base.get('bytes', 0):,} bytes of {base.get('source', 'held-out corpus text')}"))
+        gen = s.general_bits_per_byte_original or {}
+        if gen:
+            con.print(Text(f"original model: {gen.get('bits_per_byte')} ± {gen.get('bits_per_byte_se')} bits/byte on "
+                           f"{gen.get('bytes', 0):,} bytes of general text, {gen.get('source', '')}"))
         if getattr(s, "recommended", None):
             con.print(Text(f"* recommended: {s.recommended_why}"))
         if s.general_note:
