@@ -231,6 +231,9 @@ def test_bits_per_byte_equals_a_direct_transformers_computation(result, direct, 
     bpb0, tpb0 = figures(original, full)
     assert result.summary["bits_per_byte_original"]["bits_per_byte"] == pytest.approx(bpb0, abs=2e-4)
     assert result.summary["bits_per_byte_original"]["tokens_per_byte"] == pytest.approx(tpb0, abs=1e-5)
+    # each figure says which text it came from
+    assert result.summary["bits_per_byte_original"]["source"].startswith("held-out text of medical ")
+    assert result.summary["general_bits_per_byte_original"]["source"].startswith("UDHR English")
     # the standard error over texts (ratio estimator), recomputed by hand
     import numpy as np
 

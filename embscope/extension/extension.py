@@ -268,6 +268,9 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         with steps.step("diagnostics", "checking each initialisation"), threads:
             strategies, extra = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
                                           steps, unloadable, plan, general, budget)
+        base = extra.get("bits_per_byte_original")
+        if base:  # the summary names the text each figure came from
+            base["source"] = f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)"
         result.summary.update(extra)
         if AUTO in init or len(specs) > 1:
             best, why = recommend(strategies)
