@@ -1,6 +1,6 @@
 """Extension diagnostics timed per step: the terms, the whole model, fidelity, bits per byte.
 
-    python bench/fidelity.py [--model smollm2-135m] [--top 200] [--init auto] [--json OUT]
+    python bench/fidelity.py [--model smollm2-135m] [--top 200] [--init auto] [--bpb-bytes N] [--json OUT]
 
 Runs :func:`embscope.extension.suggest` once in this process (the corpus passes, then the
 diagnostics of every strategy) and prints each step's wall time, the process's CPU seconds
@@ -8,7 +8,9 @@ diagnostics of every strategy) and prints each step's wall time, the process's C
 alone says little. Goal (SmolLM2-135M + corpora/medical, 269 new tokens): the diagnostics
 within 60 s on the 2-core development machine.
 
-Prints the strategy table too (fidelity, bits per byte, disturbance), recommended first.
+Prints the strategy table too (the score --init auto ranks by and its parts, fidelity, bits per
+byte with standard errors, disturbance), recommended first. ``--bpb-bytes 4096`` measures as
+``audit`` does (4096).
 """
 
 from __future__ import annotations
@@ -56,18 +58,26 @@ def main() -> None:
     ap.add_argument("--corpus", default=str(ROOT / "corpora" / "medical"))
     ap.add_argument("--top", type=int, default=200)
     ap.add_argument("--init", default="auto", help="comma-separated specs")
+    ap.add_argument("--bpb-bytes", type=int, default=24 * 1024, help="held-out corpus bytes (audit: 4096)")
+    ap.add_argument("--distil-budget", type=float, default=None, help="seconds (default: extend's, 0 with --bpb-bytes 4096)")
     ap.add_argument("--json", default=None, help="also write the summary and the timings here")
     args = ap.parse_args()
 
     import embscope
     from embscope.extension import suggest
+    from embscope.extension.evaluate import AUDIT_CORPUS_BYTES, plan_for
+    from embscope.extension.extension import AUDIT_DISTIL_BUDGET, DISTIL_BUDGET
 
     steps = Timed()
     w0, c0 = time.perf_counter(), cpu()
     model = embscope.load_model(args.model)
     load = (time.perf_counter() - w0, cpu() - c0)
     w1, c1 = time.perf_counter(), cpu()
-    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), steps=steps)
+    budget = args.distil_budget
+    if budget is None:
+        budget = AUDIT_DISTIL_BUDGET if args.bpb_bytes == AUDIT_CORPUS_BYTES else DISTIL_BUDGET
+    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), steps=steps,
+                  plan=plan_for(args.bpb_bytes), distil_budget=budget)
     total = (time.perf_counter() - w1, cpu() - c1)
     print(f"model {args.model}: {res.summary['tokens_added']} new tokens; load {load[0]:.1f} s wall, "
           f"{load[1]:.1f} s CPU")
@@ -81,12 +91,16 @@ def main() -> None:
     print(f"diagnostics: {diag[0]:.1f} s wall, {diag[1]:.1f} s CPU (goal: 60 s)")
     s = res.summary
     print(f"recommended: {s.get('recommended')} — {s.get('recommended_why')}")
-    base = s.get("bits_per_byte_original") or {}
-    print(f"original: {base.get('bits_per_byte')} bits/byte, {base.get('tokens_per_byte')} tokens/byte "
-          f"on {base.get('bytes')} held-out bytes")
-    cols = ("fidelity_kl", "fidelity_kl_p90", "fidelity_top1", "fidelity_kl_after", "fidelity_top1_after",
-            "bits_per_byte", "bits_per_byte_change", "tokens_per_byte_change", "kl", "new_token_mass_max",
-            "norm_percentile_median")
+    if s.get("general_note"):
+        print(s["general_note"])
+    base, gen = s.get("bits_per_byte_original") or {}, s.get("general_bits_per_byte_original") or {}
+    print(f"original: {base.get('bits_per_byte')} ± {base.get('bits_per_byte_se')} bits/byte, "
+          f"{base.get('tokens_per_byte')} tokens/byte on {base.get('bytes')} held-out bytes; general text "
+          f"{gen.get('bits_per_byte')} bits/byte on {gen.get('bytes')} bytes ({gen.get('source')}); precision "
+          f"{s.get('precision')}; {s.get('new_tokens_per_byte')} new tokens per byte; skipped: {s.get('skipped_strategies')}")
+    cols = ("score", "score_corpus", "score_general", "score_reading", "score_bytes", "bits_per_byte_change_se",
+            "fidelity_kl", "fidelity_kl_after", "fidelity_top1", "general_bits_per_byte_change", "kl",
+            "new_token_mass_max", "norm_percentile_median")
     print("| strategy | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for name, d in s["strategies"].items():

@@ -45,6 +45,12 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
             langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
                                 "--languages PATH for per-language costs"]
+    from embscope.extension.evaluate import AUDIT_CORPUS_BYTES
+    from embscope.extension.extension import AUDIT_DISTIL_BUDGET
+
+    for name, value in (("bpb_bytes", AUDIT_CORPUS_BYTES), ("distil_budget", AUDIT_DISTIL_BUDGET)):
+        if kw.get(name) is None and getattr(options, name, None) is None:  # audit's smaller extension step
+            kw[name] = value
     return run(model, languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
                options=options, command="audit", verbose=verbose, warnings=notes, **kw)
 

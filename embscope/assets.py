@@ -140,3 +140,10 @@ def assembled_file(asset: ChunkedFile, *, folder: Path | None = None) -> Path:
         tmp.unlink(missing_ok=True)
     _verified(target, asset.sha256)  # writes the stamp (the hash is known to match)
     return target
+
+
+def corpora_root() -> Path:
+    """The folder of the shipped corpora (``corpora/`` next to the package in a checkout;
+    ``$EMBSCOPE_CORPORA`` when set)."""
+    env = os.environ.get("EMBSCOPE_CORPORA")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "corpora"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from embscope.assets import corpora_root
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
 from embscope.progress import Steps
 from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
@@ -54,14 +55,6 @@ class RunResult:
         """The manifest of the ``repair_to`` folder the run wrote, if any."""
         out = self.outputs.get("repair")
         return out.live if out is not None else None
-
-
-def corpora_root() -> Path:
-    """The folder of the shipped corpora (``corpora/`` next to the package in a checkout)."""
-    import os
-
-    env = os.environ.get("EMBSCOPE_CORPORA")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "corpora"
 
 
 def corpus_path(spec: str | Path) -> Path:

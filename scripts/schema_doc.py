@@ -34,6 +34,7 @@ same layout through `embscope.run`:
 | `languages.parquet` | one row per (tokenizer, language, corpus) (languages section) |
 | `candidates.parquet` | one row per vocabulary-extension candidate (extension section) |
 | `diff.parquet` | one row per row of TUNED's matrices: what training changed (diff section, `embscope diff`) |
+| `new_tokens.parquet` | one row per token the extension adds: terms and their merge chains' intermediates (extension section) |
 | `index.html` | the offline report, rendered only from the files above (`embscope report DIR` re-renders it) |
 
 A table is absent when its section did not run; `summary.json` → `skipped` says why. Every Parquet

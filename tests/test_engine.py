@@ -163,7 +163,8 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
                                       engine=Engine(workers=2), chunk_terms=2000)
     assert got == medical_ref and len(got) > 1000
     assert report.texts == 26084
-    total, counts, _, _ = C.corpus_savings(llama3, llama3, MEDICAL, engine=Engine(workers=2))
+    saved = C.corpus_savings(llama3, llama3, MEDICAL, engine=Engine(workers=2))
+    total, counts = saved.before, saved.counts
     from embscope.corpus.texts import read_texts
 
     ref_total, ref_counts = C.token_counts(llama3, read_texts(MEDICAL))

@@ -448,13 +448,18 @@ def test_extension_cards_use_the_real_keys(smollm2_audit):
 
     ext = read_summary(json.loads((smollm2_audit / "summary.json").read_text())).sections.extension
     text = _text(smollm2_audit / "index.html")
-    assert f"Tokens added {ext.tokens_added} top {ext.top_n} terms by savings + {ext.space_twins_added} space twins" in text
+    check = ext.tokenization_check["corpus"]
+    assert (f"Tokens added {ext.tokens_added} top {ext.top_n} terms by savings + {ext.intermediates} intermediate "
+            f"tokens of their merge chains; written as merges; {check['cut']} of {check['new_tokens']:,} new-token "
+            "occurrences in the corpus cut an old token") in text
+    assert ext.form == "merges" and check["cut"] == 0 and ext.intermediates > 0
     assert f"of {ext.corpus_tokens:,} corpus tokens" in text and f"(estimate {ext.estimated_savings:,})" in text
     assert "KL measured on:" in text
 
 
-def test_strategy_table_leads_with_the_recommended_and_carries_fidelity(fake_out, tmp_path):
-    """Fidelity, bits per byte and disturbance columns come first; the recommended row is first and marked."""
+def test_strategy_table_leads_with_the_score_and_the_recommended(fake_out, tmp_path):
+    """The score --init auto ranks by and its parts come first, then fidelity, bits per byte and
+    disturbance; the recommended row is first and marked."""
     import shutil
 
     from embscope.cli import main
@@ -468,9 +473,11 @@ def test_strategy_table_leads_with_the_recommended_and_carries_fidelity(fake_out
             "new_token_mass_max": 1e-4, "examples": {}}
     ext["strategies"] = {
         "omp": {**base, "fidelity_kl": 1.25, "fidelity_kl_p90": 2.5, "fidelity_top1": 0.5,
-                "bits_per_byte": 2.4, "bits_per_byte_change": -0.1, "tokens_per_byte_change": -0.05},
+                "bits_per_byte": 2.4, "bits_per_byte_change": -0.1, "tokens_per_byte_change": -0.05,
+                "score": 0.01, "score_corpus": -0.1, "score_general": 1e-5, "score_reading": 0.11},
         "mean": {**base, "fidelity_kl": 3.5, "fidelity_kl_p90": 6.0, "fidelity_top1": 0.25,
-                 "bits_per_byte": 2.6, "bits_per_byte_change": 0.1, "tokens_per_byte_change": -0.05}}
+                 "bits_per_byte": 2.6, "bits_per_byte_change": 0.1, "tokens_per_byte_change": -0.05,
+                 "score": 0.4, "score_corpus": 0.1, "score_general": 1e-5, "score_reading": 0.3}}
     ext["recommended"], ext["recommended_why"] = "omp", "omp: fidelity KL 1.25 nats at the term"
     ext["bits_per_byte_original"] = {"bits_per_byte": 2.5, "tokens_per_byte": 0.25, "bytes": 100, "texts": 3}
     (out / "summary.json").write_text(json.dumps(raw))
@@ -479,7 +486,8 @@ def test_strategy_table_leads_with_the_recommended_and_carries_fidelity(fake_out
     table = html[html.index('id="strategy-table"'):]
     table = table[:table.index("</table>")]
     heads = re.findall(r'<th class="n" title="([^"]+)"', table)
-    assert heads[:3] == ["fidelity_kl", "fidelity_kl_p90", "fidelity_top1"]
+    assert heads[:4] == ["score", "score_corpus", "score_general", "score_reading"]
+    assert heads.index("score_reading") < heads.index("fidelity_kl") < heads.index("bits_per_byte_change")
     assert heads.index("bits_per_byte_change") < heads.index("kl") < heads.index("norm_percentile_median")
     rows = re.findall(r"<tr[^>]*><td><b>([^<]+)</b>", table)
     assert rows == ["omp", "mean"] and 'class="recommended"' in table

@@ -132,6 +132,9 @@ RUN_OPTS: dict[str, RunOpt] = {
     "min_freq": RunOpt("min_freq", Annotated[int, typer.Option("--min-freq", min=1, help="least occurrences of an extension term")]),
     "no_diagnostics": RunOpt("diagnostics", Annotated[bool, typer.Option("--no-diagnostics", help="skip the extension's KL / new-token-mass check (no whole-model load)")],
                              to_field=lambda v: not v, from_field=lambda v: not v),
+    "extend_as": RunOpt("extend_as", Annotated[str, typer.Option("--as", help="how new tokens are written: model (BPE merges ranked after every existing merge, Unigram pieces with a score: built only where the tokenizer would build them) or added (HF added tokens, matched anywhere in the raw text, with spaced twins)")]),
+    "bpb_bytes": RunOpt("bpb_bytes", Annotated[Optional[int], typer.Option("--bpb-bytes", min=256, help="held-out corpus bytes for the extension's bits per byte (default: 24576 in extend, 4096 in audit)")]),
+    "distil_budget": RunOpt("distil_budget", Annotated[Optional[float], typer.Option("--distil-budget", min=0, help="seconds distil may take inside --init auto, estimated from its first contexts (default: 180 in extend, 0 in audit); --init distil always runs it")]),
     # corpus reading and where the passes run
     "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], typer.Option("--sample-bytes", min=1, help="read at most N bytes of text per language")]),
     "engine": RunOpt("engine", Annotated[EngineKind, typer.Option("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")],
@@ -159,7 +162,7 @@ LOAD = ("device", "trust_pickle", "download")
 SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_time_cap", "repair", "repair_init")
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
-EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics")
+EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_budget")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
 CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "split")
 

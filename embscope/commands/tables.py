@@ -51,7 +51,7 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
 
 
 def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
-    """Savings headline and one row per initialisation strategy."""
+    """Savings headline and one row per initialisation strategy, best score first."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -61,28 +61,48 @@ def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
     if s is None:
         con.print(Text(f"no candidates: {res.summary.skipped.get('extension')}", style="yellow"))
         return
-    con.print(f"{s.top_n} terms (+{s.space_twins_added} spaced twins) save [bold]{s.tokens_saved:,}[/] of "
-              f"{s.corpus_tokens:,} corpus tokens ({100 * s.saved_fraction:.1f} %, measured; estimate "
-              f"{s.estimated_savings:,})")
+    extra = "".join([f" +{s.intermediates} intermediate tokens" if s.intermediates else "",
+                     f" +{s.space_twins_added} spaced twins" if s.space_twins_added else ""])
+    con.print(f"{s.top_n} terms{extra}, written as {s.form}, save [bold]{s.tokens_saved:,}[/] of "
+              f"{s.corpus_tokens:,} corpus tokens ({100 * s.saved_fraction:.1f} %, measured with the written "
+              f"tokenizer; estimate {s.estimated_savings:,})")
+    check = (s.tokenization_check or {}).get("corpus") or {}
+    if check:
+        con.print(Text(f"{check.get('cut', 0):,} of {check.get('new_tokens', 0):,} new-token occurrences start or end "
+                       f"inside an old token", style="yellow" if check.get("cut") else ""))
+    if s.terms_skipped:
+        con.print(Text(f"{len(s.terms_skipped)} terms not added (summary.json → terms_skipped)", style="yellow"))
     if s.strategies:
-        t = Table("init", "fidelity KL (mean / p90)", "top-1", "bits/byte (Δ)", "KL old text (mean / max)",
-                  "new-token mass (max)", "norm pct", title=Text(s.kl_note or ""))
+        t = Table("init", "score b/B", "Δ corpus ± SE", "Δ general", "reading", "fidelity KL (term / after)",
+                  "top-1", "KL old text (mean / max)", "mass max", title=Text(s.kl_note or ""))
 
         def num(v, f):
             return "—" if v is None else format(v, f)
 
         for name, d in s.strategies.items():
             mark = " *" if name == getattr(s, "recommended", None) else ""
+            corpus = ("—" if d.get("bits_per_byte_change") is None else
+                      f"{d['bits_per_byte_change']:+.4f} ± {num(d.get('bits_per_byte_change_se'), '.4f')}"
+                      f" ({num(d.get('score_bytes'), ',')} B)")
             fid = ("—" if d.get("fidelity_kl") is None
-                   else f"{d['fidelity_kl']:.3f} / {num(d.get('fidelity_kl_p90'), '.3f')}")
-            bpb = ("—" if d.get("bits_per_byte") is None
-                   else f"{d['bits_per_byte']:.4f} ({d['bits_per_byte_change']:+.4f})")
+                   else f"{d['fidelity_kl']:.3f} / {num(d.get('fidelity_kl_after'), '.3f')}")
             kl = "—" if d.get("kl") is None else f"{d['kl']:.2e} / {d['kl_max']:.2e}"
-            t.add_row(Text(name + mark), fid, num(d.get("fidelity_top1"), ".0%"), bpb, kl,
-                      num(d.get("new_token_mass_max"), ".2e"), f"{d['norm_percentile_median']:.1f}")
+            t.add_row(Text(name + mark), num(d.get("score"), "+.4f"), corpus,
+                      num(d.get("general_bits_per_byte_change"), "+.5f"), num(d.get("score_reading"), ".4f"), fid,
+                      num(d.get("fidelity_top1"), ".0%"), kl, num(d.get("new_token_mass_max"), ".2e"))
         con.print(t)
+        base = s.bits_per_byte_original or {}
+        if base:
+            con.print(Text(f"original model: {base.get('bits_per_byte')} ± {base.get('bits_per_byte_se')} bits/byte on "
+                           f"{base.get('bytes', 0):,} bytes of {base.get('source', 'held-out corpus text')}"))
+        gen = s.general_bits_per_byte_original or {}
+        if gen:
+            con.print(Text(f"original model: {gen.get('bits_per_byte')} ± {gen.get('bits_per_byte_se')} bits/byte on "
+                           f"{gen.get('bytes', 0):,} bytes of general text, {gen.get('source', '')}"))
         if getattr(s, "recommended", None):
             con.print(Text(f"* recommended: {s.recommended_why}"))
+        if s.general_note:
+            con.print(Text(s.general_note, style="yellow"))
     con.print(Text(f"candidates: {res.folder / 'candidates.parquet'}"))
     if manifest is not None:
         con.print(Text(f"extended model ({manifest['format']}, {manifest['init']}): {apply_to}"))

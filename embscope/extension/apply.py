@@ -1,17 +1,20 @@
 """``apply``: write the extended model — a full transformers folder, or only the new rows.
 
-Full folder (the whole model loads, see :mod:`embscope.models.fullmodel`): the tokenizer with the
-new terms added, the embeddings resized (``resize_token_embeddings``) and the new rows set by the
-chosen strategy, ``config.vocab_size`` updated, saved as safetensors. It loads with
-``AutoTokenizer.from_pretrained(out)`` and ``AutoModelForCausalLM.from_pretrained(out)``.
+Full folder (the whole model loads, see :mod:`embscope.models.fullmodel`; GGUF inputs too): the
+extended tokenizer that :func:`~embscope.extension.suggest` measured (new merges or pieces in its
+model, :mod:`embscope.tokenizer.extend`; added tokens with ``--as added``), the embeddings resized
+(``resize_token_embeddings``) and the new rows set by the chosen strategy, ``config.vocab_size``
+updated, saved as safetensors. It loads with ``AutoTokenizer.from_pretrained(out)`` and
+``AutoModelForCausalLM.from_pretrained(out)``.
 
 Rows only (models too large to rewrite here, or not loadable as a transformers checkpoint):
 ``new_rows.safetensors`` (``token_ids`` (n,), ``embed`` (n, d), ``output`` (n, d) when untied),
 the extended ``tokenizer.json`` and a README with the few lines that apply them to the base model.
 
-New ids follow the tokenizer: added tokens get ids ``len(tokenizer)``, ``len(tokenizer) + 1``, …
-A matrix padded past the tokenizer (Qwen2: 151 665 tokens, 152 064 rows) reuses its padding rows
-for them and grows only when they run out.
+New ids follow the tokenizer: ``len(tokenizer)``, ``len(tokenizer) + 1``, … (terms and the
+intermediate tokens of their merge chains, in id order). A matrix padded past the tokenizer
+(Qwen2: 151 665 tokens, 152 064 rows) reuses its padding rows for them and grows only when they
+run out.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 README = """# {name} + {n} domain tokens
 
-New rows for {n} added tokens ({init} initialisation), made by embscope {version}.
+New rows for {n} new tokens ({init} initialisation), made by embscope {version}.
 
-- `tokenizer.json`: the base tokenizer with the new terms added (ids {first}..{last}).
+- `tokenizer.json`: the base tokenizer with the new tokens ({form}; ids {first}..{last}).
 - `new_rows.safetensors`: `token_ids` ({n},), `embed` ({n}, {d}){output_line}.
-- `added_terms.json`: the terms, in id order.
+- `added_terms.json`: the new tokens, in id order: id, text, the tokenizer's string, kind
+  (`term`, or `intermediate` of a term's merge chain).
 
 Apply them to the base model:
 
@@ -78,15 +82,12 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
     Example:
         >>> apply(model, suggest(model, "corpora/medical", top=20), "out/smollm2-med")  # doctest: +SKIP
     """
+    from embscope.extension.choose import FALLBACK
+    from embscope.extension.extension import new_rows, reference_mask
+    from embscope.extension.init import AUTO, parse_init
+    from embscope.models.fullmodel import why_not_loadable
     from embscope.output import claim, write_json
     from embscope.provenance import run_stamp
-    from embscope.extension.candidates import extended_tokenizer
-    from embscope.models.fullmodel import load_hf_tokenizer, why_not_loadable
-    from embscope.extension.init import parse_init
-    from embscope.extension.extension import new_rows, reference_mask
-
-    from embscope.extension.choose import FALLBACK
-    from embscope.extension.init import AUTO
 
     if mode not in MODES:
         raise SpecError(f"unknown apply mode {mode!r}; choose from {', '.join(MODES)}")
@@ -99,9 +100,8 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         raise SpecError(f"cannot write a full model folder: {reason}; use the rows-only output")
     full = mode == "full" or (mode == "auto" and reason is None)
 
-    tok = load_hf_tokenizer(model)
-    ext = extended_tokenizer(tok, result.terms)
-    ids = [ext.token_to_id(t) for t in result.terms]
+    extension = result.extension
+    ext, ids = extension.tokenizer, extension.ids
     rows = result.rows.get(init)
     if rows is None:
         rows = new_rows(model, result, init, reference_mask(model, tokens))
@@ -109,7 +109,8 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         "base_model": model.name, "base_path": str(model.path), "init": init,
         "init_reason": result.summary.get("recommended_why") if asked == AUTO else "asked for",
         "format": "transformers" if full else "rows", "n_added": len(ids),
-        "token_ids": ids, "terms": result.terms,
+        "token_ids": ids, "terms": result.terms, "kinds": [t.kind for t in extension.tokens],
+        "tokenizer_form": extension.form, "merges_added": len(extension.merges),
         "vocab_size": max(model.n_rows, max(ids) + 1) if ids else model.n_rows,
         "tokens_saved": result.summary.get("tokens_saved"),
         "embscope": run_stamp("extend --apply") | {"parameters": {"init": init, "mode": mode, "top": len(ids)}},
@@ -119,7 +120,7 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         if full:
             _write_full(model, ext, ids, rows, tmp)
         else:
-            _write_rows(model, ext, ids, rows, tmp, init, out_dir)
+            _write_rows(model, extension, rows, tmp, init, out_dir)
         write_json(tmp / "embscope_extension.json", manifest)
         make_readable(tmp)
     return manifest
@@ -148,19 +149,24 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     drop_auto_map(tmp)
 
 
-def _write_rows(model: "LoadedModel", ext, ids, rows, tmp: Path, init: str, out_dir) -> None:
+def _write_rows(model: "LoadedModel", extension, rows, tmp: Path, init: str, out_dir) -> None:
     import torch
     from safetensors.torch import save_file
 
     from embscope import __version__
 
+    ids = extension.ids
     tensors = {"token_ids": torch.tensor(ids, dtype=torch.int64),
                **{k: v.float().contiguous() for k, v in rows.items()}}
     save_file(tensors, str(tmp / "new_rows.safetensors"))
-    ext.save(str(tmp / "tokenizer.json"))
+    extension.tokenizer.save(str(tmp / "tokenizer.json"))
     (tmp / "added_terms.json").write_text(json.dumps(
-        [{"id": i, "term": ext.id_to_token(i)} for i in ids], ensure_ascii=False, indent=1) + "\n", "utf-8")
+        [{"id": t.id, "term": t.text, "piece": t.piece, "kind": t.kind} for t in extension.tokens],
+        ensure_ascii=False, indent=1) + "\n", "utf-8")
+    forms = {"merges": "merges appended to its BPE model", "pieces": "scored pieces in its Unigram model",
+             "vocab": "entries of its WordPiece vocabulary", "added": "added tokens"}
     (tmp / "README.md").write_text(README.format(
         name=model.name, n=len(ids), init=init, version=__version__, first=min(ids), last=max(ids),
+        form=forms.get(extension.form, extension.form),
         d=model.dim, output_line=f", `output` ({len(ids)}, {model.dim})" if "output" in rows else "",
         out=Path(out_dir).as_posix(), base=model.spec), "utf-8")

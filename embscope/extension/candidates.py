@@ -19,11 +19,13 @@ raw text (a word keeps the space in front of it) and each is counted in the form
 word is seen as ``▁Word`` when the tokenizer prepends a ``▁`` (Llama 2's dummy prefix) and as
 ``Word`` otherwise (Gemma), so there the spaced twin of ``Hypertension`` is ``▁Hypertension``.
 
-Multi-word terms (``max_ngram > 1``) are runs of adjacent word pre-tokens (" diabetes mellitus").
+Multi-word terms (``max_ngram > 1``) are runs of adjacent word pre-tokens (" diabetes mellitus");
+no merge joins two pre-tokens, so they are added only as added tokens (``--as added``).
 
-The estimate double-counts overlaps (a unigram inside an added bigram) and ignores that an added
-token also matches inside longer words; :func:`measure_savings` therefore re-tokenizes the corpus
-with the extended tokenizer and reports what is really saved.
+The estimate double-counts overlaps (a unigram inside an added bigram) and ignores that a new
+token is also built inside longer words that hold its pieces (and the intermediate tokens of
+merge chains, :mod:`embscope.tokenizer.extend`); :func:`corpus_savings` therefore re-tokenizes
+the corpus with the tokenizer that is written and reports what is really saved.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from embscope.tokenizer.extend import SPACE, added_tokenizer, metaspace_style
+
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import polars as pl
     from tokenizers import Tokenizer
 
@@ -64,7 +69,8 @@ class Candidate:
         return self.frequency * (self.n_pieces - 1)
 
 
-SPACE = "▁"
+#: the ``--as added`` form's tokenizer (kept under its earlier name)
+extended_tokenizer = added_tokenizer
 
 
 def _is_word(surface: str) -> bool:
@@ -79,19 +85,6 @@ def _is_word(surface: str) -> bool:
 
 def _starts_spaced(surface: str) -> bool:
     return surface[:1] in (" ", SPACE)
-
-
-def metaspace_style(tok: "Tokenizer") -> tuple[bool, bool]:
-    """``(metaspace, prepends)``: does the normalizer turn spaces into ``▁``, and does it add one in
-    front of the text (SentencePiece's dummy prefix)?
-
-    >>> # Llama 2 (normalizer Prepend("▁") + Replace(" ", "▁")): (True, True); Gemma: (True, False)
-    """
-    if tok.normalizer is None:
-        return False, False
-    probe = tok.normalizer.normalize_str("a b")
-    metaspace = SPACE in probe and " " not in probe
-    return metaspace, metaspace and probe.startswith(SPACE)
 
 
 #: raw-text words for SentencePiece-style tokenizers: a letter run with the space in front of it,
@@ -202,10 +195,16 @@ def _ranked(tok: "Tokenizer", terms, min_freq: int) -> list[Candidate]:
     return out
 
 
-def candidates_table(cands: Sequence[Candidate]) -> "pl.DataFrame":
-    """The ``candidates.parquet`` table, one row per candidate, best first (``rank`` 1 = best)."""
+def candidates_table(cands: Sequence[Candidate], measured: dict[str, int] | None = None) -> "pl.DataFrame":
+    """The ``candidates.parquet`` table, one row per candidate, best first (``rank`` 1 = best).
+
+    ``measured``: for the terms added, their occurrences as one token in the corpus under the
+    written tokenizer; ``tokens_saved`` is that count × (pieces − 1), null for terms not added.
+    """
     import polars as pl
 
+    measured = measured or {}
+    counts = [measured.get(c.term) for c in cands]
     return pl.DataFrame({
         "rank": list(range(1, len(cands) + 1)),
         "term": [c.term for c in cands],
@@ -215,35 +214,30 @@ def candidates_table(cands: Sequence[Candidate]) -> "pl.DataFrame":
         "n_pieces": [c.n_pieces for c in cands],
         "n_words": [c.n_words for c in cands],
         "savings_tokens": [c.savings_tokens for c in cands],
+        "added": [c.term in measured for c in cands],
+        "count_as_token": counts,
+        "tokens_saved": [None if n is None else n * (c.n_pieces - 1) for n, c in zip(counts, cands)],
     }, schema={"rank": pl.Int32, "term": pl.Utf8, "frequency": pl.Int64, "pieces": pl.List(pl.Utf8),
                "piece_ids": pl.List(pl.Int64), "n_pieces": pl.Int32, "n_words": pl.Int32,
-               "savings_tokens": pl.Int64})
+               "savings_tokens": pl.Int64, "added": pl.Boolean, "count_as_token": pl.Int64,
+               "tokens_saved": pl.Int64})
 
 
-def extended_tokenizer(tok: "Tokenizer", terms: Sequence[str]) -> "Tokenizer":
-    """A copy of ``tok`` with ``terms`` added as tokens (ids ``len(tok)``, ``len(tok)+1``, …).
+def new_tokens_table(ext, counts_extended=None) -> "pl.DataFrame":
+    """The ``new_tokens.parquet`` table: every token the extension adds, in id order, with its
+    kind (``term``, or ``intermediate`` of a merge chain), its old pieces and, from the savings
+    pass, its occurrences in the corpus and the tokens it saves there (count × (pieces − 1))."""
+    import polars as pl
 
-    Added tokens are matched in the raw text before pre-tokenization, longest match first, and not
-    normalized, so " hypertension" (with its space) becomes one token wherever it occurs.
-
-    SentencePiece-style tokenizers get their terms in the ``▁`` form, matched in the normalized
-    text. HF normalizes such a token's own text too, so a dummy-prefix normalizer
-    (``Prepend("▁")``) would turn ``▁term`` into ``▁▁term``; the copy then does the prefix in a
-    ``Metaspace`` pre-tokenizer instead (same ids, except that a text starting with a space gets
-    no second ``▁``).
-    """
-    from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers
-
-    ext = Tokenizer.from_str(tok.to_str())
-    metaspace, prepends = metaspace_style(tok)
-    if not metaspace:
-        ext.add_tokens([AddedToken(t, normalized=False, special=False) for t in terms])
-        return ext
-    if prepends and ext.pre_tokenizer is None:
-        ext.normalizer = normalizers.Replace(" ", SPACE)
-        ext.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first", split=False)
-    ext.add_tokens([AddedToken(t.replace(" ", SPACE), normalized=True, special=False) for t in terms])
-    return ext
+    rows = ext.tokens
+    counts = [None if counts_extended is None else int(counts_extended[t.id]) for t in rows]
+    return pl.DataFrame({
+        "token_id": [t.id for t in rows], "text": [t.text for t in rows], "piece": [t.piece for t in rows],
+        "kind": [t.kind for t in rows], "piece_ids": [t.pieces for t in rows],
+        "n_pieces": [len(t.pieces) for t in rows], "count": counts,
+        "tokens_saved": [None if n is None else n * (len(t.pieces) - 1) for n, t in zip(counts, rows)],
+    }, schema={"token_id": pl.Int64, "text": pl.Utf8, "piece": pl.Utf8, "kind": pl.Utf8,
+               "piece_ids": pl.List(pl.Int64), "n_pieces": pl.Int32, "count": pl.Int64, "tokens_saved": pl.Int64})
 
 
 def count_tokens(tok: "Tokenizer", texts: Sequence[str], batch: int = 2048) -> int:
@@ -374,35 +368,69 @@ def _add(a, b):
     return a
 
 
-def shard_savings(tok: "Tokenizer", ext: "Tokenizer", batches):
-    """Map step of the savings pass: ``(counts under tok, total tokens under ext)`` for one shard."""
+def shard_savings(tok: "Tokenizer", ext, batches):
+    """Map step of the savings pass over one shard: ``(counts under tok, counts under the extended
+    tokenizer, what the extension changed)``; ``ext`` is a
+    :class:`~embscope.tokenizer.extend.TokenizerExtension` (or a bare extended ``Tokenizer``:
+    counts only)."""
     import numpy as np
 
-    counts = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=np.int64)
-    after = 0
+    from embscope.tokenizer.changes import Changes, count_changes
+    from embscope.tokenizer.extend import TokenizerExtension
+
+    full = isinstance(ext, TokenizerExtension)
+    ext_tok = ext.tokenizer if full else ext
+    size_old, size_new = tok.get_vocab_size(with_added_tokens=True), ext_tok.get_vocab_size(with_added_tokens=True)
+    counts, counts_ext = np.zeros(size_old, dtype=np.int64), np.zeros(size_new, dtype=np.int64)
+    changed = Changes()
     for batch in batches:
-        counts += token_counts(tok, batch.texts)[1]
-        after += count_tokens(ext, batch.texts)
-    return counts, after
+        for i in range(0, len(batch.texts), 2048):
+            texts = list(batch.texts[i:i + 2048])
+            olds = tok.encode_batch(texts, add_special_tokens=False)
+            news = ext_tok.encode_batch(texts, add_special_tokens=False)
+            for encs, c, size in ((olds, counts, size_old), (news, counts_ext, size_new)):
+                ids = np.asarray([j for e in encs for j in e.ids], dtype=np.int64)
+                c += np.bincount(ids, minlength=size)[:size]
+            if full:
+                changed.add(count_changes(texts, olds, news, ext))
+    return counts, counts_ext, changed
 
 
 def _add_savings(a, b):
-    return _add(a[0], b[0]), a[1] + b[1]
+    a[2].add(b[2])
+    return _add(a[0], b[0]), _add(a[1], b[1]), a[2]
 
 
-def corpus_savings(tok: "Tokenizer", ext: "Tokenizer", corpus, *, engine=None,
-                   sample_bytes: int | None = None, options=None):
+@dataclass
+class Savings:
+    """What the savings pass measured (:func:`corpus_savings`)."""
+
+    #: corpus tokens under the original tokenizer, and per token id (V,)
+    before: int
+    counts: "np.ndarray"
+    #: corpus tokens under the extended tokenizer, and per token id of the extended vocabulary
+    after: int
+    counts_extended: "np.ndarray"
+    #: what the extension changed (:class:`~embscope.tokenizer.extend.Changes`: new tokens, cuts)
+    changes: object
+    #: the corpus report of the pass
+    report: object
+
+
+def corpus_savings(tok: "Tokenizer", ext, corpus, *, engine=None, sample_bytes: int | None = None,
+                   options=None) -> Savings:
     """Tokens before and after extension, in one pass over a corpus on an engine.
 
-    Returns ``(before, counts, after, corpus report)``: the total under ``tok`` with its (V,)
-    counts per token id (as :func:`token_counts`), and the total under the extended ``ext``
-    (as :func:`count_tokens`). Reading the corpus once serves both tokenizers.
+    ``ext``: the :class:`~embscope.tokenizer.extend.TokenizerExtension` (or a bare extended
+    ``Tokenizer``). Reading the corpus once serves both tokenizers: totals and counts per id
+    under each (as :func:`token_counts`), and, for an extension, its cuts
+    (:func:`~embscope.tokenizer.extend.count_changes`) over every text.
     """
     import functools
 
     from embscope.corpus.engine import run_pass
 
-    (counts, after), report = run_pass(corpus, functools.partial(shard_savings, tok, ext), _add_savings,
-                                       engine=engine, sample_bytes=sample_bytes, options=options,
-                                       description="re-tokenizing")
-    return int(counts.sum()), counts, int(after), report
+    (counts, counts_ext, changed), report = run_pass(
+        corpus, functools.partial(shard_savings, tok, ext), _add_savings, engine=engine,
+        sample_bytes=sample_bytes, options=options, description="re-tokenizing")
+    return Savings(int(counts.sum()), counts, int(counts_ext.sum()), counts_ext, changed, report)

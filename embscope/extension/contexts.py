@@ -39,8 +39,9 @@ HELD_PER_TERM = 1
 HELD_MAX = 64
 #: fit contexts per term (``distil``)
 FIT_PER_TERM = 1
-#: held-out text for bits per byte, in UTF-8 bytes, spread evenly over the held-out texts
-BPB_BYTES = 1536
+#: held-out text for bits per byte, in UTF-8 bytes, spread evenly over the held-out texts (the
+#: callers pass their plan's size: :mod:`embscope.extension.evaluate`)
+BPB_BYTES = 24 * 1024
 #: held-out texts kept to draw that sample from (bytes)
 HELD_TEXT_BYTES = 1 << 22
 

@@ -20,6 +20,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from embscope.errors import SpecError
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -32,14 +34,23 @@ STEPS = 4
 LR = 0.1
 #: contexts per chunk (all contexts of a term fall in one chunk, so chunks fit independently)
 CHUNK = 48
+#: contexts of the first chunk when a time budget applies: its wall time, per context, times
+#: every context is the estimate the budget is checked against (the first chunk is kept)
+PILOT = 8
 
 
-def _chunks(ctxs: Sequence["TermContext"], size: int):
-    """Contexts sorted by term, cut at term boundaries after ``size`` contexts."""
+class OverBudget(SpecError):
+    """``distil`` would take longer than its budget (``auto`` leaves it out, saying why)."""
+
+
+def _chunks(ctxs: Sequence["TermContext"], size: int, first: int | None = None):
+    """Contexts sorted by term, cut at term boundaries after ``size`` contexts (the first chunk
+    after ``first``, when given)."""
     order = sorted(ctxs, key=lambda c: c.term)
     out, cur = [], []
     for c in order:
-        if len(cur) >= size and c.term != cur[-1].term:
+        cap = first if first is not None and not out else size
+        if len(cur) >= cap and c.term != cur[-1].term:
             out.append(cur)
             cur = []
         cur.append(c)
@@ -49,9 +60,15 @@ def _chunks(ctxs: Sequence["TermContext"], size: int):
 
 
 def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: Sequence[int], *,
-             steps: int | None = None, lr: float = LR) -> "torch.Tensor":
+             steps: int | None = None, lr: float = LR, budget: float | None = None) -> "torch.Tensor":
     """(n_terms, d) rows fitted from ``start`` on ``ctxs`` (see the module docstring);
-    ``steps`` defaults to :data:`STEPS`, read at call time."""
+    ``steps`` defaults to :data:`STEPS`, read at call time.
+
+    ``budget`` (seconds): after the first chunk (:data:`PILOT` contexts) the whole fit's wall time
+    is estimated (its time per context × the contexts); over the budget, :class:`OverBudget`.
+    """
+    import time
+
     import torch
 
     steps = STEPS if steps is None else steps
@@ -60,9 +77,20 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
     rows = start.detach().float().clone()
     if not ctxs or steps < 1:
         return rows
+    if budget is not None and budget <= 0:
+        raise OverBudget("distil's time budget is 0 s here (audit keeps its extension step short); name it "
+                         "(--init distil) or pass --distil-budget to run it")
     p = old_vocabulary(parts(lm), new_ids)
     step_size = lr * float(rows.norm(dim=1).median()) / rows.shape[1] ** 0.5
-    for chunk in _chunks(ctxs, CHUNK):
+    began, done = time.perf_counter(), 0
+    for k, chunk in enumerate(_chunks(ctxs, CHUNK, PILOT if budget is not None else None)):
+        if k == 1 and budget is not None:
+            took = time.perf_counter() - began
+            estimate = took / done * len(ctxs)
+            if estimate > budget:
+                raise OverBudget(f"distil would take ~{estimate:.0f} s for {len(ctxs)} contexts ({took:.1f} s for the "
+                                 f"first {done}), over its {budget:.0f} s budget; name it (--init distil) or raise "
+                                 "--distil-budget to run it")
         terms = sorted({c.term for c in chunk})
         local = {t: j for j, t in enumerate(terms)}
         chunk = [dataclasses.replace(c, term=local[c.term]) for c in chunk]
@@ -78,4 +106,5 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
             param.grad = grad
             opt.step()
         rows[terms] = param.detach()
+        done += len(chunk)
     return rows

@@ -1,11 +1,14 @@
 """``suggest``: which terms to add, what that saves (measured), and how each initialisation behaves.
 
 Data flow: one pass over the corpus counts terms (:func:`~embscope.extension.candidates.corpus_candidates`)
-→ candidates ranked by estimated savings (:mod:`embscope.extension.candidates`) → the top N added to a
-copy of the tokenizer, and a second pass re-tokenizes the corpus with both tokenizers
-(:func:`~embscope.extension.candidates.corpus_savings`: tokens saved, measured) → rows initialised per
-strategy (:mod:`embscope.extension.init`) → diagnostics per strategy
-(:mod:`embscope.extension.diagnostics`). Both passes run on an
+→ candidates ranked by estimated savings (:mod:`embscope.extension.candidates`) → the top N written
+into a copy of the tokenizer in its own terms (:mod:`embscope.tokenizer.extend`: BPE merges,
+Unigram pieces; added tokens with ``as_="added"``), and a second pass re-tokenizes the corpus with
+both tokenizers (:func:`~embscope.extension.candidates.corpus_savings`: tokens saved and cuts,
+measured with the tokenizer that is written) → rows initialised per strategy
+(:mod:`embscope.extension.init`) → norms and neighbours per strategy
+(:mod:`embscope.extension.diagnostics`) and, with the whole model, the staged measurements of
+:mod:`embscope.extension.evaluate` and the pick of :mod:`embscope.extension.choose`. Both passes run on an
 :class:`~embscope.corpus.engine.Engine` (one process, all local cores, or Ray) and stream the
 corpus shard by shard, so its size is not bounded by memory; every engine gives the same numbers.
 """
@@ -27,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import polars as pl
 
+    from embscope.extension.evaluate import Plan
     from embscope.corpus.engine import Engine
     from embscope.corpus.readers import ReadOptions
     from embscope.models.model import LoadedModel
@@ -39,10 +43,11 @@ class ExtensionResult:
     table: "pl.DataFrame"
     #: summary.json: top_n, tokens_saved, corpus_tokens, strategies {name: diagnostics}, ...
     summary: dict[str, Any]
-    #: the terms to add: the top N, best first (surface form, leading space where it occurs), then
-    #: the spaced twins of line-initial terms (see :func:`candidates.space_twins`)
+    #: the new tokens' texts, in id order: the terms (surface form, leading space where it occurs),
+    #: the intermediate tokens of their merge chains (BPE), and with ``--as added`` the spaced twins
+    #: of line-initial terms (see :func:`candidates.space_twins`)
     terms: list[str]
-    #: per term, its piece ids in the old tokenizer
+    #: per new token, the old piece ids it replaces
     pieces: list[list[int]]
     #: (V,) corpus count per old token id (weighted-subword uses it)
     piece_counts: "np.ndarray | None" = field(default=None, repr=False)
@@ -52,6 +57,15 @@ class ExtensionResult:
     #: the corpus contexts fidelity, bits per byte and ``distil`` used
     #: (:class:`~embscope.extension.contexts.Contexts`), None without the whole model
     contexts: Any = field(default=None, repr=False)
+    #: the extended tokenizer and its new tokens (:class:`~embscope.tokenizer.extend.TokenizerExtension`)
+    extension: Any = field(default=None, repr=False)
+    #: new_tokens.parquet: every new token, its kind, pieces and corpus count
+    new_tokens: "pl.DataFrame | None" = field(default=None, repr=False)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The new tokens' ids, in :attr:`terms` order."""
+        return self.extension.ids
 
 
 def reference_mask(model: "LoadedModel", tokens: "pl.DataFrame | None"):
@@ -98,6 +112,14 @@ def _token_texts(model: "LoadedModel") -> list[str]:
     return tok.decode_batch([[i] for i in range(n)]) + [""] * (model.n_rows - n)
 
 
+#: ``distil``'s time budget inside ``--init auto`` (seconds, estimated from its first contexts): on
+#: SmolLM2-135M + corpora/medical it takes 60–110 s on this project's 2-core machine; named
+#: (``--init distil``) it always runs
+DISTIL_BUDGET = 180.0
+#: the same budget in ``audit`` (its extension step keeps its earlier cost; ``extend`` fits distil)
+AUDIT_DISTIL_BUDGET = 0.0
+
+
 def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=None) -> dict[str, Any]:
     """Rows for ``result.terms`` by ``spec`` (``NAME`` or ``INPUT/OUTPUT``): ``{"embed", "output"?}``."""
     from embscope.extension.init import initialise, parse_init
@@ -111,21 +133,23 @@ def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=N
 def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, max_ngram: int = 1,
             min_freq: int = 5, init: Sequence[str] = ("auto",), tokens: "pl.DataFrame | None" = None,
             diagnostics: bool = True, steps: Steps | None = None, engine: "Engine | None" = None,
-            sample_bytes: int | None = None, options: "ReadOptions | None" = None) -> ExtensionResult:
-    """Rank vocabulary-extension candidates, measure the savings of the top ``top``, and check each
-    initialisation strategy in ``init``.
+            sample_bytes: int | None = None, options: "ReadOptions | None" = None, as_: str = "model",
+            plan: "Plan | None" = None, distil_budget: float | None = DISTIL_BUDGET) -> ExtensionResult:
+    """Rank vocabulary-extension candidates, write the top ``top`` into the tokenizer, measure what
+    that saves, and check each initialisation strategy in ``init``.
 
     Args:
         model: from :func:`embscope.load_model`; its tokenizer must be a HF ``tokenizers`` model.
         corpus_path: domain corpus (file or folder).
         top: how many terms to add (the rest of the table is still written).
-        max_ngram: longest multi-word term, in words.
+        max_ngram: longest multi-word term, in words (multi-word terms need ``as_="added"``).
         min_freq: least occurrences of a term.
         init: strategy specs to diagnose (``NAME`` or ``INPUT/OUTPUT`` for untied models);
             ``auto`` (the default) diagnoses every strategy and records the recommended one
             (:mod:`embscope.extension.choose`) as ``summary["recommended"]``.
         tokens: a tokens table with ``flagged`` (under-trained rows), excluded from every mean.
-        diagnostics: also load the whole model (when it fits) for KL and new-token mass.
+        diagnostics: also load the whole model (when it fits) for fidelity, bits per byte and
+            the disturbance of old text.
         engine: where the two corpus passes run (term counting; tokens before and after) —
             :class:`embscope.corpus.engine.Engine`: one process, local worker processes or Ray;
             every engine gives the same candidates and counts. Default: local, all cores for
@@ -133,6 +157,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         sample_bytes: read at most this many bytes of text per language (default: all).
         options: record fields of jsonl/Parquet/Arrow files
             (:class:`embscope.corpus.readers.ReadOptions`).
+        as_: ``model`` (merges, Unigram pieces: :mod:`embscope.tokenizer.extend`) or ``added``
+            (HF added tokens, with spaced twins).
+        plan: how much held-out text the measurements read (:class:`~embscope.extension.evaluate.Plan`).
+        distil_budget: seconds ``distil`` may take inside ``auto`` (estimated from its first
+            contexts; ``None``: no limit); a named ``distil`` always runs.
 
     Returns:
         :class:`ExtensionResult`.
@@ -141,15 +170,19 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         >>> r = suggest(load_model("smollm2-135m"), "corpora/medical", top=50)  # doctest: +SKIP
         >>> r.summary["tokens_saved"], r.table["term"][:3].to_list()  # doctest: +SKIP
     """
-    from embscope.extension.candidates import (candidates_table, corpus_candidates, corpus_savings,
-                                               extended_tokenizer, space_twins)
-    from embscope.models.fullmodel import load_hf_tokenizer
-    from embscope.extension.init import AUTO, expand_specs
-    from embscope.corpus.stream import CorpusWarning
     from embscope.corpus.engine import Engine
+    from embscope.corpus.stream import CorpusWarning
+    from embscope.extension.candidates import (candidates_table, corpus_candidates, corpus_savings,
+                                               new_tokens_table, space_twins)
+    from embscope.extension.init import AUTO, expand_specs
+    from embscope.models.fullmodel import load_hf_tokenizer
+    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.extend import FORMS, extend_tokenizer
 
     if top < 1 or max_ngram < 1 or min_freq < 1:
         raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
+    if as_ not in FORMS:
+        raise SpecError(f"--as {as_!r}: choose from {', '.join(FORMS)}")
     specs = expand_specs(init)  # unknown names fail before any work
     optional = set(expand_specs([AUTO])) - set(init) if AUTO in init else set()
     steps = steps or Steps(verbose=False)
@@ -162,18 +195,32 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         raise CorpusError(f"no term in {corpus_path} occurs {min_freq}+ times and takes 2+ tokens; "
                           "lower --min-freq or pass a larger corpus")
     chosen = cands[:top]
-    terms = [c.term for c in chosen]
-    twins = space_twins(tok, terms)
+    twins: list = []
+    skipped: dict[str, str] = {}
+    if as_ == "added":
+        twins = space_twins(tok, [c.term for c in chosen])
+    else:  # no merge joins two pre-tokens: the best single words are taken, the passed-over n-grams listed
+        skipped = {c.term: "a multi-word term spans pre-tokens, which no merge joins; add it with --as added"
+                   for c in chosen if c.n_words > 1}
+        chosen = [c for c in cands if c.n_words == 1][:top]
+    terms, pieces = [c.term for c in chosen], [c.piece_ids for c in chosen]
     with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
-        ext = extended_tokenizer(tok, terms + [t for t, _ in twins])
+        ext = extend_tokenizer(tok, terms + [t for t, _ in twins], pieces + [p for _, p in twins], form=as_)
+        skipped.update(ext.skipped)
         with warnings.catch_warnings():  # the first pass already warned about this corpus's bad input
             warnings.simplefilter("ignore", CorpusWarning)
-            before, counts, after, _ = corpus_savings(tok, ext, corpus_path, engine=engine,
-                                                      sample_bytes=sample_bytes, options=options)
-    result = ExtensionResult(table=candidates_table(cands), summary={},
-                             terms=terms + [t for t, _ in twins],
-                             pieces=[c.piece_ids for c in chosen] + [p for _, p in twins],
-                             piece_counts=counts)
+            saved = corpus_savings(tok, ext, corpus_path, engine=engine, sample_bytes=sample_bytes, options=options)
+        from embscope.extension.evaluate import general_texts
+
+        general = general_texts()
+        general_changes = changes(tok, ext, general[0])
+    kinds = {t.kind for t in ext.tokens}
+    added_terms = {t.text: int(saved.counts_extended[t.id]) for t in ext.tokens if t.kind == "term"}
+    result = ExtensionResult(table=candidates_table(cands, added_terms), summary={},
+                             terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
+                             piece_counts=saved.counts, extension=ext,
+                             new_tokens=new_tokens_table(ext, saved.counts_extended))
+    n_terms = sum(t.kind == "term" for t in ext.tokens)
     result.summary = {
         "model": model.name,
         "corpus": str(corpus_path),
@@ -181,14 +228,20 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         "corpus_report": report.as_dict(),
         "engine": engine.as_dict(),
         "candidates": len(cands),
-        "top_n": len(terms),
+        "top_n": n_terms - len(twins),
+        "form": ext.form,
         "space_twins_added": len(twins),
-        "tokens_added": len(terms) + len(twins),
-        "corpus_tokens": before,
-        "corpus_tokens_after": after,
-        "tokens_saved": before - after,
-        "saved_fraction": round((before - after) / max(before, 1), 5),
-        "estimated_savings": int(sum(c.savings_tokens for c in chosen)),
+        "intermediates": sum(t.kind == "intermediate" for t in ext.tokens) if "intermediate" in kinds else 0,
+        "tokens_added": len(ext.tokens),
+        "merges_added": len(ext.merges),
+        "terms_skipped": skipped,
+        "corpus_tokens": saved.before,
+        "corpus_tokens_after": saved.after,
+        "tokens_saved": saved.before - saved.after,
+        "saved_fraction": round((saved.before - saved.after) / max(saved.before, 1), 5),
+        "estimated_savings": int(sum(c.savings_tokens for c in chosen if c.term in added_terms)),
+        "tokenization_check": {"corpus": saved.changes.as_dict(),
+                               "general": {**general_changes.as_dict(), "source": general[1]}},
         "max_ngram": max_ngram,
         "min_freq": min_freq,
         "tied": model.tied,
@@ -196,7 +249,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     }
     if diagnostics:
         from embscope.corpus.stream import iter_corpus
-        from embscope.extension.choose import ordered, recommend
+        from embscope.extension.choose import general_note, ordered, recommend
 
         def texts():
             with warnings.catch_warnings():
@@ -211,65 +264,60 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         # thread pays (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2 threads, 30.6 s on 1).
         unloadable = why_not_loadable(model)
         threads = fastest_threads() if unloadable is None else contextlib.nullcontext()
+        budget = {"distil": distil_budget} if "distil" in optional else {}
         with steps.step("diagnostics", "checking each initialisation"), threads:
-            found = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, ext, texts(), steps,
-                              unloadable)
-        strategies, result.summary["kl_note"], extra = found
+            strategies, extra = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
+                                          steps, unloadable, plan, general, budget)
+        base = extra.get("bits_per_byte_original")
+        if base:  # the summary names the text each figure came from
+            base["source"] = f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)"
         result.summary.update(extra)
         if AUTO in init or len(specs) > 1:
             best, why = recommend(strategies)
-            if "distil" not in specs and result.contexts is not None:
-                why += "; distil (fits each row through the model: minutes on a CPU) was not run: add --init distil"
             result.summary["recommended"], result.summary["recommended_why"] = best, why
             strategies = ordered(strategies, best)
         elif strategies:  # one strategy asked for: --apply-init auto writes that one
             result.summary["recommended"] = next(iter(strategies))
             result.summary["recommended_why"] = f"{result.summary['recommended']}: the only strategy diagnosed"
+        result.summary["general_note"] = general_note(strategies, general[1])
         result.summary["strategies"] = strategies
     return result
 
 
-def _model_checks(model, result: ExtensionResult, tok, ext, texts, steps: Steps, reason: str | None):
-    """The whole model and what it is measured on: ``(lm, h, logits, contexts, note, reason)``;
-    all but ``note``/``reason`` None when the model does not load here (``reason``: why not, from
-    :func:`~embscope.models.fullmodel.why_not_loadable`)."""
-    from embscope.extension.contexts import collect, start_ids
-    from embscope.extension.diagnostics import held_out_ids, hidden_and_logits
-    from embscope.models.fullmodel import load_causal_lm
-
-    if reason is not None:
-        return None, None, None, None, reason, reason
-    with steps.step("whole model", "loading the whole model"):
-        lm = load_causal_lm(model)
-    with steps.step("held-out pass", "held-out text through the model"):
-        ids = held_out_ids(tok, ext)
-        h, logits = hidden_and_logits(lm, ids)
-    with steps.step("contexts", "corpus contexts of the new terms"):
-        new_ids = [ext.token_to_id(t) for t in result.terms]
-        ctx = collect(texts, ext, new_ids, result.pieces, start_ids(tok, lm.config.bos_token_id))
-    note = f"held-out general English text, {len(ids)} tokens, none of them a new term"
-    return lm, h, logits, ctx, note, None
-
-
-def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, ext, texts, steps: Steps,
-              unloadable: str | None):
-    from embscope.extension.diagnostics import kl_and_mass, row_diagnostics
-
-    lm, h, logits, found, note, reason = _model_checks(model, result, tok, ext, texts, steps, unloadable)
+def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, texts, steps: Steps,
+              reason: str | None, plan, general, budget: dict[str, float | None]):
+    """``(figures per strategy, summary extras)``: rows per strategy, their norms and neighbours,
+    and with the whole model the measurements of :mod:`embscope.extension.evaluate`."""
     import torch
 
-    from embscope.extension.diagnostics import TOP_K
+    from embscope.extension.contexts import collect, start_ids
+    from embscope.extension.diagnostics import TOP_K, row_diagnostics
+    from embscope.extension.evaluate import AUDIT_PLAN, Plan, measure
     from embscope.extension.init import initialise, nearest_trained, parse_init
 
-    new_ids = [ext.token_to_id(t) for t in result.terms]
+    plan = plan or Plan()
+    ext = result.extension
+    new_ids = ext.ids
+    lm = found = None
+    if reason is None:
+        from embscope.models.fullmodel import load_causal_lm
+
+        with steps.step("whole model", "loading the whole model"):
+            lm = load_causal_lm(model)
+        with steps.step("contexts", "corpus contexts of the new terms"):
+            found = collect(texts, ext.tokenizer, new_ids, result.pieces, start_ids(tok, lm.config.bos_token_id),
+                            bpb_bytes=plan.corpus_bytes)
     result.contexts = found
     distil = None
     if lm is not None:
         from embscope.extension.distil import fit_rows
 
         def distil(start):
-            with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"):
-                return fit_rows(lm, found.fit, start, new_ids)
+            from embscope.extension.fidelity import forward_precision
+
+            with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"), \
+                    forward_precision():
+                return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"))
 
     names = model.token_strings()
     # One context per matrix for every strategy (its mean and norms are computed once), and one
@@ -281,7 +329,7 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, ext
         try:
             rows_of[spec] = {which: initialise(name, ctxs[which])
                              for which, name in zip(("embed", "output"), parse_init(spec)) if which in ctxs}
-        except SpecError as err:  # auto's extras (distil without a model, omp without GloVe) may fail
+        except SpecError as err:  # auto's extras (distil without a model or over budget, omp without GloVe)
             if spec not in optional:
                 raise
             skipped[spec] = str(err)
@@ -297,42 +345,29 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, ext
             at += n
     out: dict[str, dict] = {}
     for spec in specs:
-        rows = rows_of[spec]
-        diag = row_diagnostics(spec, rows["embed"], ctxs["embed"], result.terms, names,
-                               nearest=nearest[(spec, "embed")])
-        if h is not None:
-            head = rows.get("output", rows["embed"])
-            bias = getattr(lm.get_output_embeddings(), "bias", None)
-            new_bias = None if bias is None else bias.detach().float().mean().expand(head.shape[0])
-            for k, v in kl_and_mass(h, logits, head, new_bias).items():
-                setattr(diag, k, v)
-        d = diag.to_dict()
-        if "output" in rows:
-            od = row_diagnostics(spec, rows["output"], ctxs["output"], result.terms, names,
+        d = row_diagnostics(spec, rows_of[spec]["embed"], ctxs["embed"], result.terms, names,
+                            nearest=nearest[(spec, "embed")]).to_dict()
+        if "output" in rows_of[spec]:
+            od = row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], result.terms, names,
                                  nearest=nearest[(spec, "output")])
             d["output_norm_percentile_median"] = od.norm_percentile_median
             d["output_nearest_cosine_median"] = od.nearest_cosine_median
         out[spec] = d
-    extra: dict[str, Any] = {"skipped_strategies": skipped, "omp_known_terms": ctxs["embed"].memo.get("omp_known")}
-    if found is not None:
-        from embscope.extension.fidelity import bits_per_byte, fidelity
-
-        with steps.step("fidelity", f"{len(found.held)} held-out contexts, {len(specs)} strategies"):
-            fid = fidelity(lm, found.held, {s: rows_of[s]["embed"] for s in specs}, new_ids)
-        with steps.step("bits per byte", f"{len(found.texts)} held-out texts, {len(specs)} strategies"):
-            from embscope.extension.contexts import start_ids
-
-            base, bpb = bits_per_byte(lm, found.texts, tok, ext, start_ids(tok, lm.config.bos_token_id),
-                                      new_ids, rows_of)
-        for spec in specs:
-            out[spec].update(fid.get(spec, {}))
-            out[spec].update(bpb.get(spec, {}))
-        extra["bits_per_byte_original"] = base
-        extra["fidelity_note"] = (
-            f"{len(found.held)} held-out corpus contexts ({len({c.term for c in found.held})} terms; "
-            f"1 text in {HOLD}, {found.n_held_texts} of {found.n_texts}, never fitted on); "
-            f"bits per byte on {base.get('texts', 0)} held-out texts, {base.get('bytes', 0)} bytes"
-            if found.held else "no held-out context holds a new term")
-    else:
-        extra["fidelity_note"] = f"not measured: {reason}"
-    return out, note, extra
+    extra: dict[str, Any] = {"skipped_strategies": skipped, "omp_known_terms": ctxs["embed"].memo.get("omp_known"),
+                             "distil_budget": budget.get("distil")}
+    if lm is None:
+        extra["kl_note"] = extra["fidelity_note"] = f"not measured: {reason}"
+        return out, extra
+    figures, measured = measure(lm, tok, ext.tokenizer, new_ids, {s: rows_of[s] for s in specs}, found,
+                                steps=steps, plan=plan, general=general)
+    for spec in specs:
+        out[spec].update(figures.get(spec, {}))
+    extra.update(measured)
+    base = measured.get("bits_per_byte_original") or {}
+    extra["fidelity_note"] = (
+        f"{len(found.held)} held-out corpus contexts ({len({c.term for c in found.held})} new tokens; "
+        f"1 text in {HOLD}, {found.n_held_texts} of {found.n_texts}, never fitted on); "
+        f"bits per byte on {base.get('texts', 0)} held-out texts, {base.get('bytes', 0)} bytes"
+        + (" (audit's sample; extend reads more)" if plan == AUDIT_PLAN else "")
+        if found.held else "no held-out context holds a new token")
+    return out, extra

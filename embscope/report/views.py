@@ -60,11 +60,14 @@ def _band_class(band: str, declared: bool | None) -> str:
     return "moderate" if band == "up to 4x" else "high"
 
 
-#: strategy-table columns first: what the row means (fidelity), what it costs (bits per byte),
-#: what it disturbs (KL on old text, new-token mass); the rest (norms, neighbours) after
-STRATEGY_COLUMNS = ("fidelity_kl", "fidelity_kl_p90", "fidelity_top1", "fidelity_kl_after", "fidelity_top1_after",
-                    "bits_per_byte_change", "tokens_per_byte_change", "bits_per_byte", "kl", "kl_max",
-                    "new_token_mass", "new_token_mass_max")
+#: strategy-table columns first: the score ``--init auto`` ranks by and its three parts, what the
+#: row means (fidelity), what it costs (bits per byte, held-out corpus and general text), what it
+#: disturbs (KL on old text, new-token mass); the rest (norms, neighbours) after
+STRATEGY_COLUMNS = ("score", "score_corpus", "score_general", "score_reading", "score_bytes",
+                    "fidelity_kl", "fidelity_kl_p90", "fidelity_top1", "fidelity_kl_after", "fidelity_top1_after",
+                    "bits_per_byte_change", "bits_per_byte_change_se", "tokens_per_byte_change", "bits_per_byte",
+                    "bits_per_byte_se", "general_bits_per_byte_change", "general_bits_per_byte_change_se",
+                    "kl", "kl_max", "new_token_mass", "new_token_mass_max")
 
 
 def extension_view(ext) -> dict[str, Any]:

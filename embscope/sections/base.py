@@ -84,6 +84,15 @@ class RunOptions(Record):
     init: list[str] = field(default_factory=lambda: ["auto"])
     #: load the whole model (when it fits) for the extension's KL and new-token-mass check
     diagnostics: bool = True
+    #: how new tokens are written: ``model`` (BPE merges, Unigram pieces: the tokenizer's own terms)
+    #: or ``added`` (HF added tokens, matched anywhere in the raw text)
+    extend_as: str = "model"
+    #: held-out corpus bytes the extension's bits per byte reads (null: 24 KB in ``extend``, 4 KB in
+    #: ``audit``, which also reads 5 KB of general text instead of all 10 KB)
+    bpb_bytes: int | None = None
+    #: seconds ``distil`` may take inside ``--init auto``, estimated from its first contexts (null:
+    #: 180 in ``extend``, 0 in ``audit``); a named ``--init distil`` always runs
+    distil_budget: float | None = None
     #: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``)
     trust_pickle: bool = False
     #: auto, cpu or cuda
@@ -198,6 +207,15 @@ class RunOptions(Record):
         if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
         expand_specs(self.init)  # unknown strategy names fail here, with "did you mean"
+        from embscope.errors import did_you_mean
+        from embscope.tokenizer.extend import FORMS
+
+        if self.extend_as not in FORMS:
+            raise SpecError(f"--as {self.extend_as!r}: choose from {', '.join(FORMS)}{did_you_mean(self.extend_as, FORMS)}")
+        if self.bpb_bytes is not None and self.bpb_bytes < 256:
+            raise SpecError(f"--bpb-bytes must be at least 256 (got {self.bpb_bytes})")
+        if self.distil_budget is not None and not (math.isfinite(self.distil_budget) and self.distil_budget >= 0):
+            raise SpecError(f"--distil-budget must be a number of seconds, 0 or more (got {self.distil_budget})")
         parse_init(self.repair_init)
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
         if self.max_length is not None and self.max_length < 1:

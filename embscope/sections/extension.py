@@ -26,12 +26,21 @@ class ExtensionRecord(Record):
     corpus_texts: int
     #: candidate terms found (rows of candidates.parquet)
     candidates: int
-    #: terms added (the best ``--top`` by estimated savings)
+    #: terms added (the best ``--top`` by estimated savings, less ``terms_skipped``)
     top_n: int
-    #: space-prefixed twins added with them
+    #: how the new tokens are written: ``merges`` (BPE), ``pieces`` (Unigram), ``vocab``
+    #: (WordPiece) or ``added`` (HF added tokens, ``--as added``)
+    form: str
+    #: space-prefixed twins added with them (``--as added`` only)
     space_twins_added: int
-    #: new tokens in all
+    #: intermediate tokens of the terms' merge chains (BPE; they get rows like the terms)
+    intermediates: int
+    #: new tokens in all (terms + intermediates + twins)
     tokens_added: int
+    #: merges appended to the BPE merge list
+    merges_added: int
+    #: terms of the top ``--top`` not added, {term: why}
+    terms_skipped: dict[str, str]
     #: corpus tokens before extension
     corpus_tokens: int
     #: corpus tokens after (measured by re-tokenising)
@@ -40,32 +49,52 @@ class ExtensionRecord(Record):
     tokens_saved: int
     #: tokens_saved / corpus_tokens
     saved_fraction: float
-    #: Σ frequency × (pieces − 1) over the chosen terms (the ranking's estimate)
+    #: Σ frequency × (pieces − 1) over the terms added (the ranking's estimate)
     estimated_savings: int
+    #: what the written tokenizer changes, on the whole corpus and on general text:
+    #: {corpus, general: {texts, new_tokens, cut (new tokens that start or end inside an old
+    #: token; 0 for merges), not_their_pieces, round_trip_failures, examples}}
+    tokenization_check: dict[str, Any]
     #: longest multi-word term, in words
     max_ngram: int
     #: least occurrences of a term
     min_freq: int
     #: input and output matrices are one
     tied: bool
-    #: {strategy: {norm_percentile_median/min/max, nearest_cosine_median, kl, kl_max, new_token_mass,
-    #: new_token_mass_max, fidelity_kl (nats, lower is better), fidelity_kl_p90, fidelity_top1
-    #: (higher is better), fidelity_kl_after, fidelity_top1_after, fidelity_contexts, bits_per_byte
-    #: (held-out domain text, lower is better), tokens_per_byte, bits_per_byte_change,
-    #: tokens_per_byte_change, examples {term: [[nearest token, cosine], …]}, …}}; the recommended
-    #: strategy first, then by fidelity_kl
+    #: {strategy: {score (bits per byte, lower is better: embscope.extension.choose), score_corpus,
+    #: score_general, score_reading, score_bytes (held-out corpus bytes behind score_corpus),
+    #: norm_percentile_median/min/max, nearest_cosine_median, kl, kl_max, new_token_mass,
+    #: new_token_mass_max (general text), fidelity_kl (nats, lower is better), fidelity_kl_p90,
+    #: fidelity_top1 (higher is better), fidelity_kl_after, fidelity_top1_after, fidelity_contexts,
+    #: fidelity_after_positions, bits_per_byte (held-out corpus text, lower is better),
+    #: bits_per_byte_se, bits_per_byte_change, bits_per_byte_change_se, tokens_per_byte,
+    #: tokens_per_byte_change, general_bits_per_byte, general_bits_per_byte_change,
+    #: general_bits_per_byte_change_se, examples {term: [[nearest token, cosine], …]}, …}}; the
+    #: recommended strategy first, then by score
     strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: what the KL was measured on, or why it was not
+    #: what the disturbance (kl, new-token mass) was measured on, or why it was not
     kl_note: str | None = None
-    #: the strategy ``--init auto`` / ``--apply-init auto`` writes (fidelity first, disturbance bounded)
+    #: the strategy ``--init auto`` / ``--apply-init auto`` writes (lowest score, disturbance bounded)
     recommended: str | None = None
     #: why, with the figures that decided it
     recommended_why: str | None = None
     #: what fidelity and bits per byte were measured on, or why they were not
     fidelity_note: str | None = None
-    #: the original model + tokenizer on the same held-out text: {bits_per_byte, tokens_per_byte,
-    #: bytes, texts}
+    #: the original model + tokenizer on the held-out corpus sample: {bits_per_byte,
+    #: bits_per_byte_se, tokens_per_byte, bytes, texts, texts_changed, source}
     bits_per_byte_original: dict[str, Any] = field(default_factory=dict)
+    #: the same on general text (source: UDHR English)
+    general_bits_per_byte_original: dict[str, Any] = field(default_factory=dict)
+    #: new tokens per byte of the held-out corpus sample (ρ of the score's reading part)
+    new_tokens_per_byte: float | None = None
+    #: the measuring stages: {corpus_bytes, screen_bytes, confirmed, screened, not_scored}
+    score_plan: dict[str, Any] = field(default_factory=dict)
+    #: said plainly when every strategy makes general text worse than the original model
+    general_note: str | None = None
+    #: seconds distil may take inside --init auto (null: no limit, or distil named / not in auto)
+    distil_budget: float | None = None
+    #: precision of the measuring forward passes: float32, or bfloat16 (autocast, where faster)
+    precision: str | None = None
     #: strategies of ``auto`` that could not run here, {name: reason}
     skipped_strategies: dict[str, str] = field(default_factory=dict)
     #: new terms GloVe knows (omp approximates those; the rest keep their subword mean)
@@ -77,7 +106,7 @@ class ExtensionRecord(Record):
     engine: dict[str, Any] = field(default_factory=dict)
 
 
-@section("extension", record=ExtensionRecord, tables=("candidates",), reads=("model", "domain", "tokens"))
+@section("extension", record=ExtensionRecord, tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens"))
 def extension_section(inputs: Inputs) -> SectionOutput:
     """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
     from embscope.errors import CorpusError
@@ -89,6 +118,9 @@ def extension_section(inputs: Inputs) -> SectionOutput:
         return SectionOutput(skipped="no single-language (domain) corpus given")
     if inputs.model.vocab is None:
         return SectionOutput(skipped="the model ships no tokenizer")
+    from embscope.extension.evaluate import CORPUS_BYTES, plan_for
+    from embscope.extension.extension import DISTIL_BUDGET
+
     opts = inputs.options
     sub = Steps(verbose=False)  # its parts' times go into summary.json as extension:<part>
     with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}"):
@@ -96,10 +128,13 @@ def extension_section(inputs: Inputs) -> SectionOutput:
             ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
                           min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
                           diagnostics=opts.diagnostics, engine=opts.corpus_engine(),
-                          sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub)
+                          sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub,
+                          as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
+                          distil_budget=DISTIL_BUDGET if opts.distil_budget is None else opts.distil_budget)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
         finally:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
     record = ExtensionRecord.from_dict(ext.summary, strict=True)
-    return SectionOutput(record=record, tables={"candidates": ext.table}, live=(inputs.model, ext))
+    return SectionOutput(record=record, tables={"candidates": ext.table, "new_tokens": ext.new_tokens},
+                         live=(inputs.model, ext))

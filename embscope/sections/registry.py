@@ -8,18 +8,18 @@ that is asked for and enabled, records its record (or the reason it has none), a
 values the section *gives* into the inputs of the next ones. A section may give only the fields it
 declares, and reads only those it declares (``tests/test_structure.py`` checks both in its source):
 
-============  =======================================  ==========================  =================
+============  =======================================  ==========================  ======================
 section       reads                                    gives                       tables
-============  =======================================  ==========================  =================
+============  =======================================  ==========================  ======================
 context       model                                    —                           —
 tokens        model, corpora                           tokens, scan                tokens
 languages     vocabs, model, languages, tokens, domain domain (first 1-language    languages
                                                        corpus, when none given)
-extension     model, domain, tokens                    —                           candidates
+extension     model, domain, tokens                    —                           candidates, new_tokens
 finetune      model, tokens, data                      repair_rows                 findings
 repair        scan, repair_rows, force                 —                           —
 diff          model, tokens, data, languages           —                           diff
-============  =======================================  ==========================  =================
+============  =======================================  ==========================  ======================
 
 The inputs bear the command line's names: ``data`` is ``--data`` (training data), ``corpora`` is
 ``--corpus`` (the user's own text), ``languages`` the corpora measured per language.
