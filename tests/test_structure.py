@@ -279,7 +279,8 @@ def test_registry_and_summary_agree():
 UNTYPED_FOR_NOW = {
     # filled by embscope.extension.extension's summary dict: typed with the new-token extension rewrite
     "ExtensionRecord.strategies", "ExtensionRecord.bits_per_byte_original", "ExtensionRecord.corpus_report",
-    "ExtensionRecord.engine",
+    "ExtensionRecord.engine", "ExtensionRecord.general_bits_per_byte_original", "ExtensionRecord.score_plan",
+    "ExtensionRecord.tokenization_check",
     # filled by embscope.geometry.scan's summary dict: typed with the certified kNN graph rewrite
     "GeometryRecord.indicators", "KnnRecord.hnsw_pilot",
     # filled by embscope.geometry.probe's and embscope.geometry.certify's record dicts
