@@ -1,9 +1,11 @@
 """The geometry scan's summary, typed to the last field (``summary.json`` ``sections.tokens.geometry``).
 
-Each record here is what one part of :func:`embscope.geometry.scan.scan` reports; the scan hands
-its summary over as plain data and :meth:`GeometryRecord.from_dict` (strict) checks every key and
-type, so a producer that writes a field no record declares fails the run's own tests, and
-``docs/schema.md`` lists every field. Formulas: :mod:`embscope.geometry.indicators`.
+Each record here is what one part of :func:`embscope.geometry.scan.scan` reports, built by that
+part (the verification's by :func:`~embscope.geometry.verify.verify_rows`, the usage's by
+:func:`~embscope.geometry.usage.flagged_usage`, the map's by
+:meth:`~embscope.geometry.layout.Layout.record`); the live objects beside them hold only what the
+columns need. The field docs here are the only ones (``docs/schema.md`` lists them). Formulas:
+:mod:`embscope.geometry.indicators`.
 """
 
 from __future__ import annotations
