@@ -234,7 +234,7 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
             plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe)
             dtype, threads = plan.torch_dtype(), plan.threads
             params["tile_dtype"] = plan.dtype
-            params["tiles"] = plan.record()
+            params["tiles"] = plan.record().to_dict()  # the cache keeps params as JSON
         sims, ids = exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
     held_pos = slice(half, None) if len(sample) > 1 else slice(None)
     rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])

@@ -28,7 +28,6 @@ documented there (and listed in ``docs/schema.md``).
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.allocator import release_free_blocks
-from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators
+from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators, fit_record
 from embscope.geometry.records import (FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow, VerdictList,
                                        VerdictRow)
 
@@ -91,11 +90,6 @@ class ScanResult:
             return []
         return [i for i in self.usage.used_ids() if include_special or categories[i] != "special"]
 
-
-
-def _clean(v):
-    """float NaN -> None for JSON."""
-    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _nullable(v: np.ndarray) -> Any:
@@ -362,10 +356,9 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied, **parts) -> Ge
     iso = ind.z["isolation"]
     top_iso = [IsolatedRow(id=int(i), token=strings[i], z=round(float(iso[i]), 3))
                for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if normal[i]][:TOP_N]
-    fit = {k: ({kk: _clean(vv) for kk, vv in v.items()} if k != "run" else v) for k, v in ind.fit.items()}
     return GeometryRecord(
         rows=len(cats), categories=dict(Counter(cats)), flagged=_flagged(ind, normal, cats_a),
-        threshold=float(threshold), threshold_note=ind.note, indicators=fit, top_undertrained=top,
+        threshold=float(threshold), threshold_note=ind.note, indicators=fit_record(ind.fit), top_undertrained=top,
         top_isolated=top_iso, per_script=_per_script(ind, normal, scripts, tied), knn=graph.record(),
         reference=ind.reference.record(tied),
         tied=tied, **parts)
