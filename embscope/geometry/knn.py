@@ -151,16 +151,18 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     Args:
         x: (n, d) matrix (torch tensor on any device, or numpy array).
         k: neighbours per row.
-        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else the cheapest of the
-            tuned IVF, the refined IVF and HNSW when its pilot qualifies, or exact when all cost
-            more), ``exact``, ``ivf``, ``refined`` or ``hnsw``.
+        method: one of :data:`METHODS`: ``auto`` (:func:`resolve_method`: ``exact`` or
+            ``certified``, never an approximate graph), ``exact``, ``certified``
+            (:func:`embscope.geometry.certify.certified_knn`, here without the scan's indicator
+            context), ``ivf``, ``refined`` or ``hnsw``.
         device: where to compute (default: ``x``'s device).
         cache_dir: cache folder (default ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``).
         recall_sample: rows with fp32 exact neighbours: half tune, half (held out) measure recall.
     Returns:
         a :class:`KnnGraph`.
     Example:
-        >>> g = knn_graph(torch.eye(3)[[0, 0, 1, 2]], k=1, use_cache=False)   # doctest: +SKIP
+        >>> import torch
+        >>> g = knn_graph(torch.eye(3)[[0, 0, 1, 2]], k=1, use_cache=False, progress=False)
         >>> g.neighbors[:2, 0].tolist()
         [1, 0]
     """
