@@ -152,25 +152,14 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
     verification = None
     if verify:
-        from embscope.geometry.verify import verify_rows
-
         t = time.perf_counter()
-        verification = verify_rows(model, ind, verify, sample=verify_sample, seed=seed, texts=corpus_texts,
-                                   time_cap_s=verify_time_cap, device=model.device)
-        confirm_flags(ind, verification)
+        verification = _verify(model, ind, verify, verify_sample, seed, corpus_texts, verify_time_cap)
         timings["verify"] = time.perf_counter() - t
     status = status_column(ind.flagged, verification)
-
     usage = None
     if corpus_texts is not None:
-        from embscope.geometry.usage import flagged_usage
-
         t = time.perf_counter()
-        # rows prompting cleared are trained: never listed as "used flagged rows", never repaired
-        kept = ind.flagged.copy()
-        kept[[i for i, s in enumerate(status) if s == "cleared"]] = False
-        usage = flagged_usage(model, np.flatnonzero(kept), corpus_texts, reasons=ind.flag_reason,
-                              chat_template=chat_template)
+        usage = _usage(model, ind, status, corpus_texts, chat_template)
         timings["usage"] = time.perf_counter() - t
 
     columns = _columns(model.n_rows, ind, graph, scripts, status, verification, usage)
@@ -188,6 +177,27 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
 def _rounded(timings: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in timings.items()}
+
+
+def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, time_cap_s) -> "Verification":
+    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`) and flag the
+    rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
+    from embscope.geometry.verify import verify_rows
+
+    verification = verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, time_cap_s=time_cap_s,
+                               device=model.device)
+    confirm_flags(ind, verification)
+    return verification
+
+
+def _usage(model: "LoadedModel", ind, status: list[str | None], texts, chat_template: bool) -> "Usage":
+    """The flagged rows ``texts`` and the chat template produce; rows prompting cleared are trained:
+    never listed as "used flagged rows", never repaired."""
+    from embscope.geometry.usage import flagged_usage
+
+    kept = ind.flagged.copy()
+    kept[[i for i, s in enumerate(status) if s == "cleared"]] = False
+    return flagged_usage(model, np.flatnonzero(kept), texts, reasons=ind.flag_reason, chat_template=chat_template)
 
 
 def _graph(model: "LoadedModel", k: int, knn_method: str, unused_ids, threshold: float, seed: int, cache_dir,

@@ -402,18 +402,18 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     reached stay unchecked and are left out of ``n_checked``.
     """
     import time
-    from contextlib import nullcontext
 
     import torch
 
-    from embscope.models.fullmodel import fastest_threads, load_causal_lm, why_not_causal
+    from embscope.models.fullmodel import load_causal_lm, why_not_causal
 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]
     base = {"sample": sample, "seed": seed, "prompts": names, "max_prob_cut": MAX_PROB_CUT,
             "time_cap_s": None if time_cap_s is None else float(time_cap_s)}
     if model.vocab is None:
-        return Verification(VerificationRecord(**base, note=f"{model.name} ships no tokenizer: prompts cannot be built"))
+        return Verification(VerificationRecord(**base, note=f"{model.name} ships no tokenizer: prompts cannot be "
+                                                            "built"))
     reason = why_not_causal(model)
     if reason is not None:
         return Verification(VerificationRecord(**base, note=f"not verified: {reason}"))
@@ -428,34 +428,11 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         lm = load_causal_lm(model)
     except Exception as exc:  # noqa: BLE001 - weights that do not load are a note
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-        return Verification(VerificationRecord(**base, pool=pool, note=f"not verified: the weights did not load ({why})"))
+        return Verification(VerificationRecord(**base, pool=pool,
+                                               note=f"not verified: the weights did not load ({why})"))
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    lm.to(dev)
     deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
-    t1 = time.perf_counter()
-    try:
-        with fastest_threads() if dev == "cpu" else nullcontext():
-            low = None
-            if dev == "cpu":
-                from embscope.models.forward import fast_dtype, low_precision_copy
-
-                dtype = fast_dtype(lm)
-                low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
-            threads = torch.get_num_threads() if dev == "cpu" else None
-            # candidates first: a run stopped at the time cap still has its precision
-            probs, rechecked = {}, 0
-            for group, what in ((cands, "verifying"), (controls, "verifying controls"),
-                                (families, "verifying families")):
-                got, n_re = prompt_probs(lm, low, prompts, group, dev, deadline=deadline, description=what)
-                probs.update(got)
-                rechecked += n_re
-            prompt_seconds = time.perf_counter() - t1
-            specials, n_re = _check_specials(model, ind, lm, low, dev, texts)
-            rechecked += n_re
-            body = "float32" if low is None else str(dtype).replace("torch.", "")
-            del low
-    finally:
-        lm.to("cpu")
+    probs, specials, run = _prompt(model, ind, lm, prompts, (cands, controls, families), dev, deadline, texts)
     checked = [i for i in cands if i in probs]
     ctrl = [i for i in controls if i in probs]
     fam = [i for i in families if i in probs]
@@ -472,9 +449,9 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         precision_ci95=list(wilson(k, len(checked)) or []) or None,
         pool=pool, controls_checked=len(ctrl), controls_failed=int(sum(failed)),
         device=dev, seconds=round(time.perf_counter() - t0, 2),
-        seconds_per_row=round(prompt_seconds / max(1, len(checked) + len(ctrl) + len(fam)), 3),
-        stopped_at_cap=stopped, specials=specials, forward_dtype=body, threads=threads,
-        rechecked_float32=rechecked,
+        seconds_per_row=round(run["prompt_seconds"] / max(1, len(checked) + len(ctrl) + len(fam)), 3),
+        stopped_at_cap=stopped, specials=specials, forward_dtype=run["forward_dtype"], threads=run["threads"],
+        rechecked_float32=run["rechecked_float32"],
         family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
         note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
               f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
@@ -483,11 +460,49 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     return Verification(record, max_prob=max_prob, control_ids=ctrl)
 
 
+def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, groups, dev: str, deadline, texts):
+    """``(probs, specials, run)``: max_prob per row of each group (candidates first, so a run stopped
+    at the deadline still has its precision), the special tokens checked in context, and how it ran
+    (``prompt_seconds``, ``forward_dtype``, ``threads``, ``rechecked_float32``). On a CPU the body
+    runs in the fastest precision measured here, the band around the cut re-checked in float32."""
+    import time
+    from contextlib import nullcontext
+
+    import torch
+
+    from embscope.models.fullmodel import fastest_threads
+
+    lm.to(dev)
+    t1 = time.perf_counter()
+    try:
+        with fastest_threads() if dev == "cpu" else nullcontext():
+            low = None
+            if dev == "cpu":
+                from embscope.models.forward import fast_dtype, low_precision_copy
+
+                dtype = fast_dtype(lm)
+                low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
+            threads = torch.get_num_threads() if dev == "cpu" else None
+            probs, rechecked = {}, 0
+            for group, what in zip(groups, ("verifying", "verifying controls", "verifying families")):
+                got, n_re = prompt_probs(lm, low, prompts, group, dev, deadline=deadline, description=what)
+                probs.update(got)
+                rechecked += n_re
+            prompt_seconds = time.perf_counter() - t1
+            specials, n_re = _check_specials(model, ind, lm, low, dev, texts)
+            body = "float32" if low is None else str(dtype).replace("torch.", "")
+            del low
+    finally:
+        lm.to("cpu")
+    return probs, specials, {"prompt_seconds": prompt_seconds, "forward_dtype": body, "threads": threads,
+                             "rechecked_float32": rechecked + n_re}
+
+
 def _check_specials(model: "LoadedModel", ind: "Indicators", lm, low, device: str,
                     texts: Sequence[str] | None) -> tuple[SpecialsRecord | None, int]:
     """The ``specials`` block of :class:`~embscope.geometry.records.VerificationRecord` and how many
-    of them the float32 re-check decided: every special token the rendered chat template or the corpus uses, checked where it
-    is used (flagged or not: a template token appears in every chat example, so its state matters
+    of them the float32 re-check decided: every special token the rendered chat template or the
+    corpus uses, checked where it is used (flagged or not: a template token appears in every chat example, so its state matters
     either way). With ``low`` (the bf16-body copy) the values come from it, and the ids within a
     factor :data:`RECHECK_FACTOR` of the cut are measured again on ``lm`` (:func:`prompt_probs`)."""
     cats = model.categories
@@ -507,4 +522,5 @@ def _check_specials(model: "LoadedModel", ind: "Indicators", lm, low, device: st
     strings = model.token_strings()
     rows = [SpecialRow(id=int(i), token=strings[i], max_prob=float(round(p, 6)), verified=bool(p < MAX_PROB_CUT),
                        flagged=bool(ind.flagged[i])) for i, p in sorted(probs.items())]
-    return SpecialsRecord(source=source, checked=len(rows), verified=sum(r.verified for r in rows), rows=rows), len(band)
+    record = SpecialsRecord(source=source, checked=len(rows), verified=sum(r.verified for r in rows), rows=rows)
+    return record, len(band)
