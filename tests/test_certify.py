@@ -200,7 +200,8 @@ def test_language_density_reads_exact_isolation_for_rows_the_graph_left_approxim
     counts = {lang: rng.poisson(0.3, len(x)).astype(np.int64) for lang in ("eng", "fra")}
     acc = {(0, lang): SimpleNamespace(counts=c) for lang, c in counts.items()}
     rows = [{"tokenizer": "t", "language": lang} for lang in counts]
-    add_density(rows, "t", acc, tokens, torch.from_numpy(x), _exact_isolation(torch.from_numpy(x)))
+    emb = torch.from_numpy(x)
+    add_density(rows, "t", acc, tokens, emb, _exact_isolation(emb))
     for row in rows:
         w = counts[row["language"]].astype(np.float64)
         assert row["mean_isolation"] == pytest.approx((w * iso).sum() / w.sum(), rel=1e-6)

@@ -120,3 +120,34 @@ def test_refused_template_in_scan_usage_is_reported(smollm2_model, monkeypatch):
     monkeypatch.setattr("embscope.models.chat_template.read_chat_template", lambda m: "{{ 'ab ' * 10**7 }}")
     text, status = usage.render_chat_template(smollm2_model)
     assert text is None and status.startswith("render refused: ")
+
+
+def test_chat_template_jinja_is_read_without_a_tokenizer_config(tmp_path):
+    """transformers saves the template as chat_template.jinja; a folder without tokenizer_config.json
+    still ships it, and a config without one falls back to it."""
+    from types import SimpleNamespace
+
+    from embscope.models.chat_template import read_chat_template
+
+    (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}", encoding="utf-8")
+    model = SimpleNamespace(path=str(tmp_path))
+    assert read_chat_template(model) == "{{ messages[0]['content'] }}"
+    (tmp_path / "tokenizer_config.json").write_text('{"bos_token": "<s>"}', encoding="utf-8")
+    assert read_chat_template(model) == "{{ messages[0]['content'] }}"
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ 1 }}"}', encoding="utf-8")
+    assert read_chat_template(model) == "{{ 1 }}"  # the config's own wins
+
+
+def test_damaged_tokenizer_config_is_an_error_not_no_template(tmp_path):
+    from types import SimpleNamespace
+
+    from embscope.errors import EmbscopeError
+    from embscope.models.chat_template import read_chat_template
+
+    (tmp_path / "tokenizer_config.json").write_text('{"chat_template": "{{ 1 }}"', encoding="utf-8")
+    with pytest.raises(EmbscopeError, match="tokenizer_config.json"):
+        read_chat_template(SimpleNamespace(path=str(tmp_path)))
+    (tmp_path / "tokenizer_config.json").write_text('["not", "an", "object"]', encoding="utf-8")
+    with pytest.raises(EmbscopeError, match="not a JSON object"):
+        read_chat_template(SimpleNamespace(path=str(tmp_path)))
+    assert read_chat_template(SimpleNamespace(path=str(tmp_path / "missing"))) is None

@@ -16,8 +16,6 @@ PKG = Path(__file__).resolve().parents[1] / "embscope"
 NOT_YET = {
     # the toy vocabulary of other_pieces has no len(); fixed with the new-token extension rewrite
     "embscope.extension.repair",
-    # knn_graph's example skips its first line but not the second; fixed with the certified kNN graph
-    "embscope.geometry.knn",
 }
 #: how the examples are compared: ``...`` stands for any text, runs of white space are one
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

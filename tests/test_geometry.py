@@ -39,7 +39,7 @@ def test_robust_z_worked_example():
 def test_smollm2_flags_some_rows(knn_cache, smollm2_model, smollm2_graph):
     m = smollm2_model
     res = scan(m, cache_dir=knn_cache, layout=False)
-    s = res.summary
+    s = res.summary.to_dict()
     assert s["knn"]["cached"]  # the session's graph (smollm2_graph): the same key as scan's
     assert s["flagged"]["normal"] > 0 and set(s["flagged"]["by_reason"]) <= {"in_norm", "knot", "zero"}
     assert s["reference"]["source"] == "none" and "tied" in s["reference"]["note"]
@@ -92,14 +92,14 @@ def test_planted_rows_are_flagged(tmp_path):
     print(f"\nplanted: {flagged[planted].sum()}/{len(planted)} flagged; false-positive rate {others.mean():.4f}")
     assert others.mean() < 0.01, others.mean()   # false-positive rate
     assert np.asarray(res.columns["zero_row"])[10:15].all()
-    assert res.summary["flagged"]["zero_rows"] == 5
-    assert res.summary["reference"]["source"] == "zero-rows"
+    assert res.summary.flagged.zero_rows == 5
+    assert res.summary.reference.source == "zero-rows"
     reasons = res.columns["flag_reason"]
     assert all(reasons[i] == "zero" or reasons[i].startswith("zero+") for i in range(10, 15))
     assert all("in_norm" in reasons[i] for i in range(100, 110))
     assert np.isfinite(res.columns["x"]).all()
     again = scan(m, cache_dir=tmp_path, layout=True)
-    assert again.summary["knn"]["cached"]
+    assert again.summary.knn.cached
     np.testing.assert_array_equal(res.columns["x"], again.columns["x"])  # seeded layout
 
 

@@ -228,9 +228,9 @@ def test_umap_uses_our_graph_only(minilm_rows, monkeypatch):
     lay = umap_layout(g.neighbors, g.sims, n_epochs=50)
     assert lay.x.shape == (3000,) and np.isfinite(lay.x).all()
     rec = lay.record()
-    assert rec["n_epochs"] == 50
+    assert rec.n_epochs == 50
     # a random layout would keep 10/3000 of the neighbourhoods
-    assert 0.2 < rec["neighbor_preservation"] <= 1.0, rec
+    assert 0.2 < rec.neighbor_preservation <= 1.0, rec
 
 
 def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
@@ -246,11 +246,11 @@ def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
     sims[40, 3] = np.nan
     lay = umap_layout(nb, sims, n_epochs=30)
     rec = lay.record()
-    assert rec["missing_edges"] == 14 * 10 + 26 * 5 + 1
-    assert rec["unplaced"] + rec["placed_by_neighbours"] <= 14 + 26
+    assert rec.missing_edges == 14 * 10 + 26 * 5 + 1
+    assert rec.unplaced + rec.placed_by_neighbours <= 14 + 26
     placed = np.isfinite(lay.x) & np.isfinite(lay.y)
-    assert placed[14:].all() and rec["unplaced"] == int((~placed).sum())
-    assert 0.2 < rec["neighbor_preservation"] <= 1.0 and rec["preservation_rows"] > 2900
+    assert placed[14:].all() and rec.unplaced == int((~placed).sum())
+    assert 0.2 < rec.neighbor_preservation <= 1.0 and rec.preservation_rows > 2900
     xy = np.stack([lay.x, lay.y], 1)
     xy[100:200] = np.nan                                   # a map with holes is measured, not refused
     share, rows = neighbor_preservation(nb, xy)
@@ -258,7 +258,7 @@ def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
     job = LayoutJob(nb, sims, n_epochs=30)
     again = job.result()
     np.testing.assert_array_equal(again.x, lay.x)
-    assert again.record()["neighbor_preservation"] == rec["neighbor_preservation"]
+    assert again.record().neighbor_preservation == rec.neighbor_preservation
 
 
 def test_a_failed_map_process_is_a_note_not_an_error():
@@ -266,7 +266,7 @@ def test_a_failed_map_process_is_a_note_not_an_error():
 
     nb = np.tile(np.arange(1, 11), (50, 1)) % 50
     lay = LayoutJob(nb, np.ones((50, 9), np.float32)).result()   # similarities of the wrong shape
-    assert lay.note.startswith("no map:") and np.isnan(lay.x).all() and lay.record()["unplaced"] == 50
+    assert lay.note.startswith("no map:") and np.isnan(lay.x).all() and lay.record().unplaced == 50
     job = LayoutJob(nb, np.ones((50, 10), np.float32))
     job.cancel()                                                   # a failed run ends the process
 

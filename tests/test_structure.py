@@ -281,10 +281,8 @@ UNTYPED_FOR_NOW = {
     "ExtensionRecord.strategies", "ExtensionRecord.bits_per_byte_original", "ExtensionRecord.corpus_report",
     "ExtensionRecord.engine", "ExtensionRecord.general_bits_per_byte_original", "ExtensionRecord.score_plan",
     "ExtensionRecord.tokenization_check",
-    # filled by embscope.geometry.scan's summary dict: typed with the certified kNN graph rewrite
-    "GeometryRecord.indicators", "KnnRecord.hnsw_pilot",
-    # filled by embscope.geometry.probe's and embscope.geometry.certify's record dicts
-    "KnnRecord.tiles", "KnnRecord.certificate",
+    # embscope.geometry.certify's certificate dict (cuts, refined rows, lists, measured, join, base)
+    "KnnRecord.certificate",
 }
 
 

@@ -174,7 +174,7 @@ def test_qwen2_shaped_checkpoint_each_planted_kind_is_found(tmp_path):
     p = make_checkpoint(tmp_path / "ckpt", hidden=32, kinds=True)
     model = embscope.load_model(str(tmp_path / "ckpt"), device="cpu")
     res = scan(model, layout=False, knn_method="ivf", cache_dir=tmp_path / "knn")
-    assert res.summary["reference"]["by_source"]["unreachable"] + res.summary["reference"]["by_source"][
+    assert res.summary.reference.by_source["unreachable"] + res.summary.reference.by_source[
         "unused-utf8-bytes"] == len(p.unused_rows)
     flagged = np.asarray(res.columns["flagged"])
     reason = res.columns["flag_reason"]
@@ -199,9 +199,9 @@ def test_verify_notes_a_model_that_cannot_load(minilm):
     ind = SimpleNamespace(undertrained_score=np.zeros(minilm.n_rows), flagged=np.zeros(minilm.n_rows, bool),
                           reference=SimpleNamespace(ids=[]))
     v = verify_rows(minilm, ind, 5)
-    assert v.n_checked is None and "not verified" in v.note and "causal" in v.note
+    assert v.record.n_checked is None and "not verified" in v.record.note and "causal" in v.record.note
     assert v.column(3) == [None] * 3
-    json.dumps(v.to_dict())
+    json.dumps(v.record.to_dict())
 
 
 @pytest.mark.slow
@@ -216,9 +216,10 @@ def test_verify_smollm2_flagged_rows_and_controls(smollm2):
     ind = SimpleNamespace(undertrained_score=score, flagged=score > 0, reference=SimpleNamespace(ids=[]),
                           flag_reason=["knot" if s > 0 else None for s in score])
     v = verify_rows(smollm2, ind, 4, device="cpu")
-    print(v.to_dict())
-    assert v.n_checked == 4 and v.controls_checked == 4
-    assert v.n_verified_undertrained >= 3 and v.controls_failed <= 1
+    rec = v.record
+    print(rec.to_dict())
+    assert rec.n_checked == 4 and rec.controls_checked == 4
+    assert rec.n_verified_undertrained >= 3 and rec.controls_failed <= 1
     col = v.column(smollm2.n_rows)
     assert all(col[i] is not None and col[i] < 0.01 for i in bad[:3])
 
@@ -291,10 +292,10 @@ def test_usage_counts_corpus_and_chat_template(smollm2):
     ids = smollm2.vocab.encode_batch(texts)
     rare = ids[0][-2]  # a piece of " hypertension."
     u = flagged_usage(smollm2, [im_start, im_end, rare], texts)
-    assert u.template == "rendered"
+    assert u.record.template == "rendered"
     assert u.in_template[im_start] == 4 and u.in_template[im_end] == 3  # system, user, assistant + prompt
     assert u.corpus[rare] == sum(x.count(rare) for x in ids) and im_start not in u.corpus
-    d = u.to_dict()
+    d = u.record.to_dict()
     assert d["flagged_used"] == 3 and d["occurrences"] == u.corpus[rare]
     cols = u.columns(smollm2.n_rows)
     assert cols["template_count"][im_start] == 4 and cols["corpus_count"][0] is None
@@ -359,10 +360,12 @@ def test_scan_repair_is_a_section_recorded_in_the_summary(tmp_path, smollm2_grap
 
 def test_repair_rows_are_the_used_flagged_rows_without_specials():
     from embscope.geometry.scan import ScanResult
+    from embscope.geometry.records import UsageRecord
     from embscope.geometry.usage import Usage
 
-    u = Usage(texts=2, corpus_tokens=10, template="rendered", corpus={5: 3, 7: 1}, in_template={1: 4},
-              flagged_ids=[1, 5, 7, 9])
+    rec = UsageRecord(texts=2, corpus_tokens=10, template="rendered", flagged_checked=4, flagged_used=3,
+                      flagged_in_template=1, occurrences=4)
+    u = Usage(rec, corpus={5: 3, 7: 1}, in_template={1: 4}, flagged_ids=[1, 5, 7, 9])
     cats = ["normal"] * 10
     cats[1] = "special"
     r = ScanResult(columns={}, summary={}, usage=u)
@@ -423,17 +426,18 @@ def test_wilson_interval():
 
 def test_two_lists_apart_in_column_and_summary():
     from embscope.geometry.scan import status_column, verdict_lists
+    from embscope.geometry.records import VerificationRecord
     from embscope.geometry.verify import Verification
 
     flagged = np.array([True, True, True, True, False, False])
-    v = Verification(n_checked=2, max_prob={0: 1e-4, 1: 0.5, 4: 0.9, 5: 0.002}, control_ids=[4])
+    v = Verification(VerificationRecord(n_checked=2), max_prob={0: 1e-4, 1: 0.5, 4: 0.9, 5: 0.002}, control_ids=[4])
     status = status_column(flagged, v)
     # row 5 is an unflagged special checked in context and confirmed
     assert status == ["verified", "cleared", "candidate", "candidate", "control", "verified"]
     ind = _fake_indicators(6, flagged, [9, 8, 7, 6, 0, 0])
     lists = verdict_lists(status, [f"t{i}" for i in range(6)], ind, v)
-    assert lists["verified_undertrained"]["count"] == 2 and lists["verified_undertrained"]["rows"][0]["max_prob"] == 1e-4
-    assert [r["id"] for r in lists["candidates"]["rows"]] == [2, 3] and lists["cleared"]["count"] == 1
+    assert lists["verified_undertrained"].count == 2 and lists["verified_undertrained"].rows[0].max_prob == 1e-4
+    assert [r.id for r in lists["candidates"].rows] == [2, 3] and lists["cleared"].count == 1
     assert status_column(flagged, None)[:4] == ["candidate"] * 4
     assert verdict_lists(status_column(flagged, None), ["t"] * 6, ind, None)["verified_undertrained"] is None
 
@@ -476,7 +480,7 @@ def test_smollm2_knot_flags_only_the_collapse(smollm2, smollm2_graph, tmp_path):
         assert not flagged[i] and cols["flag_reason"][i] == "family", t
     spread = np.asarray(cols["neighbor_spread"])
     assert (spread[flagged & (cats == "normal")] <= COLLAPSE_SPREAD).all()
-    assert res.summary["flagged"]["family"] > 50 and len(normal_flags) < 30
+    assert res.summary.flagged.family > 50 and len(normal_flags) < 30
 
 
 def test_fastest_threads_ignores_one_slow_probe_run(monkeypatch):

@@ -284,7 +284,28 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         notes.append(f"encoder-only model ({kind}): attention is bidirectional and no KV cache is kept; "
                      "the KV figures are what a decoder of this shape would need")
 
-    # -- KV cache
+    per_layer, windows, kv = _kv_cache(cfg, dm, encoding, claimed, notes)
+    n_sliding = sum(1 for w in windows if w is not None)
+    is_tied, wbytes, emb, est, share = _embedding_figures(cfg, dm, notes)
+
+    return ContextSummary(
+        model_type=kind, position_encoding=encoding, rope=rope, rope_absent_reason=reason,
+        trained_context=trained, trained_context_source=source, max_context=claimed,
+        max_position_embeddings=max_pos, extension_ratio=round(ratio, 4) if ratio else None,
+        extension_band=band, extension_note=meaning, extension_declared=declared,
+        layers=dm.layers, heads=dm.heads, kv_heads=dm.kv_heads, head_dim=dm.head_dim,
+        v_head_dim=dm.v_head_dim, kv_scheme=_kv_scheme(dm.mla, dm.heads, dm.kv_heads),
+        kv_elements_per_layer=per_layer, sliding_layers=n_sliding,
+        sliding_window=next((w for w in windows if w), None),
+        kv_bytes_per_token=per_layer * dm.layers * KV_DTYPES["bf16"],
+        kv_bytes_per_token_fp8=per_layer * dm.layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=dm.vocab,
+        hidden_size=dm.hidden, tied=is_tied, weight_bytes_per_element=wbytes, embedding_bytes=emb,
+        output_head_bytes=0 if is_tied else emb, params=est, embedding_share=share, notes=notes)
+
+
+def _kv_cache(cfg: dict, dm, encoding: str, claimed: int | None, notes: list[str]):
+    """``(elements per layer and token, window per layer, {dtype: {context: bytes}})``; MLA caches
+    its compressed latent, a position table stops the contexts at its size."""
     if dm.mla:
         per_layer = int(cfg["kv_lora_rank"]) + int(cfg["qk_rope_head_dim"])
         notes.append("MLA: KV figures are the compressed latent cache (kv_lora_rank + qk_rope_head_dim "
@@ -292,13 +313,15 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
     else:
         per_layer = 2 * dm.kv_heads * dm.head_dim
     windows = _layer_windows(cfg, dm.layers)
-    n_sliding = sum(1 for w in windows if w is not None)
     contexts = sorted(set(KV_CONTEXTS) | ({claimed} if claimed else set()))
     if encoding == "absolute" and claimed:  # a position table has no positions past its size
         contexts = [n for n in contexts if n <= claimed]
     kv = {dt: {n: kv_cache_bytes(per_layer, windows, n, b) for n in contexts} for dt, b in KV_DTYPES.items()}
+    return per_layer, windows, kv
 
-    # -- embeddings and parameters
+
+def _embedding_figures(cfg: dict, dm, notes: list[str]):
+    """``(tied, bytes per weight, embedding bytes, parameter estimate, embedding share)``."""
     is_tied = tied(cfg)
     dtype = str(first(cfg, "torch_dtype", "dtype", default="unknown")).replace("torch.", "")
     if dtype not in _DTYPE_BYTES:
@@ -315,17 +338,4 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
                          f"in {est.moe_layers} layers; active parameters per token {est.active:,}")
         if cfg.get("num_nextn_predict_layers"):
             notes.append("multi-token-prediction layers (num_nextn_predict_layers) are not counted")
-
-    return ContextSummary(
-        model_type=kind, position_encoding=encoding, rope=rope, rope_absent_reason=reason,
-        trained_context=trained, trained_context_source=source, max_context=claimed,
-        max_position_embeddings=max_pos, extension_ratio=round(ratio, 4) if ratio else None,
-        extension_band=band, extension_note=meaning, extension_declared=declared,
-        layers=dm.layers, heads=dm.heads, kv_heads=dm.kv_heads, head_dim=dm.head_dim,
-        v_head_dim=dm.v_head_dim, kv_scheme=_kv_scheme(dm.mla, dm.heads, dm.kv_heads),
-        kv_elements_per_layer=per_layer, sliding_layers=n_sliding,
-        sliding_window=next((w for w in windows if w), None),
-        kv_bytes_per_token=per_layer * dm.layers * KV_DTYPES["bf16"],
-        kv_bytes_per_token_fp8=per_layer * dm.layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=dm.vocab,
-        hidden_size=dm.hidden, tied=is_tied, weight_bytes_per_element=wbytes, embedding_bytes=emb,
-        output_head_bytes=0 if is_tied else emb, params=est, embedding_share=share, notes=notes)
+    return is_tied, wbytes, emb, est, share

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from embscope.errors import EmbscopeError
+from embscope.geometry.records import KnnRecord
 
 
 class KnnError(EmbscopeError):
@@ -40,8 +41,10 @@ class KnnGraph:
     #: (n,) whether each row's neighbours are exact search's (None: every row's are, or unknown)
     exact: np.ndarray | None = None
 
-    def record(self) -> dict[str, Any]:
-        """JSON-able summary (no arrays)."""
-        return {"method": self.method, "k": self.k, "recall_at_k": round(float(self.recall_at_k), 4),
-                "recall_rows": self.recall_rows, "seconds": round(float(self.seconds), 3),
-                "cached": self.cached, **self.params}
+    def record(self) -> KnnRecord:
+        """The summary's record (no arrays): the scalars above and ``params``, checked against
+        :class:`~embscope.geometry.records.KnnRecord` (a key no field declares is a bug)."""
+        return KnnRecord.from_dict({"method": self.method, "k": self.k,
+                                    "recall_at_k": round(float(self.recall_at_k), 4), "recall_rows": self.recall_rows,
+                                    "seconds": round(float(self.seconds), 3), "cached": self.cached, **self.params},
+                                   strict=True)

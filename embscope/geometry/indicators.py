@@ -87,6 +87,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embscope.geometry.records import IndicatorFit, IndicatorRun, IndicatorsRecord
+
 from embscope.geometry.principal import (_first_pc_exact, first_principal_component,  # noqa: F401
                                          magikarp_similarity, top_eigvec_subspace)
 from embscope.geometry.reference import Reference, discover_reference
@@ -226,6 +228,21 @@ def evidence(raw: dict[str, np.ndarray], fit_rows: np.ndarray,
                      "median": _back(name, med), "scale": scale,
                      "scale_of": "-log(norm)" if low else "-log(1-knot)" if name == "knot" else "value"}
     return zs, fit
+
+
+def fit_record(fit: dict[str, Any]) -> IndicatorsRecord:
+    """The summary's record of :attr:`Indicators.fit` (:func:`evidence`'s fits, the drift gate's
+    reference median, :func:`threshold_note`'s shares); a median or scale that is not finite is null."""
+    def finite(v):
+        return float(v) if v is not None and math.isfinite(v) else None
+
+    def one(f: dict[str, Any]) -> IndicatorFit:
+        return IndicatorFit(side=f["side"], median=finite(f["median"]), scale=finite(f["scale"]),
+                            scale_of=f["scale_of"], reference_median=finite(f.get("reference_median")))
+
+    run = fit.get("run")
+    return IndicatorsRecord(**{name: one(f) for name, f in fit.items() if name != "run"},
+                            run=IndicatorRun(**run) if run is not None else None)
 
 
 def reasons(zs: dict[str, np.ndarray], zero: np.ndarray, threshold: float) -> list[str | None]:

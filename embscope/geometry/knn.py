@@ -156,16 +156,18 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     Args:
         x: (n, d) matrix (torch tensor on any device, or numpy array).
         k: neighbours per row.
-        method: ``auto`` (exact on CUDA or when n·n·d ≤ EXACT_BUDGET, else the cheapest of the
-            tuned IVF, the refined IVF and HNSW when its pilot qualifies, or exact when all cost
-            more), ``exact``, ``ivf``, ``refined`` or ``hnsw``.
+        method: one of :data:`METHODS`: ``auto`` (:func:`resolve_method`: ``exact`` or
+            ``certified``, never an approximate graph), ``exact``, ``certified``
+            (:func:`embscope.geometry.certify.certified_knn`, here without the scan's indicator
+            context), ``ivf``, ``refined`` or ``hnsw``.
         device: where to compute (default: ``x``'s device).
         cache_dir: cache folder (default ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``).
         recall_sample: rows with fp32 exact neighbours: half tune, half (held out) measure recall.
     Returns:
         a :class:`KnnGraph`.
     Example:
-        >>> g = knn_graph(torch.eye(3)[[0, 0, 1, 2]], k=1, use_cache=False)   # doctest: +SKIP
+        >>> import torch
+        >>> g = knn_graph(torch.eye(3)[[0, 0, 1, 2]], k=1, use_cache=False, progress=False)
         >>> g.neighbors[:2, 0].tolist()
         [1, 0]
     """
@@ -194,14 +196,9 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         t_key = time.perf_counter()
         key_path = path / f"{matrix_key(x, k, method)}.npz"
         key_seconds = time.perf_counter() - t_key
-        hit = knn_cache.load(key_path, n, k)
+        hit = _cached(key_path, n, k, key_seconds)
         if hit is not None:
-            nb, sm, meta = hit
-            return KnnGraph(neighbors=nb, sims=sm, method=str(meta.get("method")), k=k,
-                            recall_at_k=float(meta.get("recall_at_k", float("nan"))),
-                            recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
-                            cached=True, params={**meta.get("params", {}), "key_seconds": round(key_seconds, 3)})
-
+            return hit
     t0 = time.perf_counter()
     xn = normalize_rows(x)
     if not all_finite(xn):
@@ -219,28 +216,7 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     tune, held = sample[:half], sample[half:] if len(sample) > 1 else sample
 
     params: dict[str, Any] = {"device": str(dev), **weighed}
-    if chosen in ("ivf", "refined", "hnsw"):
-        from embscope.geometry.approx import approx_knn
-
-        sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=ex_i[:half], tune_kth=ex_v[:half, -1],
-                                         method=chosen, seed=seed, progress=progress)
-        chosen = ap.pop("method")
-        params.update(ap)
-        params["tile_dtype"] = "float32"
-        params["short_rows_searched"] = fill_short_rows(xn, sims_np, ids_np, k)
-        sims, ids = torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
-    else:
-        if dev.type == "cuda":
-            dtype, threads = tile_dtype(dev), None
-            params["tile_dtype"] = str(dtype).replace("torch.", "")
-        else:
-            from embscope.geometry.probe import plan_tiles
-
-            plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe)
-            dtype, threads = plan.torch_dtype(), plan.threads
-            params["tile_dtype"] = plan.dtype
-            params["tiles"] = plan.record()
-        sims, ids = exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
+    chosen, sims, ids = _search(xn, k, chosen, tune, ex_v[:half, -1], ex_i[:half], unsafe, seed, progress, params)
     held_pos = slice(half, None) if len(sample) > 1 else slice(None)
     rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])
     graph = KnnGraph(neighbors=ids.cpu().numpy().astype(np.int64), sims=sims.cpu().numpy().astype(np.float32),
@@ -252,6 +228,51 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         knn_cache.save(key_path, graph.neighbors, graph.sims, meta)
         graph.params["key_seconds"] = round(key_seconds, 3)
     return graph
+
+
+def _cached(key_path: Path, n: int, k: int, key_seconds: float) -> KnnGraph | None:
+    """The graph the cache holds under ``key_path`` (validated by :func:`knn_cache.load`), or None."""
+    hit = knn_cache.load(key_path, n, k)
+    if hit is None:
+        return None
+    nb, sm, meta = hit
+    return KnnGraph(neighbors=nb, sims=sm, method=str(meta.get("method")), k=k,
+                    recall_at_k=float(meta.get("recall_at_k", float("nan"))),
+                    recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
+                    cached=True, params={**meta.get("params", {}), "key_seconds": round(key_seconds, 3)})
+
+
+def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, unsafe: float, seed: int,
+            progress: bool, params: dict[str, Any]):
+    """``(method, sims, ids)``: the (n, k) graph of the unit rows ``xn`` by ``method`` (an
+    approximate index tuned on the ``tune`` rows' exact neighbours, its short rows searched
+    exactly; or exact search in the measured tile plan), the build's details added to ``params``."""
+    import torch
+
+    n, d = xn.shape
+    dev = xn.device
+    if method in ("ivf", "refined", "hnsw"):
+        from embscope.geometry.approx import approx_knn
+
+        sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=tune_ids, tune_kth=tune_kth,
+                                         method=method, seed=seed, progress=progress)
+        method = ap.pop("method")
+        params.update(ap)
+        params["tile_dtype"] = "float32"
+        params["short_rows_searched"] = fill_short_rows(xn, sims_np, ids_np, k)
+        return method, torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
+    if dev.type == "cuda":
+        dtype, threads = tile_dtype(dev), None
+        params["tile_dtype"] = str(dtype).replace("torch.", "")
+    else:
+        from embscope.geometry.probe import plan_tiles
+
+        plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe)
+        dtype, threads = plan.torch_dtype(), plan.threads
+        params["tile_dtype"] = plan.dtype
+        params["tiles"] = plan.record().to_dict()  # the cache keeps params as JSON
+    sims, ids = exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
+    return method, sims, ids
 
 
 def _unsafe_share(ex_v, k: int, d: int) -> float:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from embscope.geometry.records import LayoutRecord
+
 #: above these row counts the layout uses fewer optimisation epochs than UMAP's default (200 for
 #: n > 10 000): the map is for browsing, not measurement. Measured on Qwen2-7B's 152064 rows:
 #: 100 epochs 35 s, 50 epochs 23 s, with the same clusters visible.
@@ -82,13 +84,14 @@ class Layout:
     #: peak RSS of the process that laid it out (bytes; 0 when laid out in the caller's process)
     peak_rss: int = 0
 
-    def record(self) -> dict:
-        """JSON-able summary (no arrays)."""
-        return {"seconds": round(self.seconds, 3), "n_epochs": self.n_epochs, "init": self.init,
-                "neighbor_preservation": None if self.preservation != self.preservation
-                else round(self.preservation, 4), "preservation_rows": self.preservation_rows,
-                "missing_edges": self.missing_edges, "placed_by_neighbours": self.placed_by_neighbours,
-                "unplaced": self.unplaced, "note": self.note, "peak_rss": self.peak_rss}
+    def record(self) -> LayoutRecord:
+        """The summary's record (no arrays; fields documented on
+        :class:`~embscope.geometry.records.LayoutRecord`)."""
+        return LayoutRecord(seconds=round(float(self.seconds), 3), n_epochs=int(self.n_epochs), init=self.init,
+                            neighbor_preservation=None if self.preservation != self.preservation
+                            else round(float(self.preservation), 4), preservation_rows=int(self.preservation_rows),
+                            missing_edges=int(self.missing_edges), placed_by_neighbours=int(self.placed_by_neighbours),
+                            unplaced=int(self.unplaced), note=self.note, peak_rss=int(self.peak_rss))
 
 
 def neighbor_preservation(neighbors: np.ndarray, xy: np.ndarray, *, sample: int = PRESERVE_SAMPLE,

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from embscope.geometry.records import TilesRecord
+
 #: timed runs per (dtype, threads); the fastest counts
 REPEATS = 3
 #: more threads are used only when they run the probe this many times faster than one
@@ -55,6 +57,7 @@ class GemmRates:
         return self.gflops.get(f"{dtype}@{t}", 0.0) if t else 0.0
 
     def record(self) -> dict[str, Any]:
+        """The rates' part of :class:`~embscope.geometry.records.TilesRecord`."""
         return {"gflops": {k: round(v, 1) for k, v in self.gflops.items()}, "threads": dict(self.threads),
                 "probe_seconds": round(self.seconds, 3)}
 
@@ -124,10 +127,10 @@ class TilePlan:
 
         return torch.bfloat16 if self.dtype == "bfloat16" else torch.float32
 
-    def record(self) -> dict[str, Any]:
-        return {"tile_dtype": self.dtype, "threads": self.threads,
-                "estimate_seconds": round(self.estimate_seconds, 2), "unsafe_share": round(self.unsafe, 4),
-                **self.rates.record()}
+    def record(self) -> TilesRecord:
+        """The plan's record (``threads``: the rates' best count per dtype)."""
+        return TilesRecord(tile_dtype=self.dtype, estimate_seconds=round(float(self.estimate_seconds), 2),
+                           unsafe_share=round(float(self.unsafe), 4), **self.rates.record())
 
 
 def plan_tiles(macs: float, d: int, *, unsafe: float, redo_macs: float | None = None) -> TilePlan:

@@ -1,9 +1,11 @@
 """The geometry scan's summary, typed to the last field (``summary.json`` ``sections.tokens.geometry``).
 
-Each record here is what one part of :func:`embscope.geometry.scan.scan` reports; the scan hands
-its summary over as plain data and :meth:`GeometryRecord.from_dict` (strict) checks every key and
-type, so a producer that writes a field no record declares fails the run's own tests, and
-``docs/schema.md`` lists every field. Formulas: :mod:`embscope.geometry.indicators`.
+Each record here is what one part of :func:`embscope.geometry.scan.scan` reports, built by that
+part (the verification's by :func:`~embscope.geometry.verify.verify_rows`, the usage's by
+:func:`~embscope.geometry.usage.flagged_usage`, the map's by
+:meth:`~embscope.geometry.layout.Layout.record`); the live objects beside them hold only what the
+columns need. The field docs here are the only ones (``docs/schema.md`` lists them). Formulas:
+:mod:`embscope.geometry.indicators`.
 """
 
 from __future__ import annotations
@@ -77,6 +79,40 @@ class ScriptRow(Record):
 
 
 @dataclass
+class HnswPilot(Record):
+    """The HNSW pilot ``auto`` ran on a subset (:func:`embscope.geometry.hnsw.pilot`)."""
+
+    #: rows of the pilot graph
+    pilot_rows: int
+    #: {knot, isolation}: 99th percentile of the indicator error on the tuning rows, in robust spreads
+    pilot_error: dict[str, float]
+    #: seconds the pilot took
+    pilot_seconds: float
+    #: seconds of its graph build (scaled to n for the estimate)
+    pilot_build_seconds: float
+    #: every error within :data:`~embscope.geometry.hnsw.PILOT_MAX_ERROR` (HNSW may be chosen)
+    ok: bool
+
+
+@dataclass
+class TilesRecord(Record):
+    """Exact search's tile plan, from GEMM rates measured here (:mod:`embscope.geometry.probe`)."""
+
+    #: dtype of the similarity tiles (``float32``, ``bfloat16``)
+    tile_dtype: str
+    #: dtype -> the thread count it runs fastest at
+    threads: dict[str, int]
+    #: estimated seconds of the products (bf16: with the float32 re-search of unsafe rows)
+    estimate_seconds: float
+    #: share of rows a bf16 screen could not decide, as the estimate assumed
+    unsafe_share: float
+    #: ``"<dtype>@<threads>"`` -> GFLOPS measured
+    gflops: dict[str, float]
+    #: seconds the GEMM probe took
+    probe_seconds: float
+
+
+@dataclass
 class KnnRecord(Record):
     """How the kNN graph was built (:func:`embscope.geometry.knn.knn_graph`)."""
 
@@ -116,17 +152,14 @@ class KnnRecord(Record):
     #: HNSW: links per row (M) and the query's candidate list (efSearch)
     hnsw_m: int | None = None
     ef_search: int | None = None
-    #: the HNSW pilot ``auto`` ran: ``pilot_rows``, ``pilot_error`` ({knot, isolation}: 99th
-    #: percentile of the indicator error on the tuning rows, in robust spreads), seconds
-    hnsw_pilot: dict[str, Any] | None = None
+    #: the HNSW pilot ``auto`` ran (versions before the certified graph)
+    hnsw_pilot: HnswPilot | None = None
     #: ``auto``'s estimate of exact search's seconds, timed on the recall sample (earlier versions)
     exact_estimate_seconds: float | None = None
     #: ``auto``: {exact, certified} estimated seconds it chose by (from the GEMM rates measured here)
     estimated_seconds: dict[str, float] | None = None
-    #: exact search's tile plan: ``tile_dtype``, ``threads``, ``estimate_seconds``, ``unsafe_share``
-    #: (rows a bf16 screen could not decide), ``gflops`` per ``dtype@threads`` measured here,
-    #: ``threads`` per dtype, ``probe_seconds``
-    tiles: dict[str, Any] | None = None
+    #: exact search's tile plan
+    tiles: TilesRecord | None = None
     #: rows an approximate index left short of k neighbours, searched exactly
     short_rows_searched: int | None = None
     #: certified graph: what its decisions rest on (:mod:`embscope.geometry.certify`): ``confidence``,
@@ -333,6 +366,58 @@ class LayoutRecord(Record):
 
 
 @dataclass
+class IndicatorFit(Record):
+    """How one indicator's robust z was fitted on the trained rows (:mod:`embscope.geometry.indicators`)."""
+
+    #: ``low`` (norms: small means untrained) or ``high``
+    side: str
+    #: the trained rows' median on the indicator's own scale (norms: of the norm); null when not finite
+    median: float | None
+    #: robust scale (1.4826·MAD, floored) on the ``scale_of`` scale; null when not finite
+    scale: float | None
+    #: what the z is computed on: ``-log(norm)``, ``-log(1-knot)`` or ``value``
+    scale_of: str
+    #: Magikarp only: the reference (known-unused) rows' median, the drift gate's far end; null elsewhere
+    reference_median: float | None = None
+
+
+@dataclass
+class IndicatorRun(Record):
+    """What the threshold does on this run's trained rows."""
+
+    #: trained rows the fits and shares are over
+    trained_rows: int
+    #: share of them flagged
+    trained_flagged_share: float
+    #: {indicator: share of trained rows at or past the threshold}
+    per_indicator_share: dict[str, float]
+    #: the share a Gaussian puts past the threshold (one-sided)
+    gaussian_tail: float
+    #: trained rows a family gate stopped (reason ``family``, not flagged)
+    family_unflagged: int
+    #: trained rows the drift gate stopped (reason ``drift``, not flagged)
+    drift_unflagged: int
+
+
+@dataclass
+class IndicatorsRecord(Record):
+    """The robust fits per evidence (null: the indicator does not exist on this model) and the run's shares."""
+
+    #: input-row norm
+    in_norm: IndicatorFit
+    #: output-row norm (untied models)
+    out_norm: IndicatorFit | None = None
+    #: Magikarp similarity (with a reference set)
+    magikarp: IndicatorFit | None = None
+    #: knot: mean cosine to the k nearest rows
+    knot: IndicatorFit | None = None
+    #: isolation: 1 − cosine to the nearest row
+    isolation: IndicatorFit | None = None
+    #: the threshold on the trained rows
+    run: IndicatorRun | None = None
+
+
+@dataclass
 class GeometryRecord(Record):
     """The geometry scan's summary (:mod:`embscope.geometry.scan`; formulas in
     :mod:`embscope.geometry.indicators`)."""
@@ -347,9 +432,8 @@ class GeometryRecord(Record):
     threshold: float
     #: what the threshold means on this run (robust scale, share of trained rows flagged, per indicator)
     threshold_note: str
-    #: per evidence name {side, median, scale, scale_of}; run {trained_rows, trained_flagged_share,
-    #: per_indicator_share, gaussian_tail}
-    indicators: dict[str, dict[str, Any]]
+    #: the indicators' robust fits and the run's shares
+    indicators: IndicatorsRecord
     #: the most under-trained normal tokens, highest score first
     top_undertrained: list[ScoredRow]
     #: the most isolated normal tokens

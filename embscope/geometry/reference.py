@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from embscope.geometry.records import ReferenceRecord
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.tokenizer.base import Vocabulary
 
@@ -62,8 +64,10 @@ class Reference:
     #: rule -> rows it found (a row may be found by several rules)
     by_source: dict[str, int] = field(default_factory=dict)
 
-    def record(self) -> dict:
-        return {"size": len(self.ids), "source": self.source, "by_source": dict(self.by_source)}
+    def record(self, tied: bool) -> ReferenceRecord:
+        """The summary's record (``tied``: which note says what still works without a set)."""
+        return ReferenceRecord(size=len(self.ids), source=self.source, by_source=dict(self.by_source),
+                               note=None if self.ids else no_reference_note(tied))
 
 
 def _single_bytes(vocab: "Vocabulary | None", n: int) -> dict[int, int]:

@@ -21,52 +21,13 @@ Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicator
   :mod:`embscope.geometry.usage`);
 - ``script``, ``neighbors``, ``neighbor_sims``, ``x``, ``y`` (null when ``layout=False``).
 
-Summary keys (``summary.json`` → ``geometry``):
-
-``rows``, ``categories``
-    matrix rows and rows per category.
-``flagged``
-    ``normal`` (flagged normal rows), ``normal_share``, ``by_category``, ``by_reason`` (each
-    indicator and ``zero``: flagged rows it fired on, all categories), ``zero_rows``, ``isolated``
-    (normal rows with the isolation flag), ``family`` (normal rows whose knot is a trained family,
-    not a collapse) and ``drift`` (normal rows whose Magikarp similarity stops short of the unused
-    rows): not flagged, see the gates in :mod:`embscope.geometry.indicators`.
-``threshold``, ``threshold_note``
-    the cut and what it means on this run (scale, share of trained rows flagged, per indicator).
-``indicators``
-    per evidence name: ``side``, ``median`` (norms: of the norm), ``scale`` (robust, of −log norm
-    for norms), ``scale_of``; ``run``: ``trained_rows``, ``trained_flagged_share``,
-    ``per_indicator_share``, ``gaussian_tail``.
-``reference``
-    ``size``, ``source``, ``by_source`` (rule → rows), ``note`` (what still works without one).
-``top_undertrained``
-    the :data:`TOP_N` highest-scoring normal rows: ``id``, ``token``, ``score``, ``reason``.
-``top_isolated``
-    the :data:`TOP_N` most isolated normal rows: ``id``, ``token``, ``z``.
-``per_script``
-    per script of normal rows: ``rows``, ``flagged``, ``flagged_share``, ``mean_norm``.
-``knn``
-    the kNN graph record (method, k, recall, seconds, cached).
-``verification``
-    ``None`` without ``verify``; else :meth:`~embscope.geometry.verify.Verification.to_dict`:
-    ``n_checked``, ``n_verified_undertrained``, ``precision``, ``controls_checked``,
-    ``controls_failed``, ``prompts``, ``max_prob_cut``, ``device``, ``seconds``, ``note``.
-``verified_undertrained``, ``candidates``, ``cleared``
-    the lists kept apart (:func:`verdict_lists`): ``{count, rows}``; the verified and cleared are
-    null without verification.
-``usage``
-    ``None`` without ``corpus_texts``; else :meth:`~embscope.geometry.usage.Usage.to_dict`:
-    ``texts``, ``corpus_tokens``, ``template``, ``flagged_used``, ``flagged_in_template``,
-    ``occurrences``, ``top`` (``id``, ``token``, ``reason``, ``corpus``, ``template``).
-``layout``
-    ``None`` without the map; else ``seconds``, ``n_epochs``, ``init``, ``neighbor_preservation`` (share of
-    each sampled row's k graph neighbours among its k nearest points in 2-D), ``preservation_rows``.
-``tied``, ``timings``
+The summary (``summary.json`` → ``geometry``) is a
+:class:`~embscope.geometry.records.GeometryRecord`, built here field by field; its fields are
+documented there (and listed in ``docs/schema.md``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -76,8 +37,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.allocator import release_free_blocks
-from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators
-from embscope.geometry.reference import no_reference_note
+from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators, fit_record
+from embscope.geometry.records import (FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow, VerdictList,
+                                       VerdictRow)
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.usage import Usage
@@ -92,12 +54,12 @@ LIST_MAX = 500
 
 @dataclass
 class ScanResult:
-    """Per-row columns and a JSON-able summary."""
+    """Per-row columns and the summary's record."""
 
     #: column name -> list/array of length n_rows
     columns: dict[str, Any]
-    #: see the module docstring for the keys
-    summary: dict[str, Any]
+    #: the summary (``summary.json`` ``geometry``)
+    summary: GeometryRecord
     #: step name -> seconds
     timings: dict[str, float] = field(default_factory=dict)
     #: the prompting record (None without ``verify``)
@@ -108,7 +70,7 @@ class ScanResult:
     layout_job: Any = None
 
     def finish_layout(self) -> None:
-        """Wait for the map a deferred scan started, then fill ``x``, ``y``, ``summary["layout"]``
+        """Wait for the map a deferred scan started, then fill ``x``, ``y``, ``summary.layout``
         and the timings (``layout``: the layout's own seconds; ``layout_wait``: how long this
         process waited for it). Nothing to do when there is none."""
         if self.layout_job is None:
@@ -117,8 +79,8 @@ class ScanResult:
         lay, self.layout_job = self.layout_job.result(), None
         self.columns["x"], self.columns["y"] = lay.x, lay.y
         self.timings.update(layout=lay.seconds, layout_wait=time.perf_counter() - t)
-        self.summary["layout"] = lay.record()
-        self.summary["timings"] = {k: round(v, 3) for k, v in self.timings.items()}
+        self.summary.layout = lay.record()
+        self.summary.timings = _rounded(self.timings)
 
     def repair_rows(self, categories: Sequence[str], *, include_special: bool = False) -> list[int]:
         """Flagged rows the corpus or template uses, most used first — what ``--repair`` rewrites.
@@ -128,11 +90,6 @@ class ScanResult:
             return []
         return [i for i in self.usage.used_ids() if include_special or categories[i] != "special"]
 
-
-
-def _clean(v):
-    """float NaN -> None for JSON."""
-    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _nullable(v: np.ndarray) -> Any:
@@ -170,30 +127,11 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     Returns:
         :class:`ScanResult`.
     """
-    from embscope.geometry.knn import knn_graph, resolve_method
-
     timings: dict[str, float] = {}
-    n = model.n_rows
     strings = model.token_strings()
     cats = list(model.categories)
-    method, weighed = resolve_method(model.embed, k, knn_method)
-    if method == "certified":  # the certificate needs the graph-free indicators first
-        from embscope.geometry.certify import certified_knn, context_for
-        from embscope.geometry.indicators import prepare
-
-        t = time.perf_counter()
-        prep = prepare(model.embed, model.output, cats, strings, vocab=model.vocab, unused_ids=unused_ids)
-        timings["indicators"] = time.perf_counter() - t
-        t = time.perf_counter()
-        graph = certified_knn(model.embed, k, context=context_for(prep, cats, threshold), seed=seed,
-                              cache_dir=cache_dir, weighed=weighed)
-        timings["knn"] = time.perf_counter() - t
-        knn_fit = {name: tuple(v) for name, v in graph.params["knn_fit"].items()}
-    else:
-        t = time.perf_counter()
-        graph = knn_graph(model.embed, k, method=knn_method, cache_dir=cache_dir, seed=seed)
-        timings["knn"] = time.perf_counter() - t
-        prep = knn_fit = None
+    graph, prep, knn_fit = _graph(model, k, knn_method, unused_ids, threshold, seed, cache_dir, cats, strings,
+                                  timings)
     release_free_blocks()  # the graph's build buffers are not reused by the indicators
     job = None
     if layout:
@@ -213,34 +151,85 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     release_free_blocks()
 
     verification = None
-    verify_col: Any = [None] * n
     if verify:
-        from embscope.geometry.verify import verify_rows
-
         t = time.perf_counter()
-        verification = verify_rows(model, ind, verify, sample=verify_sample, seed=seed, texts=corpus_texts,
-                                   time_cap_s=verify_time_cap, device=model.device)
-        verify_col = verification.column(n)
-        confirm_flags(ind, verification)
+        verification = _verify(model, ind, verify, verify_sample, seed, corpus_texts, verify_time_cap)
         timings["verify"] = time.perf_counter() - t
-
+    status = status_column(ind.flagged, verification)
     usage = None
     if corpus_texts is not None:
-        from embscope.geometry.usage import flagged_usage
-
         t = time.perf_counter()
-        # rows prompting cleared are trained: never listed as "used flagged rows", never repaired
-        cleared = [i for i, s in enumerate(status_column(ind.flagged, verification)) if s == "cleared"]
-        kept = ind.flagged.copy()
-        kept[cleared] = False
-        usage = flagged_usage(model, np.flatnonzero(kept), corpus_texts, reasons=ind.flag_reason,
-                              chat_template=chat_template)
+        usage = _usage(model, ind, status, corpus_texts, chat_template)
         timings["usage"] = time.perf_counter() - t
 
-    xs = ys = np.full(n, np.nan, np.float32)  # filled by finish_layout
-
+    columns = _columns(model.n_rows, ind, graph, scripts, status, verification, usage)
     tied = model.output is None
-    columns: dict[str, Any] = {
+    summary = _summary(cats, strings, scripts, ind, graph, threshold, tied,
+                       verification=verification.record if verification is not None else None,
+                       usage=usage.record if usage is not None else None, timings=_rounded(timings),
+                       **verdict_lists(status, strings, ind, verification))
+    res = ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage,
+                     layout_job=job)
+    if not defer_layout:
+        res.finish_layout()
+    return res
+
+
+def _rounded(timings: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in timings.items()}
+
+
+def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, time_cap_s) -> "Verification":
+    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`) and flag the
+    rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
+    from embscope.geometry.verify import verify_rows
+
+    verification = verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, time_cap_s=time_cap_s,
+                               device=model.device)
+    confirm_flags(ind, verification)
+    return verification
+
+
+def _usage(model: "LoadedModel", ind, status: list[str | None], texts, chat_template: bool) -> "Usage":
+    """The flagged rows ``texts`` and the chat template produce; rows prompting cleared are trained:
+    never listed as "used flagged rows", never repaired."""
+    from embscope.geometry.usage import flagged_usage
+
+    kept = ind.flagged.copy()
+    kept[[i for i, s in enumerate(status) if s == "cleared"]] = False
+    return flagged_usage(model, np.flatnonzero(kept), texts, reasons=ind.flag_reason, chat_template=chat_template)
+
+
+def _graph(model: "LoadedModel", k: int, knn_method: str, unused_ids, threshold: float, seed: int, cache_dir,
+           cats: list[str], strings: list[str], timings: dict[str, float]):
+    """``(graph, prepared, knn_fit)``: the kNN graph ``knn_method`` asks for; the certified one needs
+    the graph-free indicators first (``prepared``) and gives the robust fits it decided with."""
+    from embscope.geometry.knn import knn_graph, resolve_method
+
+    method, weighed = resolve_method(model.embed, k, knn_method)
+    if method != "certified":
+        t = time.perf_counter()
+        graph = knn_graph(model.embed, k, method=knn_method, cache_dir=cache_dir, seed=seed)
+        timings["knn"] = time.perf_counter() - t
+        return graph, None, None
+    from embscope.geometry.certify import certified_knn, context_for
+    from embscope.geometry.indicators import prepare
+
+    t = time.perf_counter()
+    prep = prepare(model.embed, model.output, cats, strings, vocab=model.vocab, unused_ids=unused_ids)
+    timings["indicators"] = time.perf_counter() - t
+    t = time.perf_counter()
+    graph = certified_knn(model.embed, k, context=context_for(prep, cats, threshold), seed=seed,
+                          cache_dir=cache_dir, weighed=weighed)
+    timings["knn"] = time.perf_counter() - t
+    return graph, prep, {name: tuple(v) for name, v in graph.params["knn_fit"].items()}
+
+
+def _columns(n: int, ind, graph, scripts: list[str], status: list[str | None],
+             verification: "Verification | None", usage: "Usage | None") -> dict[str, Any]:
+    """The tokens table's scan columns (module docstring), one value per row; ``x``, ``y`` stay NaN
+    until :meth:`ScanResult.finish_layout`."""
+    return {
         "in_norm": ind.in_norm.astype(np.float32),
         "out_norm": _nullable(ind.out_norm),
         "zero_row": ind.zero_row,
@@ -256,26 +245,15 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         "flagged": ind.flagged,
         "isolated": ind.isolated,
         "flag_reason": ind.flag_reason,
-        "verify_max_prob": verify_col,
-        "undertrained_status": status_column(ind.flagged, verification),
+        "verify_max_prob": verification.column(n) if verification is not None else [None] * n,
+        "undertrained_status": status,
         **(usage.columns(n) if usage is not None else {"corpus_count": [None] * n, "template_count": [None] * n}),
         "knn_exact": knn_exact_column(graph),
         "neighbors": np.asarray(graph.neighbors),               # (n, k): the table stores them as lists
         "neighbor_sims": np.asarray(graph.sims, dtype=np.float32),
-        "x": xs,
-        "y": ys,
+        "x": np.full(n, np.nan, np.float32),
+        "y": np.full(n, np.nan, np.float32),
     }
-    summary = _summary(cats, strings, scripts, ind, graph, threshold, tied)
-    summary["verification"] = verification.to_dict() if verification is not None else None
-    summary.update(verdict_lists(columns["undertrained_status"], strings, ind, verification))
-    summary["usage"] = usage.to_dict() if usage is not None else None
-    summary["layout"] = None
-    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    res = ScanResult(columns=columns, summary=summary, timings=timings, verification=verification, usage=usage,
-                     layout_job=job)
-    if not defer_layout:
-        res.finish_layout()
-    return res
 
 
 def knn_exact_column(graph) -> np.ndarray:
@@ -298,10 +276,6 @@ def confirm_flags(ind, verification: "Verification") -> None:
             ind.flag_reason[i] = ind.flag_reason[i] or "verified"
 
 
-#: values of the ``undertrained_status`` column
-STATUSES = ("verified", "candidate", "cleared", "control")
-
-
 def status_column(flagged: np.ndarray, verification: "Verification | None") -> list[str | None]:
     """Per row: ``verified`` (prompting confirmed: max_prob < cut; flagged normal rows and the
     special tokens checked in context), ``cleared`` (flagged, but the model predicts it: trained),
@@ -321,32 +295,31 @@ def status_column(flagged: np.ndarray, verification: "Verification | None") -> l
     return out
 
 
-def verdict_lists(status: list[str | None], strings, ind, verification) -> dict[str, Any]:
-    """``verified_undertrained`` and ``candidates`` for the summary, kept apart: ``{count, rows}``
-    each (rows: ``id``, ``token``, ``score``, ``reason``, and ``max_prob`` for the verified), the
-    verified in full up to :data:`LIST_MAX`, the candidates by score up to :data:`TOP_N`; plus
-    ``cleared`` (flagged rows the prompting found trained)."""
+def verdict_lists(status: list[str | None], strings, ind,
+                  verification: "Verification | None") -> dict[str, VerdictList | None]:
+    """``verified_undertrained``, ``candidates`` and ``cleared`` (flagged rows the prompting found
+    trained) for the summary, kept apart: the verified in full up to :data:`LIST_MAX`, the others
+    by score up to :data:`TOP_N`; the verified and cleared are None without verification."""
     score = ind.undertrained_score
     probs = verification.max_prob if verification is not None else {}
 
     def row(i):
-        r = {"id": int(i), "token": strings[i], "score": round(float(score[i]), 3), "reason": ind.flag_reason[i]}
-        if i in probs:
-            r["max_prob"] = probs[i]
-        return r
+        return VerdictRow(id=int(i), token=strings[i], score=round(float(score[i]), 3), reason=ind.flag_reason[i],
+                          max_prob=probs.get(i))
 
     by = defaultdict(list)
     for i, s in enumerate(status):
         if s is not None:
             by[s].append(i)
-    order = lambda ids: sorted(ids, key=lambda i: -float(np.nan_to_num(score[i], nan=-np.inf)))  # noqa: E731
-    return {
-        "verified_undertrained": None if verification is None or verification.n_checked is None else
-        {"count": len(by["verified"]), "rows": [row(i) for i in order(by["verified"])[:LIST_MAX]]},
-        "candidates": {"count": len(by["candidate"]), "rows": [row(i) for i in order(by["candidate"])[:TOP_N]]},
-        "cleared": None if verification is None or verification.n_checked is None else
-        {"count": len(by["cleared"]), "rows": [row(i) for i in order(by["cleared"])[:TOP_N]]},
-    }
+
+    def listed(name: str, most: int) -> VerdictList:
+        ids = sorted(by[name], key=lambda i: -float(np.nan_to_num(score[i], nan=-np.inf)))
+        return VerdictList(count=len(ids), rows=[row(i) for i in ids[:most]])
+
+    checked = verification is not None and verification.checked
+    return {"verified_undertrained": listed("verified", LIST_MAX) if checked else None,
+            "candidates": listed("candidate", TOP_N),
+            "cleared": listed("cleared", TOP_N) if checked else None}
 
 
 def _by_reason(ind) -> dict[str, int]:
@@ -367,96 +340,47 @@ def _listable(graph, name: str, rows: np.ndarray) -> np.ndarray:
     return rows
 
 
-def _summary(cats, strings, scripts, ind, graph, threshold, tied) -> dict[str, Any]:
-    cats_a = np.asarray(cats)
-    normal = cats_a == "normal"
-    score = ind.undertrained_score
-    counts = Counter(cats)
-    flagged_by_cat = {c: int(ind.flagged[cats_a == c].sum()) for c in counts}
-    order = np.argsort(-np.nan_to_num(score, nan=-np.inf))
-    listable = _listable(graph, "top_score:normal", normal)
-    top = [{"id": int(i), "token": strings[i], "score": round(float(score[i]), 3), "reason": ind.flag_reason[i]}
-           for i in order if listable[i]][:TOP_N]
-    iso = ind.z["isolation"]
-    listable = _listable(graph, "top_isolated", normal)
-    top_iso = [{"id": int(i), "token": strings[i], "z": round(float(iso[i]), 3)}
-               for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if listable[i]][:TOP_N]
-    per_script: dict[str, dict[str, Any]] = {}
+def _flagged(ind, normal: np.ndarray, cats_a: np.ndarray) -> FlaggedCounts:
+    unflagged = np.flatnonzero(normal & ~ind.flagged)
+    gated = {tag: sum(1 for i in unflagged if ind.flag_reason[i] is not None and tag in ind.flag_reason[i])
+             for tag in ("family", "drift")}
+    return FlaggedCounts(normal=int(ind.flagged[normal].sum()),
+                         normal_share=round(float(ind.flagged[normal].mean()) if normal.any() else 0.0, 5),
+                         by_category={str(c): int(ind.flagged[cats_a == c].sum()) for c in dict.fromkeys(cats_a)},
+                         by_reason=_by_reason(ind), zero_rows=int(ind.zero_row.sum()),
+                         isolated=int(ind.isolated[normal].sum()), **gated)
+
+
+def _per_script(ind, normal: np.ndarray, scripts: list[str], tied: bool) -> dict[str, ScriptRow]:
     groups: dict[str, list[int]] = defaultdict(list)
     for i in np.flatnonzero(normal):
         groups[scripts[i]].append(i)
     norm_col = ind.in_norm if tied else ind.out_norm
+    out = {}
     for sc, ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         ids_a = np.asarray(ids)
-        per_script[sc] = {"rows": len(ids), "flagged": int(ind.flagged[ids_a].sum()),
-                          "flagged_share": round(float(ind.flagged[ids_a].mean()), 4),
-                          "mean_norm": round(float(norm_col[ids_a].mean()), 4)}
-    n_normal = int(normal.sum())
-    ref = ind.reference
-    fit = {k: ({kk: _clean(vv) for kk, vv in v.items()} if k != "run" else v) for k, v in ind.fit.items()}
-    return {
-        "rows": len(cats),
-        "categories": dict(counts),
-        "flagged": {"normal": int(ind.flagged[normal].sum()),
-                    "normal_share": round(float(ind.flagged[normal].mean()) if n_normal else 0.0, 5),
-                    "by_category": flagged_by_cat,
-                    "by_reason": _by_reason(ind),
-                    "zero_rows": int(ind.zero_row.sum()),
-                    "isolated": int(ind.isolated[normal].sum()),
-                    **{tag: sum(1 for i in np.flatnonzero(normal & ~ind.flagged)
-                                if ind.flag_reason[i] is not None and tag in ind.flag_reason[i])
-                       for tag in ("family", "drift")}},
-        "threshold": threshold,
-        "threshold_note": ind.note,
-        "indicators": fit,
-        "top_undertrained": top,
-        "top_isolated": top_iso,
-        "per_script": per_script,
-        "knn": graph.record(),
-        "reference": {**ref.record(), "note": None if ref.ids else no_reference_note(tied)},
-        "tied": tied,
-    }
+        out[sc] = ScriptRow(rows=len(ids), flagged=int(ind.flagged[ids_a].sum()),
+                            flagged_share=round(float(ind.flagged[ids_a].mean()), 4),
+                            mean_norm=round(float(norm_col[ids_a].mean()), 4))
+    return out
 
 
-def format_scan_summary(summary: dict[str, Any]):
-    """A rich renderable (tables) for the terminal."""
-    from rich.console import Group
-    from rich.markup import escape
-    from rich.table import Table
-
-    head = Table(title="Token rows", show_header=False)
-    head.add_row("rows", str(summary["rows"]))
-    for c, v in summary["categories"].items():
-        head.add_row(f"  {c}", str(v))
-    f = summary["flagged"]
-    head.add_row("flagged normal", f"{f['normal']} ({100 * f['normal_share']:.2f} %)")
-    for r, v in f.get("by_reason", {}).items():
-        head.add_row(f"  {r} fired", str(v))
-    head.add_row("isolated normal", str(f.get("isolated", 0)))
-    head.add_row("zero rows", str(f["zero_rows"]))
-    head.add_row("threshold", str(summary["threshold"]))
-    ref = summary["reference"]
-    head.add_row("reference", f"{ref['size']} rows ({ref['source']})")
-    kn = summary["knn"]
-    head.add_row("kNN", f"{kn['method']} k={kn['k']} recall@k={kn['recall_at_k']:.3f} "
-                 f"{kn['seconds']:.1f} s{' (cached)' if kn['cached'] else ''}")
-    ver = summary.get("verification")
-    if ver:
-        head.add_row("verified", ver["note"] if ver.get("n_checked") is None else
-                     f"{ver['n_verified_undertrained']}/{ver['n_checked']} (precision {ver['precision']}); "
-                     f"controls failed {ver['controls_failed']}/{ver['controls_checked']}")
-    use = summary.get("usage")
-    if use:
-        head.add_row("flagged rows your data uses", f"{use['flagged_used']} ({use['occurrences']} occurrences)")
-    top = Table(title=f"Most under-trained normal tokens (top {len(summary['top_undertrained'])})")
-    for col in ("id", "token", "score", "why"):
-        top.add_column(col, justify="right" if col in ("id", "score") else "left")
-    for r in summary["top_undertrained"]:
-        top.add_row(str(r["id"]), escape(repr(r["token"])), f"{r['score']:.2f}", r.get("reason") or "")
-    scr = Table(title="Per script (normal tokens)")
-    for col in ("script", "rows", "flagged", "share", "mean norm"):
-        scr.add_column(col, justify="left" if col == "script" else "right")
-    for name, v in list(summary["per_script"].items())[:15]:
-        scr.add_row(name, str(v["rows"]), str(v["flagged"]), f"{100 * v['flagged_share']:.2f} %",
-                    f"{v['mean_norm']:.3f}")
-    return Group(head, top, scr)
+def _summary(cats, strings, scripts, ind, graph, threshold, tied, **parts) -> GeometryRecord:
+    """The scan's record; ``parts``: the verification's, the usage's, the verdict lists, the timings."""
+    cats_a = np.asarray(cats)
+    normal = cats_a == "normal"
+    score = ind.undertrained_score
+    order = np.argsort(-np.nan_to_num(score, nan=-np.inf))
+    listable = _listable(graph, "top_score:normal", normal)
+    top = [ScoredRow(id=int(i), token=strings[i], score=round(float(score[i]), 3), reason=ind.flag_reason[i])
+           for i in order if listable[i]][:TOP_N]
+    iso = ind.z["isolation"]
+    listable = _listable(graph, "top_isolated", normal)
+    top_iso = [IsolatedRow(id=int(i), token=strings[i], z=round(float(iso[i]), 3))
+               for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if listable[i]][:TOP_N]
+    return GeometryRecord(
+        rows=len(cats), categories=dict(Counter(cats)), flagged=_flagged(ind, normal, cats_a),
+        threshold=float(threshold), threshold_note=ind.note, indicators=fit_record(ind.fit), top_undertrained=top,
+        top_isolated=top_iso, per_script=_per_script(ind, normal, scripts, tied), knn=graph.record(),
+        reference=ind.reference.record(tied),
+        tied=tied, **parts)

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from embscope.geometry.records import UsageRecord, UsedRow
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
@@ -42,35 +44,22 @@ TOP_N = 50
 
 @dataclass
 class Usage:
-    """Counts of flagged ids in the corpus and the chat template (``summary.json`` ``geometry.usage``)."""
+    """Counts of flagged ids in the corpus and the chat template: the summary's record
+    (``summary.json`` ``geometry.usage``, fields documented on
+    :class:`~embscope.geometry.records.UsageRecord`) and the per-row counts behind it."""
 
-    texts: int
-    corpus_tokens: int
-    #: ``rendered`` or why the template was not used (``none shipped``, ``render failed: …``,
-    #: ``render refused: …``, ``off``)
-    template: str
+    #: the summary's record
+    record: UsageRecord
     #: row id -> occurrences in the corpus (flagged ids only, zero counts omitted)
     corpus: dict[int, int] = field(default_factory=dict)
     #: row id -> occurrences in the rendered template
     in_template: dict[int, int] = field(default_factory=dict)
     #: flagged ids checked
     flagged_ids: list[int] = field(default_factory=list, repr=False)
-    #: id -> (token string, flag reason) for the summary
-    labels: dict[int, tuple[str, str | None]] = field(default_factory=dict, repr=False)
 
     def used_ids(self) -> list[int]:
         """Flagged ids the data produces, most frequent first (template counts break ties)."""
-        ids = set(self.corpus) | set(self.in_template)
-        return sorted(ids, key=lambda i: (-self.corpus.get(i, 0), -self.in_template.get(i, 0), i))
-
-    def to_dict(self) -> dict[str, Any]:
-        top = [{"id": i, "token": self.labels.get(i, ("", None))[0], "reason": self.labels.get(i, ("", None))[1],
-                "corpus": self.corpus.get(i, 0), "template": self.in_template.get(i, 0)}
-               for i in self.used_ids()[:TOP_N]]
-        return {"texts": self.texts, "corpus_tokens": self.corpus_tokens, "template": self.template,
-                "flagged_checked": len(self.flagged_ids), "flagged_used": len(set(self.corpus) | set(self.in_template)),
-                "flagged_in_template": len(self.in_template), "occurrences": int(sum(self.corpus.values())),
-                "top": top}
+        return _most_used(self.corpus, self.in_template)
 
     def columns(self, n: int) -> dict[str, list[int | None]]:
         """``corpus_count`` / ``template_count``: counts for flagged rows (0 when unused), None elsewhere."""
@@ -151,7 +140,16 @@ def flagged_usage(model: "LoadedModel", flagged_ids: Sequence[int], texts: Seque
         if text is not None:
             in_template, _ = count_ids(model, [text], wanted)
     strings = model.token_strings()
-    used = set(corpus) | set(in_template)
-    labels = {i: (strings[i], reasons[i] if reasons is not None else None) for i in used}
-    return Usage(texts=len(texts), corpus_tokens=total, template=status, corpus=dict(corpus),
-                 in_template=dict(in_template), flagged_ids=ids, labels=labels)
+    corpus, in_template = dict(corpus), dict(in_template)
+    top = [UsedRow(id=i, token=strings[i], reason=reasons[i] if reasons is not None else None,
+                   corpus=corpus.get(i, 0), template=in_template.get(i, 0))
+           for i in _most_used(corpus, in_template)[:TOP_N]]
+    record = UsageRecord(texts=len(texts), corpus_tokens=total, template=status, flagged_checked=len(ids),
+                         flagged_used=len(set(corpus) | set(in_template)), flagged_in_template=len(in_template),
+                         occurrences=int(sum(corpus.values())), top=top)
+    return Usage(record, corpus=corpus, in_template=in_template, flagged_ids=ids)
+
+
+def _most_used(corpus: dict[int, int], in_template: dict[int, int]) -> list[int]:
+    """The ids either count holds, most frequent in the corpus first (template counts break ties)."""
+    return sorted(set(corpus) | set(in_template), key=lambda i: (-corpus.get(i, 0), -in_template.get(i, 0), i))

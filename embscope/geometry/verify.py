@@ -27,10 +27,12 @@ others get a note. Runs on the GPU when there is one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from embscope.geometry.records import SpecialRow, SpecialsRecord, VerificationRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.indicators import Indicators
@@ -94,57 +96,25 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
 
 @dataclass
 class Verification:
-    """What the prompting found (``summary.json`` ``geometry.verification``)."""
+    """What the prompting found: its record (``summary.json`` ``geometry.verification``, fields
+    documented on :class:`~embscope.geometry.records.VerificationRecord`) and the per-row
+    probabilities the columns and the verdict lists are built from."""
 
-    #: flagged rows checked (None when the model could not be loaded)
-    n_checked: int | None = None
-    #: of those, rows with max_prob < MAX_PROB_CUT
-    n_verified_undertrained: int | None = None
-    #: n_verified_undertrained / n_checked
-    precision: float | None = None
-    #: 95 % Wilson interval of ``precision`` ([low, high])
-    precision_ci95: list[float] | None = None
-    #: how the rows were picked: ``top`` (highest scores) or ``random`` (seeded sample of all flags)
-    sample: str = "top"
-    #: the seed of the random sample and of the controls
-    seed: int = 0
-    #: flagged normal rows the sample was drawn from
-    pool: int | None = None
-    controls_checked: int | None = None
-    #: controls (trained rows) with max_prob < MAX_PROB_CUT
-    controls_failed: int | None = None
-    #: prompt names used
-    prompts: list[str] = field(default_factory=list)
-    max_prob_cut: float = MAX_PROB_CUT
-    device: str | None = None
-    seconds: float | None = None
-    #: wall seconds of the prompting per row checked (candidates, controls and family rows)
-    seconds_per_row: float | None = None
-    #: the time cap the run was given (null: none) and whether it stopped there
-    time_cap_s: float | None = None
-    stopped_at_cap: bool = False
-    #: family rows (knot without collapse, not flagged) checked, and of those verified (flagged then)
-    family_checked: int | None = None
-    family_verified: int | None = None
-    #: special and template tokens checked in context: {source (template, data), checked, verified,
-    #: rows [{id, token, max_prob, verified}]}; null when none was used
-    specials: dict[str, Any] | None = None
-    #: the body's precision in the forward passes, the thread count, and the rows the float32
-    #: re-check decided (:func:`prompt_probs`)
-    forward_dtype: str | None = None
-    threads: int | None = None
-    rechecked_float32: int | None = None
-    note: str | None = None
+    #: the summary's record
+    record: VerificationRecord
     #: row id -> max_prob (candidates, controls and specials)
     max_prob: dict[int, float] = field(default_factory=dict, repr=False)
     #: row ids of the controls
     control_ids: list[int] = field(default_factory=list, repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("max_prob")
-        d.pop("control_ids")
-        return d
+    @property
+    def max_prob_cut(self) -> float:
+        return self.record.max_prob_cut
+
+    @property
+    def checked(self) -> bool:
+        """The prompting ran (a model that could not be loaded or prompted checked nothing)."""
+        return self.record.n_checked is not None
 
     def column(self, n: int) -> list[float | None]:
         """``verify_max_prob`` per row (None where unchecked)."""
@@ -432,35 +402,77 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     reached stay unchecked and are left out of ``n_checked``.
     """
     import time
-    from contextlib import nullcontext
 
     import torch
 
-    from embscope.models.fullmodel import fastest_threads, load_causal_lm, why_not_causal
+    from embscope.models.fullmodel import load_causal_lm, why_not_causal
 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]
-    base = {"sample": sample, "seed": seed, "prompts": names, "time_cap_s": time_cap_s}
+    base = {"sample": sample, "seed": seed, "prompts": names, "max_prob_cut": MAX_PROB_CUT,
+            "time_cap_s": None if time_cap_s is None else float(time_cap_s)}
     if model.vocab is None:
-        return Verification(**base, note=f"{model.name} ships no tokenizer: prompts cannot be built")
+        return Verification(VerificationRecord(**base, note=f"{model.name} ships no tokenizer: prompts cannot be "
+                                                            "built"))
     reason = why_not_causal(model)
     if reason is not None:
-        return Verification(**base, note=f"not verified: {reason}")
+        return Verification(VerificationRecord(**base, note=f"not verified: {reason}"))
     cands, controls, pool = pick_rows(ind, model.categories, n, len(model.vocab), sample=sample, seed=seed)
     families = family_rows(ind, model.categories, n)
     holder = placeholder_token(model.vocab, model.categories)
     prompts = build_prompts(model, holder) if holder is not None else []
     if not prompts:
-        return Verification(**base, pool=pool, note="not verified: no placeholder token survives "
-                            "tokenization in the prompts")
+        return Verification(VerificationRecord(**base, pool=pool, note="not verified: no placeholder token "
+                                                "survives tokenization in the prompts"))
     try:
         lm = load_causal_lm(model)
     except Exception as exc:  # noqa: BLE001 - weights that do not load are a note
-        return Verification(**base, pool=pool, note=f"not verified: the weights did not load "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})")
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return Verification(VerificationRecord(**base, pool=pool,
+                                               note=f"not verified: the weights did not load ({why})"))
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    lm.to(dev)
     deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
+    probs, specials, run = _prompt(model, ind, lm, prompts, (cands, controls, families), dev, deadline, texts)
+    checked = [i for i in cands if i in probs]
+    ctrl = [i for i in controls if i in probs]
+    fam = [i for i in families if i in probs]
+    ver = [probs[i] < MAX_PROB_CUT for i in checked]
+    failed = [probs[i] < MAX_PROB_CUT for i in ctrl]
+    stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
+    sp_probs = {r.id: r.max_prob for r in specials.rows} if specials is not None else {}
+    k = int(sum(ver))
+    what = "the highest-scoring flags" if sample == "top" else f"a random sample of all {pool} flagged normal rows"
+    record = VerificationRecord(
+        **{**base, "prompts": [p[0] for p in prompts]},
+        n_checked=len(checked), n_verified_undertrained=k,
+        precision=round(k / len(checked), 4) if checked else None,
+        precision_ci95=list(wilson(k, len(checked)) or []) or None,
+        pool=pool, controls_checked=len(ctrl), controls_failed=int(sum(failed)),
+        device=dev, seconds=round(time.perf_counter() - t0, 2),
+        seconds_per_row=round(run["prompt_seconds"] / max(1, len(checked) + len(ctrl) + len(fam)), 3),
+        stopped_at_cap=stopped, specials=specials, forward_dtype=run["forward_dtype"], threads=run["threads"],
+        rechecked_float32=run["rechecked_float32"],
+        family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
+        note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
+              f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
+              + (f"; stopped at the {time_cap_s:g} s cap" if stopped else "")))
+    max_prob = {**{i: round(probs[i], 6) for i in checked + ctrl + fam}, **sp_probs}
+    return Verification(record, max_prob=max_prob, control_ids=ctrl)
+
+
+def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, groups, dev: str, deadline, texts):
+    """``(probs, specials, run)``: max_prob per row of each group (candidates first, so a run stopped
+    at the deadline still has its precision), the special tokens checked in context, and how it ran
+    (``prompt_seconds``, ``forward_dtype``, ``threads``, ``rechecked_float32``). On a CPU the body
+    runs in the fastest precision measured here, the band around the cut re-checked in float32."""
+    import time
+    from contextlib import nullcontext
+
+    import torch
+
+    from embscope.models.fullmodel import fastest_threads
+
+    lm.to(dev)
     t1 = time.perf_counter()
     try:
         with fastest_threads() if dev == "cpu" else nullcontext():
@@ -471,51 +483,26 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
                 dtype = fast_dtype(lm)
                 low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
             threads = torch.get_num_threads() if dev == "cpu" else None
-            # candidates first: a run stopped at the time cap still has its precision
             probs, rechecked = {}, 0
-            for group, what in ((cands, "verifying"), (controls, "verifying controls"),
-                                (families, "verifying families")):
+            for group, what in zip(groups, ("verifying", "verifying controls", "verifying families")):
                 got, n_re = prompt_probs(lm, low, prompts, group, dev, deadline=deadline, description=what)
                 probs.update(got)
                 rechecked += n_re
             prompt_seconds = time.perf_counter() - t1
             specials, n_re = _check_specials(model, ind, lm, low, dev, texts)
-            rechecked += n_re
             body = "float32" if low is None else str(dtype).replace("torch.", "")
             del low
     finally:
         lm.to("cpu")
-    checked = [i for i in cands if i in probs]
-    ctrl = [i for i in controls if i in probs]
-    fam = [i for i in families if i in probs]
-    ver = [probs[i] < MAX_PROB_CUT for i in checked]
-    failed = [probs[i] < MAX_PROB_CUT for i in ctrl]
-    stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
-    sp_probs = {r["id"]: r["max_prob"] for r in (specials or {}).get("rows", [])}
-    k = int(sum(ver))
-    what = "the highest-scoring flags" if sample == "top" else f"a random sample of all {pool} flagged normal rows"
-    return Verification(
-        **{**base, "prompts": [p[0] for p in prompts]},
-        n_checked=len(checked), n_verified_undertrained=k,
-        precision=round(k / len(checked), 4) if checked else None,
-        precision_ci95=list(wilson(k, len(checked)) or []) or None,
-        pool=pool, controls_checked=len(ctrl), controls_failed=int(sum(failed)),
-        device=dev, seconds=round(time.perf_counter() - t0, 2),
-        seconds_per_row=round(prompt_seconds / max(1, len(checked) + len(ctrl) + len(fam)), 3),
-        stopped_at_cap=stopped, specials=specials, forward_dtype=body, threads=threads,
-        rechecked_float32=rechecked,
-        family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
-        note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
-              f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
-              + (f"; stopped at the {time_cap_s:g} s cap" if stopped else "")),
-        max_prob={**{i: round(probs[i], 6) for i in checked + ctrl + fam}, **sp_probs}, control_ids=ctrl)
+    return probs, specials, {"prompt_seconds": prompt_seconds, "forward_dtype": body, "threads": threads,
+                             "rechecked_float32": rechecked + n_re}
 
 
 def _check_specials(model: "LoadedModel", ind: "Indicators", lm, low, device: str,
-                    texts: Sequence[str] | None) -> tuple[dict[str, Any] | None, int]:
-    """The ``specials`` block of :class:`Verification` and how many of them the float32 re-check
-    decided: every special token the rendered chat template or the corpus uses, checked where it
-    is used (flagged or not: a template token appears in every chat example, so its state matters
+                    texts: Sequence[str] | None) -> tuple[SpecialsRecord | None, int]:
+    """The ``specials`` block of :class:`~embscope.geometry.records.VerificationRecord` and how many
+    of them the float32 re-check decided: every special token the rendered chat template or the
+    corpus uses, checked where it is used (flagged or not: a template token appears in every chat example, so its state matters
     either way). With ``low`` (the bf16-body copy) the values come from it, and the ids within a
     factor :data:`RECHECK_FACTOR` of the cut are measured again on ``lm`` (:func:`prompt_probs`)."""
     cats = model.categories
@@ -533,6 +520,7 @@ def _check_specials(model: "LoadedModel", ind: "Indicators", lm, low, device: st
     else:
         band = set()
     strings = model.token_strings()
-    rows = [{"id": i, "token": strings[i], "max_prob": round(p, 6), "verified": p < MAX_PROB_CUT,
-             "flagged": bool(ind.flagged[i])} for i, p in sorted(probs.items())]
-    return {"source": source, "checked": len(rows), "verified": sum(r["verified"] for r in rows), "rows": rows}, len(band)
+    rows = [SpecialRow(id=int(i), token=strings[i], max_prob=float(round(p, 6)), verified=bool(p < MAX_PROB_CUT),
+                       flagged=bool(ind.flagged[i])) for i, p in sorted(probs.items())]
+    record = SpecialsRecord(source=source, checked=len(rows), verified=sum(r.verified for r in rows), rows=rows)
+    return record, len(band)

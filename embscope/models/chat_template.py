@@ -101,29 +101,39 @@ class RecordRefused(RenderFailed):
     """One conversation passes a render bound that the probe conversations do not (see the module
     docstring): that conversation is refused, not the template."""
 def read_chat_template(model: "LoadedModel") -> str | None:
-    """The chat template the base model ships (GGUF metadata or tokenizer_config.json), if any."""
+    """The chat template the base model ships, if any: GGUF metadata ``tokenizer.chat_template``;
+    for a folder, ``tokenizer_config.json``'s ``chat_template`` (a named list: its ``default``),
+    else ``chat_template.jinja`` (where transformers ≥ 4.43 saves it, with or without a config).
+    A damaged ``tokenizer_config.json`` is an error naming the file, not "no template"."""
     path = Path(model.path)
-    try:
-        if path.suffix == ".gguf":
-            from embscope.formats.gguf import open_gguf
+    if path.suffix == ".gguf":
+        from embscope.formats.gguf import open_gguf
 
+        try:
             field = open_gguf(path).fields.get("tokenizer.chat_template")
-            value = field.contents() if hasattr(field, "contents") else field
-            return value if isinstance(value, str) else None
-        cfg = path / "tokenizer_config.json"
-        if cfg.exists():
-            from embscope.formats.files import read_json
+        except Exception:  # noqa: BLE001 - the GGUF was read when the model loaded; a template is optional
+            return None
+        value = field.contents() if hasattr(field, "contents") else field
+        return value if isinstance(value, str) else None
+    template = None
+    cfg = path / "tokenizer_config.json"
+    if cfg.is_file():
+        from embscope.errors import ModelFileError
+        from embscope.formats.files import read_json
 
-            template = read_json(cfg, what="tokenizer config").get("chat_template")
-            if isinstance(template, list):  # several named templates: transformers uses "default"
-                named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-                template = named.get("default")
-            if not isinstance(template, str) and (path / "chat_template.jinja").is_file():
-                template = (path / "chat_template.jinja").read_text("utf-8")
-            return template if isinstance(template, str) else None
-    except Exception:  # a missing template is not worth failing the run
-        return None
-    return None
+        data = read_json(cfg, what="tokenizer config")
+        if not isinstance(data, dict):
+            raise ModelFileError(f"{cfg} is not a JSON object: re-download it")
+        template = data.get("chat_template")
+        if isinstance(template, list):  # several named templates: transformers uses "default"
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+    jinja = path / "chat_template.jinja"
+    if not isinstance(template, str) and jinja.is_file():
+        from embscope.formats.files import read_bytes
+
+        template = read_bytes(jinja, what="chat template", min_bytes=0).decode("utf-8", "replace")
+    return template if isinstance(template, str) else None
 
 
 def special_token_strings(model: "LoadedModel") -> dict[str, str]:

@@ -170,7 +170,6 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
 
     ``lookup``: token ids whose raw text is returned under ``"lookup"`` ({str(id): token}).
     """
-    import numpy as np
     import polars as pl
 
     path = Path(out_dir) / "tokens.parquet"
@@ -217,42 +216,54 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
     scan_reason = skip_reason(summary, "tokens") or "the geometry scan did not run"
     tokens = df["token"].fill_null("").to_list()
 
+    out["top"] = _top_table(df, cols, tokens, n) if "undertrained_score" in cols else {"reason": scan_reason}
+    out["map"] = _map_sample(df, cols, flagged, scan_reason)
+    return out
+
+
+def _top_table(df, cols: set[str], tokens: list[str], n: int) -> dict[str, Any]:
+    """The page's top table, each row with its nearest neighbours."""
+    import polars as pl
+
     # Top list: the TOP_N highest scores among normal tokens, and apart from them the TOP_N
     # highest among the other categories (special, padding, ...: not trained like text, so the
     # page shows them only on request), merged, highest score first.
-    if "undertrained_score" in cols:
-        scored = (df.with_columns(pl.col("undertrained_score").cast(pl.Float64).fill_nan(None))
-                  .filter(pl.col("undertrained_score").is_not_null()))
-        if "category" in cols:
-            is_normal = pl.col("category") == "normal"
-            top = pl.concat([
-                scored.filter(is_normal).sort("undertrained_score", descending=True).head(TOP_N),
-                scored.filter(~is_normal | pl.col("category").is_null())
-                .sort("undertrained_score", descending=True).head(TOP_N),
-            ]).sort("undertrained_score", descending=True)
-        else:
-            top = scored.sort("undertrained_score", descending=True).head(TOP_N)
-        show = [c for c in ("token_id", "token", "category", "script", "undertrained_score", "flag_reason",
-                            "in_norm", "out_norm", "magikarp_sim", "knot", "isolation", "verify_max_prob",
-                            "undertrained_status", "corpus_count", "flagged")
-                if c in top.columns and not (c in ("out_norm", "magikarp_sim", "verify_max_prob", "undertrained_status", "corpus_count")
-                                             and top[c].null_count() == top.height)]
-        rows = []
-        for rec in top.iter_rows(named=True):
-            row = {c: _num(rec[c]) for c in show}
-            if "neighbors" in rec and rec["neighbors"] is not None:
-                ids = list(rec["neighbors"])[:TOP_NEIGHBOURS]
-                sims = list(rec.get("neighbor_sims") or [])[:TOP_NEIGHBOURS]
-                row["neighbors"] = [[int(j), tokens[j] if 0 <= j < n else "", _num(sims[k]) if k < len(sims) else None]
-                                    for k, j in enumerate(ids)]
-            rows.append(row)
-        cats_in_top = sorted({r.get("category") or "unknown" for r in rows},
-                             key=lambda c: (c != "normal", c))
-        out["top"] = {"columns": show + (["neighbors"] if "neighbors" in cols else []), "rows": rows,
-                      "categories": cats_in_top,
-                      "default": "normal" if "normal" in cats_in_top else "all", "per_group": TOP_N}
+    scored = (df.with_columns(pl.col("undertrained_score").cast(pl.Float64).fill_nan(None))
+              .filter(pl.col("undertrained_score").is_not_null()))
+    if "category" in cols:
+        is_normal = pl.col("category") == "normal"
+        top = pl.concat([
+            scored.filter(is_normal).sort("undertrained_score", descending=True).head(TOP_N),
+            scored.filter(~is_normal | pl.col("category").is_null())
+            .sort("undertrained_score", descending=True).head(TOP_N),
+        ]).sort("undertrained_score", descending=True)
     else:
-        out["top"] = {"reason": scan_reason}
+        top = scored.sort("undertrained_score", descending=True).head(TOP_N)
+    show = [c for c in ("token_id", "token", "category", "script", "undertrained_score", "flag_reason",
+                        "in_norm", "out_norm", "magikarp_sim", "knot", "isolation", "verify_max_prob",
+                        "undertrained_status", "corpus_count", "flagged")
+            if c in top.columns and not (c in ("out_norm", "magikarp_sim", "verify_max_prob", "undertrained_status", "corpus_count")
+                                         and top[c].null_count() == top.height)]
+    rows = []
+    for rec in top.iter_rows(named=True):
+        row = {c: _num(rec[c]) for c in show}
+        if "neighbors" in rec and rec["neighbors"] is not None:
+            ids = list(rec["neighbors"])[:TOP_NEIGHBOURS]
+            sims = list(rec.get("neighbor_sims") or [])[:TOP_NEIGHBOURS]
+            row["neighbors"] = [[int(j), tokens[j] if 0 <= j < n else "", _num(sims[k]) if k < len(sims) else None]
+                                for k, j in enumerate(ids)]
+        rows.append(row)
+    cats_in_top = sorted({r.get("category") or "unknown" for r in rows},
+                         key=lambda c: (c != "normal", c))
+    return {"columns": show + (["neighbors"] if "neighbors" in cols else []), "rows": rows,
+            "categories": cats_in_top,
+            "default": "normal" if "normal" in cats_in_top else "all", "per_group": TOP_N}
+
+
+def _map_sample(df, cols: set[str], flagged, scan_reason: str) -> dict[str, Any]:
+    """The map's points, or why there is no map."""
+    import numpy as np
+    import polars as pl
 
     # Map: every flagged row plus a seeded uniform sample of the others, at most MAP_MAX_POINTS.
     xy_ok = None
@@ -290,11 +301,9 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
                 m[key] = [pos[v] for v in vals]
         if flagged is not None:
             m["flag"] = [int(b) for b in flagged[idx]]
-        out["map"] = m
-    else:
-        has_scan = "undertrained_score" in cols
-        out["map"] = {"reason": "the 2-D layout was not computed (no x, y columns)" if has_scan else scan_reason}
-    return out
+        return m
+    has_scan = "undertrained_score" in cols
+    return {"reason": "the 2-D layout was not computed (no x, y columns)" if has_scan else scan_reason}
 
 
 def _by_count(values: list[str]) -> list[tuple[str, int]]:

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from embscope import __version__
 from embscope.errors import OutputError
 from embscope.report.data import DOUBLE_COST, build_payload
 from embscope.report.escape import display_token, script_json
@@ -134,15 +135,6 @@ def _env():
     return env
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("embscope")
-    except Exception:
-        return "dev"
-
-
 def render_html(out_dir: Path) -> str:
     """The page for ``out_dir`` as a string (see :func:`render` for the file)."""
     from embscope.report.atlas import atlas_command
@@ -161,7 +153,7 @@ def render_html(out_dir: Path) -> str:
         double_cost=DOUBLE_COST,
         atlas_cmd="embscope export atlas . && " + atlas_command("atlas/tokens.parquet"),
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        renderer_version=_version(),
+        renderer_version=__version__,  # for a summary.json without a version
         css=_asset("report.css"),
         js=js,
         script_hash=_csp_hash(js),

@@ -85,9 +85,9 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
                               verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts,
                               defer_layout=True)
         columns.update(result.columns)
-        geometry = GeometryRecord.from_dict(result.summary, strict=True)
+        geometry = result.summary
         if result.layout_job is not None:
-            out.pending = _PendingMap(result, columns, geometry, out, inputs.steps)
+            out.pending = _PendingMap(result, columns, out, inputs.steps)
         out.live = Scanned(model, result)
         out.gives["scan"] = out.live
         if geometry.reference.size == 0:
@@ -106,20 +106,18 @@ class _PendingMap:
     """The map the scan left laying out in its own process while the later sections run: collected
     (``finish``) when the tables are about to be written, into the tokens table and the record."""
 
-    def __init__(self, result, columns, geometry, out, steps):
-        self.result, self.columns, self.geometry, self.out, self.steps = result, columns, geometry, out, steps
+    def __init__(self, result, columns, out, steps):
+        self.result, self.columns, self.out, self.steps = result, columns, out, steps
 
     def finish(self) -> None:
+        """Collect the map: ``x``, ``y`` into the tokens table; the layout record and the timings
+        into the scan's record (the tokens record's ``geometry``, the same object)."""
         import polars as pl
-
-        from embscope.geometry.records import LayoutRecord
 
         with self.steps.step("map", "2-D map (laid out alongside the later sections)"):
             self.result.finish_layout()
         xy = {c: self.result.columns[c] for c in ("x", "y")}
         self.columns.update(xy)
-        self.geometry.layout = LayoutRecord.from_dict(self.result.summary["layout"], strict=True)
-        self.geometry.timings = dict(self.result.summary["timings"])
         self.out.tables["tokens"] = self.out.tables["tokens"].with_columns(
             *(pl.Series(c, v, dtype=pl.Float32) for c, v in xy.items()))
 
