@@ -282,10 +282,10 @@ def test_languages_drift_follows_the_trained_rows(run, tmp_path):
                 p.add_(0.05)
     pm.save_pretrained(str(tmp_path / "tt"))
     r = embscope.diff(str(run["base"]), str(tmp_path / "tt"), languages="udhr").summary.sections.diff
-    by = {row["language"]: row for row in r.languages}
+    by = {row.language: row for row in r.languages}
     assert r.matrices["input"].moved == len(ids)
-    assert by["eng"]["moved_share"] > 0.1 and by["tha"]["moved_share"] == 0.0
-    assert by["eng"]["moved_share"] > max(row["moved_share"] for row in r.languages if row["script"] != "Latin")
+    assert by["eng"].moved_share > 0.1 and by["tha"].moved_share == 0.0
+    assert by["eng"].moved_share > max(row.moved_share for row in r.languages if row.script != "Latin")
     assert r.languages[0].moved_share >= r.languages[-1].moved_share
 
 
