@@ -220,9 +220,9 @@ def test_near_duplicates_everywhere_make_it_exact_search(smol_rows):
     assert np.allclose(cert.sims, v.numpy(), atol=1e-6)
 
 
-def test_a_list_past_the_search_cap_shows_only_rows_searched_exactly(smol_rows, monkeypatch):
-    """A most-isolated list the certificate cannot prove within its cap is drawn from the rows it
-    searched exactly, so every z it shows is exact search's."""
+def test_a_list_past_the_search_cap_is_marked_unproven(smol_rows, monkeypatch):
+    """A most-isolated list the certificate cannot prove within its cap is marked so (the scan then
+    lists only rows searched exactly) and costs no further search."""
     from embscope.geometry import certify
 
     monkeypatch.setattr(certify, "LIST_REFINE_CAP", 1)
@@ -230,4 +230,20 @@ def test_a_list_past_the_search_cap_shows_only_rows_searched_exactly(smol_rows, 
     x = smol_rows[:6000]
     cert = certified_graph(x, 10, progress=False)
     assert cert.certificate["lists"]["top_isolated"] is False
-    assert cert.certificate["refined"].get("list: top_isolated") == 8   # the most urgent batch only
+    assert "list: top_isolated" not in cert.certificate["refined"]      # nothing searched past the cap
+
+
+def test_an_unproven_list_shows_only_rows_searched_exactly():
+    """The scan's lists draw from rows with exact neighbours when the certificate could not prove
+    them, and from every row otherwise."""
+    from types import SimpleNamespace
+
+    from embscope.geometry.scan import _listable
+
+    normal = np.array([True, True, True, False])
+    exact = np.array([True, False, True, True])
+    unproven = SimpleNamespace(exact=exact, params={"certificate": {"lists": {"top_isolated": False}}})
+    proven = SimpleNamespace(exact=exact, params={"certificate": {"lists": {"top_isolated": True}}})
+    assert _listable(unproven, "top_isolated", normal).tolist() == [True, False, True, False]
+    assert _listable(proven, "top_isolated", normal).tolist() == normal.tolist()
+    assert _listable(SimpleNamespace(exact=None, params={}), "top_isolated", normal).tolist() == normal.tolist()
