@@ -155,6 +155,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         reuse_freed_blocks()
     if opts.repair_to is not None:  # refused before any work, like --out
         _check_repair(opts, given, out, force)
+    if opts.apply_to is not None and "apply" in (s.name for s in specs):
+        _check_apply(opts, given, out, force)
     resolved, extra_vocabs = _resolve(model, tokenizers, opts)
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
     target = Path(out) if out is not None else default_out(label, kind)
@@ -201,6 +203,14 @@ def _check_repair(opts: RunOptions, given: _Given, out, force: bool) -> None:
     check_distinct([("--out", out), ("--repair", opts.repair_to)])
     check_target(opts.repair_to, force=force, inputs=[*given.corpora, *(p for p in given.data if p.exists())])
     _check_repair_kind(Path(opts.repair_to))
+
+
+def _check_apply(opts: RunOptions, given: _Given, out, force: bool) -> None:
+    """``--apply OUT``: a target apart from ``--out`` that it may write (checked before any work)."""
+    from embscope.output import check_distinct, check_target
+
+    check_distinct([("--out", out), ("--apply", opts.apply_to)])
+    check_target(opts.apply_to, force=force, inputs=[p for p in (given.domain, *given.languages) if p is not None])
 
 
 def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):

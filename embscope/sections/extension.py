@@ -106,7 +106,8 @@ class ExtensionRecord(Record):
     engine: dict[str, Any] = field(default_factory=dict)
 
 
-@section("extension", record=ExtensionRecord, tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens"))
+@section("extension", record=ExtensionRecord, tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens"),
+         gives=("extension",))
 def extension_section(inputs: Inputs) -> SectionOutput:
     """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
     from embscope.errors import CorpusError
@@ -137,4 +138,4 @@ def extension_section(inputs: Inputs) -> SectionOutput:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
     record = ExtensionRecord.from_dict(ext.summary, strict=True)
     return SectionOutput(record=record, tables={"candidates": ext.table, "new_tokens": ext.new_tokens},
-                         live=(inputs.model, ext))
+                         live=ext, gives={"extension": ext})

@@ -15,7 +15,8 @@ context       model                                    —                      
 tokens        model, corpora                           tokens, scan                tokens
 languages     vocabs, model, languages, tokens, domain domain (first 1-language    languages
                                                        corpus, when none given)
-extension     model, domain, tokens                    —                           candidates, new_tokens
+extension     model, domain, tokens                    extension                   candidates, new_tokens
+apply         model, extension, tokens, force          —                           —
 finetune      model, tokens, data                      repair_rows                 findings
 repair        scan, repair_rows, force                 —                           —
 diff          model, tokens, data, languages           —                           diff
@@ -35,11 +36,11 @@ checks that the three agree.
 
 from __future__ import annotations
 
-from embscope.sections import context, diff, extension, finetune, languages, repair, tokens
+from embscope.sections import apply, context, diff, extension, finetune, languages, repair, tokens
 from embscope.sections.base import REGISTERED, Section
 
 #: the section modules in run order: a section reads only what the ones before it give
-MODULES = (context, tokens, languages, extension, finetune, repair, diff)
+MODULES = (context, tokens, languages, extension, apply, finetune, repair, diff)
 
 SECTIONS: tuple[Section, ...] = tuple(s for m in MODULES for s in REGISTERED.values() if s.run.__module__ == m.__name__)
 #: section names in run order
