@@ -13,8 +13,7 @@ section       reads                                    gives                    
 ============  =======================================  ==========================  ======================
 context       model                                    —                           —
 tokens        model, corpora                           tokens, scan                tokens
-languages     vocabs, model, languages, tokens, domain domain (first 1-language    languages
-                                                       corpus, when none given)
+languages     vocabs, model, languages, tokens         —                           languages
 extension     model, domain, tokens                    extension                   candidates, new_tokens
 apply         model, extension, tokens, force          —                           —
 finetune      model, tokens, data                      repair_rows                 findings
@@ -22,6 +21,8 @@ repair        scan, repair_rows, force                 —                      
 diff          model, tokens, data, languages           —                           diff
 ============  =======================================  ==========================  ======================
 
+The runner fills the inputs from what the run was given; ``domain`` (the extension's corpus) is the
+one it was given, else the first corpus in one language (:func:`embscope.runner.domain_corpus`).
 The inputs bear the command line's names: ``data`` is ``--data`` (training data), ``corpora`` is
 ``--corpus`` (the user's own text), ``languages`` the corpora measured per language.
 
