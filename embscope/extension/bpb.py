@@ -41,11 +41,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from embscope.records import Record
 from embscope.extension.fidelity import LOGIT_ROWS, Parts, _cap, _embed_ids, _hidden_of, exact, parts
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
+
+
+@dataclass
+class BitsPerByte(Record):
+    """The original model and tokenizer on a text sample (:func:`summarize`'s first part)."""
+
+    #: bits per UTF-8 byte (lower is better)
+    bits_per_byte: float
+    #: its standard error over texts
+    bits_per_byte_se: float | None = None
+    #: tokens per byte
+    tokens_per_byte: float | None = None
+    #: bytes of the sample
+    bytes: int = 0
+    #: texts in it
+    texts: int = 0
+    #: of those, texts the extended tokenizer reads differently
+    texts_changed: int | None = None
+    #: what the sample is
+    source: str | None = None
 
 
 @dataclass
