@@ -50,7 +50,7 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
             console.print(Text(f"skipped in {path}: {skipped}", style="yellow"))
 
 
-def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
+def extension_table(res: Any) -> None:
     """Savings headline and one row per initialisation strategy, best score first."""
     from rich.console import Console
     from rich.table import Table
@@ -103,5 +103,6 @@ def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
         if s.general_note:
             con.print(Text(s.general_note, style="yellow"))
     con.print(Text(f"candidates: {res.folder / 'candidates.parquet'}"))
-    if manifest is not None:
-        con.print(Text(f"extended model ({manifest['format']}, {manifest['init']}): {apply_to}"))
+    applied = res.summary.sections.apply
+    if applied is not None:
+        con.print(Text(f"extended model ({applied.format}, {applied.init}): {applied.folder}"))
