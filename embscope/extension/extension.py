@@ -316,12 +316,8 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
               reason: str | None, plan, general, budget: dict[str, float | None]):
     """``(figures per strategy, summary extras)``: rows per strategy, their norms and neighbours,
     and with the whole model the measurements of :mod:`embscope.extension.evaluate`."""
-    import torch
-
     from embscope.extension.contexts import collect, start_ids
-    from embscope.extension.diagnostics import TOP_K, row_diagnostics
     from embscope.extension.evaluate import AUDIT_PLAN, Plan, measure
-    from embscope.extension.init import initialise, nearest_trained, parse_init
 
     plan = plan or Plan()
     ext = result.extension
@@ -351,36 +347,10 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
     # One context per matrix for every strategy (its mean and norms are computed once), and one
     # pass per matrix for the nearest neighbours of every strategy's rows.
     ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms, distil=distil)
-    rows_of: dict[str, dict] = {}
-    skipped: dict[str, str] = {}
-    for spec in specs:
-        try:
-            rows_of[spec] = {which: initialise(name, ctxs[which])
-                             for which, name in zip(("embed", "output"), parse_init(spec)) if which in ctxs}
-        except SpecError as err:  # auto's extras (distil without a model or over budget, omp without GloVe)
-            if spec not in optional:
-                raise
-            skipped[spec] = str(err)
+    rows_of, skipped = _strategy_rows(specs, ctxs, optional)
     specs = [s for s in specs if s in rows_of]
     result.rows = rows_of
-    nearest: dict[tuple[str, str], tuple] = {}
-    for which, ctx in ctxs.items():
-        sims, ids = nearest_trained(ctx, torch.cat([rows_of[spec][which] for spec in specs]), TOP_K)
-        at = 0
-        for spec in specs:
-            n = rows_of[spec][which].shape[0]
-            nearest[(spec, which)] = (sims[at:at + n], ids[at:at + n])
-            at += n
-    out: dict[str, dict] = {}
-    for spec in specs:
-        d = row_diagnostics(spec, rows_of[spec]["embed"], ctxs["embed"], result.terms, names,
-                            nearest=nearest[(spec, "embed")]).to_dict()
-        if "output" in rows_of[spec]:
-            od = row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], result.terms, names,
-                                 nearest=nearest[(spec, "output")])
-            d["output_norm_percentile_median"] = od.norm_percentile_median
-            d["output_nearest_cosine_median"] = od.nearest_cosine_median
-        out[spec] = d
+    out = _row_figures(specs, rows_of, ctxs, result.terms, names)
     extra: dict[str, Any] = {"skipped_strategies": skipped, "omp_known_terms": ctxs["embed"].memo.get("omp_known"),
                              "distil_budget": budget.get("distil")}
     if lm is None:
@@ -399,3 +369,49 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         + (" (audit's sample; extend reads more)" if plan == AUDIT_PLAN else "")
         if found.held else "no held-out context holds a new token")
     return out, extra
+
+
+def _strategy_rows(specs, ctxs, optional) -> tuple[dict[str, dict], dict[str, str]]:
+    """``({spec: {"embed", "output"?}}, {spec auto could not run: why})``: each strategy's rows."""
+    from embscope.extension.init import initialise, parse_init
+
+    rows_of: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for spec in specs:
+        try:
+            rows_of[spec] = {which: initialise(name, ctxs[which])
+                             for which, name in zip(("embed", "output"), parse_init(spec)) if which in ctxs}
+        except SpecError as err:  # auto's extras (distil without a model or over budget, omp without GloVe)
+            if spec not in optional:
+                raise
+            skipped[spec] = str(err)
+    return rows_of, skipped
+
+
+def _row_figures(specs, rows_of, ctxs, terms, names) -> dict[str, dict]:
+    """Norms and nearest trained rows of every strategy's rows: one nearest-row pass per matrix for
+    all strategies together (:func:`embscope.extension.diagnostics.row_diagnostics`)."""
+    import torch
+
+    from embscope.extension.diagnostics import TOP_K, row_diagnostics
+    from embscope.extension.init import nearest_trained
+
+    nearest: dict[tuple[str, str], tuple] = {}
+    for which, ctx in ctxs.items():
+        sims, ids = nearest_trained(ctx, torch.cat([rows_of[spec][which] for spec in specs]), TOP_K)
+        at = 0
+        for spec in specs:
+            n = rows_of[spec][which].shape[0]
+            nearest[(spec, which)] = (sims[at:at + n], ids[at:at + n])
+            at += n
+    out: dict[str, dict] = {}
+    for spec in specs:
+        d = row_diagnostics(spec, rows_of[spec]["embed"], ctxs["embed"], terms, names,
+                            nearest=nearest[(spec, "embed")]).to_dict()
+        if "output" in rows_of[spec]:
+            od = row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], terms, names,
+                                 nearest=nearest[(spec, "output")])
+            d["output_norm_percentile_median"] = od.norm_percentile_median
+            d["output_nearest_cosine_median"] = od.nearest_cosine_median
+        out[spec] = d
+    return out
