@@ -201,8 +201,8 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         "model": model.name, "corpus": str(corpus_path), "corpus_texts": report.texts,
         "corpus_report": report.as_dict(), "engine": engine.as_dict(), "candidates": len(cands),
         **_savings_summary(ext, saved, twins, skipped, chosen, added_terms),
-        "tokenization_check": {"corpus": saved.changes.as_dict(),
-                               "general": {**general_changes.as_dict(), "source": general[1]}},
+        "tokenization_check": {"corpus": saved.changes.to_dict(),
+                               "general": {**general_changes.to_dict(), "source": general[1]}},
         "max_ngram": max_ngram, "min_freq": min_freq, "tied": model.tied, "strategies": {},
     }
     if diagnostics:

@@ -44,9 +44,6 @@ class Changes(Record):
         self.examples = (self.examples + other.examples)[:n_examples]
         return self
 
-    def as_dict(self) -> dict:
-        return self.to_dict()
-
 
 @dataclass
 class GeneralChanges(Changes):
