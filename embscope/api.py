@@ -213,32 +213,21 @@ def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, for
            verbose: bool | None = None, **kw: Any) -> tuple[RunResult, dict | None]:
     """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.
 
-    Both output folders are checked before any work, so a bad ``apply_to`` or ``out`` fails at once.
+    Both output folders and ``apply_init`` are checked before any work, so a bad one fails at once;
+    the manifest of ``apply_to`` is also ``res.summary.sections.apply``.
 
     Returns:
         (the run's result, the ``--apply`` manifest or ``None``).
     Example:
         >>> res, manifest = extend("smollm2-135m", "medical", top=50)  # doctest: +SKIP
     """
-    from embscope.output import check_distinct, check_target
-
-    corpus = corpus_path(corpus)
-    if apply_to is not None:
-        check_distinct([("--out", out), ("--apply", apply_to)])  # before any work
-        check_target(apply_to, force=force, inputs=[corpus])
     table = read_tokens_table(tokens) if tokens is not None else None
-    res = run(model, sections=["extension"], domain=corpus, out=out, force=force, tokens=table,
+    res = run(model, sections=["extension", "apply"], domain=corpus, out=out, force=force, tokens=table,
               options=options, command="extend", kind="extend", verbose=verbose,
-              required=["extension"], **kw)
-    manifest = None
-    live = res.outputs["extension"].live
-    if apply_to is not None and live is not None:
-        from embscope.extension import apply
-
-        model_obj, result = live
-        manifest = apply(model_obj, result, apply_to, init=apply_init,
-                         mode="rows" if rows_only else "auto", tokens=table, force=force)
-    return res, manifest
+              required=["extension", "apply"], apply_to=str(apply_to) if apply_to is not None else None,
+              apply_init=apply_init, apply_mode="rows" if rows_only else "auto", **kw)
+    applied = res.outputs.get("apply")
+    return res, applied.live if applied is not None else None
 
 
 def rope(model: str):

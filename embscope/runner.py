@@ -118,8 +118,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         sections: which of :data:`~embscope.sections.registry.SECTION_NAMES` to run (a section
             whose option is off, e.g. ``repair`` without ``repair_to``, does not run).
         languages: corpora measured per language (paths, or shipped names ``medical``, ``udhr``).
-        domain: the corpus that extension candidates come from (default: the first corpus with one
-            language, given by the languages section).
+        domain: the corpus that extension candidates come from (default: the first of ``languages``
+            and ``corpora`` in one language, :func:`domain_corpus`).
         corpora: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
             template) produces, and ``repair_to`` re-initialises them.
         data: training data for the finetune section (any record format of
@@ -151,10 +151,14 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
                    corpora=[corpus_path(c) for c in corpora], data=[_training_path(c) for c in data])
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
              and all(getattr(given, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
+    if given.domain is None and any(s.name == "extension" for s in specs):
+        given.domain = domain_corpus([*given.languages, *given.corpora], opts)
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
     if opts.repair_to is not None:  # refused before any work, like --out
         _check_repair(opts, given, out, force)
+    if opts.apply_to is not None and "apply" in (s.name for s in specs):
+        _check_apply(opts, given, out, force)
     resolved, extra_vocabs = _resolve(model, tokenizers, opts)
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
     target = Path(out) if out is not None else default_out(label, kind)
@@ -189,6 +193,24 @@ class _Given:
         return [p for p in found if p is not None]
 
 
+def domain_corpus(corpora: Sequence[Path], opts: RunOptions) -> Path | None:
+    """The corpus the extension draws candidates from when none is given: the first of ``corpora``
+    in one language (:func:`embscope.corpus.stream.first_languages`: one batch per file is read).
+
+    >>> domain_corpus([corpus_path("udhr"), corpus_path("medical")], RunOptions()).name
+    'medical'
+    """
+    from embscope.corpus.stream import first_languages
+
+    for c in dict.fromkeys(corpora):
+        try:
+            if len(first_languages(c, opts.read_options())) == 1:
+                return c
+        except EmbscopeError:  # an unreadable corpus is the languages section's to report
+            continue
+    return None
+
+
 def _check_repair(opts: RunOptions, given: _Given, out, force: bool) -> None:
     """``--repair OUT``: something to repair, a scan to find it, and a target it may write."""
     from embscope.output import check_distinct, check_target
@@ -201,6 +223,14 @@ def _check_repair(opts: RunOptions, given: _Given, out, force: bool) -> None:
     check_distinct([("--out", out), ("--repair", opts.repair_to)])
     check_target(opts.repair_to, force=force, inputs=[*given.corpora, *(p for p in given.data if p.exists())])
     _check_repair_kind(Path(opts.repair_to))
+
+
+def _check_apply(opts: RunOptions, given: _Given, out, force: bool) -> None:
+    """``--apply OUT``: a target apart from ``--out`` that it may write (checked before any work)."""
+    from embscope.output import check_distinct, check_target
+
+    check_distinct([("--out", out), ("--apply", opts.apply_to)])
+    check_target(opts.apply_to, force=force, inputs=[p for p in (given.domain, *given.languages) if p is not None])
 
 
 def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):

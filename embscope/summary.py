@@ -17,6 +17,7 @@ from embscope.finetune.record import CheckRecord
 from embscope.models.resolve import HubRead
 from embscope.provenance import RunStamp, TreeDigest
 from embscope.records import Record, RecordError
+from embscope.sections.apply import ApplyRecord
 from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
 from embscope.sections.languages import LanguagesRecord
@@ -76,6 +77,8 @@ class Sections(Record):
     languages: LanguagesRecord | None = None
     #: vocabulary-extension savings and initialisation diagnostics
     extension: ExtensionRecord | None = None
+    #: what ``extend --apply`` wrote (the extended model: tokenizer and new rows)
+    apply: ApplyRecord | None = None
     #: "Ready to fine-tune?": the training data's findings (embscope.finetune)
     finetune: CheckRecord | None = None
     #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)

@@ -272,15 +272,16 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
     table = pl.read_parquet(out / "candidates.parquet")
     assert {"term", "frequency", "pieces", "n_pieces", "savings_tokens", "added", "tokens_saved"} <= set(table.columns)
     assert (table["n_words"] == 2).any() and table.filter(pl.col("n_words") == 2)["added"].any()  # added tokens join words
+    from embscope.corpus.backend import EngineRecord
     from embscope.summary import read_summary
 
     s = read_summary(json.loads((out / "summary.json").read_text()))
     assert s.sections.extension.top_n == 10 and s.sections.extension.tokens_saved > 0
     assert s.sections.extension.form == "added" and s.parameters.extend_as == "added"
-    assert s.parameters.max_ngram == 2 and s.embscope["command"] == "extend"
+    assert s.parameters.max_ngram == 2 and s.embscope.command == "extend"
     assert pl.read_parquet(out / "new_tokens.parquet")["kind"].to_list().count("term") >= 10
-    assert s.sections.extension.engine == {"kind": "local", "workers": 2}
-    assert s.sections.extension.corpus_report["texts"] == s.sections.extension.corpus_texts > 20000
+    assert s.sections.extension.engine == EngineRecord(kind="local", workers=2)
+    assert s.sections.extension.corpus_report.texts == s.sections.extension.corpus_texts > 20000
     code = main(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--init", "hewit",
                  "--out", str(tmp_path / "bad")])
     assert code == 2 and "did you mean 'hewitt'" in capsys.readouterr().err

@@ -448,11 +448,11 @@ def test_extension_cards_use_the_real_keys(smollm2_audit):
 
     ext = read_summary(json.loads((smollm2_audit / "summary.json").read_text())).sections.extension
     text = _text(smollm2_audit / "index.html")
-    check = ext.tokenization_check["corpus"]
+    check = ext.tokenization_check.corpus
     assert (f"Tokens added {ext.tokens_added} top {ext.top_n} terms by savings + {ext.intermediates} intermediate "
-            f"tokens of their merge chains; written as merges; {check['cut']} of {check['new_tokens']:,} new-token "
+            f"tokens of their merge chains; written as merges; {check.cut} of {check.new_tokens:,} new-token "
             "occurrences in the corpus cut an old token") in text
-    assert ext.form == "merges" and check["cut"] == 0 and ext.intermediates > 0
+    assert ext.form == "merges" and check.cut == 0 and ext.intermediates > 0
     assert f"of {ext.corpus_tokens:,} corpus tokens" in text and f"(estimate {ext.estimated_savings:,})" in text
     assert "KL measured on:" in text
 

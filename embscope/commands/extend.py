@@ -43,7 +43,7 @@ def extend(
         return
     from embscope.commands.tables import extension_table
 
-    extension_table(res, apply_to, manifest)
+    extension_table(res)
 
 
 def register(app: typer.Typer) -> None:

@@ -50,7 +50,7 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
             console.print(Text(f"skipped in {path}: {skipped}", style="yellow"))
 
 
-def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
+def extension_table(res: Any) -> None:
     """Savings headline and one row per initialisation strategy, best score first."""
     from rich.console import Console
     from rich.table import Table
@@ -66,10 +66,9 @@ def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
     con.print(f"{s.top_n} terms{extra}, written as {s.form}, save [bold]{s.tokens_saved:,}[/] of "
               f"{s.corpus_tokens:,} corpus tokens ({100 * s.saved_fraction:.1f} %, measured with the written "
               f"tokenizer; estimate {s.estimated_savings:,})")
-    check = (s.tokenization_check or {}).get("corpus") or {}
-    if check:
-        con.print(Text(f"{check.get('cut', 0):,} of {check.get('new_tokens', 0):,} new-token occurrences start or end "
-                       f"inside an old token", style="yellow" if check.get("cut") else ""))
+    check = s.tokenization_check.corpus
+    con.print(Text(f"{check.cut:,} of {check.new_tokens:,} new-token occurrences start or end "
+                   f"inside an old token", style="yellow" if check.cut else ""))
     if s.terms_skipped:
         con.print(Text(f"{len(s.terms_skipped)} terms not added (summary.json → terms_skipped)", style="yellow"))
     if s.strategies:
@@ -91,18 +90,19 @@ def extension_table(res: Any, apply_to, manifest: dict | None) -> None:
                       num(d.get("general_bits_per_byte_change"), "+.5f"), num(d.get("score_reading"), ".4f"), fid,
                       num(d.get("fidelity_top1"), ".0%"), kl, num(d.get("new_token_mass_max"), ".2e"))
         con.print(t)
-        base = s.bits_per_byte_original or {}
-        if base:
-            con.print(Text(f"original model: {base.get('bits_per_byte')} ± {base.get('bits_per_byte_se')} bits/byte on "
-                           f"{base.get('bytes', 0):,} bytes of {base.get('source', 'held-out corpus text')}"))
-        gen = s.general_bits_per_byte_original or {}
-        if gen:
-            con.print(Text(f"original model: {gen.get('bits_per_byte')} ± {gen.get('bits_per_byte_se')} bits/byte on "
-                           f"{gen.get('bytes', 0):,} bytes of general text, {gen.get('source', '')}"))
+        base = s.bits_per_byte_original
+        if base is not None:
+            con.print(Text(f"original model: {base.bits_per_byte} ± {base.bits_per_byte_se} bits/byte on "
+                           f"{base.bytes:,} bytes of {base.source or 'held-out corpus text'}"))
+        gen = s.general_bits_per_byte_original
+        if gen is not None:
+            con.print(Text(f"original model: {gen.bits_per_byte} ± {gen.bits_per_byte_se} bits/byte on "
+                           f"{gen.bytes:,} bytes of general text, {gen.source or ''}"))
         if getattr(s, "recommended", None):
             con.print(Text(f"* recommended: {s.recommended_why}"))
         if s.general_note:
             con.print(Text(s.general_note, style="yellow"))
     con.print(Text(f"candidates: {res.folder / 'candidates.parquet'}"))
-    if manifest is not None:
-        con.print(Text(f"extended model ({manifest['format']}, {manifest['init']}): {apply_to}"))
+    applied = res.summary.sections.apply
+    if applied is not None:
+        con.print(Text(f"extended model ({applied.format}, {applied.init}): {applied.folder}"))

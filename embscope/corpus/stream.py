@@ -205,6 +205,26 @@ def _path_lang(file: SourceFile) -> tuple[str | None, str]:
     return None, ""
 
 
+def first_languages(paths, options: ReadOptions | None = None, enough: int = 2) -> set[str]:
+    """The languages of the first batch of each file of a corpus (a record's language field, else
+    the folder or file name, else the script; as :func:`iter_file` decides), stopping once
+    ``enough`` are seen: a cheap look at whether a corpus is in one language, reading one batch
+    per file at most, so a language that first appears deep inside a file is not seen.
+
+    >>> from embscope.assets import corpora_root
+    >>> sorted(first_languages(corpora_root() / "udhr")), first_languages(corpora_root() / "medical")
+    (['amh', 'arb'], {'eng'})
+    """
+    seen: set[str] = set()
+    for file in corpus_files(paths, options):
+        batch = next(iter_file(file, options=options), None)
+        if batch is not None:
+            seen.add(batch.lang)
+        if len(seen) >= enough:
+            break
+    return seen
+
+
 def corpus_files(paths, options: ReadOptions | None = None,
                  report: CorpusReport | None = None) -> list[SourceFile]:
     """The readable files of a corpus, in corpus order (the shards the engines hand out).

@@ -41,11 +41,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from embscope.records import Record
 from embscope.extension.fidelity import LOGIT_ROWS, Parts, _cap, _embed_ids, _hidden_of, exact, parts
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
+
+
+@dataclass
+class BitsPerByte(Record):
+    """The original model and tokenizer on a text sample (:func:`summarize`'s first part)."""
+
+    #: bits per UTF-8 byte (lower is better)
+    bits_per_byte: float
+    #: its standard error over texts
+    bits_per_byte_se: float | None = None
+    #: tokens per byte
+    tokens_per_byte: float | None = None
+    #: bytes of the sample
+    bytes: int = 0
+    #: texts in it
+    texts: int = 0
+    #: of those, texts the extended tokenizer reads differently
+    texts_changed: int | None = None
+    #: what the sample is
+    source: str | None = None
 
 
 @dataclass
@@ -216,6 +237,26 @@ def disturbance(lse_full: "torch.Tensor", lse_old: "torch.Tensor", lse_new: "tor
     return kl.clamp_min(0).numpy(), mass.numpy()
 
 
+def _spliced(p: Parts, embed_rows: Sequence["torch.Tensor"], seqs: Sequence[Sequence[int]],
+             ids_t: "torch.Tensor") -> list["torch.Tensor"]:
+    """The input embeddings of ``seqs`` (extended ids) once per strategy: old ids looked up, the
+    new ids ``ids_t`` given that strategy's rows (``embed_rows``, in ``ids_t`` order)."""
+    import torch
+
+    order = ids_t.sort()
+    embeds = []
+    for new_rows in embed_rows:
+        emb_rows = new_rows.float() * p.scale
+        for seq in seqs:
+            x = torch.tensor([seq])
+            is_new = torch.isin(x, ids_t)
+            e = _embed_ids(p, torch.where(is_new, torch.zeros_like(x), x).clamp_max(p.head.shape[0] - 1))[0].clone()
+            if is_new.any():
+                e[is_new[0]] = emb_rows[order.indices[torch.searchsorted(order.values, x[is_new])]]
+            embeds.append(e)
+    return embeds
+
+
 def text_losses(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[int], new_ids: Sequence[int],
                 rows: dict[str, dict[str, "torch.Tensor"]]) -> TextLosses:
     """Per-text code lengths of ``texts`` with the original model and with each strategy's rows.
@@ -275,18 +316,7 @@ def text_losses(lm, texts: Sequence[str], old_tok, ext_tok, start: Sequence[int]
         parts_same = (lse_full, parts_old[1][at])
     # the changed texts, every strategy's input rows spliced in, through the model in one go
     names = list(rows)
-    order = ids_t.sort()
-    embeds = []
-    for name in names:
-        emb_rows = rows[name]["embed"].float() * p.scale
-        for i in ch:
-            x = torch.tensor([ext[i]])
-            is_new = torch.isin(x, ids_t)
-            e = _embed_ids(p, torch.where(is_new, torch.zeros_like(x), x).clamp_max(p.head.shape[0] - 1))[0].clone()
-            if is_new.any():
-                e[is_new[0]] = emb_rows[order.indices[torch.searchsorted(order.values, x[is_new])]]
-            embeds.append(e)
-    h_changed = _hidden_of(p, embeds)
+    h_changed = _hidden_of(p, _spliced(p, [rows[name]["embed"] for name in names], [ext[i] for i in ch], ids_t))
     t_ext = targets_of([ext[i] for i in ch])
     new_bias = None if p.bias is None else p.bias.mean()
     for k, name in enumerate(names):

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from embscope.records import Record
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.progress import Steps
 
@@ -42,6 +44,22 @@ AUDIT_CONFIRM = 2
 AUDIT_GENERAL_BYTES = 5 * 1024
 #: what the general text is, for the summary
 GENERAL_SOURCE = "UDHR English (corpora/udhr/eng.jsonl, 31 units)"
+
+
+@dataclass
+class ScorePlan(Record):
+    """How the held-out corpus text was measured: screened, then the best confirmed on more."""
+
+    #: held-out corpus bytes behind the scores
+    corpus_bytes: int
+    #: bytes of the first (screening) sample
+    screen_bytes: int
+    #: strategies measured on the whole sample
+    confirmed: list[str]
+    #: strategies screened (those with bounded disturbance)
+    screened: list[str]
+    #: strategies left unscored (disturbance over the bound)
+    not_scored: list[str]
 
 
 @dataclass(frozen=True)

@@ -171,18 +171,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         >>> r.summary["tokens_saved"], r.table["term"][:3].to_list()  # doctest: +SKIP
     """
     from embscope.corpus.engine import Engine
-    from embscope.corpus.stream import CorpusWarning
-    from embscope.extension.candidates import (candidates_table, corpus_candidates, corpus_savings,
-                                               new_tokens_table, space_twins)
+    from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
     from embscope.extension.init import AUTO, expand_specs
     from embscope.models.fullmodel import load_hf_tokenizer
-    from embscope.tokenizer.changes import changes
-    from embscope.tokenizer.extend import FORMS, extend_tokenizer
 
-    if top < 1 or max_ngram < 1 or min_freq < 1:
-        raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
-    if as_ not in FORMS:
-        raise SpecError(f"--as {as_!r}: choose from {', '.join(FORMS)}")
+    _check_args(top, max_ngram, min_freq, as_)
     specs = expand_specs(init)  # unknown names fail before any work
     optional = set(expand_specs([AUTO])) - set(init) if AUTO in init else set()
     steps = steps or Steps(verbose=False)
@@ -194,6 +187,44 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     if not cands:
         raise CorpusError(f"no term in {corpus_path} occurs {min_freq}+ times and takes 2+ tokens; "
                           "lower --min-freq or pass a larger corpus")
+    chosen, twins, skipped = _choose_terms(tok, cands, top, as_)
+    with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
+        ext, saved, general, general_changes = _extend_and_measure(tok, chosen, twins, as_, corpus_path, engine,
+                                                                   sample_bytes, options)
+        skipped.update(ext.skipped)
+    added_terms = {t.text: int(saved.counts_extended[t.id]) for t in ext.tokens if t.kind == "term"}
+    result = ExtensionResult(table=candidates_table(cands, added_terms), summary={},
+                             terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
+                             piece_counts=saved.counts, extension=ext,
+                             new_tokens=new_tokens_table(ext, saved.counts_extended))
+    result.summary = {
+        "model": model.name, "corpus": str(corpus_path), "corpus_texts": report.texts,
+        "corpus_report": report.as_dict(), "engine": engine.as_dict(), "candidates": len(cands),
+        **_savings_summary(ext, saved, twins, skipped, chosen, added_terms),
+        "tokenization_check": {"corpus": saved.changes.to_dict(),
+                               "general": {**general_changes.to_dict(), "source": general[1]}},
+        "max_ngram": max_ngram, "min_freq": min_freq, "tied": model.tied, "strategies": {},
+    }
+    if diagnostics:
+        _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
+                     {"distil": distil_budget} if "distil" in optional else {}, sample_bytes, options)
+    return result
+
+
+def _check_args(top: int, max_ngram: int, min_freq: int, as_: str) -> None:
+    """Refuse impossible sizes and forms before any work."""
+    from embscope.tokenizer.extend import FORMS
+
+    if top < 1 or max_ngram < 1 or min_freq < 1:
+        raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
+    if as_ not in FORMS:
+        raise SpecError(f"--as {as_!r}: choose from {', '.join(FORMS)}")
+
+
+def _choose_terms(tok, cands, top: int, as_: str):
+    """``(terms to add, their spaced twins, {term passed over: why})`` from the ranked candidates."""
+    from embscope.extension.candidates import space_twins
+
     chosen = cands[:top]
     twins: list = []
     skipped: dict[str, str] = {}
@@ -203,31 +234,32 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         skipped = {c.term: "a multi-word term spans pre-tokens, which no merge joins; add it with --as added"
                    for c in chosen if c.n_words > 1}
         chosen = [c for c in cands if c.n_words == 1][:top]
-    terms, pieces = [c.term for c in chosen], [c.piece_ids for c in chosen]
-    with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
-        ext = extend_tokenizer(tok, terms + [t for t, _ in twins], pieces + [p for _, p in twins], form=as_)
-        skipped.update(ext.skipped)
-        with warnings.catch_warnings():  # the first pass already warned about this corpus's bad input
-            warnings.simplefilter("ignore", CorpusWarning)
-            saved = corpus_savings(tok, ext, corpus_path, engine=engine, sample_bytes=sample_bytes, options=options)
-        from embscope.extension.evaluate import general_texts
+    return chosen, twins, skipped
 
-        general = general_texts()
-        general_changes = changes(tok, ext, general[0])
+
+def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sample_bytes, options):
+    """``(extension, savings, general text, its changes)``: the terms written into the tokenizer,
+    the corpus re-tokenized with both tokenizers, and what the extension changes in general text."""
+    from embscope.corpus.stream import CorpusWarning
+    from embscope.extension.candidates import corpus_savings
+    from embscope.extension.evaluate import general_texts
+    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.extend import extend_tokenizer
+
+    terms, pieces = [c.term for c in chosen], [c.piece_ids for c in chosen]
+    ext = extend_tokenizer(tok, terms + [t for t, _ in twins], pieces + [p for _, p in twins], form=as_)
+    with warnings.catch_warnings():  # the first pass already warned about this corpus's bad input
+        warnings.simplefilter("ignore", CorpusWarning)
+        saved = corpus_savings(tok, ext, corpus_path, engine=engine, sample_bytes=sample_bytes, options=options)
+    general = general_texts()
+    return ext, saved, general, changes(tok, ext, general[0])
+
+
+def _savings_summary(ext, saved, twins, skipped, chosen, added_terms) -> dict[str, Any]:
+    """The summary's counts of what was added and what it saves (measured and estimated)."""
     kinds = {t.kind for t in ext.tokens}
-    added_terms = {t.text: int(saved.counts_extended[t.id]) for t in ext.tokens if t.kind == "term"}
-    result = ExtensionResult(table=candidates_table(cands, added_terms), summary={},
-                             terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
-                             piece_counts=saved.counts, extension=ext,
-                             new_tokens=new_tokens_table(ext, saved.counts_extended))
     n_terms = sum(t.kind == "term" for t in ext.tokens)
-    result.summary = {
-        "model": model.name,
-        "corpus": str(corpus_path),
-        "corpus_texts": report.texts,
-        "corpus_report": report.as_dict(),
-        "engine": engine.as_dict(),
-        "candidates": len(cands),
+    return {
         "top_n": n_terms - len(twins),
         "form": ext.form,
         "space_twins_added": len(twins),
@@ -240,60 +272,52 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         "tokens_saved": saved.before - saved.after,
         "saved_fraction": round((saved.before - saved.after) / max(saved.before, 1), 5),
         "estimated_savings": int(sum(c.savings_tokens for c in chosen if c.term in added_terms)),
-        "tokenization_check": {"corpus": saved.changes.as_dict(),
-                               "general": {**general_changes.as_dict(), "source": general[1]}},
-        "max_ngram": max_ngram,
-        "min_freq": min_freq,
-        "tied": model.tied,
-        "strategies": {},
     }
-    if diagnostics:
-        from embscope.corpus.stream import iter_corpus
-        from embscope.extension.choose import general_note, ordered, recommend
 
-        def texts():
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", CorpusWarning)
-                for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
-                    yield from batch.texts
 
-        from embscope.models.fullmodel import fastest_threads, why_not_loadable
+def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, init, tokens, tok, steps: Steps,
+                 plan, general, budget: dict[str, float | None], sample_bytes, options) -> None:
+    """Each strategy's rows measured (:func:`_diagnose`), the recommended one picked, into the summary."""
+    from embscope.corpus.stream import CorpusWarning, iter_corpus
+    from embscope.extension.choose import general_note, ordered, recommend
+    from embscope.extension.init import AUTO
+    from embscope.models.fullmodel import fastest_threads, why_not_loadable
 
-        # the model's forward passes are small: under load one intra-op thread is often faster.
-        # Without the whole model the step is products with the (V, d) matrices, where every
-        # thread pays (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2 threads, 30.6 s on 1).
-        unloadable = why_not_loadable(model)
-        threads = fastest_threads() if unloadable is None else contextlib.nullcontext()
-        budget = {"distil": distil_budget} if "distil" in optional else {}
-        with steps.step("diagnostics", "checking each initialisation"), threads:
-            strategies, extra = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
-                                          steps, unloadable, plan, general, budget)
-        base = extra.get("bits_per_byte_original")
-        if base:  # the summary names the text each figure came from
-            base["source"] = f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)"
-        result.summary.update(extra)
-        if AUTO in init or len(specs) > 1:
-            best, why = recommend(strategies)
-            result.summary["recommended"], result.summary["recommended_why"] = best, why
-            strategies = ordered(strategies, best)
-        elif strategies:  # one strategy asked for: --apply-init auto writes that one
-            result.summary["recommended"] = next(iter(strategies))
-            result.summary["recommended_why"] = f"{result.summary['recommended']}: the only strategy diagnosed"
-        result.summary["general_note"] = general_note(strategies, general[1])
-        result.summary["strategies"] = strategies
-    return result
+    def texts():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CorpusWarning)
+            for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
+                yield from batch.texts
+
+    # the model's forward passes are small: under load one intra-op thread is often faster.
+    # Without the whole model the step is products with the (V, d) matrices, where every
+    # thread pays (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2 threads, 30.6 s on 1).
+    unloadable = why_not_loadable(model)
+    threads = fastest_threads() if unloadable is None else contextlib.nullcontext()
+    with steps.step("diagnostics", "checking each initialisation"), threads:
+        strategies, extra = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
+                                      steps, unloadable, plan, general, budget)
+    base = extra.get("bits_per_byte_original")
+    if base:  # the summary names the text each figure came from
+        base["source"] = f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)"
+    result.summary.update(extra)
+    if AUTO in init or len(specs) > 1:
+        best, why = recommend(strategies)
+        result.summary["recommended"], result.summary["recommended_why"] = best, why
+        strategies = ordered(strategies, best)
+    elif strategies:  # one strategy asked for: --apply-init auto writes that one
+        result.summary["recommended"] = next(iter(strategies))
+        result.summary["recommended_why"] = f"{result.summary['recommended']}: the only strategy diagnosed"
+    result.summary["general_note"] = general_note(strategies, general[1])
+    result.summary["strategies"] = strategies
 
 
 def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, texts, steps: Steps,
               reason: str | None, plan, general, budget: dict[str, float | None]):
     """``(figures per strategy, summary extras)``: rows per strategy, their norms and neighbours,
     and with the whole model the measurements of :mod:`embscope.extension.evaluate`."""
-    import torch
-
     from embscope.extension.contexts import collect, start_ids
-    from embscope.extension.diagnostics import TOP_K, row_diagnostics
     from embscope.extension.evaluate import AUDIT_PLAN, Plan, measure
-    from embscope.extension.init import initialise, nearest_trained, parse_init
 
     plan = plan or Plan()
     ext = result.extension
@@ -323,36 +347,10 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
     # One context per matrix for every strategy (its mean and norms are computed once), and one
     # pass per matrix for the nearest neighbours of every strategy's rows.
     ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms, distil=distil)
-    rows_of: dict[str, dict] = {}
-    skipped: dict[str, str] = {}
-    for spec in specs:
-        try:
-            rows_of[spec] = {which: initialise(name, ctxs[which])
-                             for which, name in zip(("embed", "output"), parse_init(spec)) if which in ctxs}
-        except SpecError as err:  # auto's extras (distil without a model or over budget, omp without GloVe)
-            if spec not in optional:
-                raise
-            skipped[spec] = str(err)
+    rows_of, skipped = _strategy_rows(specs, ctxs, optional)
     specs = [s for s in specs if s in rows_of]
     result.rows = rows_of
-    nearest: dict[tuple[str, str], tuple] = {}
-    for which, ctx in ctxs.items():
-        sims, ids = nearest_trained(ctx, torch.cat([rows_of[spec][which] for spec in specs]), TOP_K)
-        at = 0
-        for spec in specs:
-            n = rows_of[spec][which].shape[0]
-            nearest[(spec, which)] = (sims[at:at + n], ids[at:at + n])
-            at += n
-    out: dict[str, dict] = {}
-    for spec in specs:
-        d = row_diagnostics(spec, rows_of[spec]["embed"], ctxs["embed"], result.terms, names,
-                            nearest=nearest[(spec, "embed")]).to_dict()
-        if "output" in rows_of[spec]:
-            od = row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], result.terms, names,
-                                 nearest=nearest[(spec, "output")])
-            d["output_norm_percentile_median"] = od.norm_percentile_median
-            d["output_nearest_cosine_median"] = od.nearest_cosine_median
-        out[spec] = d
+    out = _row_figures(specs, rows_of, ctxs, result.terms, names)
     extra: dict[str, Any] = {"skipped_strategies": skipped, "omp_known_terms": ctxs["embed"].memo.get("omp_known"),
                              "distil_budget": budget.get("distil")}
     if lm is None:
@@ -371,3 +369,49 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         + (" (audit's sample; extend reads more)" if plan == AUDIT_PLAN else "")
         if found.held else "no held-out context holds a new token")
     return out, extra
+
+
+def _strategy_rows(specs, ctxs, optional) -> tuple[dict[str, dict], dict[str, str]]:
+    """``({spec: {"embed", "output"?}}, {spec auto could not run: why})``: each strategy's rows."""
+    from embscope.extension.init import initialise, parse_init
+
+    rows_of: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for spec in specs:
+        try:
+            rows_of[spec] = {which: initialise(name, ctxs[which])
+                             for which, name in zip(("embed", "output"), parse_init(spec)) if which in ctxs}
+        except SpecError as err:  # auto's extras (distil without a model or over budget, omp without GloVe)
+            if spec not in optional:
+                raise
+            skipped[spec] = str(err)
+    return rows_of, skipped
+
+
+def _row_figures(specs, rows_of, ctxs, terms, names) -> dict[str, dict]:
+    """Norms and nearest trained rows of every strategy's rows: one nearest-row pass per matrix for
+    all strategies together (:func:`embscope.extension.diagnostics.row_diagnostics`)."""
+    import torch
+
+    from embscope.extension.diagnostics import TOP_K, row_diagnostics
+    from embscope.extension.init import nearest_trained
+
+    nearest: dict[tuple[str, str], tuple] = {}
+    for which, ctx in ctxs.items():
+        sims, ids = nearest_trained(ctx, torch.cat([rows_of[spec][which] for spec in specs]), TOP_K)
+        at = 0
+        for spec in specs:
+            n = rows_of[spec][which].shape[0]
+            nearest[(spec, which)] = (sims[at:at + n], ids[at:at + n])
+            at += n
+    out: dict[str, dict] = {}
+    for spec in specs:
+        d = row_diagnostics(spec, rows_of[spec]["embed"], ctxs["embed"], terms, names,
+                            nearest=nearest[(spec, "embed")]).to_dict()
+        if "output" in rows_of[spec]:
+            od = row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], terms, names,
+                                 nearest=nearest[(spec, "output")])
+            d["output_norm_percentile_median"] = od.norm_percentile_median
+            d["output_nearest_cosine_median"] = od.nearest_cosine_median
+        out[spec] = d
+    return out

@@ -66,6 +66,7 @@ def other_pieces(vocab, row: int) -> list[int]:
     """Token ids that spell ``row``'s text without ``row`` itself (see the module docstring).
 
     >>> class V:  # a toy vocabulary: "ab" is token 2, "a" 0, "b" 1
+    ...     def __len__(self): return 3
     ...     def token_bytes(self, i): return [b"a", b"b", b"ab"][i]
     ...     def encode(self, t): return {"ab": [2], "a": [0], "b": [1]}[t]
     >>> other_pieces(V(), 2)

@@ -25,6 +25,7 @@ from embscope.records import Record
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
+    from embscope.extension.extension import ExtensionResult
     from embscope.geometry.scan import ScanResult
     from embscope.models.model import LoadedModel
     from embscope.tokenizer.base import Vocabulary
@@ -105,6 +106,14 @@ class RunOptions(Record):
     repair_to: str | None = None
     #: initialisation of the repaired rows: ``NAME`` or ``INPUT/OUTPUT``
     repair_init: str = "subword-mean"
+    #: also write the extended model (``extend --apply``) to this folder
+    apply_to: str | None = None
+    #: initialisation of the new rows ``apply_to`` writes: ``auto`` (the recommended strategy),
+    #: ``NAME`` or ``INPUT/OUTPUT``
+    apply_init: str = "auto"
+    #: what ``apply_to`` holds: ``auto`` (a transformers folder when the whole model loads, else the
+    #: new rows), ``full`` or ``rows``
+    apply_mode: str = "auto"
     #: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults (docs/limits.md)
     limits: list[str] = field(default_factory=list)
     #: training-data record format for the check (null: detected per record)
@@ -217,6 +226,12 @@ class RunOptions(Record):
         if self.distil_budget is not None and not (math.isfinite(self.distil_budget) and self.distil_budget >= 0):
             raise SpecError(f"--distil-budget must be a number of seconds, 0 or more (got {self.distil_budget})")
         parse_init(self.repair_init)
+        from embscope.models.writer import MODES
+
+        if self.apply_init != "auto":
+            parse_init(self.apply_init)
+        if self.apply_mode not in MODES:
+            raise SpecError(f"unknown apply mode {self.apply_mode!r}; choose from {', '.join(MODES)}")
         self.corpus_engine()  # unknown engine, bad worker count, --ray-address without ray
         if self.max_length is not None and self.max_length < 1:
             raise SpecError(f"--max-length must be at least 1, got {self.max_length}")
@@ -263,6 +278,8 @@ class Inputs:
     corpora: Sequence[Path] = ()
     #: the geometry scan (given by the tokens section), or None
     scan: Scanned | None = None
+    #: the extension's live result (given by the extension section): what ``apply`` writes
+    extension: "ExtensionResult | None" = None
     #: training data (``--data``: records in any format of embscope.corpus.conversations)
     data: Sequence[Path] = ()
     #: rows the check's error-level findings point at (given by the finetune section): what

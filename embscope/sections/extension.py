@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from embscope.corpus.backend import EngineRecord
+from embscope.corpus.stream import CorpusRead
+from embscope.extension.bpb import BitsPerByte
+from embscope.extension.evaluate import ScorePlan
 from embscope.progress import Steps
 from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.tokenizer.changes import TokenizationCheck
 
 
 @dataclass
@@ -54,7 +59,7 @@ class ExtensionRecord(Record):
     #: what the written tokenizer changes, on the whole corpus and on general text:
     #: {corpus, general: {texts, new_tokens, cut (new tokens that start or end inside an old
     #: token; 0 for merges), not_their_pieces, round_trip_failures, examples}}
-    tokenization_check: dict[str, Any]
+    tokenization_check: TokenizationCheck
     #: longest multi-word term, in words
     max_ngram: int
     #: least occurrences of a term
@@ -82,13 +87,13 @@ class ExtensionRecord(Record):
     fidelity_note: str | None = None
     #: the original model + tokenizer on the held-out corpus sample: {bits_per_byte,
     #: bits_per_byte_se, tokens_per_byte, bytes, texts, texts_changed, source}
-    bits_per_byte_original: dict[str, Any] = field(default_factory=dict)
+    bits_per_byte_original: BitsPerByte | None = None
     #: the same on general text (source: UDHR English)
-    general_bits_per_byte_original: dict[str, Any] = field(default_factory=dict)
+    general_bits_per_byte_original: BitsPerByte | None = None
     #: new tokens per byte of the held-out corpus sample (ρ of the score's reading part)
     new_tokens_per_byte: float | None = None
     #: the measuring stages: {corpus_bytes, screen_bytes, confirmed, screened, not_scored}
-    score_plan: dict[str, Any] = field(default_factory=dict)
+    score_plan: ScorePlan | None = None
     #: said plainly when every strategy makes general text worse than the original model
     general_note: str | None = None
     #: seconds distil may take inside --init auto (null: no limit, or distil named / not in auto)
@@ -101,12 +106,13 @@ class ExtensionRecord(Record):
     omp_known_terms: int | None = None
     #: what was read: files_read, texts, bytes, skipped {reason: count}, per_file, ignored_files,
     #: capped_languages (cut by sample_bytes), lang_source
-    corpus_report: dict[str, Any] = field(default_factory=dict)
-    #: where the corpus passes ran: {kind, workers[, ray_address]}
-    engine: dict[str, Any] = field(default_factory=dict)
+    corpus_report: CorpusRead | None = None
+    #: where the corpus passes ran
+    engine: EngineRecord | None = None
 
 
-@section("extension", record=ExtensionRecord, tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens"))
+@section("extension", record=ExtensionRecord, tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens"),
+         gives=("extension",))
 def extension_section(inputs: Inputs) -> SectionOutput:
     """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
     from embscope.errors import CorpusError
@@ -137,4 +143,4 @@ def extension_section(inputs: Inputs) -> SectionOutput:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
     record = ExtensionRecord.from_dict(ext.summary, strict=True)
     return SectionOutput(record=record, tables={"candidates": ext.table, "new_tokens": ext.new_tokens},
-                         live=(inputs.model, ext))
+                         live=ext, gives={"extension": ext})

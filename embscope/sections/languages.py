@@ -8,7 +8,6 @@ Runs :func:`embscope.languages.fertility.measure` on every corpus; the table has
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from embscope.languages.record import CorpusMeasure
 from embscope.records import Record
@@ -28,7 +27,7 @@ class LanguagesRecord(Record):
 
 
 @section("languages", record=LanguagesRecord, tables=("languages",),
-         reads=("vocabs", "model", "languages", "tokens", "domain"), gives=("domain",))
+         reads=("vocabs", "model", "languages", "tokens"))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
@@ -61,17 +60,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
                              corpora=per_corpus)
     table = pl.concat(tables, how="diagonal_relaxed")
-    gives = {} if inputs.domain is not None else {"domain": domain_corpus(table, inputs.languages)}
-    return SectionOutput(record=record, tables={"languages": table}, warnings=warnings, gives=gives)
-
-
-def domain_corpus(table, corpora) -> Path | None:
-    """The first corpus in which one language was measured: the domain corpus the extension
-    section draws candidates from when none is given."""
-    for c in corpora:
-        if table.filter(table["corpus"] == str(c))["language"].n_unique() == 1:
-            return c
-    return None
+    return SectionOutput(record=record, tables={"languages": table}, warnings=warnings)
 
 
 def _exact_isolation(embed):

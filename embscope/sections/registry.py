@@ -13,14 +13,16 @@ section       reads                                    gives                    
 ============  =======================================  ==========================  ======================
 context       model                                    —                           —
 tokens        model, corpora                           tokens, scan                tokens
-languages     vocabs, model, languages, tokens, domain domain (first 1-language    languages
-                                                       corpus, when none given)
-extension     model, domain, tokens                    —                           candidates, new_tokens
+languages     vocabs, model, languages, tokens         —                           languages
+extension     model, domain, tokens                    extension                   candidates, new_tokens
+apply         model, extension, tokens, force          —                           —
 finetune      model, tokens, data                      repair_rows                 findings
 repair        scan, repair_rows, force                 —                           —
 diff          model, tokens, data, languages           —                           diff
 ============  =======================================  ==========================  ======================
 
+The runner fills the inputs from what the run was given; ``domain`` (the extension's corpus) is the
+one it was given, else the first corpus in one language (:func:`embscope.runner.domain_corpus`).
 The inputs bear the command line's names: ``data`` is ``--data`` (training data), ``corpora`` is
 ``--corpus`` (the user's own text), ``languages`` the corpora measured per language.
 
@@ -35,11 +37,11 @@ checks that the three agree.
 
 from __future__ import annotations
 
-from embscope.sections import context, diff, extension, finetune, languages, repair, tokens
+from embscope.sections import apply, context, diff, extension, finetune, languages, repair, tokens
 from embscope.sections.base import REGISTERED, Section
 
 #: the section modules in run order: a section reads only what the ones before it give
-MODULES = (context, tokens, languages, extension, finetune, repair, diff)
+MODULES = (context, tokens, languages, extension, apply, finetune, repair, diff)
 
 SECTIONS: tuple[Section, ...] = tuple(s for m in MODULES for s in REGISTERED.values() if s.run.__module__ == m.__name__)
 #: section names in run order

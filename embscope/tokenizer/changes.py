@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from embscope.records import Record
+
 if TYPE_CHECKING:  # pragma: no cover
     from tokenizers import Tokenizer
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @dataclass
-class Changes:
+class Changes(Record):
     """How the extended tokenizer reads texts compared with the original (:func:`changes`)."""
 
     #: texts compared
@@ -42,10 +44,23 @@ class Changes:
         self.examples = (self.examples + other.examples)[:n_examples]
         return self
 
-    def as_dict(self) -> dict:
-        from dataclasses import asdict
 
-        return asdict(self)
+@dataclass
+class GeneralChanges(Changes):
+    """:class:`Changes` on general text, with the text's name."""
+
+    #: the general text (UDHR English)
+    source: str | None = None
+
+
+@dataclass
+class TokenizationCheck(Record):
+    """What the written tokenizer changes, on the whole corpus and on general text."""
+
+    #: the domain corpus
+    corpus: Changes
+    #: general text (cut: new tokens that start or end inside an old token; 0 for merges)
+    general: GeneralChanges
 
 
 def count_changes(texts: Sequence[str], olds, news, ext: "TokenizerExtension", *, n_examples: int = 5,

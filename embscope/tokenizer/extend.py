@@ -179,27 +179,53 @@ def _unusable(tok: "Tokenizer", strs: Sequence[str | None], added: set[str]) -> 
 
 
 def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
-    from tokenizers import Tokenizer
-
     spec = _spec(tok)
     model = spec["model"]
     if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
         raise SpecError("this BPE marks word continuations or ends in its pieces (continuing_subword_prefix / "
                         "end_of_word_suffix); pass --as added to add the terms as added tokens")
-    vocab: dict[str, int] = model["vocab"]
     merges = model["merges"]
     as_lists = not merges or isinstance(merges[0], list)
-    pairs = {tuple(m) if as_lists else tuple(m.split(" ", 1)) for m in merges}
-    added = {a["content"] for a in spec.get("added_tokens") or []}
-    byte_level = '"ByteLevel"' in json.dumps([spec.get("pre_tokenizer"), spec.get("decoder")])
-    next_id = _next_id(spec, len(vocab))
-    new: dict[str, NewToken] = {}
-    appended: list[tuple[str, str]] = []
+    chains = _Chains(vocab=model["vocab"], added={a["content"] for a in spec.get("added_tokens") or []},
+                     pairs={tuple(m) if as_lists else tuple(m.split(" ", 1)) for m in merges},
+                     next_id=_next_id(spec, len(model["vocab"])),
+                     byte_level='"ByteLevel"' in json.dumps([spec.get("pre_tokenizer"), spec.get("decoder")]))
     skipped: dict[str, str] = {}
     word_of: dict[str, str] = {}  # term → its pre-token (the pieces' concatenation)
+    for term, ids in zip(terms, pieces):
+        strs = [tok.id_to_token(int(i)) for i in ids]
+        why = chains.why_not(tok, strs) if len(ids) >= 2 else "it is already one token"
+        if why is not None:
+            skipped[term] = why
+            continue
+        word_of[term] = "".join(strs)
+        chains.chain(strs, ids, term)
+    ext = _form_every_term(tok, spec, merges, as_lists, word_of, chains)
+    return TokenizerExtension(ext, "merges", sorted(chains.new.values(), key=lambda t: t.id), chains.appended,
+                              skipped)
 
-    def text_of(piece: str) -> str:
-        if byte_level:
+
+@dataclass
+class _Chains:
+    """The merges and new tokens a BPE extension builds, term by term: each term is a left chain
+    of merges over its old pieces, each join a new token (intermediate, or the term itself)."""
+
+    #: the tokenizer's vocabulary and added tokens
+    vocab: dict[str, int]
+    added: set[str]
+    #: merges known so far (the model's and the appended ones)
+    pairs: set[tuple[str, str]]
+    #: the id the next new token gets
+    next_id: int
+    #: pieces are byte-level strings (GPT-2's byte-to-unicode map)
+    byte_level: bool
+    #: piece → the new token it is
+    new: dict[str, NewToken] = field(default_factory=dict)
+    #: merges appended to the model, in order
+    appended: list[tuple[str, str]] = field(default_factory=list)
+
+    def text_of(self, piece: str) -> str:
+        if self.byte_level:
             from embscope.tokenizer.backends import unicode_to_bytes
 
             table = unicode_to_bytes()
@@ -207,44 +233,46 @@ def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
                 return bytes(table[c] for c in piece).decode("utf-8", errors="replace")
         return piece
 
-    def chain(strs: Sequence[str], ids: Sequence[int], final_text: str | None) -> None:
+    def why_not(self, tok: "Tokenizer", strs: Sequence[str]) -> str | None:
+        """Why a term of pieces ``strs`` cannot be merged in (None: it can)."""
+        why = _unusable(tok, strs, self.added)
+        if why is None:
+            prefixes = ["".join(strs[:j]) for j in range(2, len(strs) + 1)]
+            clash = next((p for p in prefixes if p in self.vocab or p in self.added), None)
+            if clash is not None:
+                why = (f"its merges would make the existing token {clash!r} (id {self.vocab.get(clash)}) reachable; "
+                       "its row is the model's, not a new one")
+        return why
+
+    def chain(self, strs: Sequence[str], ids: Sequence[int], final_text: str | None) -> None:
         """Left-chain merges joining ``strs`` (the last join is the term when ``final_text``)."""
-        nonlocal next_id
         left = strs[0]
         for j in range(1, len(strs)):
             out = left + strs[j]
             last = j == len(strs) - 1
-            if out not in new:
-                new[out] = NewToken(text=final_text if last and final_text else text_of(out), piece=out,
-                                    id=next_id, pieces=list(ids[:j + 1]), kind="intermediate")
-                next_id += 1
+            if out not in self.new:
+                self.new[out] = NewToken(text=final_text if last and final_text else self.text_of(out), piece=out,
+                                         id=self.next_id, pieces=list(ids[:j + 1]), kind="intermediate")
+                self.next_id += 1
             if last and final_text is not None:
-                new[out].kind = "term"
-                new[out].text = final_text
-            if (left, strs[j]) not in pairs:
-                pairs.add((left, strs[j]))
-                appended.append((left, strs[j]))
+                self.new[out].kind = "term"
+                self.new[out].text = final_text
+            if (left, strs[j]) not in self.pairs:
+                self.pairs.add((left, strs[j]))
+                self.appended.append((left, strs[j]))
             left = out
 
-    for term, ids in zip(terms, pieces):
-        strs = [tok.id_to_token(int(i)) for i in ids]
-        why = _unusable(tok, strs, added) if len(ids) >= 2 else "it is already one token"
-        if why is None:
-            prefixes = ["".join(strs[:j]) for j in range(2, len(strs) + 1)]
-            clash = next((p for p in prefixes if p in vocab or p in added), None)
-            if clash is not None:
-                why = (f"its merges would make the existing token {clash!r} (id {vocab.get(clash)}) reachable; "
-                       "its row is the model's, not a new one")
-        if why is not None:
-            skipped[term] = why
-            continue
-        word_of[term] = "".join(strs)
-        chain(strs, ids, term)
+
+def _form_every_term(tok: "Tokenizer", spec: dict, merges, as_lists: bool, word_of: dict[str, str],
+                     chains: _Chains) -> "Tokenizer":
+    """The extended tokenizer, with merges added until every term comes out as one token (a term
+    that an earlier merge splits otherwise is joined from what it became, after every other merge)."""
+    from tokenizers import Tokenizer
 
     def build() -> "Tokenizer":
         out = json.loads(json.dumps(spec))
-        out["model"]["vocab"] = {**vocab, **{t.piece: t.id for t in new.values()}}
-        out["model"]["merges"] = list(merges) + [list(p) if as_lists else " ".join(p) for p in appended]
+        out["model"]["vocab"] = {**chains.vocab, **{t.piece: t.id for t in chains.new.values()}}
+        out["model"]["merges"] = list(merges) + [list(p) if as_lists else " ".join(p) for p in chains.appended]
         return Tokenizer.from_str(json.dumps(out, ensure_ascii=False))
 
     ext = build()
@@ -257,13 +285,13 @@ def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
         if not wrong:
             break
         for term, word, got in wrong:  # join what the term became, after every other merge
-            ids = [int(i) for i in _old_ids(tok, got, new)]
-            chain(got, ids, term)
+            ids = [int(i) for i in _old_ids(tok, got, chains.new)]
+            chains.chain(got, ids, term)
         ext = build()
     else:  # pragma: no cover - never seen: every term formed after one round
         raise SpecError(f"{len(wrong)} terms do not come out as one token after {FIX_ROUNDS} rounds of merges "
                         f"(e.g. {wrong[0][0]!r}); pass --as added")
-    return TokenizerExtension(ext, "merges", sorted(new.values(), key=lambda t: t.id), appended, skipped)
+    return ext
 
 
 def _old_ids(tok: "Tokenizer", strs: Sequence[str], new: dict[str, NewToken]) -> list[int]:
