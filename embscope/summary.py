@@ -25,7 +25,7 @@ from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
 
 #: bumped when a field changes meaning or type; the report refuses folders of another version
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass
