@@ -61,8 +61,16 @@ def scan_tables(g: "GeometryRecord"):
     head.add_row("threshold", str(g.threshold))
     head.add_row("reference", f"{g.reference.size} rows ({g.reference.source})")
     kn = g.knn
-    head.add_row("kNN", f"{kn.method} k={kn.k} recall@k={kn.recall_at_k:.3f} {kn.seconds:.1f} s"
-                 f"{' (cached)' if kn.cached else ''}")
+    # a certified graph's recall@k is its base graph's on the sample rows (what its unsearched rows
+    # look like), not the recall of anything a decision reads: shown as such
+    recall = f"base recall@k={kn.recall_at_k:.3f}" if kn.method == "certified" else f"recall@k={kn.recall_at_k:.3f}"
+    head.add_row("kNN", f"{kn.method} k={kn.k} {recall} {kn.seconds:.1f} s{' (cached)' if kn.cached else ''}")
+    cert = kn.certificate or {}
+    if kn.method == "certified" and cert:
+        unproven = [name for name, ok in (cert.get("lists") or {}).items() if ok is False]
+        head.add_row("  searched exactly", f"{cert.get('exact_rows', 0):,} rows: every decision as exact "
+                     f"search's (confidence {cert.get('confidence')})"
+                     + (f"; lists drawn from them: {', '.join(unproven)}" if unproven else ""))
     ver = g.verification
     if ver is not None:
         head.add_row("verified", ver.note if ver.n_checked is None else
