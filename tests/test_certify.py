@@ -247,3 +247,28 @@ def test_an_unproven_list_shows_only_rows_searched_exactly():
     assert _listable(unproven, "top_isolated", normal).tolist() == [True, False, True, False]
     assert _listable(proven, "top_isolated", normal).tolist() == normal.tolist()
     assert _listable(SimpleNamespace(exact=None, params={}), "top_isolated", normal).tolist() == normal.tolist()
+
+
+def test_language_density_searches_only_the_heaviest_rows_past_its_cap(smol_rows, monkeypatch):
+    """Past EXACT_ISOLATION_ROWS the heaviest approximate rows get exact isolation and the share of
+    tokens whose isolation is exact is stated per language."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from embscope.languages import density
+    from embscope.sections.languages import _exact_isolation
+
+    monkeypatch.setattr(density, "EXACT_ISOLATION_ROWS", 50)
+    x = smol_rows[:3000]
+    tokens = pl.DataFrame({"token_id": np.arange(len(x), dtype=np.int32), "in_norm": np.linalg.norm(x, axis=1),
+                           "isolation": np.full(len(x), 0.9), "flagged": np.zeros(len(x), bool),
+                           "knn_exact": np.zeros(len(x), bool)})
+    counts = np.zeros(len(x), np.int64)
+    counts[:200] = np.arange(200, 0, -1)                       # rows 0..49 are the heaviest
+    acc = {(0, "eng"): SimpleNamespace(counts=counts)}
+    rows = [{"tokenizer": "t", "language": "eng"}]
+    density.add_density(rows, "t", acc, tokens, torch.from_numpy(x), _exact_isolation(torch.from_numpy(x)))
+    w = counts / counts.sum()
+    assert rows[0]["isolation_exact_share"] == pytest.approx(w[:50].sum())
+    assert rows[0]["mean_isolation"] < 0.9
