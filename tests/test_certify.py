@@ -272,3 +272,22 @@ def test_language_density_searches_only_the_heaviest_rows_past_its_cap(smol_rows
     w = counts / counts.sum()
     assert rows[0]["isolation_exact_share"] == pytest.approx(w[:50].sum())
     assert rows[0]["mean_isolation"] < 0.9
+
+
+def test_the_languages_exact_isolation_searches_each_row_once(smol_rows, monkeypatch):
+    """Rows asked for by a second corpus that the first already had are not searched again, and
+    every answer is exact search's."""
+    from embscope.geometry import exact as exact_mod
+    from embscope.sections.languages import _exact_isolation
+
+    x = torch.from_numpy(smol_rows[:4000])
+    asked = []
+    real = exact_mod.nearest_cosine
+    monkeypatch.setattr(exact_mod, "nearest_cosine", lambda m, rows: asked.append(list(rows)) or real(m, rows))
+    iso = _exact_isolation(x)
+    a = iso(np.array([5, 1, 3]))
+    b = iso(np.array([3, 7]))
+    assert asked == [[5, 1, 3], [7]]
+    v, _ = exact_knn(normalize_rows(x), 1, progress=False)
+    truth = 1.0 - v[:, 0].numpy().astype(np.float64)
+    assert np.allclose(a, truth[[5, 1, 3]], atol=1e-6) and np.allclose(b, truth[[3, 7]], atol=1e-6)

@@ -41,11 +41,12 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     opts = inputs.options
     embed = inputs.model.embed if inputs.model is not None else None
     tables, per_corpus, warnings = [], {}, []
+    isolation = _exact_isolation(embed)  # one per run: a row searched for one corpus is not searched again
     for corpus in inputs.languages:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
-                          exact_isolation=_exact_isolation(embed),
+                          exact_isolation=isolation,
                           engine=opts.corpus_engine(), options=opts.read_options(),
                           max_languages=opts.bounds().languages)
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
@@ -65,15 +66,23 @@ def languages_section(inputs: Inputs) -> SectionOutput:
 
 def _exact_isolation(embed):
     """Exact search's isolation (1 − the nearest other row's cosine) of given rows of ``embed``
-    (:func:`embscope.geometry.exact.nearest_cosine`), or None without a matrix."""
+    (:func:`embscope.geometry.exact.nearest_cosine`), each row searched once however many corpora
+    ask for it; None without a matrix."""
     if embed is None:
         return None
+    import numpy as np
+
+    known: dict[int, float] = {}
 
     def isolation(rows):
         import torch
 
         from embscope.geometry.exact import nearest_cosine
 
-        return 1.0 - nearest_cosine(torch.as_tensor(embed), rows)
+        rows = np.asarray(rows, dtype=np.int64)
+        new = np.array([r for r in rows.tolist() if r not in known], dtype=np.int64)
+        if len(new):
+            known.update(zip(new.tolist(), (1.0 - nearest_cosine(torch.as_tensor(embed), new)).tolist()))
+        return np.array([known[r] for r in rows.tolist()], dtype=np.float64)
 
     return isolation
