@@ -328,12 +328,7 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     knn_fit = {"knot": (kc["spread"].median, max(1.4826 * kc["spread"].mad, MIN_SCALE["knot"])),
                "isolation": (ic["spread"].median, max(1.4826 * ic["spread"].mad, MIN_SCALE["isolation"]))}
     if fallback:  # the population itself: exact figures, no interval
-        from embscope.geometry.indicators import robust_z
-
-        knot_x, iso = _values(run.sims)
-        for name, v in (("knot", knot_x), ("isolation", iso)):
-            _, med, scale = robust_z(v, fit_rows, MIN_SCALE[name])
-            knn_fit[name] = (med, scale)
+        knn_fit = _population_fit(run.sims, fit_rows)
 
     lists = certify_lists(run, knn_fit, tau, groups or {}, other_scores, fit_rows)
     sample_rows = np.unique(np.concatenate([draws_a, draws_b]))
@@ -353,21 +348,28 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     return Certified(neighbors=run.ids, sims=run.sims, exact=run.exact.copy(), knn_fit=knn_fit, certificate=cert)
 
 
+def _population_fit(sims: np.ndarray, fit_rows: np.ndarray) -> dict[str, tuple[float, float]]:
+    """{knot, isolation}: the population's own (median, scale) of the robust z, from exact
+    neighbours of every row (no sample, no interval)."""
+    from embscope.geometry.indicators import robust_z
+
+    out = {}
+    for name, v in zip(("knot", "isolation"), _values(sims)):
+        _, med, scale = robust_z(v, fit_rows, MIN_SCALE[name])
+        out[name] = (med, scale)
+    return out
+
+
 def _exact_instead(xn, k, fit_rows, groups, other_scores, threshold, join, timings, progress, why: str):
     """The certified graph as exact search of every row (its decisions and figures are then exact
     search's by definition); the fit is the population's own median and MAD."""
     from embscope.geometry.exact import exact_knn
-    from embscope.geometry.indicators import robust_z
 
     t = time.perf_counter()
     v, i = exact_knn(xn, k, progress=progress)
     sims, ids = v.numpy(), i.numpy()
     timings["exact search"] = time.perf_counter() - t
-    knot_x, iso = _values(sims)
-    knn_fit = {}
-    for name, val in (("knot", knot_x), ("isolation", iso)):
-        _, med, scale = robust_z(val, fit_rows, MIN_SCALE[name])
-        knn_fit[name] = (med, scale)
+    knn_fit = _population_fit(sims, fit_rows)
     n = len(sims)
     cert = {"confidence": 1.0, "rounds": 0, "sample_draws": 0, "sample_rows": 0, "tau": round(join.tau, 6),
             "threshold": threshold, "cuts": {}, "exact_rows": n, "refined": {"every row (exact search was cheaper)": n},
