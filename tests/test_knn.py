@@ -332,3 +332,26 @@ def test_auto_is_exact_or_certified_never_an_approximate_index(monkeypatch):
     assert method in ("exact", "certified")
     est = weighed["estimated_seconds"]
     assert set(est) == {"exact", "certified"} and method == min(est, key=est.get)
+
+
+def test_bf16_screen_is_float32_search_on_real_rows(smollm2_model):
+    """A bf16 screen whose survivors are scored in float32 returns exact search's neighbours on
+    SmolLM2's rows, a zero row (every cosine 0: past the cap, searched in float32) and a
+    duplicated row (cosine 1) included; with a cap of 8 most rows take the float32 fallback and
+    the answer is the same."""
+    from embscope.geometry.exact import screened_knn
+
+    x = smollm2_model.embed[:6000].float().clone()
+    x[11] = 0.0
+    x[20] = x[21]
+    xn = normalize_rows(x)
+    rows = torch.cat([torch.tensor([11, 20]), torch.arange(13, 6000, 13)])
+    v32, i32 = exact_knn(xn, 10, rows=rows, dtype=torch.float32, progress=False)
+    for cap in (None, 8):
+        v16, i16 = screened_knn(xn, rows.numpy(), 10, torch.bfloat16, cap=cap)
+        np.testing.assert_allclose(v16, v32.numpy(), atol=2e-6)
+        # the ids returned have the cosines returned (ties may pick another row of equal cosine)
+        got = (xn[rows][:, None, :] * xn[torch.from_numpy(i16)]).sum(-1).numpy()
+        np.testing.assert_allclose(got, v16, atol=2e-6)
+        assert (i16 != rows.numpy()[:, None]).all()
+        assert i16[1, 0] == 21 and v16[1, 0] > 0.9999 and (v16[0] == 0).all()  # the duplicate; the zero row

@@ -128,9 +128,11 @@ class _Search:
         self.by_reason: dict[str, int] = {}
         self.seconds = 0.0
 
-    def search(self, rows: np.ndarray, reason: str) -> int:
+    def search(self, rows: np.ndarray, reason: str, offer: bool = True) -> int:
         """Exact neighbours for ``rows`` not yet exact, every other row's cosines to them offered to
-        its list; returns how many were searched."""
+        its list (``offer``: float32 tiles, whose entries are the cosines); without offers the
+        tiles are whatever the probe finds faster (a bf16 screen, its survivors scored in float32);
+        returns how many were searched."""
         import torch
 
         from embscope.geometry.exact import exact_knn
@@ -142,11 +144,11 @@ class _Search:
             return 0
         t0 = time.perf_counter()
         n, d = self.xn.shape
-        # float32 tiles: they are the cosines the other rows are offered
-        plan = plan_tiles(len(rows) * n * d, d, unsafe=1.0)
-        v, i = exact_knn(self.xn, self.k, rows=torch.from_numpy(rows), dtype=torch.float32,
-                         threads=plan.threads, progress=self.progress and len(rows) > 4096,
-                         offer=(self.sims, self.ids))
+        plan = plan_tiles(len(rows) * n * d, d, unsafe=0.0)
+        dtype = plan.torch_dtype() if not offer else torch.float32
+        threads = plan.threads if dtype == plan.torch_dtype() else plan.rates.threads["float32"]
+        v, i = exact_knn(self.xn, self.k, rows=torch.from_numpy(rows), dtype=dtype, threads=threads,
+                         progress=self.progress and len(rows) > 4096, offer=(self.sims, self.ids) if offer else None)
         self.sims[rows], self.ids[rows] = v.numpy(), i.numpy()
         self.exact[rows] = True
         self.by_reason[reason] = self.by_reason.get(reason, 0) + len(rows)
@@ -281,7 +283,8 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     rounds, undecided = 0, 0
     while True:
         run.search(np.concatenate([draws_a, draws_b]), "sample")
-        run.search(np.flatnonzero(graph_free), "flagged by other indicators")
+        # flagged whatever their neighbours: searched for their figures, not to bound other rows
+        run.search(np.flatnonzero(graph_free), "flagged by other indicators", offer=False)
         run.search(tau_rows, "near-duplicate (partner at ≥ τ)")
         knot_x, iso = _values(run.sims)
         cuts = _cuts({"knot": knot_x, "isolation": iso}, {"knot": base_knot, "isolation": base_iso}, run.exact,

@@ -10,8 +10,9 @@ Tile dtype. float32, or a 16-bit screen: bfloat16 on a CPU where it is faster (m
 :mod:`embscope.geometry.probe`, never assumed), float16 on CUDA. A 16-bit screen keeps
 ``k + RERANK_EXTRA`` candidates per row, re-scores them in float32 (:func:`rerank_rows`), and
 a row whose last candidate scores within the 16-bit error bound (:func:`low_precision_bound`) of
-its re-ranked k-th neighbour could hide a better row outside the candidates: it is searched again
-in float32. So the result equals the float32 one (collapsed clusters of near-identical rows, such
+its re-ranked k-th neighbour could hide a better row outside the candidates: it is screened again
+in 16 bits, every column within the bound of that k-th scored in float32 (:func:`screened_knn`). So
+the result equals the float32 one (collapsed clusters of near-identical rows, such
 as Gemma-3's unused rows at cosine 0.9999, are where this matters). Example: rows (1, 0),
 (1, 1), (0, 1) with k = 1 give neighbours [1, 0, 1] and similarities [0.707, 0.707, 0.707].
 """
@@ -176,7 +177,7 @@ def _candidates(k: int, n: int, dtype) -> int:
 
 def _finish(xn, rows, best_v, best_i, k: int, dtype, progress: bool):
     """The result of a search whose running top-m is ``best_v``/``best_i`` (numpy, rows × m):
-    float32 tiles are done; 16-bit ones are re-ranked and their unsafe rows searched again."""
+    float32 tiles are done; 16-bit ones are re-ranked and their unsafe rows screened again."""
     import numpy as np
     import torch
 
@@ -186,12 +187,62 @@ def _finish(xn, rows, best_v, best_i, k: int, dtype, progress: bool):
         return torch.from_numpy(best_v[:, :k]), torch.from_numpy(best_i[:, :k])
     rows_np = np.asarray(rows, dtype=np.int64)
     v, i = rerank_rows(xn, rows_np, best_i, min(k, m))
-    if m < n - 1:  # a row outside the m candidates may beat the k-th: redo those in fp32
+    if m < n - 1:  # a row outside the m candidates may beat the k-th: screen those rows again
         unsafe = np.flatnonzero(best_v[:, -1] + low_precision_bound(dtype, d) >= v[:, -1])
         if len(unsafe):
-            v32, i32 = subset_knn(xn, torch.from_numpy(rows_np[unsafe]), k, dtype=torch.float32, progress=False)
-            v[unsafe], i[unsafe] = v32.numpy(), i32.numpy()
+            vu, iu = screened_knn(xn, rows_np[unsafe], k, dtype, floor=v[unsafe, -1])
+            v[unsafe], i[unsafe] = vu, iu
     return torch.from_numpy(v), torch.from_numpy(i)
+
+
+def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: int | None = None,
+                 progress: bool = False):
+    """Exact top-``k`` of ``rows`` (numpy ids) among the unit rows of ``xn`` from one 16-bit pass
+    (CPU). Returns numpy (sims (r, k) float32, ids (r, k) int64).
+
+    A column whose exact cosine is among a row's top k is at least the row's true k-th ``t_k``,
+    so its 16-bit cosine is at least ``t_k − β`` (β: :func:`low_precision_bound`). Any k columns'
+    exact cosines bound ``t_k`` from below, so the pass keeps each row's top-k of exact cosines
+    and scores in float32 every column whose 16-bit cosine reaches ``max(floor, that k-th) − β``
+    (:func:`~embscope.geometry.kernels.rescore_into`): the threshold rises as the list fills and
+    no true neighbour is ever below it. ``floor`` (r,): a known lower bound of each row's k-th
+    similarity (a graph's k-th, or a first screen's re-ranked k-th), default none. A row with
+    more than ``cap`` columns to score (default n / 16, where scoring one by one costs about a
+    float32 search: a zero row, a collapsed cluster) stops early and is searched in float32.
+    """
+    import numpy as np
+    import torch
+
+    from embscope.geometry.kernels import rescore_into
+
+    n, d = xn.shape
+    xc = xn.float().contiguous()
+    xs = xc.numpy()
+    xt = xc.to(dtype)
+    rows = np.asarray(rows, dtype=np.int64)
+    r = len(rows)
+    cap = max(1024, n // 16) if cap is None else cap
+    bound = np.float32(low_precision_bound(dtype, d))
+    floor = np.full(r, -np.inf, np.float32) if floor is None else np.ascontiguousarray(floor, dtype=np.float32)
+    best_v = np.full((r, k), -np.inf, dtype=np.float32)
+    best_i = np.full((r, k), -1, dtype=np.int64)
+    seen = np.zeros(r, dtype=np.int64)
+    rows_t = torch.from_numpy(rows)
+    col_ids = torch.arange(n)
+    starts = range(0, r, QUERY_BLOCK)
+    for s in track(starts, total=len(starts), description="kNN exact") if progress else starts:
+        e = min(r, s + QUERY_BLOCK)
+        r_ids = rows_t[s:e]
+        q = xt[r_ids]
+        for c0 in range(0, n, COLUMN_TILE):
+            tile = (q @ xt[c0:c0 + COLUMN_TILE].T).float()
+            _mask_self(tile, r_ids, col_ids[c0:c0 + COLUMN_TILE])
+            rescore_into(xs, tile.numpy(), rows[s:e], c0, floor[s:e], bound, best_v[s:e], best_i[s:e], seen[s:e], cap)
+    over = np.flatnonzero(seen > cap)
+    if len(over):
+        v32, i32 = subset_knn(xc, torch.from_numpy(rows[over]), k, dtype=torch.float32, progress=False)
+        best_v[over], best_i[over] = v32.numpy(), i32.numpy()
+    return best_v, best_i
 
 
 def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, progress: bool = True,
@@ -208,13 +259,14 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
 
     dtype = dtype or torch.float32
     n, d = xn.shape
+    if dtype != torch.float32:  # one 16-bit pass, its survivors scored exactly (no offers: 16-bit
+        v, i = screened_knn(xn, rows.cpu().long().numpy(), k, dtype, progress=progress)  # tiles are
+        return torch.from_numpy(v), torch.from_numpy(i)                                  # not cosines)
     xc = xn.float().contiguous()
-    if dtype != torch.float32:
-        offer = None  # 16-bit tiles are not the cosines themselves
-    xt = xc if dtype == torch.float32 else xc.to(dtype)
+    xt = xc
     rows = rows.cpu().long()
     r = len(rows)
-    m = _candidates(k, n, dtype)
+    m = min(n - 1, k)
     best_v = np.full((r, m), -np.inf, dtype=np.float32)
     best_i = np.full((r, m), -1, dtype=np.int64)
     local = np.arange(r, dtype=np.int64)
@@ -232,7 +284,7 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
             select_into(t, local[s:s + len(r_ids)], cols, best_v, best_i)
             if offer is not None:
                 offer_cols(t, cols, r_ids.numpy(), offer[0], offer[1])
-    return _finish(xc, rows.numpy(), best_v, best_i, k, dtype, progress)
+    return torch.from_numpy(best_v), torch.from_numpy(best_i)
 
 
 def symmetric_knn(xn: "torch.Tensor", k: int, *, block: int | None = None, dtype=None, progress: bool = True):
@@ -359,7 +411,7 @@ def low_precision_bound(dtype, d: int) -> float:
     times its magnitude (≤ 1 plus the errors before). Example: bfloat16 at d = 3584:
     2·2^-8 + 2^-16 ≈ 0.00783, accumulation 0.00021, output 0.00392: 0.01196. A row whose m-th
     16-bit candidate scores within this of its re-ranked k-th neighbour may have a true
-    neighbour outside the candidates, and is searched again in fp32.
+    neighbour outside the candidates, and is screened again (:func:`screened_knn`).
     """
     import torch
 
@@ -372,9 +424,8 @@ def low_precision_bound(dtype, d: int) -> float:
 def nearest_cosine(x: "torch.Tensor", rows) -> "np.ndarray":
     """Exact cosine of each of ``rows`` to its nearest other row of ``x`` (any dtype, not
     normalised), as exact search computes it: 1 − this is the row's exact isolation. Costs
-    len(rows)·n·d multiply-adds (the tile dtype by :func:`embscope.geometry.probe.plan_tiles`:
-    bf16 screening pays only where top-1 gaps exceed its error bound, so half the rows are priced
-    as unsafe). Example: rows (1, 0), (1, 1), (0, 1), rows [0] → [0.7071]."""
+    len(rows)·n·d multiply-adds (the tile dtype by :func:`embscope.geometry.probe.plan_tiles`;
+    a bf16 screen is one pass, :func:`screened_knn`). Example: rows (1, 0), (1, 1), (0, 1), rows [0] → [0.7071]."""
     import numpy as np
     import torch
 
@@ -385,6 +436,6 @@ def nearest_cosine(x: "torch.Tensor", rows) -> "np.ndarray":
         return np.zeros(0, dtype=np.float32)
     xn = normalize_rows(x.cpu())
     n, d = xn.shape
-    plan = plan_tiles(len(rows) * n * d, d, unsafe=0.5)
+    plan = plan_tiles(len(rows) * n * d, d, unsafe=0.0)
     v, _ = exact_knn(xn, 1, rows=rows, dtype=plan.torch_dtype(), threads=plan.threads, progress=False)
     return v[:, 0].numpy()

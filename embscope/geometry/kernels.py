@@ -45,6 +45,15 @@ Kernels:
     ``xn``: no (rows, m, d) gather is ever built (that copy, not the arithmetic, dominated the
     16-bit path's re-rank).
 
+``rescore_into(xn, tile, rows, c0, floor, bound, best_v, best_i, seen, cap)``
+    A 16-bit screen whose survivors are scored exactly: for each tile row ``a`` (query
+    ``rows[a]``, columns ``c0 …``), a column whose 16-bit cosine reaches ``max(floor[a], k-th
+    best so far) − bound`` is scored in float32 on the full rows, as :func:`rerank_into` scores
+    it, and inserted into the row's top-k (once). The threshold rises as the list fills, since
+    its k-th is a real row's exact cosine. ``seen[a]`` counts the columns scored; past ``cap``
+    the row stops (it is searched in float32 instead). Example: floor 0.60, bound 0.01, 16-bit
+    row [0.605, 0.2], k = 1 → only column 0 is scored.
+
 ``count_at_least``, ``score_pairs``, ``insert_pairs``
     The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
     entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
@@ -204,6 +213,27 @@ def _rerank_into(xn, rows, cand, out_v, out_i):  # pragma: no cover - compiled
                 _push(out_v, out_i, t, s, j)
 
 
+def _rescore_into(xn, tile, rows, c0, floor, bound, best_v, best_i, seen, cap):  # pragma: no cover - compiled
+    b, c = tile.shape
+    k = best_v.shape[1]
+    d = xn.shape[1]
+    for a in numba.prange(b):
+        i = rows[a]
+        for t in range(c):
+            if seen[a] > cap:
+                break
+            thr = max(floor[a], best_v[a, k - 1]) - bound
+            j = c0 + t
+            if not tile[a, t] >= thr or j == i:
+                continue
+            seen[a] += 1
+            s = np.float32(0.0)
+            for e in range(d):
+                s += xn[i, e] * xn[j, e]
+            if s > best_v[a, k - 1] and not _holds(best_i, a, j):
+                _push(best_v, best_i, a, s, j)
+
+
 def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
     b, c = tile.shape
     for a in numba.prange(b):
@@ -266,9 +296,10 @@ merge_into, _c7 = _jit(_merge_into)
 offer_cols, _c8 = _jit(_offer_cols)
 count_at_least, _c5 = _jit(_count_at_least)
 score_pairs, _c6 = _jit(_score_pairs)
+rescore_into, _c9 = _jit(_rescore_into)
 insert_pairs = numba.njit(cache=True)(_insert_pairs)  # serial: a pair writes two rows' lists
 #: whether the kernels' machine code is cached on disk
-CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8
+CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8 and _c9
 
 
 def reverse_lists(nb: np.ndarray, width: int, seed: int = 0, new: np.ndarray | None = None):

@@ -113,7 +113,7 @@ def certified_estimate(n: int, d: int, k: int) -> dict[str, float]:
     from embscope.geometry.certify import SAMPLE_DRAWS
     from embscope.geometry.probe import gemm_rates, plan_tiles
 
-    exact_s = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=1.0).estimate_seconds
+    exact_s = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=1.0, redo_macs=n * n * d).estimate_seconds
     r32 = max(gemm_rates(d).rate("float32"), 1e-9) * 1e9
     p = min(128, max(8, d // 4))
     join_s = 2 * n * n * (p + 1) / 2 / r32
@@ -267,7 +267,7 @@ def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, u
     else:
         from embscope.geometry.probe import plan_tiles
 
-        plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe)
+        plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe, redo_macs=n * n * d)  # a second screen: n·d a row
         dtype, threads = plan.torch_dtype(), plan.threads
         params["tile_dtype"] = plan.dtype
         params["tiles"] = plan.record().to_dict()  # the cache keeps params as JSON

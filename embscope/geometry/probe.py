@@ -13,8 +13,9 @@ current count, best of :data:`REPEATS` runs each (one descheduled run does not d
 slower than float32 (the AVX2 case: no point measuring it further).
 
 :func:`plan_tiles` turns the rates into a plan for a search of ``rows × n × d`` multiply-adds:
-float32, or bfloat16 screening whose rows that the 16-bit error bound cannot decide are searched
-again in float32 (their expected share, ``unsafe``, is measured by the caller on its sample). The
+float32, or bfloat16 screening whose rows that the 16-bit error bound cannot decide are screened
+again in bfloat16 (their expected share, ``unsafe``, is measured by the caller on its sample;
+a search of some rows screens once, :func:`embscope.geometry.exact.screened_knn`). The
 plan with the lower estimated time wins; its estimate and the rates go into the graph's record,
 so the bench can report the share of the machine's GEMM rate a search reached.
 """
@@ -115,7 +116,7 @@ class TilePlan:
     dtype: str
     #: intra-op threads (torch and numba)
     threads: int
-    #: estimated seconds of the products (bf16: including the float32 re-search of unsafe rows)
+    #: estimated seconds of the products (bf16: including the second screen of unsafe rows)
     estimate_seconds: float
     #: the rates the choice was made from
     rates: GemmRates = field(repr=False)
@@ -137,15 +138,16 @@ def plan_tiles(macs: float, d: int, *, unsafe: float, redo_macs: float | None = 
     """The faster way to do ``macs`` multiply-adds of similarity tiles at width ``d``.
 
     ``unsafe``: expected share of rows whose bf16 candidates the error bound cannot decide (they
-    are searched again in float32, ``redo_macs`` per row share: default ``macs``). Example: on the
-    real 7B rows 70 % of rows have 64 neighbours within 0.005 of their 10th, so ``unsafe`` ≈ 1 and
-    float32 wins however fast bf16 is.
+    are screened again in bf16, ``redo_macs`` for all rows: default ``macs``); 0 for a search of
+    some rows, which screens once. Example: the all-rows search of the real 7B rows has 70 % of
+    rows with 64 neighbours within 0.005 of their 10th, so ``unsafe`` ≈ 1 and bf16 pays only
+    where it is more than twice as fast as float32.
     """
     rates = gemm_rates(d)
     r32, r16 = rates.rate("float32"), rates.rate("bfloat16")
     t32 = 2 * macs / max(r32, 1e-9) / 1e9
     redo = macs if redo_macs is None else redo_macs
-    t16 = 2 * macs / r16 / 1e9 + unsafe * 2 * redo / max(r32, 1e-9) / 1e9 if r16 > 0 else float("inf")
+    t16 = 2 * (macs + unsafe * redo) / r16 / 1e9 if r16 > 0 else float("inf")
     if t16 < t32:
         return TilePlan("bfloat16", rates.threads["bfloat16"], t16, rates, unsafe)
     return TilePlan("float32", rates.threads["float32"], t32, rates, unsafe)
