@@ -1,7 +1,8 @@
 """Nearest trained rows of a few query vectors: the top-k cosine neighbours of each query among a
 matrix's trained rows, equal to a float32 search, with the products in bf16 where this CPU
 multiplies them faster (measured by :func:`embscope.models.forward.bf16_gain`) and every bf16
-answer that its rounding bound cannot settle searched again in float32.
+answer that its rounding bound cannot settle screened again: every row within the bound of the
+query's k-th is scored in float32.
 
 Used by the initialisation strategies (:func:`embscope.extension.init.nearest_trained`) and the
 diagnostics that list each new row's nearest tokens.
@@ -20,6 +21,12 @@ NEAREST_EXTRA = 64
 NEAREST_CHUNK = 16384
 #: queries whose candidates are re-scored together (128 × 69 rows × 3584 floats: 127 MB)
 RESCORE_QUERIES = 128
+#: rows a query may have within the bf16 bound of its k-th before its second screen gives up and
+#: the query is searched in float32 (a d-long gather and dot each, against a float32 GEMM's
+#: V·d multiply-adds)
+SCREEN_CAP = 4096
+#: candidate pairs scored in float32 per batch of the second screen (× d floats gathered)
+SCORE_PAIRS = 8192
 
 
 def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torch.Tensor", k: int, *,
@@ -34,7 +41,9 @@ def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torc
     cosine is off by at most ε = 2u + u² + 2⁻⁹ + d·2⁻²⁴ (u = 2⁻⁸: the rounding of both inputs,
     of the bf16 output, and the float32 accumulation; :func:`embscope.geometry.exact.low_precision_bound`
     without the output term), so a row outside the candidates can beat the re-scored k-th only if
-    the last candidate's bf16 cosine is within ε of it: such queries are searched again in float32.
+    the last candidate's bf16 cosine is within ε of it: such queries are screened again
+    (:func:`_screen_pass`), every row whose bf16 cosine reaches the re-scored k-th − ε scored in
+    float32, so the answer is still float32's.
     ``norms`` (V,): the rows' float32 norms, when the caller has them (else computed per block).
 
     Example: rows (1, 0), (1, 1), (0, 1), all trained, query (1, 0.1), k = 2 → ids [0, 1] with
@@ -68,8 +77,54 @@ def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torc
     eps = 2 * u + u * u + 2.0 ** -9 + d * 2.0 ** -24
     unsure = torch.nonzero(low[:, -1] + eps >= sims[:, -1]).flatten()
     if len(unsure):
-        sims[unsure], ids[unsure] = _nearest_pass(matrix, trained, q[unsure], k, norms, torch.float32)
+        sims[unsure], ids[unsure] = _screen_pass(matrix, trained, q[unsure], k, norms, dtype,
+                                                 sims[unsure, -1] - eps)
     return sims, ids
+
+
+def _screen_pass(matrix, trained, q, k, norms, dtype, floor):
+    """The exact top-k of unit queries ``q`` whose true k-th cosine is at least ``floor + ε``
+    (a re-scored k-th): any row in the top-k then has a bf16 cosine ≥ ``floor``, so one bf16
+    pass lists those rows and they are scored in float32. A query with more than
+    :data:`SCREEN_CAP` such rows is searched in float32 instead."""
+    import torch
+
+    from embscope.allocator import converted_blocks
+
+    n, d = q.shape
+    qd = q.to(dtype)
+    pairs_q, pairs_i = [], []
+    seen = torch.zeros(n, dtype=torch.long)
+    for s, block in converted_blocks(matrix, NEAREST_CHUNK, dtype):
+        nb = norms[s:s + NEAREST_CHUNK] if norms is not None else torch.linalg.vector_norm(block.float(), dim=1)
+        sims = (qd @ block.T).float() / nb.clamp_min(1e-12)
+        sims[:, ~trained[s:s + NEAREST_CHUNK]] = -2.0
+        hit = sims >= floor[:, None]
+        seen += hit.sum(1)
+        qi, ci = torch.nonzero(hit & (seen <= SCREEN_CAP)[:, None], as_tuple=True)
+        pairs_q.append(qi)
+        pairs_i.append(ci + s)
+    qi, ci = torch.cat(pairs_q), torch.cat(pairs_i)
+    exact = torch.empty(len(qi))
+    for a in range(0, len(qi), SCORE_PAIRS):
+        rows = matrix[ci[a:a + SCORE_PAIRS]].float()
+        exact[a:a + SCORE_PAIRS] = (q[qi[a:a + SCORE_PAIRS]] * rows).sum(1) \
+            / torch.linalg.vector_norm(rows, dim=1).clamp_min(1e-12)
+    # each query's best k: sort by cosine, then (stably) by query, and take the first k of each
+    order = torch.argsort(exact, descending=True, stable=True)
+    order = order[torch.argsort(qi[order], stable=True)]
+    qs, first = torch.unique_consecutive(qi[order], return_counts=True)
+    start = torch.cumsum(first, 0) - first
+    out_s = torch.full((n, k), -2.0)
+    out_i = torch.zeros((n, k), dtype=torch.long)
+    for j in range(k):
+        has = first > j
+        at = order[start[has] + j]
+        out_s[qs[has], j], out_i[qs[has], j] = exact[at], ci[at]
+    over = torch.nonzero(seen > SCREEN_CAP).flatten()
+    if len(over):
+        out_s[over], out_i[over] = _nearest_pass(matrix, trained, q[over], k, norms, torch.float32)
+    return out_s, out_i
 
 
 def _nearest_pass(matrix, trained, q, k, norms, dtype):
