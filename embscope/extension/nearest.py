@@ -21,12 +21,6 @@ NEAREST_EXTRA = 64
 NEAREST_CHUNK = 16384
 #: queries whose candidates are re-scored together (128 × 69 rows × 3584 floats: 127 MB)
 RESCORE_QUERIES = 128
-#: rows a query may have within the bf16 bound of its k-th before its second screen gives up and
-#: the query is searched in float32 (a d-long gather and dot each, against a float32 GEMM's
-#: V·d multiply-adds)
-SCREEN_CAP = 4096
-#: candidate pairs scored in float32 per batch of the second screen (× d floats gathered)
-SCORE_PAIRS = 8192
 
 
 def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torch.Tensor", k: int, *,
@@ -84,47 +78,32 @@ def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torc
 
 def _screen_pass(matrix, trained, q, k, norms, dtype, floor):
     """The exact top-k of unit queries ``q`` whose true k-th cosine is at least ``floor + ε``
-    (a re-scored k-th): any row in the top-k then has a bf16 cosine ≥ ``floor``, so one bf16
-    pass lists those rows and they are scored in float32. A query with more than
-    :data:`SCREEN_CAP` such rows is searched in float32 instead."""
+    (a re-scored k-th): any row in the top-k then has a bf16 cosine ≥ ``floor``. Per block, the
+    queries and rows with such a pair are multiplied again in float32 (one product of the rows
+    that pass, never more than the block) and each query keeps its best k of those."""
     import torch
 
     from embscope.allocator import converted_blocks
 
-    n, d = q.shape
+    n = q.shape[0]
     qd = q.to(dtype)
-    pairs_q, pairs_i = [], []
-    seen = torch.zeros(n, dtype=torch.long)
+    best_s = torch.full((n, 0), -2.0)
+    best_i = torch.zeros((n, 0), dtype=torch.long)
     for s, block in converted_blocks(matrix, NEAREST_CHUNK, dtype):
         nb = norms[s:s + NEAREST_CHUNK] if norms is not None else torch.linalg.vector_norm(block.float(), dim=1)
         sims = (qd @ block.T).float() / nb.clamp_min(1e-12)
         sims[:, ~trained[s:s + NEAREST_CHUNK]] = -2.0
         hit = sims >= floor[:, None]
-        seen += hit.sum(1)
-        qi, ci = torch.nonzero(hit & (seen <= SCREEN_CAP)[:, None], as_tuple=True)
-        pairs_q.append(qi)
-        pairs_i.append(ci + s)
-    qi, ci = torch.cat(pairs_q), torch.cat(pairs_i)
-    exact = torch.empty(len(qi))
-    for a in range(0, len(qi), SCORE_PAIRS):
-        rows = matrix[ci[a:a + SCORE_PAIRS]].float()
-        exact[a:a + SCORE_PAIRS] = (q[qi[a:a + SCORE_PAIRS]] * rows).sum(1) \
-            / torch.linalg.vector_norm(rows, dim=1).clamp_min(1e-12)
-    # each query's best k: sort by cosine, then (stably) by query, and take the first k of each
-    order = torch.argsort(exact, descending=True, stable=True)
-    order = order[torch.argsort(qi[order], stable=True)]
-    qs, first = torch.unique_consecutive(qi[order], return_counts=True)
-    start = torch.cumsum(first, 0) - first
-    out_s = torch.full((n, k), -2.0)
-    out_i = torch.zeros((n, k), dtype=torch.long)
-    for j in range(k):
-        has = first > j
-        at = order[start[has] + j]
-        out_s[qs[has], j], out_i[qs[has], j] = exact[at], ci[at]
-    over = torch.nonzero(seen > SCREEN_CAP).flatten()
-    if len(over):
-        out_s[over], out_i[over] = _nearest_pass(matrix, trained, q[over], k, norms, torch.float32)
-    return out_s, out_i
+        cols = torch.nonzero(hit.any(0)).flatten()
+        if not len(cols):
+            continue
+        rows = matrix[cols + s].float()  # the stored rows (a float32 matrix's blocks are rounded copies)
+        exact = (q @ rows.T) / torch.linalg.vector_norm(rows, dim=1).clamp_min(1e-12)   # (n, u) float32
+        exact = torch.where(hit[:, cols], exact, torch.full_like(exact, -2.0))
+        v, i = exact.topk(min(k, len(cols)), dim=1)
+        best_s, order = torch.cat([best_s, v], 1).topk(min(k, best_s.shape[1] + v.shape[1]), dim=1)
+        best_i = torch.cat([best_i, cols[i] + s], 1).gather(1, order)
+    return best_s, best_i
 
 
 def _nearest_pass(matrix, trained, q, k, norms, dtype):
