@@ -283,10 +283,11 @@ def test_the_languages_exact_isolation_searches_each_row_once(smol_rows, monkeyp
     x = torch.from_numpy(smol_rows[:4000])
     asked = []
     real = exact_mod.nearest_cosine
-    monkeypatch.setattr(exact_mod, "nearest_cosine", lambda m, rows: asked.append(list(rows)) or real(m, rows))
+    monkeypatch.setattr(exact_mod, "nearest_cosine",
+                        lambda m, rows, floor=None: asked.append(list(rows)) or real(m, rows, floor))
     iso = _exact_isolation(x)
     a = iso(np.array([5, 1, 3]))
-    b = iso(np.array([3, 7]))
+    b = iso(np.array([3, 7]), np.array([0.9, 0.9]))  # graph bounds: loose, and only row 7's is read
     assert asked == [[5, 1, 3], [7]]
     v, _ = exact_knn(normalize_rows(x), 1, progress=False)
     truth = 1.0 - v[:, 0].numpy().astype(np.float64)

@@ -355,3 +355,16 @@ def test_bf16_screen_is_float32_search_on_real_rows(smollm2_model):
         np.testing.assert_allclose(got, v16, atol=2e-6)
         assert (i16 != rows.numpy()[:, None]).all()
         assert i16[1, 0] == 21 and v16[1, 0] > 0.9999 and (v16[0] == 0).all()  # the duplicate; the zero row
+
+
+def test_bf16_screen_from_a_floor_is_float32_search(smollm2_model):
+    """Given each row's exact nearest cosine as its floor (the tightest lower bound there is) or a
+    graph's looser one, the one-pass bf16 screen still returns float32 search's nearest rows."""
+    from embscope.geometry.exact import screened_knn
+
+    xn = normalize_rows(smollm2_model.embed[:8000].float())
+    rows = torch.arange(5, 8000, 17)
+    v32, i32 = exact_knn(xn, 1, rows=rows, dtype=torch.float32, progress=False)
+    for floor in (v32[:, 0].numpy() - 1e-4, v32[:, 0].numpy() - 0.2):
+        v16, _ = screened_knn(xn, rows.numpy(), 1, torch.bfloat16, floor=floor)
+        np.testing.assert_allclose(v16, v32.numpy(), atol=2e-6)

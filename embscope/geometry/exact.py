@@ -421,21 +421,29 @@ def low_precision_bound(dtype, d: int) -> float:
     return inputs + accumulate + u * (1 + inputs + accumulate)
 
 
-def nearest_cosine(x: "torch.Tensor", rows) -> "np.ndarray":
+def nearest_cosine(x: "torch.Tensor", rows, floor=None) -> "np.ndarray":
     """Exact cosine of each of ``rows`` to its nearest other row of ``x`` (any dtype, not
     normalised), as exact search computes it: 1 − this is the row's exact isolation. Costs
     len(rows)·n·d multiply-adds (the tile dtype by :func:`embscope.geometry.probe.plan_tiles`;
-    a bf16 screen is one pass, :func:`screened_knn`). Example: rows (1, 0), (1, 1), (0, 1), rows [0] → [0.7071]."""
+    a bf16 screen is one pass, :func:`screened_knn`). ``floor`` (len(rows),): a cosine each row is
+    known to reach (a graph's nearest neighbour, a real row's cosine), so the bf16 screen scores
+    only the rows near it. Example: rows (1, 0), (1, 1), (0, 1), rows [0] → [0.7071]."""
     import numpy as np
     import torch
 
-    from embscope.geometry.probe import plan_tiles
+    from embscope.geometry.probe import plan_tiles, threads
 
-    rows = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+    rows = np.asarray(rows, dtype=np.int64)
     if not len(rows):
         return np.zeros(0, dtype=np.float32)
     xn = normalize_rows(x.cpu())
     n, d = xn.shape
     plan = plan_tiles(len(rows) * n * d, d, unsafe=0.0)
-    v, _ = exact_knn(xn, 1, rows=rows, dtype=plan.torch_dtype(), threads=plan.threads, progress=False)
-    return v[:, 0].numpy()
+    if plan.dtype == "float32":
+        v, _ = exact_knn(xn, 1, rows=torch.from_numpy(rows), threads=plan.threads, progress=False)
+        return v[:, 0].numpy()
+    if floor is not None:  # another order of the same float32 sums may round it up by up to d·2^-24
+        floor = np.nan_to_num(np.asarray(floor, dtype=np.float64), nan=-np.inf) - d * 2.0 ** -24
+    with threads(plan.threads):
+        v, _ = screened_knn(xn, rows, 1, plan.torch_dtype(), floor=floor)
+    return v[:, 0]

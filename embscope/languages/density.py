@@ -26,7 +26,8 @@ EXACT_ISOLATION_ROWS = 4096
 def add_density(rows, name, acc, tokens, embed, exact_isolation=None) -> None:
     """Add the double-cost columns to ``rows`` of tokenizer ``name`` (vocabs[0]).
 
-    ``exact_isolation(ids) -> isolations``: exact search's isolation of the given rows; with it, the
+    ``exact_isolation(ids, bound) -> isolations``: exact search's isolation of the given rows (``bound``:
+    the graph's isolation of each, an upper bound that the search may use); with it, the
     rows these averages use whose ``knn_exact`` is false (a certified graph's approximate rows) get
     their exact value, so every average is exact search's."""
     import numpy as np
@@ -61,7 +62,7 @@ def add_density(rows, name, acc, tokens, embed, exact_isolation=None) -> None:
             todo = np.flatnonzero((weight > 0) & (exact != 1.0) & np.isfinite(isolation))
             todo = np.sort(todo[np.argsort(-weight[todo], kind="stable")][:EXACT_ISOLATION_ROWS])
             if len(todo):
-                isolation[todo] = exact_isolation(todo)
+                isolation[todo] = exact_isolation(todo, isolation[todo])
                 exact[todo] = 1.0
     emb = embed  # (V, d), any dtype; only the rows of each language's top tokens are converted
     for row in rows:

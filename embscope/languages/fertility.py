@@ -89,7 +89,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         embed: optional (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy).
         tokens: optional polars DataFrame with ``token_id``, ``in_norm`` (and maybe
             ``isolation``, ``flagged``) for ``vocabs[0]``.
-        exact_isolation: ``(row ids) -> exact isolations``, for the rows ``tokens`` marks as not
+        exact_isolation: ``(row ids, graph isolations) -> exact isolations``, for the rows ``tokens`` marks as not
             exact (``knn_exact`` false): the averages then use exact search's values.
         batch_size: most texts per batch read from the corpus (encode calls take windows of
             :data:`WINDOW_TEXTS` texts, see :func:`_by_language`).

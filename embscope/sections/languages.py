@@ -74,15 +74,18 @@ def _exact_isolation(embed):
 
     known: dict[int, float] = {}
 
-    def isolation(rows):
+    def isolation(rows, bound=None):
+        """``bound``: the graph's isolation of each row, an upper bound (its neighbour is a real row)."""
         import torch
 
         from embscope.geometry.exact import nearest_cosine
 
         rows = np.asarray(rows, dtype=np.int64)
-        new = np.array([r for r in rows.tolist() if r not in known], dtype=np.int64)
+        fresh = np.array([r not in known for r in rows.tolist()], dtype=bool)
+        new = rows[fresh]
         if len(new):
-            known.update(zip(new.tolist(), (1.0 - nearest_cosine(torch.as_tensor(embed), new)).tolist()))
+            floor = None if bound is None else 1.0 - np.asarray(bound, dtype=np.float64)[fresh]
+            known.update(zip(new.tolist(), (1.0 - nearest_cosine(torch.as_tensor(embed), new, floor)).tolist()))
         return np.array([known[r] for r in rows.tolist()], dtype=np.float64)
 
     return isolation
