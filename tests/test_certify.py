@@ -77,8 +77,8 @@ def test_planted_rows_at_the_cuts_are_decided_as_exact_search_does(smol_rows):
     for threshold in (t_knot, 4.0):
         exact = _exact_indicators(x, threshold)
         cert, c = _certified_indicators(x, threshold)
-        assert (cert.flagged == exact.flagged).all(), (threshold, c.certificate["cuts"])
-        assert (cert.isolated == exact.isolated).all(), (threshold, c.certificate["cuts"])
+        assert (cert.flagged == exact.flagged).all(), (threshold, c.certificate.cuts)
+        assert (cert.isolated == exact.isolated).all(), (threshold, c.certificate.cuts)
         if threshold == t_knot:  # the groups straddle the knot cut, collapsed on both sides
             groups = new[:48]
             collapsed = exact.spread[groups] <= 0.2
@@ -99,7 +99,7 @@ def test_the_band_grows_when_the_sample_is_small(smol_rows):
     _, large = _certified_indicators(x, 4.0, draws=4000)
 
     def width(c, name):
-        lo, hi = c.certificate["cuts"][name]["interval"]
+        lo, hi = c.certificate.cuts[name].interval
         return hi - lo
 
     for name in ("isolation", "knot"):
@@ -215,7 +215,7 @@ def test_near_duplicates_everywhere_make_it_exact_search(smol_rows):
     twins = x + 1e-3 * np.linalg.norm(x, axis=1, keepdims=True) * noise / np.sqrt(x.shape[1])
     both = np.concatenate([x, twins])                       # every row has one partner at cos ≈ 1
     cert = certified_graph(both, 10, progress=False)
-    assert cert.exact.all() and "exact search everywhere" in cert.certificate["fallback"]
+    assert cert.exact.all() and "exact search everywhere" in cert.certificate.fallback
     v, i = exact_knn(normalize_rows(torch.from_numpy(both)), 10, progress=False)
     assert np.allclose(cert.sims, v.numpy(), atol=1e-6)
 
@@ -229,8 +229,8 @@ def test_a_list_past_the_search_cap_is_marked_unproven(smol_rows, monkeypatch):
     monkeypatch.setattr(certify, "BATCH", 8)
     x = smol_rows[:6000]
     cert = certified_graph(x, 10, progress=False)
-    assert cert.certificate["lists"]["top_isolated"] is False
-    assert "list: top_isolated" not in cert.certificate["refined"]      # nothing searched past the cap
+    assert cert.certificate.lists["top_isolated"] is False
+    assert "list: top_isolated" not in cert.certificate.refined      # nothing searched past the cap
 
 
 def test_an_unproven_list_shows_only_rows_searched_exactly():

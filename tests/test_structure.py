@@ -279,8 +279,6 @@ def test_registry_and_summary_agree():
 UNTYPED_FOR_NOW = {
     # per-strategy figures of embscope.extension (diagnostics, evaluate, choose), read as a dict by the report's views
     "ExtensionRecord.strategies",
-    # embscope.geometry.certify's certificate dict (cuts, refined rows, lists, measured, join, base)
-    "KnnRecord.certificate",
 }
 
 

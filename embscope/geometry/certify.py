@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from embscope.geometry.indicators import COLLAPSE_SPREAD, DEFAULT_THRESHOLD, MIN_SCALE, transform
+from embscope.geometry.knn_record import CertificateRecord, CutRecord, MeasuredRecord
 from embscope.geometry.population import CONFIDENCE, level_of_round, spread_ci
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,24 +95,24 @@ class Certified:
     exact: np.ndarray
     #: {knot, isolation}: (median, scale) on the transformed scale, for the robust z
     knn_fit: dict[str, tuple[float, float]]
-    #: what was sampled, refined and proven (JSON-able)
-    certificate: dict[str, Any] = field(default_factory=dict)
+    #: what was sampled, refined and proven
+    certificate: CertificateRecord
 
 
-def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str, float]:
     """The approximate graph under the certificate: FAISS HNSW when the rows are at most
     :data:`HNSW_MAX_WIDTH` wide, else none (the lists start from the join's partners and the
     exact searches' offers). Its quality decides only how many rows are searched exactly, never a
-    decision. Returns (sims, ids) (n, k), -inf/-1 where short."""
+    decision. Returns (sims, ids) (n, k), -inf/-1 where short, the base's name and its seconds."""
     t0 = time.perf_counter()
     n, d = xn.shape
     if d > HNSW_MAX_WIDTH:
         empty = (np.full((n, k), -np.inf, np.float32), np.full((n, k), -1, np.int64))
-        return (*empty, {"base": "none (rows wider than the HNSW limit)", "base_seconds": 0.0})
+        return (*empty, "none (rows wider than the HNSW limit)", 0.0)
     from embscope.geometry.hnsw import hnsw_knn
 
     s, i = hnsw_knn(xn, k)
-    return s, i, {"base": "hnsw", "base_seconds": round(time.perf_counter() - t0, 3)}
+    return s, i, "hnsw", round(time.perf_counter() - t0, 3)
 
 
 def _values(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +199,14 @@ def _cuts(values: dict[str, np.ndarray], base: dict[str, np.ndarray], exact: np.
     return out
 
 
+def _cut_record(c: dict[str, Any]) -> CutRecord:
+    """The summary's record of one of :func:`_cuts`' cuts."""
+    sp = c["spread"]
+    return CutRecord(cut=c["cut"], interval=[c["lo"], c["hi"]], by=c["by"], median=sp.median,
+                     median_interval=[sp.median_lo, sp.median_hi], mad=sp.mad, mad_interval=[sp.mad_lo, sp.mad_hi],
+                     draws=list(sp.draws), alpha=sp.alpha)
+
+
 def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np.ndarray | None = None,
                     graph_free: np.ndarray | None = None, norms: np.ndarray | None = None,
                     groups: dict[str, np.ndarray] | None = None, other_scores: np.ndarray | None = None,
@@ -258,7 +267,7 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     from embscope.geometry.kernels import merge_into
 
     t = time.perf_counter()
-    sims, ids, base_rec = base_graph(xn, k, seed=seed)
+    sims, ids, base_name, base_seconds = base_graph(xn, k, seed=seed)
     merge_into(sims, ids, join.best_v, join.best_i)
     timings["base"] = time.perf_counter() - t
     exact = join.count >= k  # their k nearest rows are among their partners (join module docstring)
@@ -335,16 +344,13 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     measured = _measured(base_sims, run.sims, sample_rows, knn_fit, threshold)
     timings["exact search"] = run.seconds
     timings["all"] = time.perf_counter() - t_all
-    cert = {
-        "confidence": confidence, "rounds": rounds + 1, "sample_draws": int(len(draws_a) + len(draws_b)),
-        "sample_rows": int(len(sample_rows)), "tau": round(tau, 6), "threshold": threshold,
-        "cuts": {name: {"cut": c["cut"], "interval": [c["lo"], c["hi"]], "by": c["by"], **c["spread"].record()}
-                 for name, c in cuts.items()},
-        "exact_rows": int(run.exact.sum()), "refined": dict(run.by_reason), "undecided": undecided,
-        "reasons_undecided": reasons_undecided,
-        "fallback": fallback, "join": join.params, "lists": lists, "measured": measured,
-        "seconds": {k_: round(v, 3) for k_, v in timings.items()}, **base_rec,
-    }
+    cert = CertificateRecord(
+        confidence=confidence, rounds=rounds + 1, sample_draws=int(len(draws_a) + len(draws_b)),
+        sample_rows=int(len(sample_rows)), tau=round(tau, 6), threshold=threshold,
+        cuts={name: _cut_record(c) for name, c in cuts.items()}, exact_rows=int(run.exact.sum()),
+        refined=dict(run.by_reason), undecided=undecided, reasons_undecided=reasons_undecided, fallback=fallback,
+        join=join.info, lists=lists, measured=measured, seconds={k_: round(v, 3) for k_, v in timings.items()},
+        base=base_name, base_seconds=base_seconds)
     return Certified(neighbors=run.ids, sims=run.sims, exact=run.exact.copy(), knn_fit=knn_fit, certificate=cert)
 
 
@@ -371,12 +377,13 @@ def _exact_instead(xn, k, fit_rows, groups, other_scores, threshold, join, timin
     timings["exact search"] = time.perf_counter() - t
     knn_fit = _population_fit(sims, fit_rows)
     n = len(sims)
-    cert = {"confidence": 1.0, "rounds": 0, "sample_draws": 0, "sample_rows": 0, "tau": round(join.tau, 6),
-            "threshold": threshold, "cuts": {}, "exact_rows": n, "refined": {"every row (exact search was cheaper)": n},
-            "undecided": 0, "reasons_undecided": 0, "fallback": why, "join": join.params,
-            "lists": {name: True for name in ("top_isolated", *(f"top_score:{g}" for g in (groups or {})))},
-            "measured": {"rows": n, "base_recall_at_k": 1.0}, "base": "none (exact search)", "base_seconds": 0.0,
-            "seconds": {k_: round(v_, 3) for k_, v_ in timings.items()}}
+    cert = CertificateRecord(
+        confidence=1.0, rounds=0, sample_draws=0, sample_rows=0, tau=round(join.tau, 6), threshold=threshold,
+        cuts={}, exact_rows=n, refined={"every row (exact search was cheaper)": n}, undecided=0,
+        reasons_undecided=0, fallback=why, join=join.info,
+        lists={name: True for name in ("top_isolated", *(f"top_score:{g}" for g in (groups or {})))},
+        measured=MeasuredRecord(rows=n, base_recall_at_k=1.0),
+        seconds={k_: round(v_, 3) for k_, v_ in timings.items()}, base="none (exact search)", base_seconds=0.0)
     return Certified(neighbors=ids, sims=sims, exact=np.ones(n, bool), knn_fit=knn_fit, certificate=cert)
 
 
@@ -386,14 +393,14 @@ def _z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:
 
 
 def certify_lists(run: _Search, knn_fit, tau: float, groups: dict[str, np.ndarray],
-                  other_scores: np.ndarray | None, fit_rows: np.ndarray) -> dict[str, Any]:
+                  other_scores: np.ndarray | None, fit_rows: np.ndarray) -> dict[str, bool]:
     """Search exactly until the listed rows are exact search's: per group, the :data:`TOP_N`
     highest scores, and the :data:`TOP_N` most isolated normal rows. A row not searched exactly
     has a graph isolation at or above its exact one, and a knot below τ (it has no partner at
     ≥ τ), so its score is at most ``max(other, z_knot(τ))``; a list is certified when its
     ``TOP_N``-th exact value reaches every such bound (rows are searched until it does, up to
     :data:`LIST_REFINE_CAP` rows)."""
-    out: dict[str, Any] = {}
+    out: dict[str, bool] = {}
     z_tau = float(_z("knot", transform("knot", np.array([tau])), knn_fit)[0])
 
     def settle(name, pool, exact_value, bound):
@@ -428,14 +435,15 @@ def certify_lists(run: _Search, knn_fit, tau: float, groups: dict[str, np.ndarra
     return out
 
 
-def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit, threshold: float) -> dict[str, Any]:
+def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit,
+              threshold: float) -> MeasuredRecord | None:
     """How far the base graph was from exact search on the sample rows (all exact): the knot's
     and isolation's gaps (quantiles) and the share of rows whose knot sits on the other side of
     the cut (the ``family`` count's error rate), with a 95 % Clopper–Pearson upper bound."""
     from scipy.stats import beta
 
     if not len(rows):
-        return {}
+        return None
     bk, bi = _values(base_sims[rows])
     ek, ei = _values(sims[rows])
     gap_k = np.exp(-bk) - np.exp(-ek)  # knot (cosine units): exact − graph ≥ 0
@@ -444,11 +452,11 @@ def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit
     m = len(rows)
     upper = float(beta.ppf(0.95, flips + 1, m - flips)) if flips < m else 1.0
     q = [50, 90, 99, 100]
-    return {"rows": m, "knot_gap": dict(zip(map(str, q), np.percentile(gap_k, q).round(5).tolist())),
-            "isolation_gap": dict(zip(map(str, q), np.percentile(gap_i, q).round(5).tolist())),
-            "knot_cut_flips": flips, "knot_cut_flip_share_95": round(upper, 5),
-            "base_recall_top1": round(float((gap_i <= 1e-6).mean()), 4),
-            "base_recall_at_k": round(float((base_sims[rows] >= sims[rows][:, -1:] - 1e-6).mean()), 4)}
+    return MeasuredRecord(rows=m, knot_gap=dict(zip(map(str, q), np.percentile(gap_k, q).round(5).tolist())),
+                          isolation_gap=dict(zip(map(str, q), np.percentile(gap_i, q).round(5).tolist())),
+                          knot_cut_flips=flips, knot_cut_flip_share_95=round(upper, 5),
+                          base_recall_top1=round(float((gap_i <= 1e-6).mean()), 4),
+                          base_recall_at_k=round(float((base_sims[rows] >= sims[rows][:, -1:] - 1e-6).mean()), 4))
 
 
 @dataclass
@@ -525,13 +533,14 @@ def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int =
     cert = certified_graph(x, k, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
                            groups=ctx.groups, other_scores=ctx.other_scores, threshold=ctx.threshold,
                            seed=seed, progress=progress)
-    measured = cert.certificate.get("measured", {})
-    params = {"device": "cpu", "certificate": cert.certificate, **(weighed or {}),
+    measured = cert.certificate.measured or MeasuredRecord(rows=0)
+    params = {"device": "cpu", "certificate": cert.certificate.to_dict(), **(weighed or {}),
               "knn_fit": {name: list(v) for name, v in cert.knn_fit.items()}}
     # recall@k: the base graph's, on the sample rows (what the rows not searched exactly look like)
     graph = KnnGraph(neighbors=cert.neighbors.astype(np.int64), sims=cert.sims.astype(np.float32),
-                     method="certified", k=k, recall_at_k=float(measured.get("base_recall_at_k", float("nan"))),
-                     recall_rows=int(measured.get("rows", 0)), seconds=time.perf_counter() - t0, params=params,
+                     method="certified", k=k,
+                     recall_at_k=float("nan") if measured.base_recall_at_k is None else measured.base_recall_at_k,
+                     recall_rows=measured.rows, seconds=time.perf_counter() - t0, params=params,
                      exact=cert.exact)
     if key_path is not None:
         meta = {"method": "certified", "k": k, "recall_at_k": graph.recall_at_k, "recall_rows": graph.recall_rows,
