@@ -275,13 +275,6 @@ def test_registry_and_summary_agree():
     assert {n for s in SECTIONS for n in (*s.reads, *s.gives)} <= inputs
 
 
-#: record fields still holding untyped JSON, each until the code that fills it is rewritten
-UNTYPED_FOR_NOW = {
-    # per-strategy figures of embscope.extension (diagnostics, evaluate, choose), read as a dict by the report's views
-    "ExtensionRecord.strategies",
-}
-
-
 def _records(cls, seen: dict) -> dict:
     """Every Record class reachable from ``cls`` through its fields' annotations."""
     import typing
@@ -315,5 +308,4 @@ def test_every_record_field_is_typed():
 
     found = {f"{cls.__name__}.{name}" for cls, hints in _records(Summary, {}).items()
              for name, tp in hints.items() if untyped(tp)}
-    assert found == UNTYPED_FOR_NOW, f"untyped: {sorted(found - UNTYPED_FOR_NOW)}; typed now, leave the list: " \
-                                     f"{sorted(UNTYPED_FOR_NOW - found)}"
+    assert found == set(), f"untyped: {sorted(found)}"
