@@ -132,8 +132,8 @@ def check_matrix(name: str, x, cpu_sample: int, failures: list[str]) -> dict:
     if key_gpu != matrix_key(x_cpu, 10, "auto"):
         failures.append(f"{name}: cache key of the CUDA matrix differs from its CPU copy's")
     g_auto = knn_graph(x[:20000], 10, method="auto", use_cache=False, progress=False)
-    if g_auto.method != "exact":
-        failures.append(f"{name}: auto on CUDA chose {g_auto.method}, expected exact")
+    if g_auto.info.method != "exact":
+        failures.append(f"{name}: auto on CUDA chose {g_auto.info.method}, expected exact")
     return {"matrix": f"{name} {n}x{d}", "gpu_s": t_gpu, "peak_gib": peak, "cpu_s": t_cpu,
             "faiss_s": t_faiss, "recall": recall, "recall_ids": recall_ids, "max_dsim": max_diff, "max_dscore": d_score, "key_s": t_key}
 
@@ -214,7 +214,7 @@ def check_certified(x, failures: list[str], rows: int = 60000) -> str:
     ce = knn_graph(sub, 10, method="certified", use_cache=False, progress=False)
     t_cert = time.perf_counter() - t0
     cats, strings = ["normal"] * len(sub), [""] * len(sub)
-    fit = {k: tuple(v) for k, v in ce.params["knn_fit"].items()}
+    fit = {k: tuple(v) for k, v in ce.info.knn_fit.items()}
     a = compute_indicators(sub.cpu(), None, cats, strings, ex.sims, neighbors=ex.neighbors)
     b = compute_indicators(sub.cpu(), None, cats, strings, ce.sims, neighbors=ce.neighbors, knn_fit=fit)
     flips = int((a.flagged != b.flagged).sum() + (a.isolated != b.isolated).sum())
@@ -223,9 +223,9 @@ def check_certified(x, failures: list[str], rows: int = 60000) -> str:
     if flips or missing:
         failures.append(f"certified vs CUDA exact on {len(sub)} rows: {flips} decision flips, "
                         f"{missing} decided rows not searched exactly")
-    cert = ce.params["certificate"]
-    return (f"certified (host) vs CUDA exact on {len(sub)} rows: {flips} flips; {cert['exact_rows']} rows searched "
-            f"exactly, {cert['rounds']} round(s); host {t_cert:.1f} s, CUDA exact {t_gpu:.2f} s")
+    cert = ce.info.certificate
+    return (f"certified (host) vs CUDA exact on {len(sub)} rows: {flips} flips; {cert.exact_rows} rows searched "
+            f"exactly, {cert.rounds} round(s); host {t_cert:.1f} s, CUDA exact {t_gpu:.2f} s")
 
 
 def check_verification(failures: list[str]) -> str:

@@ -242,11 +242,13 @@ def test_an_unproven_list_shows_only_rows_searched_exactly():
 
     normal = np.array([True, True, True, False])
     exact = np.array([True, False, True, True])
-    unproven = SimpleNamespace(exact=exact, params={"certificate": {"lists": {"top_isolated": False}}})
-    proven = SimpleNamespace(exact=exact, params={"certificate": {"lists": {"top_isolated": True}}})
+    def graph(exact, lists):
+        return SimpleNamespace(exact=exact, info=SimpleNamespace(certificate=lists and SimpleNamespace(lists=lists)))
+
+    unproven, proven = graph(exact, {"top_isolated": False}), graph(exact, {"top_isolated": True})
     assert _listable(unproven, "top_isolated", normal).tolist() == [True, False, True, False]
     assert _listable(proven, "top_isolated", normal).tolist() == normal.tolist()
-    assert _listable(SimpleNamespace(exact=None, params={}), "top_isolated", normal).tolist() == normal.tolist()
+    assert _listable(graph(None, None), "top_isolated", normal).tolist() == normal.tolist()
 
 
 def test_language_density_searches_only_the_heaviest_rows_past_its_cap(smol_rows, monkeypatch):

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.geometry.indicators import COLLAPSE_SPREAD, DEFAULT_THRESHOLD, MIN_SCALE, transform
-from embscope.geometry.knn_record import CertificateRecord, CutRecord, MeasuredRecord
+from embscope.geometry.knn_record import CertificateRecord, CutRecord, KnnRecord, MeasuredRecord
 from embscope.geometry.population import CONFIDENCE, level_of_round, spread_ci
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -501,11 +501,12 @@ def context_for(prep, categories, threshold: float) -> Context:
 
 
 def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int = 0, progress: bool = True,
-                  cache_dir=None, use_cache: bool = True, weighed: dict[str, Any] | None = None):
+                  cache_dir=None, use_cache: bool = True, weighed: dict[str, dict[str, float]] | None = None):
     """:func:`certified_graph` as a :class:`~embscope.geometry.knn.KnnGraph`, cached (the key holds
     the matrix, k and the context's digest). ``graph.exact`` marks the rows searched exactly;
-    ``graph.params["certificate"]`` says what was sampled, refined and proven, and
-    ``params["knn_fit"]`` the (median, scale) the robust z's of knot and isolation must use."""
+    ``graph.info.certificate`` says what was sampled, refined and proven, and ``graph.info.knn_fit``
+    the (median, scale) the robust z's of knot and isolation must use. ``weighed``: the estimates
+    ``auto`` chose it by (:func:`embscope.geometry.knn.resolve_method`)."""
     import torch
 
     from embscope.geometry import knn_cache
@@ -522,28 +523,22 @@ def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int =
 
         base = Path(cache_dir) if cache_dir is not None else knn_cache.default_cache_dir()
         key_path = base / f"{knn_cache.matrix_key(x, k, 'certified:' + ctx.digest())}.npz"
-        hit = knn_cache.load(key_path, n, k)
-        if hit is not None and "exact" in hit[2].get("extra", {}):
-            nb, sm, meta = hit
-            return KnnGraph(neighbors=nb, sims=sm, method="certified", k=k,
-                            recall_at_k=float(meta.get("recall_at_k", float("nan"))),
-                            recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
-                            cached=True, params=meta.get("params", {}), exact=meta["extra"]["exact"])
+        hit = knn_cache.load_graph(key_path, n, k)
+        if hit is not None and hit.exact is not None and hit.info.certificate is not None:
+            return hit
     t0 = time.perf_counter()
     cert = certified_graph(x, k, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
                            groups=ctx.groups, other_scores=ctx.other_scores, threshold=ctx.threshold,
                            seed=seed, progress=progress)
     measured = cert.certificate.measured or MeasuredRecord(rows=0)
-    params = {"device": "cpu", "certificate": cert.certificate.to_dict(), **(weighed or {}),
-              "knn_fit": {name: list(v) for name, v in cert.knn_fit.items()}}
     # recall@k: the base graph's, on the sample rows (what the rows not searched exactly look like)
-    graph = KnnGraph(neighbors=cert.neighbors.astype(np.int64), sims=cert.sims.astype(np.float32),
-                     method="certified", k=k,
+    info = KnnRecord(method="certified", k=k,
                      recall_at_k=float("nan") if measured.base_recall_at_k is None else measured.base_recall_at_k,
-                     recall_rows=measured.rows, seconds=time.perf_counter() - t0, params=params,
+                     recall_rows=measured.rows, seconds=round(time.perf_counter() - t0, 3), device="cpu",
+                     certificate=cert.certificate, knn_fit={name: [float(v) for v in fit]
+                                                           for name, fit in cert.knn_fit.items()}, **(weighed or {}))
+    graph = KnnGraph(neighbors=cert.neighbors.astype(np.int64), sims=cert.sims.astype(np.float32), info=info,
                      exact=cert.exact)
     if key_path is not None:
-        meta = {"method": "certified", "k": k, "recall_at_k": graph.recall_at_k, "recall_rows": graph.recall_rows,
-                "seconds": graph.seconds, "params": params}
-        knn_cache.save(key_path, graph.neighbors, graph.sims, meta, extra={"exact": cert.exact})
+        knn_cache.save_graph(key_path, graph)
     return graph
