@@ -29,7 +29,7 @@ and once:
    Gemma-3's unused rows): fp16 tiles alone cannot order such a cluster, so rows whose last fp16
    candidate lies within the error bound are searched again in fp32; the result must equal fp32
    search (tie-aware recall 1.0, max |Δ sim| ≤ 2e-6), and the number of re-searched rows is shown;
-10. verification by prompting (``embscope.geometry.verify.max_probs``, batched repetition
+10. verification by prompting (``embscope.geometry.token_probs.max_probs``, batched repetition
    prompts with greedy steps) on CUDA against the CPU, on a small randomly initialised Llama built
    from a config (no weights to download): ``max |Δ max_prob| ≤ 1e-4`` (fp32 on both);
 11. the certified graph (``knn_graph(..., method="certified")``: it runs on the host, the matrix
@@ -233,7 +233,7 @@ def check_verification(failures: list[str]) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from embscope.geometry.verify import max_probs
+    from embscope.geometry.token_probs import max_probs
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,

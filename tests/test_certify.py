@@ -223,10 +223,10 @@ def test_near_duplicates_everywhere_make_it_exact_search(smol_rows):
 def test_a_list_past_the_search_cap_is_marked_unproven(smol_rows, monkeypatch):
     """A most-isolated list the certificate cannot prove within its cap is marked so (the scan then
     lists only rows searched exactly) and costs no further search."""
-    from embscope.geometry import certify
+    from embscope.geometry import certify_lists, certify_search
 
-    monkeypatch.setattr(certify, "LIST_REFINE_CAP", 1)
-    monkeypatch.setattr(certify, "BATCH", 8)
+    monkeypatch.setattr(certify_lists, "LIST_REFINE_CAP", 1)
+    monkeypatch.setattr(certify_search, "BATCH", 8)
     x = smol_rows[:6000]
     cert = certified_graph(x, 10, progress=False)
     assert cert.certificate.lists["top_isolated"] is False
