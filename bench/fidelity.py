@@ -67,6 +67,7 @@ def main() -> None:
     from embscope.extension import suggest
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES, plan_for
     from embscope.extension.extension import AUDIT_DISTIL_BUDGET, DISTIL_BUDGET
+    from embscope.records import to_json
 
     steps = Timed()
     w0, c0 = time.perf_counter(), cpu()
@@ -104,9 +105,10 @@ def main() -> None:
     print("| strategy | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for name, d in s["strategies"].items():
-        print(f"| {name} | " + " | ".join("—" if d.get(k) is None else f"{d[k]:.4g}" for k in cols) + " |")
+        print(f"| {name} | " + " | ".join("—" if getattr(d, k) is None else f"{getattr(d, k):.4g}" for k in cols)
+              + " |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": {k: v for k, v in s.items()},
+        Path(args.json).write_text(json.dumps({"summary": to_json(s),
                                                "steps": steps.rows, "load": load, "total": total},
                                               default=str, indent=1))
 

@@ -123,9 +123,10 @@ def reference(name: str, fraction: float, x: np.ndarray):
     wall, cpu = _since(t)
     base.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, sims=g.sims, ids=g.neighbors, wall=wall, cpu=cpu, record=np.array(json.dumps(g.params, default=str)))
+    rec = g.info.to_dict()
+    np.savez(tmp, sims=g.sims, ids=g.neighbors, wall=wall, cpu=cpu, record=np.array(json.dumps(rec)))
     tmp.replace(path)
-    return g.sims, g.neighbors, (wall, cpu), g.params, False
+    return g.sims, g.neighbors, (wall, cpu), rec, False
 
 
 def build(method: str, x: np.ndarray, ctx):
@@ -136,13 +137,13 @@ def build(method: str, x: np.ndarray, ctx):
         from embscope.geometry.certify import certified_knn
 
         g = certified_knn(x, K, context=ctx, use_cache=False, progress=False)
-        c = g.params["certificate"]
-        fit = {k: tuple(v) for k, v in g.params["knn_fit"].items()}
-        iv = {n: [round(v, 3) for v in c["cuts"][n]["interval"]] for n in ("knot", "isolation")}
-        det = (f"base {c['base']}; join p {c['join']['width']}, {c['join']['rows_with_partner']} rows with a partner; "
-               f"{c['rounds']} round(s), {c['sample_draws']} draws; cut intervals {iv}; undecided {c['undecided']}"
-               f"{'; FALLBACK ' + c['fallback'] if c['fallback'] else ''}; refined {c['refined']}; "
-               f"seconds {c['seconds']}")
+        c = g.info.certificate
+        fit = {k: tuple(v) for k, v in g.info.knn_fit.items()}
+        iv = {n: [round(v, 3) for v in c.cuts[n].interval] for n in ("knot", "isolation") if n in c.cuts}
+        det = (f"base {c.base}; join p {c.join.width}, {c.join.rows_with_partner} rows with a partner; "
+               f"{c.rounds} round(s), {c.sample_draws} draws; cut intervals {iv}; undecided {c.undecided}"
+               f"{'; FALLBACK ' + c.fallback if c.fallback else ''}; refined {c.refined}; "
+               f"seconds {c.seconds}")
         return g.sims, g.neighbors, fit, g.exact, det
     xn = unit(x)
     if method == "faiss-hnsw":

@@ -29,7 +29,7 @@ and once:
    Gemma-3's unused rows): fp16 tiles alone cannot order such a cluster, so rows whose last fp16
    candidate lies within the error bound are searched again in fp32; the result must equal fp32
    search (tie-aware recall 1.0, max |Δ sim| ≤ 2e-6), and the number of re-searched rows is shown;
-10. verification by prompting (``embscope.geometry.verify.max_probs``, batched repetition
+10. verification by prompting (``embscope.geometry.token_probs.max_probs``, batched repetition
    prompts with greedy steps) on CUDA against the CPU, on a small randomly initialised Llama built
    from a config (no weights to download): ``max |Δ max_prob| ≤ 1e-4`` (fp32 on both);
 11. the certified graph (``knn_graph(..., method="certified")``: it runs on the host, the matrix
@@ -132,8 +132,8 @@ def check_matrix(name: str, x, cpu_sample: int, failures: list[str]) -> dict:
     if key_gpu != matrix_key(x_cpu, 10, "auto"):
         failures.append(f"{name}: cache key of the CUDA matrix differs from its CPU copy's")
     g_auto = knn_graph(x[:20000], 10, method="auto", use_cache=False, progress=False)
-    if g_auto.method != "exact":
-        failures.append(f"{name}: auto on CUDA chose {g_auto.method}, expected exact")
+    if g_auto.info.method != "exact":
+        failures.append(f"{name}: auto on CUDA chose {g_auto.info.method}, expected exact")
     return {"matrix": f"{name} {n}x{d}", "gpu_s": t_gpu, "peak_gib": peak, "cpu_s": t_cpu,
             "faiss_s": t_faiss, "recall": recall, "recall_ids": recall_ids, "max_dsim": max_diff, "max_dscore": d_score, "key_s": t_key}
 
@@ -214,7 +214,7 @@ def check_certified(x, failures: list[str], rows: int = 60000) -> str:
     ce = knn_graph(sub, 10, method="certified", use_cache=False, progress=False)
     t_cert = time.perf_counter() - t0
     cats, strings = ["normal"] * len(sub), [""] * len(sub)
-    fit = {k: tuple(v) for k, v in ce.params["knn_fit"].items()}
+    fit = {k: tuple(v) for k, v in ce.info.knn_fit.items()}
     a = compute_indicators(sub.cpu(), None, cats, strings, ex.sims, neighbors=ex.neighbors)
     b = compute_indicators(sub.cpu(), None, cats, strings, ce.sims, neighbors=ce.neighbors, knn_fit=fit)
     flips = int((a.flagged != b.flagged).sum() + (a.isolated != b.isolated).sum())
@@ -223,9 +223,9 @@ def check_certified(x, failures: list[str], rows: int = 60000) -> str:
     if flips or missing:
         failures.append(f"certified vs CUDA exact on {len(sub)} rows: {flips} decision flips, "
                         f"{missing} decided rows not searched exactly")
-    cert = ce.params["certificate"]
-    return (f"certified (host) vs CUDA exact on {len(sub)} rows: {flips} flips; {cert['exact_rows']} rows searched "
-            f"exactly, {cert['rounds']} round(s); host {t_cert:.1f} s, CUDA exact {t_gpu:.2f} s")
+    cert = ce.info.certificate
+    return (f"certified (host) vs CUDA exact on {len(sub)} rows: {flips} flips; {cert.exact_rows} rows searched "
+            f"exactly, {cert.rounds} round(s); host {t_cert:.1f} s, CUDA exact {t_gpu:.2f} s")
 
 
 def check_verification(failures: list[str]) -> str:
@@ -233,7 +233,7 @@ def check_verification(failures: list[str]) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from embscope.geometry.verify import max_probs
+    from embscope.geometry.token_probs import max_probs
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,

@@ -95,6 +95,7 @@ def main() -> None:
     from embscope.extension.evaluate import general_texts, plan_for
     from embscope.extension.fidelity import compute_precision, forward_precision, parts
     from embscope.models.fullmodel import fastest_threads, load_causal_lm, load_hf_tokenizer
+    from embscope.records import to_json
 
     torch.manual_seed(args.seed)
     w0, c0 = time.perf_counter(), cpu()
@@ -168,7 +169,7 @@ def main() -> None:
     t_trial = (time.perf_counter() - w1, cpu() - c1)
 
     rec = s.get("recommended")
-    score = {n: s["strategies"][n].get("score") for n in names}
+    score = {n: s["strategies"][n].score for n in names}
     final = {n: curves[n][-1][0] for n in names}
     auc = {n: sum(v for v, _ in curves[n]) / len(curves[n]) for n in names}
     start0 = {n: curves[n][0][0] for n in names}
@@ -197,7 +198,7 @@ def main() -> None:
           f"{rho_end:.2f} over the {len(scored)} scored strategies")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "summary": {k: v for k, v in s.items() if k != "strategies"}, "strategies": s["strategies"],
+            "summary": to_json({k: v for k, v in s.items() if k != "strategies"}), "strategies": to_json(s["strategies"]),
             "evals": evals, "curves": curves, "general": {"start": g0, "end": g1}, "args": vars(args),
             "times": {"suggest": t_suggest, "trial": t_trial, "train_s": t_train}}, default=str, indent=1))
 

@@ -164,10 +164,10 @@ def run_method(name, x, rows, kth, tune_rows, tune_kth, sample, out):
             return
         g = knn_graph(x, 10, method=name, use_cache=False, progress=False)
         ids = g.neighbors
-        det = ", ".join(f"{k}={v}" for k, v in g.params.items()
-                        if k in ("method", "nlist", "nprobe", "scanned_share", "refine_passes", "refine_recall",
-                                 "estimated_cost", "fallback")) + f", own held-out recall {g.recall_at_k:.3f}"
-        det = f"[{g.method}] " + det
+        det = ", ".join(f"{k}={getattr(g.info, k)}" for k in ("method", "nlist", "nprobe", "scanned_share",
+                                                               "refine_passes", "refine_recall", "estimated_cost",
+                                                               "fallback") if getattr(g.info, k) is not None)
+        det = f"[{g.info.method}] " + det + f", own held-out recall {g.info.recall_at_k:.3f}"
     elif name == "faiss-flat":
         import faiss
 
@@ -304,7 +304,7 @@ def indicators(args):
     cats, strings = list(m.categories), m.token_strings()
     t, c = time.perf_counter(), time.process_time()
     g = knn_graph(m.embed, 10, method="auto", use_cache=False, progress=False)
-    print(f"auto graph: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU; {g.record()}",
+    print(f"auto graph: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU; {g.info}",
           flush=True)
     ind_a = compute_indicators(m.embed, m.output, cats, strings, g.sims)
     n = len(cats)

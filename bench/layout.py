@@ -34,8 +34,8 @@ def main() -> None:
     t0 = time.perf_counter()
     g = knn_graph(model.embed, 10, progress=False)
     n = len(g.neighbors)
-    print(f"{args.model}: {n} rows; kNN graph [{g.method}] {time.perf_counter() - t0:.1f} s "
-          f"(cached: {g.params.get('cached', '?')}); load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{args.model}: {n} rows; kNN graph [{g.info.method}] {time.perf_counter() - t0:.1f} s "
+          f"(cached: {g.info.cached}); load {os.getloadavg()[0]:.1f}", flush=True)
     default = next((e for size, e in EPOCHS_BY_SIZE if n > size), None)
     print("\n| model | epochs | init | wall s | CPU s | neighbour preservation |\n|---|---|---|---|---|---|")
     for ep in args.epochs.split(","):

@@ -8,7 +8,7 @@ the cut). Each configuration runs every prompt and every greedy step for every r
 (``max_probs(cut=None)``, so the work is the same whatever the values) in this process, after one
 warm-up batch; wall and CPU seconds (this process, all threads). Then the decisions
 (``max_prob < 0.01``): float32 (the reference), bf16 alone, and bf16 with the float32 re-check of
-the rows within a factor 2 of the cut (:func:`embscope.geometry.verify.prompt_probs`, what a run
+the rows within a factor 2 of the cut (:func:`embscope.geometry.token_probs.prompt_probs`, what a run
 does), and the largest |ln p_bf16 − ln p_float32| over the rows. Prints one table.
 """
 
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import embscope
-    from embscope.geometry.verify import (MAX_PROB_CUT, build_prompts, max_probs, placeholder_token,
-                                          prompt_probs)
+    from embscope.geometry.token_probs import MAX_PROB_CUT, max_probs, prompt_probs
+    from embscope.geometry.verify import build_prompts, placeholder_token
     from embscope.models.forward import bf16_gain, low_precision_copy, model_shape
     from embscope.models.fullmodel import load_causal_lm
 

@@ -118,6 +118,8 @@ def _check(tp: Any, v: Any, where: str, depth: int = 0, strict: bool = False) ->
             out[key] = _check(vt, x, f"{where}.{k}", depth + 1, strict)
         return out
     if isinstance(tp, type) and issubclass(tp, Record):
+        if isinstance(v, tp):  # a producer's own record, built field by field: taken as it is
+            return v
         return tp.from_dict(v, where=where, depth=depth + 1, strict=strict)
     raise TypeError(f"records.py cannot check the annotation {tp!r} of {where}")  # a bug, not input
 
@@ -175,7 +177,8 @@ class Record:
         Keys the record does not declare are ignored (a newer embscope may write more), unless
         ``strict`` (used when a producer hands over its own dict, so a misspelt key is caught, in
         nested records too).
-        A missing field takes its default; a missing field without one is an error.
+        A missing field takes its default; a missing field without one is an error. A field that
+        already holds an instance of its record type (a producer's, built in code) is kept as it is.
         """
         name = where or cls.__name__
         if not isinstance(data, dict):

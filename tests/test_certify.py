@@ -77,8 +77,8 @@ def test_planted_rows_at_the_cuts_are_decided_as_exact_search_does(smol_rows):
     for threshold in (t_knot, 4.0):
         exact = _exact_indicators(x, threshold)
         cert, c = _certified_indicators(x, threshold)
-        assert (cert.flagged == exact.flagged).all(), (threshold, c.certificate["cuts"])
-        assert (cert.isolated == exact.isolated).all(), (threshold, c.certificate["cuts"])
+        assert (cert.flagged == exact.flagged).all(), (threshold, c.certificate.cuts)
+        assert (cert.isolated == exact.isolated).all(), (threshold, c.certificate.cuts)
         if threshold == t_knot:  # the groups straddle the knot cut, collapsed on both sides
             groups = new[:48]
             collapsed = exact.spread[groups] <= 0.2
@@ -99,7 +99,7 @@ def test_the_band_grows_when_the_sample_is_small(smol_rows):
     _, large = _certified_indicators(x, 4.0, draws=4000)
 
     def width(c, name):
-        lo, hi = c.certificate["cuts"][name]["interval"]
+        lo, hi = c.certificate.cuts[name].interval
         return hi - lo
 
     for name in ("isolation", "knot"):
@@ -215,7 +215,7 @@ def test_near_duplicates_everywhere_make_it_exact_search(smol_rows):
     twins = x + 1e-3 * np.linalg.norm(x, axis=1, keepdims=True) * noise / np.sqrt(x.shape[1])
     both = np.concatenate([x, twins])                       # every row has one partner at cos ≈ 1
     cert = certified_graph(both, 10, progress=False)
-    assert cert.exact.all() and "exact search everywhere" in cert.certificate["fallback"]
+    assert cert.exact.all() and "exact search everywhere" in cert.certificate.fallback
     v, i = exact_knn(normalize_rows(torch.from_numpy(both)), 10, progress=False)
     assert np.allclose(cert.sims, v.numpy(), atol=1e-6)
 
@@ -223,14 +223,14 @@ def test_near_duplicates_everywhere_make_it_exact_search(smol_rows):
 def test_a_list_past_the_search_cap_is_marked_unproven(smol_rows, monkeypatch):
     """A most-isolated list the certificate cannot prove within its cap is marked so (the scan then
     lists only rows searched exactly) and costs no further search."""
-    from embscope.geometry import certify
+    from embscope.geometry import certify_lists, certify_search
 
-    monkeypatch.setattr(certify, "LIST_REFINE_CAP", 1)
-    monkeypatch.setattr(certify, "BATCH", 8)
+    monkeypatch.setattr(certify_lists, "LIST_REFINE_CAP", 1)
+    monkeypatch.setattr(certify_search, "BATCH", 8)
     x = smol_rows[:6000]
     cert = certified_graph(x, 10, progress=False)
-    assert cert.certificate["lists"]["top_isolated"] is False
-    assert "list: top_isolated" not in cert.certificate["refined"]      # nothing searched past the cap
+    assert cert.certificate.lists["top_isolated"] is False
+    assert "list: top_isolated" not in cert.certificate.refined      # nothing searched past the cap
 
 
 def test_an_unproven_list_shows_only_rows_searched_exactly():
@@ -242,11 +242,13 @@ def test_an_unproven_list_shows_only_rows_searched_exactly():
 
     normal = np.array([True, True, True, False])
     exact = np.array([True, False, True, True])
-    unproven = SimpleNamespace(exact=exact, params={"certificate": {"lists": {"top_isolated": False}}})
-    proven = SimpleNamespace(exact=exact, params={"certificate": {"lists": {"top_isolated": True}}})
+    def graph(exact, lists):
+        return SimpleNamespace(exact=exact, info=SimpleNamespace(certificate=lists and SimpleNamespace(lists=lists)))
+
+    unproven, proven = graph(exact, {"top_isolated": False}), graph(exact, {"top_isolated": True})
     assert _listable(unproven, "top_isolated", normal).tolist() == [True, False, True, False]
     assert _listable(proven, "top_isolated", normal).tolist() == normal.tolist()
-    assert _listable(SimpleNamespace(exact=None, params={}), "top_isolated", normal).tolist() == normal.tolist()
+    assert _listable(graph(None, None), "top_isolated", normal).tolist() == normal.tolist()
 
 
 def test_language_density_searches_only_the_heaviest_rows_past_its_cap(smol_rows, monkeypatch):

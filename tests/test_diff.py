@@ -319,3 +319,16 @@ def test_bad_input_is_one_line(run, tmp_path, capsys):
     (adapter / "adapter_config.json").write_text("{}", "utf-8")
     assert main(["diff", str(run["base"]), str(adapter), "-q"]) == 2
     assert "no adapter_model.safetensors" in capsys.readouterr().err
+
+
+def test_new_rows_line_says_what_they_are_compared_with():
+    """The terminal line names the reference of the new rows in words, and has no parenthesis
+    when there are none (no '(against —)')."""
+    from types import SimpleNamespace
+
+    from embscope.commands.diff import new_rows_text
+
+    assert new_rows_text(SimpleNamespace(new_rows=0, new_reference=None)) == "0 new rows"
+    assert new_rows_text(SimpleNamespace(new_rows=12, new_reference="mean")) == \
+        "12 new rows (against BASE's mean row: no extension manifest given)"
+    assert "extension manifest wrote" in new_rows_text(SimpleNamespace(new_rows=3, new_reference="manifest"))

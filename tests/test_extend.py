@@ -150,7 +150,7 @@ def test_kl_on_general_text_is_small_and_matches_the_diagnostic(smol, result, ex
         masses.append(new[:, old.shape[1]:].exp().sum(-1))
     kl, mass = torch.cat(kls), torch.cat(masses)
     diag = result.summary["strategies"]["subword-mean"]
-    assert float(kl.mean()) < KL_BOUND and diag["kl"] < KL_BOUND
+    assert float(kl.mean()) < KL_BOUND and diag.kl < KL_BOUND
     assert torch.allclose(kl, -torch.log1p(-mass), rtol=1e-3, atol=1e-9)  # the closed form
     # the diagnostic's own pass over the same 8 units gives the same positions and values
     from embscope.extension.bpb import text_losses
@@ -160,23 +160,23 @@ def test_kl_on_general_text_is_small_and_matches_the_diagnostic(smol, result, ex
     assert len(got[0]) == kl.shape[0]
     assert float(got[0].mean()) == pytest.approx(float(kl.mean()), rel=0.03, abs=1e-8)
     assert float(got[1].mean()) == pytest.approx(float(mass.mean()), rel=0.03, abs=1e-8)
-    assert diag["disturbance_positions"] > kl.shape[0]  # the summary's figure: all 31 units
+    assert diag.disturbance_positions > kl.shape[0]  # the summary's figure: all 31 units
 
 
 def test_strategy_diagnostics(result):
     s = result.summary["strategies"]
     assert set(s) == {"subword-mean", "hewitt", "knn-pull"}
-    assert s["subword-mean"]["kl"] < KL_BOUND and s["hewitt"]["kl"] < KL_BOUND / 100
+    assert s["subword-mean"].kl < KL_BOUND and s["hewitt"].kl < KL_BOUND / 100
     for d in s.values():
-        assert 0 <= d["norm_percentile_min"] <= d["norm_percentile_median"] <= d["norm_percentile_max"] <= 100
-        assert d["kl"] is not None and 0 <= d["kl"]
-        assert 0 <= d["new_token_mass"] <= d["new_token_mass_max"] < 1
+        assert 0 <= d.norm_percentile_min <= d.norm_percentile_median <= d.norm_percentile_max <= 100
+        assert d.kl is not None and 0 <= d.kl
+        assert 0 <= d.new_token_mass <= d.new_token_mass_max < 1
         # per position KL = −ln(1 − mass): the largest of each is at the same position, and the mean
         # KL is at least −ln(1 − mean mass) (Jensen: −ln(1 − m) is convex)
-        assert d["kl_max"] == pytest.approx(-math.log(1 - d["new_token_mass_max"]), rel=1e-3)
-        assert d["kl"] >= -math.log(1 - d["new_token_mass"]) * (1 - 1e-6)
+        assert d.kl_max == pytest.approx(-math.log(1 - d.new_token_mass_max), rel=1e-3)
+        assert d.kl >= -math.log(1 - d.new_token_mass) * (1 - 1e-6)
     # nearest tokens of a subword mean include one of its own pieces
-    ex = s["subword-mean"]["examples"]
+    ex = s["subword-mean"].examples
     term, neigh = next(iter(ex.items()))
     row = result.table.filter(result.table["term"] == term).row(0, named=True)
     assert set(row["pieces"]) & {t for t, _ in neigh}

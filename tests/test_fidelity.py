@@ -48,19 +48,25 @@ def test_omp_picks_the_trained_row_itself_when_it_is_in_the_dictionary():
     assert torch.allclose(got, model[[5, 9]], atol=1e-5)
 
 
+def _strategy(**figures):
+    from embscope.extension.diagnostics import StrategyRecord
+
+    return StrategyRecord("s", 50.0, 1.0, 99.0, 0.5, **figures)
+
+
 def _scored(corpus, general, kl_term, kl_after, kl=1e-5, score_bytes=24000):
     from embscope.extension.choose import score
 
     d = {"bits_per_byte_change": corpus, "general_bits_per_byte_change": general, "fidelity_kl": kl_term,
          "fidelity_kl_after": kl_after, "fidelity_after_positions": 3.0, "kl": kl, "score_bytes": score_bytes}
-    return {**d, **score(d, 0.02)}
+    return _strategy(**d, **score(d, 0.02))
 
 
 def test_score_adds_three_bits_per_byte_figures():
     """score = Δbpb(corpus) + Δbpb(general) + ρ (KL_term + n KL_after) / ln 2, by hand."""
     d = _scored(-0.05, 0.001, 2.0, 1.0)
-    assert d["score_reading"] == pytest.approx(0.02 * (2.0 + 3 * 1.0) / math.log(2), abs=1e-5)
-    assert d["score"] == pytest.approx(-0.05 + 0.001 + d["score_reading"], abs=1e-5)
+    assert d.score_reading == pytest.approx(0.02 * (2.0 + 3 * 1.0) / math.log(2), abs=1e-5)
+    assert d.score == pytest.approx(-0.05 + 0.001 + d.score_reading, abs=1e-5)
 
 
 def test_recommend_takes_the_lowest_score_within_the_disturbance_bound():
@@ -74,9 +80,9 @@ def test_recommend_takes_the_lowest_score_within_the_disturbance_bound():
     assert best == "distil"  # loud is over the bound; screened was measured on less text
     assert why.startswith("distil: score") and "next mean" in why and "loud" in why and "screened" in why
     assert list(ordered(figures, best))[:2] == ["distil", "screened"]
-    assert recommend({"mean": {"kl": 1e-5, "fidelity_kl": 3.0}})[0] == "subword-mean"
+    assert recommend({"mean": _strategy(kl=1e-5, fidelity_kl=3.0)})[0] == "subword-mean"
     assert general_note(figures, "UDHR") is None  # two strategies leave it as it was
-    worse = {"a": {"general_bits_per_byte_change": 1e-5}, "b": {"general_bits_per_byte_change": 2e-3}}
+    worse = {"a": _strategy(general_bits_per_byte_change=1e-5), "b": _strategy(general_bits_per_byte_change=2e-3)}
     assert general_note(worse, "UDHR") == ("every strategy makes bits per byte on general text (UDHR) worse "
                                            "than the original model: +1e-05 to +0.002")
 
@@ -188,15 +194,15 @@ def test_fidelity_equals_a_direct_transformers_computation(result, direct):
             tops.append(bool(p[0].argmax() == q[0].argmax()))
             kls_after.extend(float(v) for v in kl[1:])
         got = result.summary["strategies"][spec]
-        assert got["fidelity_contexts"] == len(kls)
-        assert got["fidelity_kl"] == pytest.approx(sum(kls) / len(kls), rel=2e-3, abs=2e-3)
-        assert got["fidelity_kl_p90"] == pytest.approx(float(torch.tensor(kls).quantile(0.9)), rel=2e-3, abs=2e-3)
-        assert got["fidelity_top1"] == pytest.approx(sum(tops) / len(tops), abs=1e-4)
+        assert got.fidelity_contexts == len(kls)
+        assert got.fidelity_kl == pytest.approx(sum(kls) / len(kls), rel=2e-3, abs=2e-3)
+        assert got.fidelity_kl_p90 == pytest.approx(float(torch.tensor(kls).quantile(0.9)), rel=2e-3, abs=2e-3)
+        assert got.fidelity_top1 == pytest.approx(sum(tops) / len(tops), abs=1e-4)
         if kls_after:
-            assert got["fidelity_kl_after"] == pytest.approx(sum(kls_after) / len(kls_after), rel=2e-3, abs=2e-3)
+            assert got.fidelity_kl_after == pytest.approx(sum(kls_after) / len(kls_after), rel=2e-3, abs=2e-3)
     # the fitted rows read more like their pieces than their start does, on text they never saw
     figures = result.summary["strategies"]
-    assert figures["distil"]["fidelity_kl"] < figures["subword-mean"]["fidelity_kl"]
+    assert figures["distil"].fidelity_kl < figures["subword-mean"].fidelity_kl
 
 
 @pytest.mark.slow
@@ -246,14 +252,14 @@ def test_bits_per_byte_equals_a_direct_transformers_computation(result, direct, 
     for spec in SPECS:
         got = result.summary["strategies"][spec]
         # confirmed strategies are measured on the whole sample, the others on its screening part
-        texts = full if got["score_bytes"] == plan["corpus_bytes"] else spread(full, 250)
-        assert got["score_bytes"] == sum(len(t.encode("utf-8")) for t in texts)
+        texts = full if got.score_bytes == plan["corpus_bytes"] else spread(full, 250)
+        assert got.score_bytes == sum(len(t.encode("utf-8")) for t in texts)
         bpb, tpb = figures(bits(*reversed(models[spec]), texts), texts)
-        assert got["bits_per_byte"] == pytest.approx(bpb, abs=2e-4)
-        assert got["tokens_per_byte"] == pytest.approx(tpb, abs=1e-5)
-        assert got["bits_per_byte_change"] == pytest.approx(bpb - figures(bits(base_lm, old_tok, texts), texts)[0], abs=2e-4)
-        assert got["tokens_per_byte_change"] <= 0  # new tokens only ever join old ones
-    assert result.summary["strategies"][plan["confirmed"][0]]["tokens_per_byte_change"] < 0  # used on the sample
+        assert got.bits_per_byte == pytest.approx(bpb, abs=2e-4)
+        assert got.tokens_per_byte == pytest.approx(tpb, abs=1e-5)
+        assert got.bits_per_byte_change == pytest.approx(bpb - figures(bits(base_lm, old_tok, texts), texts)[0], abs=2e-4)
+        assert got.tokens_per_byte_change <= 0  # new tokens only ever join old ones
+    assert result.summary["strategies"][plan["confirmed"][0]].tokens_per_byte_change < 0  # used on the sample
 
 
 @pytest.mark.slow
@@ -269,18 +275,18 @@ def test_auto_recommends_a_measured_strategy_and_apply_writes_it(result, smollm2
     assert set(figures) == set(expand_specs(["auto", *SPECS])) and len(figures) > len(SPECS)
     plan = result.summary["score_plan"]
     for name, got in figures.items():
-        assert got["fidelity_contexts"] > 0 and got["fidelity_kl"] >= 0, name
-        assert got["general_bits_per_byte_change"] is not None and got["kl"] is not None, name
+        assert got.fidelity_contexts > 0 and got.fidelity_kl >= 0, name
+        assert got.general_bits_per_byte_change is not None and got.kl is not None, name
         if name in plan["screened"]:
-            assert got["bits_per_byte"] > 0 and got["tokens_per_byte_change"] <= 0, name
-            assert got["score"] == pytest.approx(got["score_corpus"] + got["score_general"] + got["score_reading"], abs=1e-4)
+            assert got.bits_per_byte > 0 and got.tokens_per_byte_change <= 0, name
+            assert got.score == pytest.approx(got.score_corpus + got.score_general + got.score_reading, abs=1e-4)
         else:  # over the disturbance bound: never recommended, not measured on corpus text
-            assert got.get("score") is None and name in plan["not_scored"], name
+            assert got.score is None and name in plan["not_scored"], name
     rec = result.summary["recommended"]
     assert rec in plan["confirmed"] and result.summary["recommended_why"].startswith(rec)
     assert list(figures)[0] == rec
-    confirmed = [figures[n]["score"] for n in plan["confirmed"]]
-    assert figures[rec]["score"] == min(confirmed) and len(plan["confirmed"]) == 2
+    confirmed = [figures[n].score for n in plan["confirmed"]]
+    assert figures[rec].score == min(confirmed) and len(plan["confirmed"]) == 2
     manifest = apply(smollm2_model, result, tmp_path / "out", init="auto", mode="rows")
     assert manifest["init"] == rec
     assert json.loads((tmp_path / "out" / "embscope_extension.json").read_text())["init"] == rec

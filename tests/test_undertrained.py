@@ -229,7 +229,8 @@ def test_verify_batched_with_shared_prefix_equals_one_row_at_a_time(smollm2):
     """The batched prompting (rows of a batch together, each prompt's shared prefix run once and its
     cache repeated) gives every row the verdict, and to float rounding the value, that running each
     prompt whole for one row at a time gives, on the real model."""
-    from embscope.geometry.verify import MAX_PROB_CUT, build_prompts, max_probs, placeholder_token
+    from embscope.geometry.token_probs import MAX_PROB_CUT, max_probs
+    from embscope.geometry.verify import build_prompts, placeholder_token
     from embscope.models.fullmodel import load_causal_lm
 
     strings = smollm2.token_strings()
@@ -258,8 +259,8 @@ def test_verify_bf16_body_keeps_every_decision(smollm2, smollm2_audit):
     import polars as pl
     import torch
 
-    from embscope.geometry.verify import (MAX_PROB_CUT, RECHECK_FACTOR, build_prompts, max_probs,
-                                          placeholder_token, prompt_probs)
+    from embscope.geometry.token_probs import MAX_PROB_CUT, RECHECK_FACTOR, max_probs, prompt_probs
+    from embscope.geometry.verify import build_prompts, placeholder_token
     from embscope.models.forward import fast_dtype, low_precision_copy
     from embscope.models.fullmodel import load_causal_lm
 
@@ -446,7 +447,8 @@ def test_two_lists_apart_in_column_and_summary():
 def test_smollm2_special_tokens_are_checked_in_the_template(smollm2):
     """<|im_start|> and <|im_end|> cannot be checked by repetition; in the rendered template the
     Instruct model predicts both (trained), where a never-used special is not asked about."""
-    from embscope.geometry.verify import MAX_PROB_CUT, context_texts, in_context_probs
+    from embscope.geometry.token_probs import MAX_PROB_CUT, in_context_probs
+    from embscope.geometry.verify import context_texts
     from embscope.models.fullmodel import load_causal_lm
 
     strings = smollm2.token_strings()

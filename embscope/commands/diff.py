@@ -40,6 +40,18 @@ def diff(
     finish(res, res.summary.sections.diff, fail_on, as_json, lambda: _print(res.summary.sections.diff, res))
 
 
+#: what a new row is compared with, by ``DiffRecord.new_reference`` (none without new rows)
+NEW_REFERENCE = {"manifest": "the rows the extension manifest wrote",
+                 "base": "BASE's rows (BASE is the extended model)",
+                 "mean": "BASE's mean row: no extension manifest given"}
+
+
+def new_rows_text(record) -> str:
+    """``12 new rows (against BASE's mean row: …)``, or ``0 new rows`` when there is nothing to compare."""
+    against = NEW_REFERENCE.get(record.new_reference or "", record.new_reference)
+    return f"{record.new_rows} new rows" + (f" (against {against})" if against else "")
+
+
 def _print(record, res) -> None:
     from rich.console import Console
     from rich.text import Text
@@ -49,7 +61,7 @@ def _print(record, res) -> None:
     con = Console()
     b, t = record.base, record.tuned
     con.print(Text(f"What training changed: {t.name} ({t.kind}, {t.rows} rows) against {b.name} "
-                   f"({b.rows} rows); {record.new_rows} new rows (against {record.new_reference or '—'})"))
+                   f"({b.rows} rows); {new_rows_text(record)}"))
     for name, m in record.matrices.items():
         fl = m.floor
         line = (f"  {name:<6} {m.moved} of {m.rows} rows moved ({m.moved_share:.2%}), {m.new_moved} of "

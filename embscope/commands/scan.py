@@ -65,11 +65,11 @@ def scan_tables(g: "GeometryRecord"):
     # look like), not the recall of anything a decision reads: shown as such
     recall = f"base recall@k={kn.recall_at_k:.3f}" if kn.method == "certified" else f"recall@k={kn.recall_at_k:.3f}"
     head.add_row("kNN", f"{kn.method} k={kn.k} {recall} {kn.seconds:.1f} s{' (cached)' if kn.cached else ''}")
-    cert = kn.certificate or {}
-    if kn.method == "certified" and cert:
-        unproven = [name for name, ok in (cert.get("lists") or {}).items() if ok is False]
-        head.add_row("  searched exactly", f"{cert.get('exact_rows', 0):,} rows: every decision as exact "
-                     f"search's (confidence {cert.get('confidence')})"
+    cert = kn.certificate
+    if kn.method == "certified" and cert is not None:
+        unproven = [name for name, ok in cert.lists.items() if not ok]
+        head.add_row("  searched exactly", f"{cert.exact_rows:,} rows: every decision as exact "
+                     f"search's (confidence {cert.confidence})"
                      + (f"; lists drawn from them: {', '.join(unproven)}" if unproven else ""))
     ver = g.verification
     if ver is not None:

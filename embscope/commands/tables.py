@@ -79,16 +79,15 @@ def extension_table(res: Any) -> None:
             return "—" if v is None else format(v, f)
 
         for name, d in s.strategies.items():
-            mark = " *" if name == getattr(s, "recommended", None) else ""
-            corpus = ("—" if d.get("bits_per_byte_change") is None else
-                      f"{d['bits_per_byte_change']:+.4f} ± {num(d.get('bits_per_byte_change_se'), '.4f')}"
-                      f" ({num(d.get('score_bytes'), ',')} B)")
-            fid = ("—" if d.get("fidelity_kl") is None
-                   else f"{d['fidelity_kl']:.3f} / {num(d.get('fidelity_kl_after'), '.3f')}")
-            kl = "—" if d.get("kl") is None else f"{d['kl']:.2e} / {d['kl_max']:.2e}"
-            t.add_row(Text(name + mark), num(d.get("score"), "+.4f"), corpus,
-                      num(d.get("general_bits_per_byte_change"), "+.5f"), num(d.get("score_reading"), ".4f"), fid,
-                      num(d.get("fidelity_top1"), ".0%"), kl, num(d.get("new_token_mass_max"), ".2e"))
+            mark = " *" if name == s.recommended else ""
+            corpus = ("—" if d.bits_per_byte_change is None else
+                      f"{d.bits_per_byte_change:+.4f} ± {num(d.bits_per_byte_change_se, '.4f')}"
+                      f" ({num(d.score_bytes, ',')} B)")
+            fid = "—" if d.fidelity_kl is None else f"{d.fidelity_kl:.3f} / {num(d.fidelity_kl_after, '.3f')}"
+            kl = "—" if d.kl is None else f"{d.kl:.2e} / {num(d.kl_max, '.2e')}"
+            t.add_row(Text(name + mark), num(d.score, "+.4f"), corpus, num(d.general_bits_per_byte_change, "+.5f"),
+                      num(d.score_reading, ".4f"), fid, num(d.fidelity_top1, ".0%"), kl,
+                      num(d.new_token_mass_max, ".2e"))
         con.print(t)
         base = s.bits_per_byte_original
         if base is not None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -116,10 +116,27 @@ def find(f: Facts) -> list[Finding]:
                            count=int(count), examples=_examples(f.where, ids), fix=fix))
 
     counts = f.counts
-    n = len(f.new)
-    used = (counts[:n] > 0) if counts is not None else None
+    used = (counts[:len(f.new)] > 0) if counts is not None else None
     by_use = (lambda ids: sorted(ids, key=lambda i: -int(counts[i]))) if counts is not None else (lambda ids: list(ids))
+    _vocab_mismatch(f, add)
+    _exploded(f, add)
+    _new_unmoved(f, add, used, by_use)
+    if used is not None:
+        _used_frozen(f, add, used, by_use)
+    if used is not None and f.flagged is not None:
+        _untrained_still(f, add, used, by_use)
+    if f.base_tied and not f.tuned_tied:
+        _tie_broken(f, add)
+    if used is None and f.matrices and not any(m.moved.any() for m in f.matrices):
+        add("nothing-moved", "warning", "no row of the embedding" + (" or the head" if len(f.matrices) > 1 else "")
+            + " moved past the noise floor: the embedding was frozen, or TUNED is BASE", (), 0,
+            "pass the checkpoint training wrote (or the adapter folder), and --data to see which rows it used")
+    out.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
+    return out
 
+
+def _vocab_mismatch(f: Facts, add) -> None:
+    """The rows compared are not the same tokens (other tokens at shared ids, lost rows, manifest terms)."""
     if f.n_mismatches or f.lost_rows or f.manifest_mismatches:
         bits = []
         if f.n_mismatches:
@@ -135,6 +152,9 @@ def find(f: Facts) -> list[Finding]:
             f.n_mismatches + f.lost_rows + len(f.manifest_mismatches),
             "diff against the BASE (and --manifest) TUNED was trained from: the same tokenizer, tokens only added at the end")
 
+
+def _exploded(f: Facts, add) -> None:
+    """Rows that hold NaN/Inf or grew past EXPLODE× their base norm."""
     for m in f.matrices:
         bad = np.flatnonzero(~m.finite | m.exploded)
         if len(bad):
@@ -146,6 +166,10 @@ def find(f: Facts) -> list[Finding]:
                 "lower the learning rate of the embedding (or clip gradients), re-initialise those rows before "
                 "training (embscope scan --repair), and check for a NaN loss")
 
+
+def _new_unmoved(f: Facts, add, used, by_use) -> None:
+    """New tokens whose rows stayed where they were initialised (split by whether the data uses them)."""
+    n = len(f.new)
     new_ids = np.flatnonzero(f.new)
     if len(new_ids):
         still = np.zeros(n, dtype=bool)
@@ -181,59 +205,58 @@ def find(f: Facts) -> list[Finding]:
                     f"{len(ids)} of {len(new_ids)} new token(s) stayed at their initial rows {where(ids)}",
                     ids, len(ids), fix + "; pass --data to see whether the data produces them")
 
-    if used is not None:
-        old_used = used.copy()
-        old_used[f.new] = False
-        old_used[f.shared:] = False
-        n_used = int(old_used.sum())
-        for k, m in enumerate(f.matrices):
-            frozen = np.flatnonzero(old_used & ~m.moved)
-            if not len(frozen) or not n_used:
-                continue
-            share = len(frozen) / n_used
-            head = m.name == "output"
-            severity = "error" if share >= FROZEN_SHARE and not head else "warning"
-            what = "the head" if head else "the embedding"
-            why = (f"{what} looks frozen (LoRA without modules_to_save?)" if share >= FROZEN_SHARE else
-                   "their updates were below the noise floor (a small learning rate on bf16 weights rounds them away)")
-            add("used-row-frozen", severity,
-                f"{len(frozen)} of the {n_used} rows the data uses ({share:.0%}) did not move in the {m.name}: {why}",
-                by_use(frozen), len(frozen),
-                "train the embedding" + (" and head" if not head else "") + " (PEFT: modules_to_save=['embed_tokens', "
-                "'lm_head'], or trainable_token_indices for the rows that matter); in bf16, a larger learning rate "
-                "for them or fp32 master weights")
 
-    if used is not None and f.flagged is not None:
-        k = min(len(f.flagged), f.shared)
-        cand = np.zeros(n, dtype=bool)
-        cand[:k] = f.flagged[:k] & used[:k]
-        still = np.zeros(n, dtype=bool)
-        for m in f.matrices:
-            still |= cand & ~m.moved
-        ids = np.flatnonzero(still)
-        if len(ids):
-            add("untrained-still", "error",
-                f"{len(ids)} row(s) BASE's scan flags as under-trained are used by the data and did not move: "
-                "TUNED still has their untrained rows", by_use(ids), int(counts[ids].sum()),
-                "re-initialise them before training (embscope check --data D --repair OUT) and train the embedding")
+def _used_frozen(f: Facts, add, used, by_use) -> None:
+    """Old rows the data uses that did not move, per matrix (a frozen embedding or head, or updates lost to bf16)."""
+    old_used = used.copy()
+    old_used[f.new] = False
+    old_used[f.shared:] = False
+    n_used = int(old_used.sum())
+    for m in f.matrices:
+        frozen = np.flatnonzero(old_used & ~m.moved)
+        if not len(frozen) or not n_used:
+            continue
+        share = len(frozen) / n_used
+        head = m.name == "output"
+        severity = "error" if share >= FROZEN_SHARE and not head else "warning"
+        what = "the head" if head else "the embedding"
+        why = (f"{what} looks frozen (LoRA without modules_to_save?)" if share >= FROZEN_SHARE else
+               "their updates were below the noise floor (a small learning rate on bf16 weights rounds them away)")
+        add("used-row-frozen", severity,
+            f"{len(frozen)} of the {n_used} rows the data uses ({share:.0%}) did not move in the {m.name}: {why}",
+            by_use(frozen), len(frozen),
+            "train the embedding" + (" and head" if not head else "") + " (PEFT: modules_to_save=['embed_tokens', "
+            "'lm_head'], or trainable_token_indices for the rows that matter); in bf16, a larger learning rate "
+            "for them or fp32 master weights")
 
-    if f.base_tied and not f.tuned_tied:
-        if f.config_tie:
-            add("tie-broken", "error",
-                "BASE ties the head to the embedding; TUNED's two differ, but its config still says "
-                "tie_word_embeddings=true: loading it re-ties them and one trained matrix is lost", (), 0,
-                "save with tie_word_embeddings=false, or train embed_tokens with ensure_weight_tying=True (PEFT)")
-        else:
-            add("tie-broken", "warning",
-                "BASE ties the head to the embedding; in TUNED they differ"
-                + (" (modules_to_save copied the embedding, the head kept BASE's rows)"
-                   if f.adapter and any("modules_to_save" in p for p in f.adapter.embed) else ""),
-                (), 0, "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them before saving")
 
-    if used is None and f.matrices and not any(m.moved.any() for m in f.matrices):
-        add("nothing-moved", "warning", "no row of the embedding" + (" or the head" if len(f.matrices) > 1 else "")
-            + " moved past the noise floor: the embedding was frozen, or TUNED is BASE", (), 0,
-            "pass the checkpoint training wrote (or the adapter folder), and --data to see which rows it used")
+def _untrained_still(f: Facts, add, used, by_use) -> None:
+    """Rows BASE's scan flags that the data uses and training did not move."""
+    n, counts = len(f.new), f.counts
+    k = min(len(f.flagged), f.shared)
+    cand = np.zeros(n, dtype=bool)
+    cand[:k] = f.flagged[:k] & used[:k]
+    still = np.zeros(n, dtype=bool)
+    for m in f.matrices:
+        still |= cand & ~m.moved
+    ids = np.flatnonzero(still)
+    if len(ids):
+        add("untrained-still", "error",
+            f"{len(ids)} row(s) BASE's scan flags as under-trained are used by the data and did not move: "
+            "TUNED still has their untrained rows", by_use(ids), int(counts[ids].sum()),
+            "re-initialise them before training (embscope check --data D --repair OUT) and train the embedding")
 
-    out.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
-    return out
+
+def _tie_broken(f: Facts, add) -> None:
+    """BASE ties the head to the embedding and TUNED's two differ."""
+    if f.config_tie:
+        add("tie-broken", "error",
+            "BASE ties the head to the embedding; TUNED's two differ, but its config still says "
+            "tie_word_embeddings=true: loading it re-ties them and one trained matrix is lost", (), 0,
+            "save with tie_word_embeddings=false, or train embed_tokens with ensure_weight_tying=True (PEFT)")
+    else:
+        add("tie-broken", "warning",
+            "BASE ties the head to the embedding; in TUNED they differ"
+            + (" (modules_to_save copied the embedding, the head kept BASE's rows)"
+               if f.adapter and any("modules_to_save" in p for p in f.adapter.embed) else ""),
+            (), 0, "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them before saving")

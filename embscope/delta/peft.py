@@ -158,36 +158,43 @@ def _token_ids(cfg: dict, module: str, role: str) -> list[int]:
     return []
 
 
+def _adapter_tensors(folder: Path, trust_pickle: bool):
+    """``({key: () -> tensor}, {key: dtype name})`` of the adapter's weights file: the safetensors
+    file read lazily, or ``adapter_model.bin`` (with ``trust_pickle`` only, and ``weights_only``)."""
+    import torch
+
+    from embscope.formats.safetensors import read_header, read_tensor
+
+    weights = folder / ADAPTER_WEIGHTS
+    if weights.is_file():
+        header = read_header(weights)
+        return ({k: (lambda k=k: read_tensor(weights, k, header)) for k in header},
+                {k: v["dtype"] for k, v in header.items()})
+    if not (folder / "adapter_model.bin").is_file():
+        raise ModelFileError(f"{folder} has {ADAPTER_CONFIG} but no {ADAPTER_WEIGHTS}; re-save the adapter "
+                             "(model.save_pretrained)")
+    if not trust_pickle:
+        raise PickleRefused(folder)
+    try:
+        state = torch.load(folder / "adapter_model.bin", map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a pickle refused by weights_only
+        raise ModelFileError(f"refused to load adapter_model.bin: {str(exc).splitlines()[0]}; save the adapter "
+                             "with safe_serialization=True") from None
+    return ({k: (lambda v=v: v) for k, v in state.items()},
+            {k: str(v.dtype).replace("torch.", "") for k, v in state.items()})
+
+
 def read_adapter(folder: str | Path, *, trust_pickle: bool = False) -> Adapter:
     """Read ``adapter_config.json`` and the tensors of ``adapter_model.safetensors`` that touch the
     embedding or the head (see the module docstring); one-line errors for what cannot be read."""
-    import torch
-
     from embscope.formats.files import read_json
-    from embscope.formats.safetensors import read_header, read_tensor
 
     folder = Path(folder).expanduser()
     cfg = read_json(folder / ADAPTER_CONFIG, what="adapter config")
     if not isinstance(cfg, dict):
         raise ModelFileError(f"{folder / ADAPTER_CONFIG} is not a JSON object; re-save the adapter")
     weights = folder / ADAPTER_WEIGHTS
-    if weights.is_file():
-        header = read_header(weights)
-        tensors = {k: (lambda k=k: read_tensor(weights, k, header)) for k in header}
-        dtypes = {k: v["dtype"] for k, v in header.items()}
-    elif (folder / "adapter_model.bin").is_file():
-        if not trust_pickle:
-            raise PickleRefused(folder)
-        try:
-            state = torch.load(folder / "adapter_model.bin", map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - a pickle refused by weights_only
-            raise ModelFileError(f"refused to load adapter_model.bin: {str(exc).splitlines()[0]}; save the adapter "
-                                 "with safe_serialization=True") from None
-        tensors = {k: (lambda v=v: v) for k, v in state.items()}
-        dtypes = {k: str(v.dtype).replace("torch.", "") for k, v in state.items()}
-    else:
-        raise ModelFileError(f"{folder} has {ADAPTER_CONFIG} but no {ADAPTER_WEIGHTS}; re-save the adapter "
-                             "(model.save_pretrained)")
+    tensors, dtypes = _adapter_tensors(folder, trust_pickle)
     ptype = str(cfg.get("peft_type") or "")
     parts: dict[str, Part] = {}
     pending: dict[tuple[str, str], dict[str, Any]] = {}

@@ -353,16 +353,6 @@ def corpus_candidates(tok: "Tokenizer", corpus, *, max_ngram: int = 1, min_freq:
     return _ranked(tok, terms, min_freq), report
 
 
-def shard_token_counts(tok: "Tokenizer", batches):
-    """Map step of token counting: (V,) int64 occurrences per token id over one shard's batches."""
-    import numpy as np
-
-    counts = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=np.int64)
-    for batch in batches:
-        counts += token_counts(tok, batch.texts)[1]
-    return counts
-
-
 def _add(a, b):
     a += b
     return a

@@ -35,7 +35,10 @@ default) is written.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from embscope.extension.diagnostics import StrategyRecord
 
 #: most mean KL (nats) on held-out general text a recommended strategy may cause: 0.01 nats is
 #: about 1 % relative change of a typical next-token probability, well above the 1e-5..1e-4 of
@@ -47,10 +50,15 @@ MASS_BOUND = 0.5
 FALLBACK = "subword-mean"
 
 
-def bounded(d: dict[str, Any]) -> bool:
-    """The strategy's disturbance is within bounds (unknown disturbance counts as within)."""
-    kl, mass = d.get("kl"), d.get("new_token_mass_max")
+def within(kl: float | None, mass: float | None) -> bool:
+    """A disturbance of mean KL ``kl`` and largest new-token mass ``mass`` is within bounds (an
+    unknown figure counts as within)."""
     return (kl is None or kl <= KL_BOUND) and (mass is None or mass <= MASS_BOUND)
+
+
+def bounded(d: dict[str, Any]) -> bool:
+    """The strategy's measured figures (a dict of :mod:`.evaluate`) have their disturbance within bounds."""
+    return within(d.get("kl"), d.get("new_token_mass_max"))
 
 
 def reading_cost(d: dict[str, Any], per_byte: float) -> float | None:
@@ -77,42 +85,45 @@ def score(d: dict[str, Any], per_byte: float) -> dict[str, float] | None:
             "score_reading": round(reading, 5)}
 
 
-def _fmt(d: dict[str, Any]) -> str:
-    se = d.get("bits_per_byte_change_se")
-    corpus = f"{d['score_corpus']:+.4f}" + (f" ± {se:.4f}" if se else "")
-    return (f"score {d['score']:+.4f} bits/byte = corpus {corpus} + general {d['score_general']:+.5f} "
-            f"+ reading {d['score_reading']:.4f}")
+def _fmt(r: "StrategyRecord") -> str:
+    se = r.bits_per_byte_change_se
+    corpus = f"{r.score_corpus:+.4f}" + (f" ± {se:.4f}" if se else "")
+    return (f"score {r.score:+.4f} bits/byte = corpus {corpus} + general {r.score_general:+.5f} "
+            f"+ reading {r.score_reading:.4f}")
 
 
-def recommend(strategies: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    """``(name, why)`` for the figures per strategy (``summary["strategies"]``, each with its
+def recommend(strategies: "dict[str, StrategyRecord]") -> tuple[str, str]:
+    """``(name, why)`` for the strategies' records (``summary["strategies"]``, each with its
     :func:`score` fields; ``score_bytes``: the corpus bytes its Δbpb was measured on).
 
-    >>> recommend({"mean": {"score": 0.5, "kl": 1e-5, "score_corpus": 0.04, "score_general": 1e-5, "score_reading": 0.46},
-    ...            "distil": {"score": 0.2, "kl": 2e-5, "score_corpus": -0.07, "score_general": 2e-5, "score_reading": 0.27},
-    ...            "loud": {"score": 0.1, "kl": 0.2, "score_corpus": 0.0, "score_general": 0.0, "score_reading": 0.1}})[0]
+    >>> from embscope.extension.diagnostics import StrategyRecord
+    >>> def rec(name, **figures):
+    ...     return StrategyRecord(name, 50.0, 1.0, 99.0, 0.5, **figures)
+    >>> recommend({"mean": rec("mean", score=0.5, kl=1e-5, score_corpus=0.04, score_general=1e-5, score_reading=0.46),
+    ...            "distil": rec("distil", score=0.2, kl=2e-5, score_corpus=-0.07, score_general=2e-5, score_reading=0.27),
+    ...            "loud": rec("loud", score=0.1, kl=0.2, score_corpus=0.0, score_general=0.0, score_reading=0.1)})[0]
     'distil'
     """
-    measured = {n: d for n, d in strategies.items() if "/" not in n and d.get("score") is not None}
+    measured = {n: r for n, r in strategies.items() if "/" not in n and r.score is not None}
     if not measured:
         return FALLBACK, (f"no score was measured (the whole model did not load or no held-out text holds a "
                           f"new term); {FALLBACK} is written by default")
-    ok = {n: d for n, d in measured.items() if bounded(d)}
+    ok = {n: r for n, r in measured.items() if within(r.kl, r.new_token_mass_max)}
     pool = ok or measured
-    most = max(d.get("score_bytes") or 0 for d in pool.values())
-    full = {n: d for n, d in pool.items() if (d.get("score_bytes") or 0) == most}
-    ranked = sorted(full, key=lambda n: full[n]["score"])
+    most = max(r.score_bytes or 0 for r in pool.values())
+    full = {n: r for n, r in pool.items() if (r.score_bytes or 0) == most}
+    ranked = sorted(full, key=lambda n: full[n].score)
     best = ranked[0]
-    d = pool[best]
-    parts = [f"{best}: {_fmt(d)}"]
+    r = pool[best]
+    parts = [f"{best}: {_fmt(r)}"]
     if len(ranked) > 1:
         nxt = full[ranked[1]]
-        parts.append(f"next {ranked[1]} {nxt['score']:+.4f} (+{nxt['score'] - d['score']:.4f})")
+        parts.append(f"next {ranked[1]} {nxt.score:+.4f} (+{nxt.score - r.score:.4f})")
     rest = sorted(set(pool) - set(full))
     if rest:
         parts.append(f"{', '.join(rest)} scored on the screening sample only, behind these")
-    if d.get("kl") is not None:
-        parts.append(f"disturbance KL {d['kl']:.2g} nats on general text (bound {KL_BOUND})")
+    if r.kl is not None:
+        parts.append(f"disturbance KL {r.kl:.2g} nats on general text (bound {KL_BOUND})")
     left = sorted(set(measured) - set(ok))
     if ok and left:
         parts.append(f"over the disturbance bound: {', '.join(left)}")
@@ -121,10 +132,10 @@ def recommend(strategies: dict[str, dict[str, Any]]) -> tuple[str, str]:
     return best, "; ".join(parts)
 
 
-def general_note(strategies: dict[str, dict[str, Any]], source: str) -> str | None:
+def general_note(strategies: "dict[str, StrategyRecord]", source: str) -> str | None:
     """The plain statement when every measured strategy makes general text worse, else None."""
-    vals = {n: d["general_bits_per_byte_change"] for n, d in strategies.items()
-            if d.get("general_bits_per_byte_change") is not None}
+    vals = {n: r.general_bits_per_byte_change for n, r in strategies.items()
+            if r.general_bits_per_byte_change is not None}
     if vals and all(v > 0 for v in vals.values()):
         lo, hi = min(vals.values()), max(vals.values())
         return (f"every strategy makes bits per byte on general text ({source}) worse than the original model: "
@@ -132,11 +143,11 @@ def general_note(strategies: dict[str, dict[str, Any]], source: str) -> str | No
     return None
 
 
-def ordered(strategies: dict[str, dict[str, Any]], first: str) -> dict[str, dict[str, Any]]:
+def ordered(strategies: "dict[str, StrategyRecord]", first: str) -> "dict[str, StrategyRecord]":
     """The strategies, ``first`` first, the rest by score (unscored last, by fidelity KL)."""
     def key(n):
-        d = strategies[n]
-        return (d.get("score") is None, d.get("score") if d.get("score") is not None else (d.get("fidelity_kl") or 0.0))
+        r = strategies[n]
+        return (r.score is None, r.score if r.score is not None else (r.fidelity_kl or 0.0))
 
     rest = sorted((n for n in strategies if n != first), key=key)
     return {n: strategies[n] for n in ([first] if first in strategies else []) + rest}

@@ -25,8 +25,10 @@ Three checks per strategy:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from embscope.records import Record
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -54,32 +56,79 @@ TOP_K = 5
 
 
 @dataclass
-class StrategyDiagnostics:
-    """Diagnostics of one initialisation strategy (one entry of ``summary.json`` ``strategies``)."""
+class RowDiagnostics(Record):
+    """How new or re-initialised rows sit among the trained ones (checks 1 and 3 of the module
+    docstring); the rows of ``repair`` and, with the measured figures, of each strategy."""
 
-    #: strategy name (``subword-mean``, ...)
+    #: the initialisation strategy (``subword-mean``, …)
     name: str
-    #: median over new rows of the norm percentile among trained rows (0–100; ~50 is typical)
-    norm_percentile_median: float
-    #: min / max norm percentile over new rows (0 or 100 flags rows outside the trained range)
-    norm_percentile_min: float
-    norm_percentile_max: float
+    #: median over the new rows of their norm's percentile among trained rows (0–100; ~50 is typical)
+    norm_percentile_median: float | None
+    #: min / max of those percentiles (0 or 100: rows outside the trained range)
+    norm_percentile_min: float | None
+    norm_percentile_max: float | None
     #: median cosine to the nearest trained row (higher: the row sits among known tokens)
-    nearest_cosine_median: float
-    #: mean KL(p_old ‖ p_new) per position on held-out text, nats (lower is better; ≈0 is safe);
-    #: None when the whole model could not be loaded
+    nearest_cosine_median: float | None
+    #: mean and max KL(p_old ‖ p_new) per position on held-out text, nats (lower is better; ≈0 is
+    #: safe); null without the whole model
     kl: float | None = None
-    #: max KL over positions, nats
     kl_max: float | None = None
-    #: mean probability mass on the new tokens per position (lower is safer)
+    #: mean and max probability mass on the new tokens per position (lower is safer)
     new_token_mass: float | None = None
-    #: max over positions
     new_token_mass_max: float | None = None
-    #: per term: the nearest existing tokens, ``[[token, cosine], ...]`` (a few terms only)
-    examples: dict[str, list[list]] = field(default_factory=dict)
+    #: per term (a few only): its nearest trained tokens, ``[[token, cosine], …]``
+    examples: dict[str, list[list[str | float | None]]] = field(default_factory=dict)
+    #: untied models: the same two figures for the output rows
+    output_norm_percentile_median: float | None = None
+    output_nearest_cosine_median: float | None = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def add_output(self, output: "RowDiagnostics") -> None:
+        """Take the output rows' two figures from their own diagnostics (untied models)."""
+        self.output_norm_percentile_median = output.norm_percentile_median
+        self.output_nearest_cosine_median = output.nearest_cosine_median
+
+
+@dataclass
+class StrategyRecord(RowDiagnostics):
+    """One initialisation strategy of the extension: its rows' diagnostics and, with the whole model,
+    what they do to it (:mod:`embscope.extension.evaluate`; the score: :mod:`embscope.extension.choose`).
+    Null: not measured (no whole model, no held-out text, or over the disturbance bound)."""
+
+    #: positions of general text the disturbance (kl, new-token mass) was measured on
+    disturbance_positions: int | None = None
+    #: bits per byte on general text with the new tokens (lower is better), its change against the
+    #: original model and that change's paired standard error
+    general_bits_per_byte: float | None = None
+    general_bits_per_byte_change: float | None = None
+    general_bits_per_byte_change_se: float | None = None
+    #: mean KL(original ‖ extended) of the next token at the new term, nats (lower is better), its
+    #: 90th percentile, and the share of contexts whose most likely next token agrees (higher is better)
+    fidelity_kl: float | None = None
+    fidelity_kl_p90: float | None = None
+    fidelity_top1: float | None = None
+    #: the same two at the positions after the term
+    fidelity_kl_after: float | None = None
+    fidelity_top1_after: float | None = None
+    #: held-out corpus contexts measured, and positions after the term per context (mean)
+    fidelity_contexts: int | None = None
+    fidelity_after_positions: float | None = None
+    #: bits per byte on the held-out corpus text (lower is better) and its standard error
+    bits_per_byte: float | None = None
+    bits_per_byte_se: float | None = None
+    #: its change against the original model (lower is better) and the paired standard error
+    bits_per_byte_change: float | None = None
+    bits_per_byte_change_se: float | None = None
+    #: tokens per byte of the held-out corpus text with the new tokens, and its change (lower: fewer tokens)
+    tokens_per_byte: float | None = None
+    tokens_per_byte_change: float | None = None
+    #: held-out corpus bytes behind ``bits_per_byte_change``
+    score_bytes: int | None = None
+    #: score = score_corpus + score_general + score_reading, bits per byte (lower is better)
+    score: float | None = None
+    #: its parts: Δ bits per byte on corpus text, on general text, and the reading cost of the new tokens
+    score_corpus: float | None = None
+    score_general: float | None = None
+    score_reading: float | None = None
 
 
 def norm_percentiles(new_rows: "torch.Tensor", trained_norms: "torch.Tensor") -> "torch.Tensor":
@@ -148,7 +197,7 @@ def held_out_ids(old_tok, new_tok, text: str = HELD_OUT_TEXT) -> list[int]:
 
 def row_diagnostics(name: str, new_rows: "torch.Tensor", ctx, terms: Sequence[str],
                     token_strings: Sequence[str], n_examples: int = 8,
-                    nearest: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> StrategyDiagnostics:
+                    nearest: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> RowDiagnostics:
     """Norm percentiles and nearest trained tokens of ``new_rows`` (n, d) against ``ctx.matrix``.
 
     ``nearest``: ``nearest_trained(ctx, new_rows, TOP_K)`` when the caller already has it (one
@@ -160,7 +209,7 @@ def row_diagnostics(name: str, new_rows: "torch.Tensor", ctx, terms: Sequence[st
     sims, ids = nearest if nearest is not None else nearest_trained(ctx, new_rows, TOP_K)
     examples = {terms[k]: [[token_strings[int(i)], round(float(s), 3)] for s, i in zip(sims[k], ids[k])]
                 for k in range(min(n_examples, len(terms)))}
-    return StrategyDiagnostics(
+    return RowDiagnostics(
         name=name,
         norm_percentile_median=round(float(pct.median()), 2),
         norm_percentile_min=round(float(pct.min()), 2),

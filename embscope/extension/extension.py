@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from embscope.errors import CorpusError, SpecError
 from embscope.extension.contexts import HOLD_EVERY as HOLD
+from embscope.extension.diagnostics import RowDiagnostics, StrategyRecord
 from embscope.progress import Steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -350,16 +351,15 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
     rows_of, skipped = _strategy_rows(specs, ctxs, optional)
     specs = [s for s in specs if s in rows_of]
     result.rows = rows_of
-    out = _row_figures(specs, rows_of, ctxs, result.terms, names)
+    rows = _row_figures(specs, rows_of, ctxs, result.terms, names)
     extra: dict[str, Any] = {"skipped_strategies": skipped, "omp_known_terms": ctxs["embed"].memo.get("omp_known"),
                              "distil_budget": budget.get("distil")}
     if lm is None:
         extra["kl_note"] = extra["fidelity_note"] = f"not measured: {reason}"
-        return out, extra
+        return {spec: StrategyRecord(**vars(rows[spec])) for spec in specs}, extra
     figures, measured = measure(lm, tok, ext.tokenizer, new_ids, {s: rows_of[s] for s in specs}, found,
                                 steps=steps, plan=plan, general=general)
-    for spec in specs:
-        out[spec].update(figures.get(spec, {}))
+    out = {spec: StrategyRecord(**{**vars(rows[spec]), **figures.get(spec, {})}) for spec in specs}
     extra.update(measured)
     base = measured.get("bits_per_byte_original") or {}
     extra["fidelity_note"] = (
@@ -388,7 +388,7 @@ def _strategy_rows(specs, ctxs, optional) -> tuple[dict[str, dict], dict[str, st
     return rows_of, skipped
 
 
-def _row_figures(specs, rows_of, ctxs, terms, names) -> dict[str, dict]:
+def _row_figures(specs, rows_of, ctxs, terms, names) -> dict[str, RowDiagnostics]:
     """Norms and nearest trained rows of every strategy's rows: one nearest-row pass per matrix for
     all strategies together (:func:`embscope.extension.diagnostics.row_diagnostics`)."""
     import torch
@@ -404,14 +404,12 @@ def _row_figures(specs, rows_of, ctxs, terms, names) -> dict[str, dict]:
             n = rows_of[spec][which].shape[0]
             nearest[(spec, which)] = (sims[at:at + n], ids[at:at + n])
             at += n
-    out: dict[str, dict] = {}
+    out = {}
     for spec in specs:
         d = row_diagnostics(spec, rows_of[spec]["embed"], ctxs["embed"], terms, names,
-                            nearest=nearest[(spec, "embed")]).to_dict()
+                            nearest=nearest[(spec, "embed")])
         if "output" in rows_of[spec]:
-            od = row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], terms, names,
-                                 nearest=nearest[(spec, "output")])
-            d["output_norm_percentile_median"] = od.norm_percentile_median
-            d["output_nearest_cosine_median"] = od.nearest_cosine_median
+            d.add_output(row_diagnostics(spec, rows_of[spec]["output"], ctxs["output"], terms, names,
+                                         nearest=nearest[(spec, "output")]))
         out[spec] = d
     return out

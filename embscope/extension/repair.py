@@ -136,6 +136,7 @@ def repair(model: "LoadedModel", rows: Sequence[int], out_dir: str | Path, *, in
         flagged: every flagged row, kept out of the means along with ``rows``.
     """
     import copy
+    import dataclasses
 
     import torch
 
@@ -160,11 +161,9 @@ def repair(model: "LoadedModel", rows: Sequence[int], out_dir: str | Path, *, in
     new, ctxs, pieces = repaired_rows(model, rows, init, flagged)
     strings = model.token_strings()
     tokens = [strings[r] for r in rows]
-    diag = row_diagnostics(init, new["embed"], ctxs["embed"], tokens, strings).to_dict()
+    diag = row_diagnostics(init, new["embed"], ctxs["embed"], tokens, strings)
     if "output" in new:
-        od = row_diagnostics(init, new["output"], ctxs["output"], tokens, strings)
-        diag["output_norm_percentile_median"] = od.norm_percentile_median
-        diag["output_nearest_cosine_median"] = od.nearest_cosine_median
+        diag.add_output(row_diagnostics(init, new["output"], ctxs["output"], tokens, strings))
     lm_new = None
     note = reason
     if reason is None:
@@ -172,12 +171,12 @@ def repair(model: "LoadedModel", rows: Sequence[int], out_dir: str | Path, *, in
         lm_new = copy.deepcopy(lm_old)
         set_rows(lm_new, rows, new)
         held = model.vocab.encode(HELD_OUT_TEXT)
-        diag.update(_kl_mass(lm_old, lm_new, held, rows))
+        diag = dataclasses.replace(diag, **_kl_mass(lm_old, lm_new, held, rows))
         note = f"held-out general English text, {len(held)} tokens; old and repaired model both run"
     manifest = {
         "base_model": model.name, "base_path": str(model.path), "init": init,
         "format": "transformers" if full else "rows", "n_repaired": len(rows), "token_ids": rows,
-        "tokens": tokens, "pieces": pieces, "diagnostics": diag, "kl_note": note,
+        "tokens": tokens, "pieces": pieces, "diagnostics": diag.to_dict(), "kl_note": note,
         "embscope": run_stamp("repair") | {"parameters": {"init": init, "mode": mode, "rows": len(rows)}},
     }
     with claim(out_dir, force=force, inputs=[model.path], kind="model") as tmp:

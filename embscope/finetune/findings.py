@@ -129,14 +129,11 @@ def find(f: Facts) -> list[Finding]:
     from embscope.finetune.rules import data_rules, drop_rules, length_rules, pad_rules, template_rules
     from embscope.finetune.trainers import TRAINERS, eos_id
 
-    model, sp, enc = f.model, f.specials, f.encoded
+    enc = f.encoded
     trainer = f.trainer or TRAINERS["trl"]
-    n = model.n_rows
-    strings = model.token_strings()
-    cats = model.categories
+    strings = f.model.token_strings()
     counts = enc.counts
     out: list[Finding] = []
-    status = f.status
 
     def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
         ids = [int(i) for i in ids][:MAX_IDS]
@@ -147,10 +144,31 @@ def find(f: Facts) -> list[Finding]:
                            label_counts=[int(enc.label_counts[i]) if i < len(enc.label_counts) else 0 for i in ids],
                            split=f.split))
 
-    def state(i: int) -> str | None:
-        return status[i] if status is not None and i < len(status) else None
+    flagged = _flagged(f)
+    _beyond_matrix(f, add)
+    specials_all = _special_rows(f, add, flagged)
+    pad_rules(f, trainer, add, eos_id(f.specials))
+    _double_bos(f, trainer, add, strings)
+    pad_rows = _added_in_padding(f, add, flagged)
+    _untrained_used(f, add, flagged, set(specials_all) | set(pad_rows))
+    length_rules(f, trainer, add)
+    _unknown_tokens(f, add, specials_all)
+    template_rules(f, trainer, add)
+    drop_rules(f, trainer, add)
+    data_rules(f, add)
+    out.sort(key=lambda x: (-severity_rank(x.severity), CODES.index(x.code)))
+    return out
 
-    # flagged rows that prompting did not clear; a verified row counts even if the indicators missed it
+
+def _state(f: Facts, i: int) -> str | None:
+    """Row ``i``'s verification status (``verified``, ``cleared``, …), None when unknown."""
+    return f.status[i] if f.status is not None and i < len(f.status) else None
+
+
+def _flagged(f: Facts) -> "np.ndarray | None":
+    """(n,) the flagged rows that prompting did not clear; a verified row counts even if the
+    indicators missed it. None without a scan."""
+    n, status = f.model.n_rows, f.status
     flagged = None
     if f.flagged is not None:
         flagged = np.asarray(f.flagged, dtype=bool).copy()
@@ -160,8 +178,12 @@ def find(f: Facts) -> list[Finding]:
                     flagged[i] = False
                 elif s == "verified":
                     flagged[i] = True
+    return flagged
 
-    # ids at or past the matrix: in the data, or declared
+
+def _beyond_matrix(f: Facts, add) -> None:
+    """Ids at or past the matrix: in the data, or declared."""
+    n, sp, enc, counts = f.model.n_rows, f.specials, f.encoded, f.encoded.counts
     beyond = np.flatnonzero(counts[n:]) + n if len(counts) > n else np.zeros(0, np.int64)
     declared_beyond = sorted({i for s in sp.sources.values() for ids in s.values() for i in ids if i >= n})
     if len(beyond) or declared_beyond:
@@ -172,7 +194,10 @@ def find(f: Facts) -> list[Finding]:
             ids, int(counts[n:].sum()) if len(counts) > n else 0, _examples(enc, beyond),
             "resize the embedding (model.resize_token_embeddings(len(tokenizer))) or fix the declared ids")
 
-    # special rows the trainer uses
+
+def _special_rows(f: Facts, add, flagged) -> list[int]:
+    """The special rows the trainer uses (BOS, EOS, PAD) that are zero or under-trained; returns them all."""
+    n, sp, enc, counts = f.model.n_rows, f.specials, f.encoded, f.encoded.counts
     role_ids = {r: [i for i in sp.ids(r) if 0 <= i < n] for r in ("bos", "eos", "pad")}
     if f.pad is not None and f.pad.id is not None and 0 <= f.pad.id < n and f.pad.id not in role_ids["pad"]:
         role_ids["pad"] = [*role_ids["pad"], f.pad.id]
@@ -187,7 +212,7 @@ def find(f: Facts) -> list[Finding]:
             int(counts[zero].sum()), _examples(enc, zero),
             "re-initialise them before training (--repair OUT), or set the special token to a trained row")
     if flagged is not None:
-        verified = [i for i in specials_all if flagged[i] and i not in zero and state(i) == "verified"]
+        verified = [i for i in specials_all if flagged[i] and i not in zero and _state(f, i) == "verified"]
         weak = [i for i in specials_all if flagged[i] and i not in zero and i not in verified]
         if verified:
             add("special-row-untrained", "error",
@@ -199,10 +224,12 @@ def find(f: Facts) -> list[Finding]:
                 f"special row(s) flagged as under-trained by the scan: {roles(weak)} (special rows often look "
                 "untrained; --verify N prompts the model to settle it)", weak, int(counts[weak].sum()),
                 _examples(enc, weak), "check with --verify; if confirmed, --repair OUT re-initialises them")
+    return specials_all
 
-    pad_rules(f, trainer, add, eos_id(sp))
 
-    # double BOS
+def _double_bos(f: Facts, trainer, add, strings: Sequence[str]) -> None:
+    """Texts (or rendered conversations) that start with the BOS the tokenizer adds again."""
+    sp, enc = f.specials, f.encoded
     bos_name = _tok(strings, sp.prefix[0]) if sp.prefix else ""
     text_bos = sorted(set(enc.double_bos["text"]))
     if text_bos:
@@ -218,7 +245,10 @@ def find(f: Facts) -> list[Finding]:
             "tokenize with add_special_tokens=False (apply_chat_template(tokenize=True) does), or drop "
             "bos_token from the template")
 
-    # added tokens in padding rows
+
+def _added_in_padding(f: Facts, add, flagged) -> list[int]:
+    """Added tokens in padding rows (zero or untrained rows past the base vocabulary); returns those rows."""
+    n, sp, enc, counts = f.model.n_rows, f.specials, f.encoded, f.encoded.counts
     pad_rows: list[int] = []
     if sp.base_size is not None:
         weak_row = f.zero_row if flagged is None else (f.zero_row | flagged[:len(f.zero_row)])
@@ -230,16 +260,20 @@ def find(f: Facts) -> list[Finding]:
                 f"untrained rows; {len(used)} of them occur in the data", [*used, *[i for i in pad_rows if i not in used]],
                 int(counts[used].sum()) if used else 0, _examples(enc, used),
                 "initialise the new rows (--repair OUT, or extend with --apply) before training")
+    return pad_rows
 
-    # rows the data uses that training barely touched: zero rows always, flagged rows with a scan
-    k = min(len(counts), n)
+
+def _untrained_used(f: Facts, add, flagged, skip: set[int]) -> None:
+    """Rows the data uses that training barely touched: zero rows always, flagged rows with a scan
+    (the special and padding rows in ``skip`` have their own findings)."""
+    model, enc, counts, cats = f.model, f.encoded, f.encoded.counts, f.model.categories
+    k = min(len(counts), model.n_rows)
     bad = f.zero_row[:k].copy()
     if flagged is not None:
         bad |= flagged[:k]
     used = np.flatnonzero((counts[:k] > 0) & bad)
-    skip = set(specials_all) | set(pad_rows)
     used = sorted((int(i) for i in used if int(i) not in skip), key=lambda i: -int(counts[i]))
-    normal = [i for i in used if cats[i] != "special" or f.zero_row[i] or state(i) == "verified"]
+    normal = [i for i in used if cats[i] != "special" or f.zero_row[i] or _state(f, i) == "verified"]
     special = [i for i in used if i not in normal]
     if normal:
         zeros = sum(1 for i in normal if f.zero_row[i])
@@ -256,9 +290,10 @@ def find(f: Facts) -> list[Finding]:
             f"{_sides(model, enc, special)} (special rows often look untrained; --verify N settles it)", special,
             int(counts[special].sum()), _examples(enc, special), "check with --verify; then --repair OUT")
 
-    length_rules(f, trainer, add)
 
-    # unknown and byte-fallback tokens
+def _unknown_tokens(f: Facts, add, specials_all: list[int]) -> None:
+    """Unknown and byte-fallback tokens."""
+    model, sp, enc, counts = f.model, f.specials, f.encoded, f.encoded.counts
     unk = [i for i in ({model.vocab.unk_id} if model.vocab is not None and model.vocab.unk_id is not None else set())
            | set(sp.ids("unk")) if 0 <= i < len(counts)]
     n_unk = int(counts[unk].sum()) if unk else 0
@@ -276,12 +311,6 @@ def find(f: Facts) -> list[Finding]:
         add("unknown-tokens", "info",
             f"{n_bytes / enc.tokens:.1%} of the tokens are byte-fallback pieces: text the vocabulary spells byte "
             "by byte", top, n_bytes, (), "consider extending the vocabulary (embscope extend)")
-
-    template_rules(f, trainer, add)
-    drop_rules(f, trainer, add)
-    data_rules(f, add)
-    out.sort(key=lambda x: (-severity_rank(x.severity), CODES.index(x.code)))
-    return out
 
 
 def data_findings(f: Facts) -> list[Finding]:

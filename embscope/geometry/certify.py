@@ -18,7 +18,7 @@ The run, for k neighbours, threshold T, trained rows F (:func:`certified_graph`)
 4. **refine** (exact search, m × n × d): every row the other indicators flag (so their reasons are
    exact), every join row with fewer than k partners, every row whose graph isolation (an upper
    bound) reaches the isolation cut's lower end, and the rows the summary and report list
-   (:func:`certify_lists`);
+   (:func:`~embscope.geometry.certify_lists.certify_lists`);
 5. **check**: a row searched exactly whose decision depends on a cut and whose value lies inside
    that cut's interval doubles the sample (round j at level α/2^(j+1)); after
    :data:`MAX_ROUNDS` rounds every row is searched exactly (the graph then *is* exact search's).
@@ -44,12 +44,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.geometry.indicators import COLLAPSE_SPREAD, DEFAULT_THRESHOLD, MIN_SCALE, transform
+from embscope.geometry.indicators import COLLAPSE_SPREAD, DEFAULT_THRESHOLD, MIN_SCALE
+from embscope.geometry.certify_lists import certify_lists, z
+from embscope.geometry.certify_search import Search, settle, values
+from embscope.geometry.graph import KnnError, KnnGraph
+from embscope.geometry.knn_record import CertificateRecord, CutRecord, KnnRecord, MeasuredRecord
 from embscope.geometry.population import CONFIDENCE, level_of_round, spread_ci
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,14 +71,9 @@ PIVOT_ROWS = 1024
 #: (isolation ρ 0.27, bench/README.md), and pynndescent, cheaper there, compiles ~60 CPU-s of
 #: numba code in every new process
 HNSW_MAX_WIDTH = 1024
-#: a list is refined row by row only while at most this many rows stand between it and its
-#: certificate; beyond, it is recorded as not certified
-LIST_REFINE_CAP = 4096
 #: share of the rows past which searching the join's and the flags' rows one by one costs more
 #: than exact search of every pair (m·n·d against n²·d/2, plus the sample and pivots)
 EXACT_SHARE = 0.35
-#: the summary's and the report's lists: rows per list
-TOP_N = 30
 
 
 def collapse_tau() -> float:
@@ -94,86 +93,24 @@ class Certified:
     exact: np.ndarray
     #: {knot, isolation}: (median, scale) on the transformed scale, for the robust z
     knn_fit: dict[str, tuple[float, float]]
-    #: what was sampled, refined and proven (JSON-able)
-    certificate: dict[str, Any] = field(default_factory=dict)
+    #: what was sampled, refined and proven
+    certificate: CertificateRecord
 
 
-def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str, float]:
     """The approximate graph under the certificate: FAISS HNSW when the rows are at most
     :data:`HNSW_MAX_WIDTH` wide, else none (the lists start from the join's partners and the
     exact searches' offers). Its quality decides only how many rows are searched exactly, never a
-    decision. Returns (sims, ids) (n, k), -inf/-1 where short."""
+    decision. Returns (sims, ids) (n, k), -inf/-1 where short, the base's name and its seconds."""
     t0 = time.perf_counter()
     n, d = xn.shape
     if d > HNSW_MAX_WIDTH:
         empty = (np.full((n, k), -np.inf, np.float32), np.full((n, k), -1, np.int64))
-        return (*empty, {"base": "none (rows wider than the HNSW limit)", "base_seconds": 0.0})
+        return (*empty, "none (rows wider than the HNSW limit)", 0.0)
     from embscope.geometry.hnsw import hnsw_knn
 
     s, i = hnsw_knn(xn, k)
-    return s, i, {"base": "hnsw", "base_seconds": round(time.perf_counter() - t0, 3)}
-
-
-def _values(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(−log(1 − knot), isolation) per row of a (r, k) similarity block."""
-    s = np.asarray(sims, dtype=np.float64)
-    return transform("knot", s.mean(axis=1)), 1.0 - s[:, 0]
-
-
-class _Search:
-    """The graph being certified: merged base + join, the exact rows, and exact search on demand."""
-
-    def __init__(self, xn, sims, ids, exact, k, progress):
-        self.xn, self.sims, self.ids, self.exact, self.k, self.progress = xn, sims, ids, exact, k, progress
-        self.by_reason: dict[str, int] = {}
-        self.seconds = 0.0
-
-    def search(self, rows: np.ndarray, reason: str, offer: bool = True) -> int:
-        """Exact neighbours for ``rows`` not yet exact, every other row's cosines to them offered to
-        its list (``offer``: float32 tiles, whose entries are the cosines); without offers the
-        tiles are whatever the probe finds faster (a bf16 screen, its survivors scored in float32);
-        returns how many were searched."""
-        import torch
-
-        from embscope.geometry.exact import exact_knn
-        from embscope.geometry.probe import plan_tiles
-
-        rows = np.unique(np.asarray(rows, dtype=np.int64))
-        rows = rows[~self.exact[rows]]
-        if not len(rows):
-            return 0
-        t0 = time.perf_counter()
-        n, d = self.xn.shape
-        plan = plan_tiles(len(rows) * n * d, d, unsafe=0.0)
-        dtype = plan.torch_dtype() if not offer else torch.float32
-        threads = plan.threads if dtype == plan.torch_dtype() else plan.rates.threads["float32"]
-        v, i = exact_knn(self.xn, self.k, rows=torch.from_numpy(rows), dtype=dtype, threads=threads,
-                         progress=self.progress and len(rows) > 4096, offer=(self.sims, self.ids) if offer else None)
-        self.sims[rows], self.ids[rows] = v.numpy(), i.numpy()
-        self.exact[rows] = True
-        self.by_reason[reason] = self.by_reason.get(reason, 0) + len(rows)
-        self.seconds += time.perf_counter() - t0
-        return len(rows)
-
-
-#: rows per batch when rows are searched until a condition holds (each batch's offers may lift the
-#: next rows' bounds past it)
-BATCH = 1024
-
-
-def _settle(run: "_Search", need, reason: str, cap: int | None = None) -> bool:
-    """Search ``need()`` (row ids, most urgent first) in batches until it is empty; False, searching
-    nothing more, when more than ``cap`` rows would be needed (a list that cannot be proven is then
-    drawn from the rows searched exactly, so its figures are exact search's: ``scan._listable``;
-    searching its most urgent batch anyway cost the real 7B rows 21 CPU-s and proved nothing)."""
-    done = 0
-    while True:
-        rows = need()
-        if not len(rows):
-            return True
-        if cap is not None and done + len(rows) > cap and len(rows) > BATCH:
-            return False
-        done += run.search(rows[:BATCH], reason)
+    return s, i, "hnsw", round(time.perf_counter() - t0, 3)
 
 
 def _cuts(values: dict[str, np.ndarray], base: dict[str, np.ndarray], exact: np.ndarray, fit_rows: np.ndarray,
@@ -198,6 +135,14 @@ def _cuts(values: dict[str, np.ndarray], base: dict[str, np.ndarray], exact: np.
         out[name] = {"spread": sp, "cut": cut, "lo": lo, "hi": hi,
                      "by": "sample+population" if pop is not None else "sample"}
     return out
+
+
+def _cut_record(c: dict[str, Any]) -> CutRecord:
+    """The summary's record of one of :func:`_cuts`' cuts."""
+    sp = c["spread"]
+    return CutRecord(cut=c["cut"], interval=[c["lo"], c["hi"]], by=c["by"], median=sp.median,
+                     median_interval=[sp.median_lo, sp.median_hi], mad=sp.mad, mad_interval=[sp.mad_lo, sp.mad_hi],
+                     draws=list(sp.draws), alpha=sp.alpha)
 
 
 def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np.ndarray | None = None,
@@ -231,8 +176,6 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
         x = torch.from_numpy(x)
     xn = normalize_rows(x.cpu())
     if not all_finite(xn):
-        from embscope.geometry.graph import KnnError
-
         raise KnnError("the matrix holds NaN or infinite values: fix or drop those rows before a kNN scan")
     n, d = xn.shape
     fit_rows = np.ones(n, bool) if fit_rows is None else np.asarray(fit_rows, bool)
@@ -256,37 +199,88 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
                               f"{todo:,} of {n:,} rows have a near-duplicate short of k or a flag from "
                               "another indicator: exact search everywhere was cheaper")
 
-    # 2. the base graph, merged with the join's partners, then the pivots' offers
+    run, base_sims, base_name, base_seconds = _base(xn, k, join, seed, progress, timings)
+    r = _rounds(run, base_sims, join, fit_rows, graph_free, norms, seed, draws, alpha, threshold)
+    cuts, draws_a, draws_b = r.cuts, r.draws_a, r.draws_b
+    fallback = None
+    if r.undecided:  # the sample could not separate them from the cuts: exact search everywhere
+        _search_every_row(run, "every row (cut undecided)")
+        fallback = (f"{r.undecided} rows stayed inside a cut's interval after {MAX_ROUNDS} rounds: every row "
+                    "was searched exactly")
+    # the sample's point estimates; after the fallback the population itself (exact figures, no interval)
+    knn_fit = _population_fit(run.sims, fit_rows) if fallback else {
+        name: (c["spread"].median, max(1.4826 * c["spread"].mad, MIN_SCALE[name])) for name, c in cuts.items()}
+
+    lists = certify_lists(run, knn_fit, tau, groups or {}, other_scores, fit_rows)
+    sample_rows = np.unique(np.concatenate([draws_a, draws_b]))
+    measured = _measured(base_sims, run.sims, sample_rows, knn_fit, threshold)
+    timings["exact search"] = run.seconds
+    timings["all"] = time.perf_counter() - t_all
+    cert = CertificateRecord(
+        confidence=confidence, rounds=r.rounds, sample_draws=int(len(draws_a) + len(draws_b)),
+        sample_rows=int(len(sample_rows)), tau=round(tau, 6), threshold=threshold,
+        cuts={name: _cut_record(c) for name, c in cuts.items()}, exact_rows=int(run.exact.sum()),
+        refined=dict(run.by_reason), undecided=r.undecided, reasons_undecided=r.reasons_undecided, fallback=fallback,
+        join=join.info, lists=lists, measured=measured, seconds={k_: round(v, 3) for k_, v in timings.items()},
+        base=base_name, base_seconds=base_seconds)
+    return Certified(neighbors=run.ids, sims=run.sims, exact=run.exact.copy(), knn_fit=knn_fit, certificate=cert)
+
+
+def _base(xn, k: int, join, seed: int, progress: bool, timings: dict[str, float]):
+    """Steps 2 of the module docstring: ``(search, base sims, base name, base seconds)``. The base
+    graph merged with the join's partners (rows with ≥ k partners are exact already), then the
+    pivots' offers and exact search of rows still short of k; the base sims are a copy fixed before
+    the sample is drawn (the graph the sample's gaps are measured against)."""
     from embscope.geometry.kernels import merge_into
 
+    n = xn.shape[0]
     t = time.perf_counter()
-    sims, ids, base_rec = base_graph(xn, k, seed=seed)
+    sims, ids, base_name, base_seconds = base_graph(xn, k, seed=seed)
     merge_into(sims, ids, join.best_v, join.best_i)
     timings["base"] = time.perf_counter() - t
     exact = join.count >= k  # their k nearest rows are among their partners (join module docstring)
     sims[exact], ids[exact] = join.best_v[exact], join.best_i[exact]
-    run = _Search(xn, sims, ids, exact, k, progress)
+    run = Search(xn, sims, ids, exact, k, progress)
     run.by_reason["join (≥ k partners)"] = int(exact.sum())
-    rng = np.random.default_rng(seed)
     run.search(np.random.default_rng(seed + 1).choice(n, min(n, PIVOT_ROWS), replace=False), "pivots")
     short = np.flatnonzero((ids < 0).any(axis=1))
     run.search(short, "graph short of k")
-    # the graph the sample's gaps are measured against: fixed before the sample is drawn
-    base_sims = run.sims.copy()
-    base_knot, base_iso = _values(base_sims)
+    return run, run.sims.copy(), base_name, base_seconds
 
-    # 3.–5. sample, cuts, refinement, check
+
+@dataclass
+class _Rounds:
+    """What the sample rounds left: the last round's cuts, the draws of halves A and B, the rounds
+    run, the rows still inside a cut's interval and the flagged rows whose knot reason is."""
+
+    cuts: dict[str, dict[str, Any]]
+    draws_a: np.ndarray
+    draws_b: np.ndarray
+    rounds: int
+    undecided: int
+    reasons_undecided: int
+
+
+def _rounds(run: Search, base_sims: np.ndarray, join, fit_rows: np.ndarray, graph_free: np.ndarray,
+            norms: np.ndarray, seed: int, draws: int, alpha: float, threshold: float) -> _Rounds:
+    """Steps 3–5 of the module docstring: the sample searched exactly, the cuts with their
+    intervals, the isolation band and the rows the cuts decide searched exactly, and the sample
+    doubled while a decided row lies inside a cut's interval (at most :data:`MAX_ROUNDS` rounds)."""
+    from embscope.geometry.indicators import collapse_spread
+
+    base_knot, base_iso = values(base_sims)
+    rng = np.random.default_rng(seed)
     pool = np.flatnonzero(fit_rows)
     draws_a = rng.choice(pool, max(1, draws // 2))
     draws_b = rng.choice(pool, max(1, draws // 2))
     tau_rows = join.rows()
-    rounds, undecided = 0, 0
+    rounds = 0
     while True:
         run.search(np.concatenate([draws_a, draws_b]), "sample")
         # flagged whatever their neighbours: searched for their figures, not to bound other rows
         run.search(np.flatnonzero(graph_free), "flagged by other indicators", offer=False)
         run.search(tau_rows, "near-duplicate (partner at ≥ τ)")
-        knot_x, iso = _values(run.sims)
+        knot_x, iso = values(run.sims)
         cuts = _cuts({"knot": knot_x, "isolation": iso}, {"knot": base_knot, "isolation": base_iso}, run.exact,
                      fit_rows, draws_a, draws_b, level_of_round(alpha, rounds), threshold)
         lo_iso = cuts["isolation"]["lo"]
@@ -296,11 +290,9 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
             rows = np.flatnonzero(~run.exact & (v >= lo_iso))
             return rows[np.argsort(-v[rows], kind="stable")]
 
-        _settle(run, band, "isolation band")
-        knot_x, iso = _values(run.sims)
+        settle(run, band, "isolation band")
+        knot_x, iso = values(run.sims)
         ex = run.exact
-        from embscope.geometry.indicators import collapse_spread
-
         spread = collapse_spread(norms, run.ids, run.sims)
         collapsed = ex & (np.nan_to_num(spread, nan=np.inf) <= COLLAPSE_SPREAD)
         kc, ic = cuts["knot"], cuts["isolation"]
@@ -311,44 +303,22 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
         undecided = int((in_knot | in_iso).sum())
         reasons_undecided = int((ex & graph_free & near_knot).sum())
         if not undecided or rounds + 1 >= MAX_ROUNDS:
-            break
+            return _Rounds(cuts, draws_a, draws_b, rounds + 1, undecided, reasons_undecided)
         rounds += 1
         draws_a = np.concatenate([draws_a, rng.choice(pool, len(draws_a))])
         draws_b = np.concatenate([draws_b, rng.choice(pool, len(draws_b))])
-    fallback = None
-    if undecided:  # the sample could not separate them from the cuts: exact search everywhere
-        from embscope.geometry.exact import exact_knn
 
-        t = time.perf_counter()
-        v, i = exact_knn(xn, k, progress=progress)
-        run.sims[:], run.ids[:] = v.numpy(), i.numpy()
-        run.by_reason["every row (cut undecided)"] = int((~run.exact).sum())
-        run.exact[:] = True
-        run.seconds += time.perf_counter() - t
-        fallback = (f"{undecided} rows stayed inside a cut's interval after {MAX_ROUNDS} rounds: every row "
-                    "was searched exactly")
-    kc, ic = cuts["knot"], cuts["isolation"]
-    knn_fit = {"knot": (kc["spread"].median, max(1.4826 * kc["spread"].mad, MIN_SCALE["knot"])),
-               "isolation": (ic["spread"].median, max(1.4826 * ic["spread"].mad, MIN_SCALE["isolation"]))}
-    if fallback:  # the population itself: exact figures, no interval
-        knn_fit = _population_fit(run.sims, fit_rows)
 
-    lists = certify_lists(run, knn_fit, tau, groups or {}, other_scores, fit_rows)
-    sample_rows = np.unique(np.concatenate([draws_a, draws_b]))
-    measured = _measured(base_sims, run.sims, sample_rows, knn_fit, threshold)
-    timings["exact search"] = run.seconds
-    timings["all"] = time.perf_counter() - t_all
-    cert = {
-        "confidence": confidence, "rounds": rounds + 1, "sample_draws": int(len(draws_a) + len(draws_b)),
-        "sample_rows": int(len(sample_rows)), "tau": round(tau, 6), "threshold": threshold,
-        "cuts": {name: {"cut": c["cut"], "interval": [c["lo"], c["hi"]], "by": c["by"], **c["spread"].record()}
-                 for name, c in cuts.items()},
-        "exact_rows": int(run.exact.sum()), "refined": dict(run.by_reason), "undecided": undecided,
-        "reasons_undecided": reasons_undecided,
-        "fallback": fallback, "join": join.params, "lists": lists, "measured": measured,
-        "seconds": {k_: round(v, 3) for k_, v in timings.items()}, **base_rec,
-    }
-    return Certified(neighbors=run.ids, sims=run.sims, exact=run.exact.copy(), knn_fit=knn_fit, certificate=cert)
+def _search_every_row(run: Search, reason: str) -> None:
+    """Exact search of every row into ``run`` (its rows not yet exact counted under ``reason``)."""
+    from embscope.geometry.exact import exact_knn
+
+    t = time.perf_counter()
+    v, i = exact_knn(run.xn, run.k, progress=run.progress)
+    run.sims[:], run.ids[:] = v.numpy(), i.numpy()
+    run.by_reason[reason] = int((~run.exact).sum())
+    run.exact[:] = True
+    run.seconds += time.perf_counter() - t
 
 
 def _population_fit(sims: np.ndarray, fit_rows: np.ndarray) -> dict[str, tuple[float, float]]:
@@ -357,7 +327,7 @@ def _population_fit(sims: np.ndarray, fit_rows: np.ndarray) -> dict[str, tuple[f
     from embscope.geometry.indicators import robust_z
 
     out = {}
-    for name, v in zip(("knot", "isolation"), _values(sims)):
+    for name, v in zip(("knot", "isolation"), values(sims)):
         _, med, scale = robust_z(v, fit_rows, MIN_SCALE[name])
         out[name] = (med, scale)
     return out
@@ -374,84 +344,38 @@ def _exact_instead(xn, k, fit_rows, groups, other_scores, threshold, join, timin
     timings["exact search"] = time.perf_counter() - t
     knn_fit = _population_fit(sims, fit_rows)
     n = len(sims)
-    cert = {"confidence": 1.0, "rounds": 0, "sample_draws": 0, "sample_rows": 0, "tau": round(join.tau, 6),
-            "threshold": threshold, "cuts": {}, "exact_rows": n, "refined": {"every row (exact search was cheaper)": n},
-            "undecided": 0, "reasons_undecided": 0, "fallback": why, "join": join.params,
-            "lists": {name: True for name in ("top_isolated", *(f"top_score:{g}" for g in (groups or {})))},
-            "measured": {"rows": n, "base_recall_at_k": 1.0}, "base": "none (exact search)", "base_seconds": 0.0,
-            "seconds": {k_: round(v_, 3) for k_, v_ in timings.items()}}
+    cert = CertificateRecord(
+        confidence=1.0, rounds=0, sample_draws=0, sample_rows=0, tau=round(join.tau, 6), threshold=threshold,
+        cuts={}, exact_rows=n, refined={"every row (exact search was cheaper)": n}, undecided=0,
+        reasons_undecided=0, fallback=why, join=join.info,
+        lists={name: True for name in ("top_isolated", *(f"top_score:{g}" for g in (groups or {})))},
+        measured=MeasuredRecord(rows=n, base_recall_at_k=1.0),
+        seconds={k_: round(v_, 3) for k_, v_ in timings.items()}, base="none (exact search)", base_seconds=0.0)
     return Certified(neighbors=ids, sims=sims, exact=np.ones(n, bool), knn_fit=knn_fit, certificate=cert)
 
 
-def _z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:
-    med, scale = knn_fit[name]
-    return (v - med) / scale
-
-
-def certify_lists(run: _Search, knn_fit, tau: float, groups: dict[str, np.ndarray],
-                  other_scores: np.ndarray | None, fit_rows: np.ndarray) -> dict[str, Any]:
-    """Search exactly until the listed rows are exact search's: per group, the :data:`TOP_N`
-    highest scores, and the :data:`TOP_N` most isolated normal rows. A row not searched exactly
-    has a graph isolation at or above its exact one, and a knot below τ (it has no partner at
-    ≥ τ), so its score is at most ``max(other, z_knot(τ))``; a list is certified when its
-    ``TOP_N``-th exact value reaches every such bound (rows are searched until it does, up to
-    :data:`LIST_REFINE_CAP` rows)."""
-    out: dict[str, Any] = {}
-    z_tau = float(_z("knot", transform("knot", np.array([tau])), knn_fit)[0])
-
-    def settle(name, pool, exact_value, bound):
-        def need():
-            ex = pool & run.exact
-            vals = exact_value()
-            nth = np.sort(vals[ex])[-TOP_N] if ex.sum() >= TOP_N else -np.inf
-            b = bound()
-            rows = np.flatnonzero(pool & ~run.exact & (b >= nth))
-            return rows[np.argsort(-b[rows], kind="stable")]
-
-        out[name] = _settle(run, need, f"list: {name}", cap=LIST_REFINE_CAP)
-
-    normal = groups.get("normal", fit_rows)
-
-    def iso_exact():
-        return 1.0 - run.sims[:, 0].astype(np.float64)
-
-    settle("top_isolated", normal, iso_exact, iso_exact)  # graph isolation is the upper bound
-    if other_scores is not None:
-        other = np.nan_to_num(np.asarray(other_scores, dtype=np.float64), nan=-np.inf)
-
-        def score():
-            kx, _ = _values(run.sims)
-            return np.maximum(other, _z("knot", kx, knn_fit))
-
-        def score_bound():
-            return np.maximum(other, z_tau)
-
-        for name, pool in groups.items():
-            settle(f"top_score:{name}", np.asarray(pool, bool), score, score_bound)
-    return out
-
-
-def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit, threshold: float) -> dict[str, Any]:
+def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit,
+              threshold: float) -> MeasuredRecord | None:
     """How far the base graph was from exact search on the sample rows (all exact): the knot's
     and isolation's gaps (quantiles) and the share of rows whose knot sits on the other side of
     the cut (the ``family`` count's error rate), with a 95 % Clopper–Pearson upper bound."""
     from scipy.stats import beta
 
     if not len(rows):
-        return {}
-    bk, bi = _values(base_sims[rows])
-    ek, ei = _values(sims[rows])
+        return None
+    bk, bi = values(base_sims[rows])
+    ek, ei = values(sims[rows])
     gap_k = np.exp(-bk) - np.exp(-ek)  # knot (cosine units): exact − graph ≥ 0
     gap_i = bi - ei  # isolation: graph − exact ≥ 0
-    flips = int(((_z("knot", bk, knn_fit) >= threshold) != (_z("knot", ek, knn_fit) >= threshold)).sum())
+    flips = int(((z("knot", bk, knn_fit) >= threshold) != (z("knot", ek, knn_fit) >= threshold)).sum())
     m = len(rows)
     upper = float(beta.ppf(0.95, flips + 1, m - flips)) if flips < m else 1.0
     q = [50, 90, 99, 100]
-    return {"rows": m, "knot_gap": dict(zip(map(str, q), np.percentile(gap_k, q).round(5).tolist())),
-            "isolation_gap": dict(zip(map(str, q), np.percentile(gap_i, q).round(5).tolist())),
-            "knot_cut_flips": flips, "knot_cut_flip_share_95": round(upper, 5),
-            "base_recall_top1": round(float((gap_i <= 1e-6).mean()), 4),
-            "base_recall_at_k": round(float((base_sims[rows] >= sims[rows][:, -1:] - 1e-6).mean()), 4)}
+    return MeasuredRecord(rows=m, knot_gap=dict(zip(map(str, q), np.percentile(gap_k, q).round(5).tolist())),
+                          isolation_gap=dict(zip(map(str, q), np.percentile(gap_i, q).round(5).tolist())),
+                          knot_cut_flips=flips, knot_cut_flip_share_95=round(upper, 5),
+                          base_recall_top1=round(float((gap_i <= 1e-6).mean()), 4),
+                          base_recall_at_k=round(float((base_sims[rows] >= sims[rows][:, -1:] - 1e-6).mean()), 4))
 
 
 @dataclass
@@ -496,15 +420,15 @@ def context_for(prep, categories, threshold: float) -> Context:
 
 
 def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int = 0, progress: bool = True,
-                  cache_dir=None, use_cache: bool = True, weighed: dict[str, Any] | None = None):
+                  cache_dir=None, use_cache: bool = True, weighed: dict[str, dict[str, float]] | None = None):
     """:func:`certified_graph` as a :class:`~embscope.geometry.knn.KnnGraph`, cached (the key holds
     the matrix, k and the context's digest). ``graph.exact`` marks the rows searched exactly;
-    ``graph.params["certificate"]`` says what was sampled, refined and proven, and
-    ``params["knn_fit"]`` the (median, scale) the robust z's of knot and isolation must use."""
+    ``graph.info.certificate`` says what was sampled, refined and proven, and ``graph.info.knn_fit``
+    the (median, scale) the robust z's of knot and isolation must use. ``weighed``: the estimates
+    ``auto`` chose it by (:func:`embscope.geometry.knn.resolve_method`)."""
     import torch
 
     from embscope.geometry import knn_cache
-    from embscope.geometry.graph import KnnGraph
 
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
@@ -517,27 +441,22 @@ def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int =
 
         base = Path(cache_dir) if cache_dir is not None else knn_cache.default_cache_dir()
         key_path = base / f"{knn_cache.matrix_key(x, k, 'certified:' + ctx.digest())}.npz"
-        hit = knn_cache.load(key_path, n, k)
-        if hit is not None and "exact" in hit[2].get("extra", {}):
-            nb, sm, meta = hit
-            return KnnGraph(neighbors=nb, sims=sm, method="certified", k=k,
-                            recall_at_k=float(meta.get("recall_at_k", float("nan"))),
-                            recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
-                            cached=True, params=meta.get("params", {}), exact=meta["extra"]["exact"])
+        hit = knn_cache.load_graph(key_path, n, k)
+        if hit is not None and hit.exact is not None and hit.info.certificate is not None:
+            return hit
     t0 = time.perf_counter()
     cert = certified_graph(x, k, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
                            groups=ctx.groups, other_scores=ctx.other_scores, threshold=ctx.threshold,
                            seed=seed, progress=progress)
-    measured = cert.certificate.get("measured", {})
-    params = {"device": "cpu", "certificate": cert.certificate, **(weighed or {}),
-              "knn_fit": {name: list(v) for name, v in cert.knn_fit.items()}}
+    measured = cert.certificate.measured or MeasuredRecord(rows=0)
     # recall@k: the base graph's, on the sample rows (what the rows not searched exactly look like)
-    graph = KnnGraph(neighbors=cert.neighbors.astype(np.int64), sims=cert.sims.astype(np.float32),
-                     method="certified", k=k, recall_at_k=float(measured.get("base_recall_at_k", float("nan"))),
-                     recall_rows=int(measured.get("rows", 0)), seconds=time.perf_counter() - t0, params=params,
+    info = KnnRecord(method="certified", k=k,
+                     recall_at_k=float("nan") if measured.base_recall_at_k is None else measured.base_recall_at_k,
+                     recall_rows=measured.rows, seconds=round(time.perf_counter() - t0, 3), device="cpu",
+                     certificate=cert.certificate, knn_fit={name: [float(v) for v in fit]
+                                                           for name, fit in cert.knn_fit.items()}, **(weighed or {}))
+    graph = KnnGraph(neighbors=cert.neighbors.astype(np.int64), sims=cert.sims.astype(np.float32), info=info,
                      exact=cert.exact)
     if key_path is not None:
-        meta = {"method": "certified", "k": k, "recall_at_k": graph.recall_at_k, "recall_rows": graph.recall_rows,
-                "seconds": graph.seconds, "params": params}
-        knn_cache.save(key_path, graph.neighbors, graph.sims, meta, extra={"exact": cert.exact})
+        knn_cache.save_graph(key_path, graph)
     return graph

@@ -4,8 +4,7 @@ a matrix the graph cannot be built from raises; the builders are :mod:`embscope.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,32 +18,15 @@ class KnnError(EmbscopeError):
 
 @dataclass
 class KnnGraph:
-    """A k-nearest-neighbour graph under cosine similarity (self excluded)."""
+    """A k-nearest-neighbour graph under cosine similarity (self excluded): the arrays, and the
+    record of how they were built (method, k, recall, seconds, cache, the method's details; the
+    summary's ``knn``)."""
 
     #: (n, k) int64 row ids, most similar first
     neighbors: np.ndarray
     #: (n, k) float32 cosine similarity to each neighbour, descending (higher = closer)
     sims: np.ndarray
-    #: ``exact``, ``certified``, ``ivf``, ``refined`` or ``hnsw``
-    method: str
-    k: int
-    #: recall@k against fp32 exact search on ``recall_rows`` random rows (1.0 = perfect)
-    recall_at_k: float
-    #: rows the recall was measured on
-    recall_rows: int
-    #: seconds spent building the graph (the build that was cached, when ``cached``)
-    seconds: float
-    #: whether the graph was read from the cache
-    cached: bool = False
-    #: method details: device, tile dtype, nlist, nprobe, scanned share
-    params: dict[str, Any] = field(default_factory=dict)
+    #: how the graph was built (:class:`~embscope.geometry.knn_record.KnnRecord`)
+    info: KnnRecord
     #: (n,) whether each row's neighbours are exact search's (None: every row's are, or unknown)
     exact: np.ndarray | None = None
-
-    def record(self) -> KnnRecord:
-        """The summary's record (no arrays): the scalars above and ``params``, checked against
-        :class:`~embscope.geometry.records.KnnRecord` (a key no field declares is a bug)."""
-        return KnnRecord.from_dict({"method": self.method, "k": self.k,
-                                    "recall_at_k": round(float(self.recall_at_k), 4), "recall_rows": self.recall_rows,
-                                    "seconds": round(float(self.seconds), 3), "cached": self.cached, **self.params},
-                                   strict=True)

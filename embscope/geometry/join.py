@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from embscope.geometry.knn_record import JoinRecord
 from embscope.progress import track
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,7 +76,7 @@ class Join:
     #: (n,) partners at ≥ tau (all of them, not only the k kept)
     count: np.ndarray
     #: width, screen threshold, candidate pairs scored, tiles skipped, seconds
-    params: dict[str, Any] = field(default_factory=dict)
+    info: JoinRecord
 
     def rows(self) -> np.ndarray:
         """Row ids with at least one partner at ≥ tau."""
@@ -108,10 +109,10 @@ def embed(xn: "torch.Tensor", basis: "torch.Tensor") -> "torch.Tensor":
     return torch.cat(out)
 
 
-def _pick_width(xn: "torch.Tensor", thr: float, seed: int) -> tuple[int, "torch.Tensor", dict]:
+def _pick_width(xn: "torch.Tensor", thr: float, seed: int) -> tuple[int, "torch.Tensor", dict[int, float]]:
     """The screen width with the lowest estimated cost: n²(p + 1)/2 for the screen plus
     CANDIDATE_COST·d per candidate pair, candidates counted (in float32: an estimate) on
-    ESTIMATE_ROWS random rows against all."""
+    ESTIMATE_ROWS random rows against all. Returns (width, its basis, {width: candidates a row})."""
     import torch
 
     n, d = xn.shape
@@ -129,7 +130,7 @@ def _pick_width(xn: "torch.Tensor", thr: float, seed: int) -> tuple[int, "torch.
         per_row = float((s >= thr).sum()) / len(q)
         est[p] = (n * n * (p + 1) / 2 + n * per_row / 2 * CANDIDATE_COST * d, per_row)
     best = min(est, key=lambda p: est[p][0])
-    return best, basis[:, :best], {"estimated_candidates_per_row": {p: round(v[1], 1) for p, v in est.items()}}
+    return best, basis[:, :best], {p: round(v[1], 1) for p, v in est.items()}
 
 
 def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, progress: bool = True) -> Join:
@@ -147,7 +148,7 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
     n, d = xc.shape
     delta = d * 2.0 ** -24
     accept = tau - 2 * delta
-    p, basis, info = _pick_width(xc, tau - 4 * delta, seed)
+    p, basis, per_row = _pick_width(xc, tau - 4 * delta, seed)
     thr = tau - 4 * delta - 4 * (p + 1) * 2.0 ** -24
     z = embed(xc, basis)
     order = torch.argsort(z[:, 0])
@@ -185,7 +186,7 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
             scored += total
     tiles = len(starts) * (len(starts) + 1) // 2
     return Join(tau=tau, best_v=best_v, best_i=best_i, count=count,
-                params={"width": p, "screen_threshold": round(thr, 6), "accept_threshold": round(accept, 6),
-                        "candidates_scored": scored, "tiles": tiles, "tiles_skipped": skipped,
-                        "rows_with_partner": int((count > 0).sum()), "seconds": round(time.perf_counter() - t0, 3),
-                        **info})
+                info=JoinRecord(width=p, screen_threshold=round(thr, 6), accept_threshold=round(accept, 6),
+                                candidates_scored=scored, tiles=tiles, tiles_skipped=skipped,
+                                rows_with_partner=int((count > 0).sum()),
+                                seconds=round(time.perf_counter() - t0, 3), estimated_candidates_per_row=per_row))

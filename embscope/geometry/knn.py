@@ -62,6 +62,7 @@ from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa
 from embscope.geometry.knn_cache import default_cache_dir, matrix_key  # noqa: F401
 from embscope.geometry import knn_cache
 from embscope.geometry.graph import KnnError, KnnGraph  # noqa: F401  (their home before graph.py)
+from embscope.geometry.knn_record import KnnRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -122,7 +123,7 @@ def certified_estimate(n: int, d: int, k: int) -> dict[str, float]:
     return {"exact": exact_s, "certified": join_s + refine_s + base_s}
 
 
-def resolve_method(x: "torch.Tensor", k: int, method: str) -> tuple[str, dict[str, Any]]:
+def resolve_method(x: "torch.Tensor", k: int, method: str) -> tuple[str, dict[str, dict[str, float]]]:
     """What ``method`` runs on ``x``: ``auto`` becomes ``exact`` or ``certified`` (module
     docstring); the others stay. Returns (method, the estimates weighed, if any)."""
     if method != "auto":
@@ -195,9 +196,10 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     if use_cache:
         t_key = time.perf_counter()
         key_path = path / f"{matrix_key(x, k, method)}.npz"
-        key_seconds = time.perf_counter() - t_key
-        hit = _cached(key_path, n, k, key_seconds)
+        key_seconds = round(time.perf_counter() - t_key, 3)
+        hit = knn_cache.load_graph(key_path, n, k)
         if hit is not None:
+            hit.info.key_seconds = key_seconds
             return hit
     t0 = time.perf_counter()
     xn = normalize_rows(x)
@@ -219,27 +221,14 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     chosen, sims, ids = _search(xn, k, chosen, tune, ex_v[:half, -1], ex_i[:half], unsafe, seed, progress, params)
     held_pos = slice(half, None) if len(sample) > 1 else slice(None)
     rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])
+    info = KnnRecord(method=chosen, k=k, recall_at_k=round(rec, 4), recall_rows=len(held),
+                     seconds=round(time.perf_counter() - t0, 3), **params)
     graph = KnnGraph(neighbors=ids.cpu().numpy().astype(np.int64), sims=sims.cpu().numpy().astype(np.float32),
-                     method=chosen, k=k, recall_at_k=rec, recall_rows=len(held),
-                     seconds=time.perf_counter() - t0, cached=False, params=params)
+                     info=info)
     if use_cache:
-        meta = {"method": graph.method, "k": k, "recall_at_k": graph.recall_at_k,
-                "recall_rows": graph.recall_rows, "seconds": graph.seconds, "params": params}
-        knn_cache.save(key_path, graph.neighbors, graph.sims, meta)
-        graph.params["key_seconds"] = round(key_seconds, 3)
+        knn_cache.save_graph(key_path, graph)
+        info.key_seconds = key_seconds
     return graph
-
-
-def _cached(key_path: Path, n: int, k: int, key_seconds: float) -> KnnGraph | None:
-    """The graph the cache holds under ``key_path`` (validated by :func:`knn_cache.load`), or None."""
-    hit = knn_cache.load(key_path, n, k)
-    if hit is None:
-        return None
-    nb, sm, meta = hit
-    return KnnGraph(neighbors=nb, sims=sm, method=str(meta.get("method")), k=k,
-                    recall_at_k=float(meta.get("recall_at_k", float("nan"))),
-                    recall_rows=int(meta.get("recall_rows", 0)), seconds=float(meta.get("seconds", 0.0)),
-                    cached=True, params={**meta.get("params", {}), "key_seconds": round(key_seconds, 3)})
 
 
 def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, unsafe: float, seed: int,
@@ -270,7 +259,7 @@ def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, u
         plan = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=unsafe, redo_macs=n * n * d)  # a second screen: n·d a row
         dtype, threads = plan.torch_dtype(), plan.threads
         params["tile_dtype"] = plan.dtype
-        params["tiles"] = plan.record().to_dict()  # the cache keeps params as JSON
+        params["tiles"] = plan.record()
     sims, ids = exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
     return method, sims, ids
 

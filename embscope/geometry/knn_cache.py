@@ -32,10 +32,13 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from embscope.geometry.graph import KnnGraph
+
 #: bumped when a method's output changes (2: IVF scan keeps self until the end; 3: full-byte key;
 #: 4: the key wraps embscope.provenance.tensor_digest; 5: approximate graphs never short of k
-#: neighbours, the certified graph with its ``exact`` mask, the measured tile plan)
-CACHE_VERSION = 5
+#: neighbours, the certified graph with its ``exact`` mask, the measured tile plan; 6: the metadata
+#: is the graph's KnnRecord, so entries of 5 are never looked up and are rebuilt)
+CACHE_VERSION = 6
 #: slack on the cosine range when validating cached similarities
 SIM_SLACK = 1e-3
 
@@ -134,3 +137,32 @@ def save(path: Path, neighbors: np.ndarray, sims: np.ndarray, meta: dict[str, An
         except OSError:
             pass
         return False
+
+
+def load_graph(path: Path, n: int, k: int) -> "KnnGraph | None":
+    """The :class:`~embscope.geometry.graph.KnnGraph` cached at ``path`` (marked ``cached``, its
+    ``exact`` mask when saved with one), or None: no file, an invalid one (:func:`load`), or
+    metadata that is not a :class:`~embscope.geometry.knn_record.KnnRecord` (logged; rebuilt)."""
+    from dataclasses import replace
+
+    from embscope.geometry.graph import KnnGraph
+    from embscope.geometry.knn_record import KnnRecord
+    from embscope.records import RecordError
+
+    hit = load(path, n, k)
+    if hit is None:
+        return None
+    neighbors, sims, meta = hit
+    try:
+        info = KnnRecord.from_dict(meta.get("info"), where="info")
+    except RecordError as e:
+        log.warning("kNN cache %s holds no valid record (%s); rebuilding the graph", path, e)
+        return None
+    return KnnGraph(neighbors=neighbors, sims=sims, info=replace(info, cached=True),
+                    exact=meta.get("extra", {}).get("exact"))
+
+
+def save_graph(path: Path, graph: "KnnGraph") -> bool:
+    """:func:`save` of ``graph``: its arrays, its record as the metadata, its ``exact`` mask if any."""
+    extra = None if graph.exact is None else {"exact": graph.exact}
+    return save(path, graph.neighbors, graph.sims, {"k": graph.info.k, "info": graph.info.to_dict()}, extra=extra)

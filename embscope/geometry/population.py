@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -93,10 +92,6 @@ class Spread:
 
         corners = [at(a, b) for a in (self.median_lo, self.median_hi) for b in (self.mad_lo, self.mad_hi)]
         return at(self.median, self.mad), min(corners), max(corners)
-
-    def record(self) -> dict[str, Any]:
-        return {"median": self.median, "median_interval": [self.median_lo, self.median_hi], "mad": self.mad,
-                "mad_interval": [self.mad_lo, self.mad_hi], "draws": list(self.draws), "alpha": self.alpha}
 
 
 def spread_ci(a: np.ndarray, b: np.ndarray, alpha: float) -> Spread:

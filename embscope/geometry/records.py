@@ -4,15 +4,16 @@ Each record here is what one part of :func:`embscope.geometry.scan.scan` reports
 part (the verification's by :func:`~embscope.geometry.verify.verify_rows`, the usage's by
 :func:`~embscope.geometry.usage.flagged_usage`, the map's by
 :meth:`~embscope.geometry.layout.Layout.record`); the live objects beside them hold only what the
-columns need. The field docs here are the only ones (``docs/schema.md`` lists them). Formulas:
-:mod:`embscope.geometry.indicators`.
+columns need; the kNN graph's records are in :mod:`embscope.geometry.knn_record`. The field docs
+here are the only ones (``docs/schema.md`` lists them). Formulas: :mod:`embscope.geometry.indicators`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from embscope.geometry.knn_record import (CertificateRecord, CutRecord, HnswPilot, JoinRecord,  # noqa: F401
+                                          KnnRecord, MeasuredRecord, TilesRecord)
 from embscope.records import Record
 
 
@@ -76,101 +77,6 @@ class ScriptRow(Record):
     flagged_share: float
     #: mean L2 norm of their rows (the output matrix on untied models)
     mean_norm: float
-
-
-@dataclass
-class HnswPilot(Record):
-    """The HNSW pilot ``auto`` ran on a subset (:func:`embscope.geometry.hnsw.pilot`)."""
-
-    #: rows of the pilot graph
-    pilot_rows: int
-    #: {knot, isolation}: 99th percentile of the indicator error on the tuning rows, in robust spreads
-    pilot_error: dict[str, float]
-    #: seconds the pilot took
-    pilot_seconds: float
-    #: seconds of its graph build (scaled to n for the estimate)
-    pilot_build_seconds: float
-    #: every error within :data:`~embscope.geometry.hnsw.PILOT_MAX_ERROR` (HNSW may be chosen)
-    ok: bool
-
-
-@dataclass
-class TilesRecord(Record):
-    """Exact search's tile plan, from GEMM rates measured here (:mod:`embscope.geometry.probe`)."""
-
-    #: dtype of the similarity tiles (``float32``, ``bfloat16``)
-    tile_dtype: str
-    #: dtype -> the thread count it runs fastest at
-    threads: dict[str, int]
-    #: estimated seconds of the products (bf16: with the float32 re-search of unsafe rows)
-    estimate_seconds: float
-    #: share of rows a bf16 screen could not decide, as the estimate assumed
-    unsafe_share: float
-    #: ``"<dtype>@<threads>"`` -> GFLOPS measured
-    gflops: dict[str, float]
-    #: seconds the GEMM probe took
-    probe_seconds: float
-
-
-@dataclass
-class KnnRecord(Record):
-    """How the kNN graph was built (:func:`embscope.geometry.knn.knn_graph`)."""
-
-    #: ``exact``, ``certified``, ``ivf``, ``refined`` or ``hnsw``
-    method: str
-    #: neighbours per row
-    k: int
-    #: recall@k against fp32 exact search on the held-out sample rows (1.0 = perfect)
-    recall_at_k: float
-    #: rows recall was measured on (the held-out half of the sample)
-    recall_rows: int
-    #: seconds the build took (the cached build's, when ``cached``)
-    seconds: float
-    #: read from the kNN cache
-    cached: bool = False
-    #: where the search ran (cpu, cuda)
-    device: str | None = None
-    #: dtype of the similarity tiles (float32, float16, bfloat16)
-    tile_dtype: str | None = None
-    #: why another method than asked for ran
-    fallback: str | None = None
-    #: seconds spent computing the cache key (the matrix digest)
-    key_seconds: float | None = None
-    #: inverted file: lists, lists probed per query, share of rows scanned, recall on the tuning half
-    nlist: int | None = None
-    nprobe: int | None = None
-    scanned_share: float | None = None
-    tuned_recall: float | None = None
-    #: the inverted-file scan kernel
-    scan: str | None = None
-    #: {plan: estimated cost as a share of exact search} that ``auto`` chose by
-    estimated_cost: dict[str, float] | None = None
-    #: refinement (NN-descent over the IVF graph): passes, recall after each, candidate widths
-    refine_passes: int | None = None
-    refine_recall: list[float] | None = None
-    refine_width: list[int] | None = None
-    #: HNSW: links per row (M) and the query's candidate list (efSearch)
-    hnsw_m: int | None = None
-    ef_search: int | None = None
-    #: the HNSW pilot ``auto`` ran (versions before the certified graph)
-    hnsw_pilot: HnswPilot | None = None
-    #: ``auto``'s estimate of exact search's seconds, timed on the recall sample (earlier versions)
-    exact_estimate_seconds: float | None = None
-    #: ``auto``: {exact, certified} estimated seconds it chose by (from the GEMM rates measured here)
-    estimated_seconds: dict[str, float] | None = None
-    #: exact search's tile plan
-    tiles: TilesRecord | None = None
-    #: rows an approximate index left short of k neighbours, searched exactly
-    short_rows_searched: int | None = None
-    #: certified graph: what its decisions rest on (:mod:`embscope.geometry.certify`): ``confidence``,
-    #: ``rounds``, ``sample_draws``, ``sample_rows``, ``tau``, ``cuts`` (knot, isolation: cut,
-    #: interval, median and MAD with their intervals), ``exact_rows``, ``refined`` (rows searched
-    #: exactly, by reason), ``undecided``, ``reasons_undecided``, ``fallback``, ``join``, ``lists``
-    #: (certified or not), ``measured`` (the base graph against exact search on the sample rows),
-    #: ``seconds``, ``base``, ``base_seconds``
-    certificate: dict[str, Any] | None = None
-    #: certified graph: {knot, isolation}: [median, scale] of the robust z (sample estimates)
-    knn_fit: dict[str, list[float]] | None = None
 
 
 @dataclass

@@ -222,7 +222,7 @@ def _graph(model: "LoadedModel", k: int, knn_method: str, unused_ids, threshold:
     graph = certified_knn(model.embed, k, context=context_for(prep, cats, threshold), seed=seed,
                           cache_dir=cache_dir, weighed=weighed)
     timings["knn"] = time.perf_counter() - t
-    return graph, prep, {name: tuple(v) for name, v in graph.params["knn_fit"].items()}
+    return graph, prep, {name: tuple(v) for name, v in (graph.info.knn_fit or {}).items()}
 
 
 def _columns(n: int, ind, graph, scripts: list[str], status: list[str | None],
@@ -262,7 +262,7 @@ def knn_exact_column(graph) -> np.ndarray:
     n = len(graph.neighbors)
     if graph.exact is not None:
         return np.asarray(graph.exact, dtype=bool)
-    return np.full(n, graph.method == "exact", dtype=bool)
+    return np.full(n, graph.info.method == "exact", dtype=bool)
 
 
 def confirm_flags(ind, verification: "Verification") -> None:
@@ -334,8 +334,8 @@ def _listable(graph, name: str, rows: np.ndarray) -> np.ndarray:
     """The rows a summary list may show: ``rows``, or, when a certified graph could not prove list
     ``name`` within its search cap (``knn.certificate.lists[name]`` false), only those of them
     searched exactly (the rows with the highest bounds), so every figure listed is exact search's."""
-    lists = (graph.params.get("certificate") or {}).get("lists") or {}
-    if graph.exact is not None and lists.get(name) is False:
+    cert = graph.info.certificate
+    if graph.exact is not None and cert is not None and cert.lists.get(name) is False:
         return rows & np.asarray(graph.exact, dtype=bool)
     return rows
 
@@ -381,6 +381,6 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied, **parts) -> Ge
     return GeometryRecord(
         rows=len(cats), categories=dict(Counter(cats)), flagged=_flagged(ind, normal, cats_a),
         threshold=float(threshold), threshold_note=ind.note, indicators=fit_record(ind.fit), top_undertrained=top,
-        top_isolated=top_iso, per_script=_per_script(ind, normal, scripts, tied), knn=graph.record(),
+        top_isolated=top_iso, per_script=_per_script(ind, normal, scripts, tied), knn=graph.info,
         reference=ind.reference.record(tied),
         tied=tied, **parts)

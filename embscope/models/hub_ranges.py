@@ -257,6 +257,35 @@ def cached_commit(root: Path, repo_id: str, revision: str = "main") -> str | Non
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
+def _read_header(remote: "Remote", copy: Path, doc: dict, fd: int, limit: int):
+    """``(parsed GGUF, bytes of the prefix held)``: the prefix of ``copy`` fetched and grown until
+    its metadata and tensor table parse (:func:`fetch_gguf`), the manifest ``doc`` kept current."""
+    from embscope.formats.gguf import GGUFTruncated, open_gguf
+
+    filename, repo_id = remote.filename, remote.repo_id
+    have = int(doc.get("prefix", 0))
+    want = max(have, min(remote.size, GGUF_PREFETCH, limit))
+    while True:
+        if want > have:
+            remote.fetch(have, want, fd)
+            have = doc["prefix"] = want
+            _write_manifest(copy, doc)
+        try:
+            return open_gguf(copy, end=have), have
+        except GGUFTruncated as short:
+            if short.need > limit:
+                raise ModelFileError(
+                    f"the metadata and tensor table of {filename} of {repo_id} take at least "
+                    f"{short.need:,} bytes by the lengths they declare, more than the limit of {limit:,} "
+                    f"(real GGUF files take a few MB); the file is damaged or hostile, {have:,} bytes "
+                    f"were read. Raise it with --limit gguf-metadata-bytes={short.need}") from None
+            if short.need > remote.size:
+                raise ModelFileError(
+                    f"{filename} of {repo_id} declares {short.need:,} bytes of metadata but is "
+                    f"{remote.size:,} bytes; the file is truncated or damaged") from None
+            want = min(remote.size, max(short.need, min(2 * have, limit)))
+
+
 def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool,
                budget: HubBudget | None = None) -> tuple[Path, Fetched, str]:
     """A sparse copy of a hub GGUF file holding its metadata, tensor table and ``token_embd`` /
@@ -270,8 +299,6 @@ def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool,
     for. Then one ranged GET per tensor. Offline, or when the copy for the commit ``main`` last
     named is complete, nothing is read.
     """
-    from embscope.formats.gguf import GGUFTruncated, open_gguf
-
     commit = cached_commit(root, repo_id)
     if commit is not None:
         copy = repo_cache(root, repo_id, commit) / filename
@@ -288,7 +315,6 @@ def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool,
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / filename
     doc = read_manifest(copy)
-    limit = budget.gguf_metadata_bytes
     try:
         if doc is None or doc.get("etag") != remote.etag or doc.get("size") != remote.size \
                 or not copy.is_file() or copy.stat().st_size != remote.size:
@@ -298,28 +324,7 @@ def fetch_gguf(repo_id: str, filename: str, root: Path, *, online: bool,
                 fh.truncate(remote.size)
         fd = os.open(copy, os.O_RDWR)
         try:
-            have = int(doc.get("prefix", 0))
-            want = max(have, min(remote.size, GGUF_PREFETCH, limit))
-            while True:
-                if want > have:
-                    remote.fetch(have, want, fd)
-                    have = doc["prefix"] = want
-                    _write_manifest(copy, doc)
-                try:
-                    g = open_gguf(copy, end=have)
-                    break
-                except GGUFTruncated as short:
-                    if short.need > limit:
-                        raise ModelFileError(
-                            f"the metadata and tensor table of {filename} of {repo_id} take at least "
-                            f"{short.need:,} bytes by the lengths they declare, more than the limit of {limit:,} "
-                            f"(real GGUF files take a few MB); the file is damaged or hostile, {have:,} bytes "
-                            f"were read. Raise it with --limit gguf-metadata-bytes={short.need}") from None
-                    if short.need > remote.size:
-                        raise ModelFileError(
-                            f"{filename} of {repo_id} declares {short.need:,} bytes of metadata but is "
-                            f"{remote.size:,} bytes; the file is truncated or damaged") from None
-                    want = min(remote.size, max(short.need, min(2 * have, limit)))
+            g, have = _read_header(remote, copy, doc, fd, budget.gguf_metadata_bytes)
             names = ["token_embd.weight"] + (["output.weight"] if "output.weight" in g.tensors else [])
             if names[0] not in g.tensors:
                 raise ModelFileError(f"{filename} of {repo_id} has no token_embd.weight tensor; pass a "

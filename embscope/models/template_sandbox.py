@@ -82,6 +82,8 @@ MAX_STRIP_CHARS = 256
 @lru_cache(maxsize=1)
 def environment():
     """The bounded sandboxed environment (one per process; :func:`render_here` sets its budget)."""
+    # long: one sandbox definition: its classes subclass jinja2's (imported here, not at import time,
+    # so `embscope --help` stays light) and share the environment `env` and `safe_calls` by closure
     import jinja2
     import jinja2.ext
     from jinja2 import nodes

@@ -71,20 +71,21 @@ STRATEGY_COLUMNS = ("score", "score_corpus", "score_general", "score_reading", "
 
 
 def extension_view(ext) -> dict[str, Any]:
-    """Extension record with strategies split into scalar columns and nearest-token examples."""
+    """Extension record with strategies split into scalar columns (those some strategy measured,
+    :data:`STRATEGY_COLUMNS` first) and nearest-token examples."""
+    import dataclasses
+
     if ext is None:
         return {}
     view = ext.to_dict()
-    strategies, examples = {}, {}
-    for name, d in ext.strategies.items():
-        cols = [k for k in STRATEGY_COLUMNS if k in d] + [k for k in d if k not in STRATEGY_COLUMNS]
-        strategies[name] = {k: d[k] for k in cols
-                            if k != "name" and (d[k] is None or isinstance(d[k], (int, float, str, bool)))}
-        ex = d.get("examples")
-        if isinstance(ex, dict) and ex:
-            examples[name] = {str(t): [[str(p[0]), p[1] if len(p) > 1 else None] for p in near
-                                       if isinstance(p, list) and p][:4]
-                              for t, near in list(ex.items())[:4] if isinstance(near, list)}
+    recs = ext.strategies.values()
+    names = [f.name for r in recs for f in dataclasses.fields(r) if f.name not in ("name", "examples")]
+    names = [k for k in STRATEGY_COLUMNS if k in names] + [k for k in dict.fromkeys(names) if k not in STRATEGY_COLUMNS]
+    cols = [k for k in names if any(getattr(r, k, None) is not None for r in recs)]
+    strategies = {name: {k: getattr(r, k, None) for k in cols} for name, r in ext.strategies.items()}
+    examples = {name: {t: [[p[0], p[1] if len(p) > 1 else None] for p in near if p][:4]
+                       for t, near in list(r.examples.items())[:4]}
+                for name, r in ext.strategies.items() if r.examples}
     view["strategies"] = strategies
     view["examples"] = examples
     return view

@@ -7,11 +7,11 @@ Runs :func:`embscope.extension.suggest`; the table (``candidates.parquet``) has 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from embscope.corpus.backend import EngineRecord
 from embscope.corpus.stream import CorpusRead
 from embscope.extension.bpb import BitsPerByte
+from embscope.extension.diagnostics import StrategyRecord
 from embscope.extension.evaluate import ScorePlan
 from embscope.progress import Steps
 from embscope.records import Record
@@ -66,17 +66,8 @@ class ExtensionRecord(Record):
     min_freq: int
     #: input and output matrices are one
     tied: bool
-    #: {strategy: {score (bits per byte, lower is better: embscope.extension.choose), score_corpus,
-    #: score_general, score_reading, score_bytes (held-out corpus bytes behind score_corpus),
-    #: norm_percentile_median/min/max, nearest_cosine_median, kl, kl_max, new_token_mass,
-    #: new_token_mass_max (general text), fidelity_kl (nats, lower is better), fidelity_kl_p90,
-    #: fidelity_top1 (higher is better), fidelity_kl_after, fidelity_top1_after, fidelity_contexts,
-    #: fidelity_after_positions, bits_per_byte (held-out corpus text, lower is better),
-    #: bits_per_byte_se, bits_per_byte_change, bits_per_byte_change_se, tokens_per_byte,
-    #: tokens_per_byte_change, general_bits_per_byte, general_bits_per_byte_change,
-    #: general_bits_per_byte_change_se, examples {term: [[nearest token, cosine], …]}, …}}; the
-    #: recommended strategy first, then by score
-    strategies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: {strategy: its rows' diagnostics and measured figures}; the recommended strategy first, then by score
+    strategies: dict[str, StrategyRecord] = field(default_factory=dict)
     #: what the disturbance (kl, new-token mass) was measured on, or why it was not
     kl_note: str | None = None
     #: the strategy ``--init auto`` / ``--apply-init auto`` writes (lowest score, disturbance bounded)

@@ -8,37 +8,11 @@ nothing to write and says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from embscope.extension.diagnostics import RowDiagnostics
 from embscope.records import Record, to_json
 from embscope.sections.base import Inputs, SectionOutput, section
-
-
-@dataclass
-class RepairDiagnostics(Record):
-    """How the re-initialised rows sit among the trained ones (embscope.extension.diagnostics)."""
-
-    #: the initialisation strategy
-    name: str
-    #: median over the new rows of their norm's percentile among trained rows (0–100; ~50 is typical)
-    norm_percentile_median: float | None
-    #: min / max of those percentiles (0 or 100: rows outside the trained range)
-    norm_percentile_min: float | None
-    norm_percentile_max: float | None
-    #: median cosine to the nearest trained row (higher: the row sits among known tokens)
-    nearest_cosine_median: float | None
-    #: mean and max KL(p_old ‖ p_new) per position on held-out text, nats (lower is better; ≈0 is
-    #: safe); null without the whole model
-    kl: float | None = None
-    kl_max: float | None = None
-    #: mean and max probability mass on the repaired tokens per position (lower is safer)
-    new_token_mass: float | None = None
-    new_token_mass_max: float | None = None
-    #: per repaired token: its nearest trained tokens, ``[[token, cosine], …]``
-    examples: dict[str, list[list[str | float | None]]] = field(default_factory=dict)
-    #: untied models: the same two figures for the output rows
-    output_norm_percentile_median: float | None = None
-    output_nearest_cosine_median: float | None = None
 
 
 @dataclass
@@ -59,7 +33,7 @@ class RepairRecord(Record):
     tokens: list[str]
     #: norm percentiles and nearest trained cosines of the new rows; with the whole model, the KL
     #: against the old model and the mass on the repaired tokens (null: not measured)
-    diagnostics: RepairDiagnostics | None = None
+    diagnostics: RowDiagnostics | None = None
     #: what the KL was measured on, or why it was not
     kl_note: str | None = None
 
@@ -89,5 +63,5 @@ def repair_section(inputs: Inputs) -> SectionOutput:
                           n_repaired=manifest["n_repaired"], token_ids=manifest["token_ids"],
                           tokens=manifest["tokens"], kl_note=manifest["kl_note"],
                           # the writer's manifest is plain JSON (NaN as null): checked field by field
-                          diagnostics=RepairDiagnostics.from_dict(to_json(manifest["diagnostics"]), strict=True))
+                          diagnostics=RowDiagnostics.from_dict(to_json(manifest["diagnostics"]), strict=True))
     return SectionOutput(record=record, live=manifest)
