@@ -46,9 +46,9 @@ def test_bf16_gain_is_measured_once_per_shape():
 
 
 def test_nearest_rows_in_bf16_equals_float32_inside_a_collapsed_cluster(smollm2_model):
-    """bf16 candidates re-scored in float32 give the float32 search's neighbours, also for queries
-    inside a planted cluster of near-identical rows (where bf16 cannot tell the rows apart and the
-    search falls back to float32 for those queries)."""
+    """The bf16 screen with its survivors scored in float32 gives the float32 search's neighbours,
+    also for queries inside a planted cluster of near-identical rows (where bf16 cannot tell the
+    rows apart, so every row of the cluster is scored in float32)."""
     from embscope.extension.nearest import nearest_rows
 
     m = smollm2_model.embed.float().clone()

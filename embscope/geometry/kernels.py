@@ -54,6 +54,12 @@ Kernels:
     the row stops (it is searched in float32 instead). Example: floor 0.60, bound 0.01, 16-bit
     row [0.605, 0.2], k = 1 → only column 0 is scored.
 
+``rescore_queries_into(q, blk, scale, tile, c0, ok, floor, bound, best_v, best_i)``
+    :func:`rescore_into` for queries that are not rows of the matrix (new rows of a vocabulary
+    extension against a matrix's trained rows): tile row ``a`` is query ``q[a]``, column ``t`` is
+    ``blk[t]`` (row ``c0 + t``, skipped unless ``ok[t]``), and its float32 cosine is
+    ``q[a]·blk[t] · scale[t]`` (``scale``: the inverse row norms).
+
 ``count_at_least``, ``score_pairs``, ``insert_pairs``
     The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
     entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
@@ -234,6 +240,26 @@ def _rescore_into(xn, tile, rows, c0, floor, bound, best_v, best_i, seen, cap): 
                 _push(best_v, best_i, a, s, j)
 
 
+def _rescore_queries_into(q, blk, scale, tile, c0, ok, floor, bound, best_v, best_i):  # pragma: no cover - compiled
+    nq, c = tile.shape
+    k = best_v.shape[1]
+    d = q.shape[1]
+    for a in numba.prange(nq):
+        for t in range(c):
+            if not ok[t]:
+                continue
+            thr = max(floor[a], best_v[a, k - 1]) - bound
+            if not tile[a, t] >= thr:
+                continue
+            s = np.float32(0.0)
+            for e in range(d):
+                s += q[a, e] * blk[t, e]
+            s *= scale[t]
+            j = c0 + t
+            if s > best_v[a, k - 1] and not _holds(best_i, a, j):
+                _push(best_v, best_i, a, s, j)
+
+
 def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
     b, c = tile.shape
     for a in numba.prange(b):
@@ -297,9 +323,10 @@ offer_cols, _c8 = _jit(_offer_cols)
 count_at_least, _c5 = _jit(_count_at_least)
 score_pairs, _c6 = _jit(_score_pairs)
 rescore_into, _c9 = _jit(_rescore_into)
+rescore_queries_into, _c10 = _jit(_rescore_queries_into)
 insert_pairs = numba.njit(cache=True)(_insert_pairs)  # serial: a pair writes two rows' lists
 #: whether the kernels' machine code is cached on disk
-CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8 and _c9
+CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8 and _c9 and _c10
 
 
 def reverse_lists(nb: np.ndarray, width: int, seed: int = 0, new: np.ndarray | None = None):
