@@ -64,8 +64,11 @@ Kernels:
     The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
     entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
     listed), scored exactly in float32 on the full rows ``xn``; pairs at or above ``tau`` go into
-    both rows' top-m (serially: a pair writes two rows). Example: screen bound 0.991, exact
-    cosine 0.97 with ``tau`` 0.98 → rejected.
+    both rows' top-m (serially: a pair writes two rows). A pair's dot product is summed in
+    pieces ending at ``cuts``; after each, ``partial + tails[i, h]·tails[j, h]`` (the norms of
+    the rows' remaining coordinates: Cauchy–Schwarz) bounds the whole, and a pair below
+    ``reject`` stops there (score −inf) without reading the rest of its rows. Example: screen
+    bound 0.991, exact cosine 0.97 with ``tau`` 0.98 → rejected.
 
 ``merge_into(best_v, best_i, new_v, new_i)``
     Each row's top-m of two candidate lists, ids kept once (an approximate graph's neighbours and
@@ -270,21 +273,32 @@ def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
         out[a] = n
 
 
-def _score_pairs(xn, rows, cols, tile, thr, same, starts, pi, pj, ps):  # pragma: no cover - compiled
+@numba.njit(cache=True, fastmath=True, inline="always")
+def _dot(xn, i, j, e0, e1):  # pragma: no cover - compiled
+    """xn[i, e0:e1] · xn[j, e0:e1] in float32 (a loop of its own, so that it is vectorised)."""
+    s = np.float32(0.0)
+    for e in range(e0, e1):
+        s += xn[i, e] * xn[j, e]
+    return s
+
+
+def _score_pairs(xn, tails, cuts, rows, cols, tile, thr, same, starts, reject, pi, pj, ps):  # pragma: no cover - compiled
     b, c = tile.shape
-    d = xn.shape[1]
+    nc = len(cuts)
     for a in numba.prange(b):
         q = starts[a]
         i = rows[a]
         for t in range(c):
             if tile[a, t] >= thr and not (same and t <= a):
                 j = cols[t]
-                s = np.float32(0.0)
-                for e in range(d):
-                    s += xn[i, e] * xn[j, e]
+                s = _dot(xn, i, j, 0, cuts[0])
+                h = 0
+                while h + 1 < nc and s + tails[i, h] * tails[j, h] >= reject:
+                    s += _dot(xn, i, j, cuts[h], cuts[h + 1])
+                    h += 1
                 pi[q] = i
                 pj[q] = j
-                ps[q] = s
+                ps[q] = s if h + 1 == nc else -np.inf
                 q += 1
 
 
