@@ -266,7 +266,7 @@ def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, u
 
 def _unsafe_share(ex_v, k: int, d: int) -> float:
     """Share of the sample rows a bf16 screen keeping k + RERANK_EXTRA candidates could not decide
-    (their last candidate within the bf16 error bound of the k-th: searched again in fp32), read
+    (their last candidate within the bf16 error bound of the k-th: screened again), read
     off their exact similarities (r, k + RERANK_EXTRA). 1.0 when there are no extra columns."""
     import torch
 
