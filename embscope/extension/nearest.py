@@ -31,7 +31,7 @@ def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torc
     without the output term), so a row of the true top-k, at least the true k-th ``t_k``, has a
     bf16 cosine of at least ``t_k − ε`` ≥ (any k rows' k-th exact cosine) − ε. One pass keeps each
     query's top-k of exact float32 cosines and scores in float32 every row whose bf16 cosine
-    reaches its current k-th − ε (:func:`~embscope.geometry.kernels.rescore_queries_into`): the
+    reaches its current k-th − ε (:func:`~embscope.compiled.rescore_queries_into`): the
     threshold rises as the list fills, and no true neighbour is ever below it.
     ``norms`` (V,): the rows' float32 norms, when the caller has them (else computed per block).
 
@@ -57,7 +57,7 @@ def _screened_pass(matrix, trained, q, k, norms, dtype):
     import torch
 
     from embscope.allocator import converted_blocks
-    from embscope.geometry.kernels import rescore_queries_into
+    from embscope.compiled import rescore_queries_into
 
     n, d = q.shape
     u = 2.0 ** -8

@@ -54,12 +54,6 @@ Kernels:
     the row stops (it is searched in float32 instead). Example: floor 0.60, bound 0.01, 16-bit
     row [0.605, 0.2], k = 1 → only column 0 is scored.
 
-``rescore_queries_into(q, blk, scale, tile, c0, ok, floor, bound, best_v, best_i)``
-    :func:`rescore_into` for queries that are not rows of the matrix (new rows of a vocabulary
-    extension against a matrix's trained rows): tile row ``a`` is query ``q[a]``, column ``t`` is
-    ``blk[t]`` (row ``c0 + t``, skipped unless ``ok[t]``), and its float32 cosine is
-    ``q[a]·blk[t] · scale[t]`` (``scale``: the inverse row norms).
-
 ``count_at_least``, ``score_pairs``, ``insert_pairs``
     The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
     entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
@@ -81,40 +75,10 @@ the earlier candidate, so results do not depend on the thread count.
 
 from __future__ import annotations
 
-import warnings
-
 import numba
 import numpy as np
 
-
-def _jit(fn):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", numba.NumbaWarning)
-            return numba.njit(parallel=True, fastmath=True, cache=True)(fn), True
-    except (RuntimeError, numba.NumbaWarning, OSError):  # no writable cache location
-        return numba.njit(parallel=True, fastmath=True, cache=False)(fn), False
-
-
-@numba.njit(cache=True, inline="always")
-def _push(best_v, best_i, r, v, j):  # pragma: no cover - compiled
-    """Insert (v, j) into row r's list, sorted descending, dropping its last entry."""
-    p = best_v.shape[1] - 1
-    while p > 0 and best_v[r, p - 1] < v:
-        best_v[r, p] = best_v[r, p - 1]
-        best_i[r, p] = best_i[r, p - 1]
-        p -= 1
-    best_v[r, p] = v
-    best_i[r, p] = j
-
-
-@numba.njit(cache=True, inline="always")
-def _holds(best_i, r, j):  # pragma: no cover - compiled
-    """Whether row r's list already holds id j."""
-    for p in range(best_i.shape[1]):
-        if best_i[r, p] == j:
-            return True
-    return False
+from embscope.compiled import holds, jit, push
 
 
 def _select_into(tile, rows, members, best_v, best_i):  # pragma: no cover - compiled
@@ -126,7 +90,7 @@ def _select_into(tile, rows, members, best_v, best_i):  # pragma: no cover - com
         for j in range(n_cols):
             v = tile[a, j]
             if v > thr:
-                _push(best_v, best_i, r, v, members[j])
+                push(best_v, best_i, r, v, members[j])
                 thr = best_v[r, m - 1]
 
 
@@ -152,7 +116,7 @@ def _refine(xn, nb, nb_new, rev, rev_new, best_v, best_i, best_new):  # pragma: 
                 for t in range(d):
                     s += xn[i, t] * xn[c, t]
                 if s > thr:
-                    if _holds(best_i, i, c):
+                    if holds(best_i, i, c):
                         continue
                     p = m - 1
                     while p > 0 and best_v[i, p - 1] < s:
@@ -185,7 +149,7 @@ def _select_cols_into(tile, cols, members, best_v, best_i):  # pragma: no cover 
                 v = tile[a, j]
                 if v > thr[j - j0]:
                     r = cols[j]
-                    _push(best_v, best_i, r, v, members[a])
+                    push(best_v, best_i, r, v, members[a])
                     thr[j - j0] = best_v[r, m - 1]
 
 
@@ -198,8 +162,8 @@ def _offer_cols(tile, cols, members, best_v, best_i):  # pragma: no cover - comp
             v = tile[a, j]
             if not v > best_v[r, m - 1]:
                 continue
-            if not _holds(best_i, r, members[a]):
-                _push(best_v, best_i, r, v, members[a])
+            if not holds(best_i, r, members[a]):
+                push(best_v, best_i, r, v, members[a])
 
 
 def _rerank_into(xn, rows, cand, out_v, out_i):  # pragma: no cover - compiled
@@ -219,7 +183,7 @@ def _rerank_into(xn, rows, cand, out_v, out_i):  # pragma: no cover - compiled
             for e in range(d):
                 s += xn[i, e] * xn[j, e]
             if s > out_v[t, k - 1]:
-                _push(out_v, out_i, t, s, j)
+                push(out_v, out_i, t, s, j)
 
 
 def _rescore_into(xn, tile, rows, c0, floor, bound, best_v, best_i, seen, cap):  # pragma: no cover - compiled
@@ -239,28 +203,8 @@ def _rescore_into(xn, tile, rows, c0, floor, bound, best_v, best_i, seen, cap): 
             s = np.float32(0.0)
             for e in range(d):
                 s += xn[i, e] * xn[j, e]
-            if s > best_v[a, k - 1] and not _holds(best_i, a, j):
-                _push(best_v, best_i, a, s, j)
-
-
-def _rescore_queries_into(q, blk, scale, tile, c0, ok, floor, bound, best_v, best_i):  # pragma: no cover - compiled
-    nq, c = tile.shape
-    k = best_v.shape[1]
-    d = q.shape[1]
-    for a in numba.prange(nq):
-        for t in range(c):
-            if not ok[t]:
-                continue
-            thr = max(floor[a], best_v[a, k - 1]) - bound
-            if not tile[a, t] >= thr:
-                continue
-            s = np.float32(0.0)
-            for e in range(d):
-                s += q[a, e] * blk[t, e]
-            s *= scale[t]
-            j = c0 + t
-            if s > best_v[a, k - 1] and not _holds(best_i, a, j):
-                _push(best_v, best_i, a, s, j)
+            if s > best_v[a, k - 1] and not holds(best_i, a, j):
+                push(best_v, best_i, a, s, j)
 
 
 def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
@@ -313,7 +257,7 @@ def _insert_pairs(pi, pj, ps, tau, best_v, best_i, count):  # pragma: no cover -
             j = pj[q] if side == 0 else pi[q]
             count[r] += 1
             if s > best_v[r, m - 1]:
-                _push(best_v, best_i, r, s, j)
+                push(best_v, best_i, r, s, j)
 
 
 def _merge_into(best_v, best_i, new_v, new_i):  # pragma: no cover - compiled
@@ -324,23 +268,22 @@ def _merge_into(best_v, best_i, new_v, new_i):  # pragma: no cover - compiled
             v = new_v[r, a]
             if j < 0 or not v > best_v[r, m - 1]:
                 continue
-            if not _holds(best_i, r, j):
-                _push(best_v, best_i, r, v, j)
+            if not holds(best_i, r, j):
+                push(best_v, best_i, r, v, j)
 
 
-select_into, _c1 = _jit(_select_into)
-refine, _c2 = _jit(_refine)
-select_cols_into, _c3 = _jit(_select_cols_into)
-rerank_into, _c4 = _jit(_rerank_into)
-merge_into, _c7 = _jit(_merge_into)
-offer_cols, _c8 = _jit(_offer_cols)
-count_at_least, _c5 = _jit(_count_at_least)
-score_pairs, _c6 = _jit(_score_pairs)
-rescore_into, _c9 = _jit(_rescore_into)
-rescore_queries_into, _c10 = _jit(_rescore_queries_into)
+select_into, _c1 = jit(_select_into)
+refine, _c2 = jit(_refine)
+select_cols_into, _c3 = jit(_select_cols_into)
+rerank_into, _c4 = jit(_rerank_into)
+merge_into, _c7 = jit(_merge_into)
+offer_cols, _c8 = jit(_offer_cols)
+count_at_least, _c5 = jit(_count_at_least)
+score_pairs, _c6 = jit(_score_pairs)
+rescore_into, _c9 = jit(_rescore_into)
 insert_pairs = numba.njit(cache=True)(_insert_pairs)  # serial: a pair writes two rows' lists
 #: whether the kernels' machine code is cached on disk
-CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8 and _c9 and _c10
+CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8 and _c9
 
 
 def reverse_lists(nb: np.ndarray, width: int, seed: int = 0, new: np.ndarray | None = None):
