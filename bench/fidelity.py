@@ -80,7 +80,7 @@ def main() -> None:
     res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), steps=steps,
                   plan=plan_for(args.bpb_bytes), distil_budget=budget)
     total = (time.perf_counter() - w1, cpu() - c1)
-    print(f"model {args.model}: {res.summary['tokens_added']} new tokens; load {load[0]:.1f} s wall, "
+    print(f"model {args.model}: {res.summary.tokens_added} new tokens; load {load[0]:.1f} s wall, "
           f"{load[1]:.1f} s CPU")
     print(f"{'step':<16}{'wall s':>9}{'cpu s':>9}{'load':>7}")
     diag = [0.0, 0.0]
@@ -91,20 +91,20 @@ def main() -> None:
     print(f"{'suggest total':<16}{total[0]:>9.1f}{total[1]:>9.1f}{os.getloadavg()[0]:>7.1f}")
     print(f"diagnostics: {diag[0]:.1f} s wall, {diag[1]:.1f} s CPU (goal: 60 s)")
     s = res.summary
-    print(f"recommended: {s.get('recommended')} — {s.get('recommended_why')}")
-    if s.get("general_note"):
-        print(s["general_note"])
-    base, gen = s.get("bits_per_byte_original") or {}, s.get("general_bits_per_byte_original") or {}
+    print(f"recommended: {s.recommended} — {s.recommended_why}")
+    if s.general_note:
+        print(s.general_note)
+    base, gen = (b.to_dict() if b else {} for b in (s.bits_per_byte_original, s.general_bits_per_byte_original))
     print(f"original: {base.get('bits_per_byte')} ± {base.get('bits_per_byte_se')} bits/byte, "
           f"{base.get('tokens_per_byte')} tokens/byte on {base.get('bytes')} held-out bytes; general text "
           f"{gen.get('bits_per_byte')} bits/byte on {gen.get('bytes')} bytes ({gen.get('source')}); precision "
-          f"{s.get('precision')}; {s.get('new_tokens_per_byte')} new tokens per byte; skipped: {s.get('skipped_strategies')}")
+          f"{s.precision}; {s.new_tokens_per_byte} new tokens per byte; skipped: {s.skipped_strategies}")
     cols = ("score", "score_corpus", "score_general", "score_reading", "score_bytes", "bits_per_byte_change_se",
             "fidelity_kl", "fidelity_kl_after", "fidelity_top1", "general_bits_per_byte_change", "kl",
             "new_token_mass_max", "norm_percentile_median")
     print("| strategy | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    for name, d in s["strategies"].items():
+    for name, d in s.strategies.items():
         print(f"| {name} | " + " | ".join("—" if getattr(d, k) is None else f"{getattr(d, k):.4g}" for k in cols)
               + " |")
     if args.json:

@@ -117,7 +117,7 @@ def main() -> None:
     fit = [t for t in texts if not is_held_out(t)]
     general, source = general_texts()
     batches = packed_batches(ext, fit, start, args.seq, args.batch, args.steps, args.seed)
-    names = [n for n in s["strategies"] if n in res.rows]
+    names = [n for n in s.strategies if n in res.rows]
     rows = {n: torch.nn.Parameter(res.rows[n]["embed"].detach().float().clone()) for n in names}
     opts = {n: torch.optim.Adam([rows[n]], lr=args.lr) for n in names}
     index = torch.full((max(new_ids) + 1,), -1, dtype=torch.long)
@@ -168,12 +168,12 @@ def main() -> None:
         _, g1 = evaluate(general)
     t_trial = (time.perf_counter() - w1, cpu() - c1)
 
-    rec = s.get("recommended")
-    score = {n: s["strategies"][n].score for n in names}
+    rec = s.recommended
+    score = {n: s.strategies[n].score for n in names}
     final = {n: curves[n][-1][0] for n in names}
     auc = {n: sum(v for v, _ in curves[n]) / len(curves[n]) for n in names}
     start0 = {n: curves[n][0][0] for n in names}
-    print(f"\nmodel {args.model}: {s['tokens_added']} new tokens ({s['top_n']} terms); {len(held)} held-out texts "
+    print(f"\nmodel {args.model}: {s.tokens_added} new tokens ({s.top_n} terms); {len(held)} held-out texts "
           f"({base['bytes']} bytes, original {base['bits_per_byte']} ± {base['bits_per_byte_se']} bits/byte); "
           f"{args.steps} steps × {args.batch} × {args.seq} tokens, Adam lr {args.lr}, only the new rows trained, "
           f"seed {args.seed}; forward passes in {compute_precision()}")
@@ -198,7 +198,7 @@ def main() -> None:
           f"{rho_end:.2f} over the {len(scored)} scored strategies")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "summary": to_json({k: v for k, v in s.items() if k != "strategies"}), "strategies": to_json(s["strategies"]),
+            "summary": {k: v for k, v in s.to_dict().items() if k != "strategies"}, "strategies": to_json(s.strategies),
             "evals": evals, "curves": curves, "general": {"start": g0, "end": g1}, "args": vars(args),
             "times": {"suggest": t_suggest, "trial": t_trial, "train_s": t_train}}, default=str, indent=1))
 

@@ -133,7 +133,7 @@ def test_bad_inputs_warn_with_counts_and_keep_good_text(tmp_path):
     assert report.skipped == {"binary_files": 1, "empty_files": 1, "invalid_utf8_lines": 1,
                               "invalid_json_lines": 1, "missing_text_records": 1,
                               "wrong_type_records": 2, "empty_text_records": 1}
-    per_file = report.as_dict()["per_file"]
+    per_file = report.record().per_file
     assert per_file[str(tmp_path / "broken.jsonl")] == {
         "empty_text_records": 1, "invalid_json_lines": 1, "missing_text_records": 1, "wrong_type_records": 2}
     assert per_file[str(tmp_path / "latin1.txt")] == {"invalid_utf8_lines": 1}

@@ -61,8 +61,8 @@ def same_extension(a, b):
     assert np.array_equal(a.piece_counts, b.piece_counts)
     keys = ("corpus_texts", "candidates", "corpus_tokens", "corpus_tokens_after", "tokens_saved",
             "estimated_savings")
-    assert {k: a.summary[k] for k in keys} == {k: b.summary[k] for k in keys}
-    assert a.summary["tokens_saved"] > 0
+    assert {k: getattr(a.summary, k) for k in keys} == {k: getattr(b.summary, k) for k in keys}
+    assert a.summary.tokens_saved > 0
 
 
 def same_fertility(a, b):
@@ -176,15 +176,15 @@ def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, tmp_pat
     from embscope.extension import suggest
 
     one = extend_one.summary
-    assert one["engine"] == {"kind": "local", "workers": 1} and one["corpus_report"]["files_read"] == 2
+    assert (one.engine.kind, one.engine.workers) == ("local", 1) and one.corpus_report.files_read == 2
     two = suggest(smollm2_model, MEDICAL, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=2))
     same_extension(extend_one, two)
-    assert two.summary["corpus_report"] == one["corpus_report"]
+    assert two.summary.corpus_report == one.corpus_report
     # a sharded, compressed copy (gz, zst, bz2, Parquet, HF dataset folders): the same extension
     copy = sharded_copy(MEDICAL, tmp_path / "medical")
     sharded = suggest(smollm2_model, copy, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=2))
     same_extension(extend_one, sharded)
-    assert sharded.summary["corpus_report"]["files_read"] == 6
+    assert sharded.summary.corpus_report.files_read == 6
 
 
 def test_extend_sample_is_the_same_on_workers(smollm2_model, monkeypatch):
@@ -195,8 +195,8 @@ def test_extend_sample_is_the_same_on_workers(smollm2_model, monkeypatch):
     one = suggest(smollm2_model, MEDICAL, engine=Engine(workers=1), **kw)
     two = suggest(smollm2_model, MEDICAL, engine=Engine(workers=2), **kw)
     same_extension(one, two)
-    report = one.summary["corpus_report"]
-    assert report["capped_languages"] == ["eng"] and report["bytes"] <= 600_000
+    report = one.summary.corpus_report
+    assert report.capped_languages == ["eng"] and report.bytes <= 600_000
 
 
 # ------------------------------------------------------------------ Ray (a local Ray, 2 CPUs)
@@ -233,8 +233,8 @@ def test_ray_extend_on_sharded_compressed_copy(smollm2_model, extend_one, ray_lo
     copy = sharded_copy(MEDICAL, tmp_path / "medical")
     on_ray = suggest(smollm2_model, copy, top=20, max_ngram=2, diagnostics=False, engine=ray_local)
     same_extension(extend_one, on_ray)
-    assert on_ray.summary["engine"]["kind"] == "ray"
-    assert on_ray.summary["corpus_report"]["files_read"] == 6 and not on_ray.summary["corpus_report"]["skipped"]
+    assert on_ray.summary.engine.kind == "ray"
+    assert on_ray.summary.corpus_report.files_read == 6 and not on_ray.summary.corpus_report.skipped
 
 
 #: /proc/net/tcp{,6} spellings of 127.0.0.1, ::ffff:127.0.0.1 and ::1

@@ -90,14 +90,14 @@ def test_measured_savings_equal_a_recount(smol, result, applied, texts):
     tok = AutoTokenizer.from_pretrained(str(out))
     after = sum(len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"])
     s = result.summary
-    assert s["corpus_tokens"] == before
-    assert s["corpus_tokens_after"] == after
-    assert s["tokens_saved"] == before - after > 0
-    assert manifest["tokens_saved"] == s["tokens_saved"]
+    assert s.corpus_tokens == before
+    assert s.corpus_tokens_after == after
+    assert s.tokens_saved == before - after > 0
+    assert manifest["tokens_saved"] == s.tokens_saved
     # merges only join runs of old tokens: the saving is exactly Σ count × (pieces − 1) over new tokens
-    assert int(result.new_tokens["tokens_saved"].sum()) == s["tokens_saved"]
+    assert int(result.new_tokens["tokens_saved"].sum()) == s.tokens_saved
     added = result.table.filter(result.table["added"])
-    assert added.height == TOP and int(added["tokens_saved"].sum()) <= s["tokens_saved"]
+    assert added.height == TOP and int(added["tokens_saved"].sum()) <= s.tokens_saved
 
 
 @pytest.mark.slow
@@ -149,7 +149,7 @@ def test_kl_on_general_text_is_small_and_matches_the_diagnostic(smol, result, ex
         kls.append((old.exp() * (old - new[:, :old.shape[1]])).sum(-1))  # (T,)
         masses.append(new[:, old.shape[1]:].exp().sum(-1))
     kl, mass = torch.cat(kls), torch.cat(masses)
-    diag = result.summary["strategies"]["subword-mean"]
+    diag = result.summary.strategies["subword-mean"]
     assert float(kl.mean()) < KL_BOUND and diag.kl < KL_BOUND
     assert torch.allclose(kl, -torch.log1p(-mass), rtol=1e-3, atol=1e-9)  # the closed form
     # the diagnostic's own pass over the same 8 units gives the same positions and values
@@ -164,7 +164,7 @@ def test_kl_on_general_text_is_small_and_matches_the_diagnostic(smol, result, ex
 
 
 def test_strategy_diagnostics(result):
-    s = result.summary["strategies"]
+    s = result.summary.strategies
     assert set(s) == {"subword-mean", "hewitt", "knn-pull"}
     assert s["subword-mean"].kl < KL_BOUND and s["hewitt"].kl < KL_BOUND / 100
     for d in s.values():
@@ -299,9 +299,9 @@ def test_merges_take_the_best_single_words_and_list_the_ngrams_passed_over(smol)
 
     r = suggest(smol, CORPUS, top=10, max_ngram=2, diagnostics=False)
     s = r.summary
-    assert s["form"] == "merges" and s["top_n"] == 10 and all(" " not in t.strip() for t in r.terms)
-    assert s["terms_skipped"] and all(len(t.split()) == 2 for t in s["terms_skipped"])
-    assert set(s["terms_skipped"]) <= set(r.table.head(10)["term"].to_list())
+    assert s.form == "merges" and s.top_n == 10 and all(" " not in t.strip() for t in r.terms)
+    assert s.terms_skipped and all(len(t.split()) == 2 for t in s.terms_skipped)
+    assert set(s.terms_skipped) <= set(r.table.head(10)["term"].to_list())
 
 
 def test_memoised_gguf_reader_reads_the_same_fields():

@@ -193,7 +193,7 @@ def test_fidelity_equals_a_direct_transformers_computation(result, direct):
             kls.append(float(kl[0]))
             tops.append(bool(p[0].argmax() == q[0].argmax()))
             kls_after.extend(float(v) for v in kl[1:])
-        got = result.summary["strategies"][spec]
+        got = result.summary.strategies[spec]
         assert got.fidelity_contexts == len(kls)
         assert got.fidelity_kl == pytest.approx(sum(kls) / len(kls), rel=2e-3, abs=2e-3)
         assert got.fidelity_kl_p90 == pytest.approx(float(torch.tensor(kls).quantile(0.9)), rel=2e-3, abs=2e-3)
@@ -201,7 +201,7 @@ def test_fidelity_equals_a_direct_transformers_computation(result, direct):
         if kls_after:
             assert got.fidelity_kl_after == pytest.approx(sum(kls_after) / len(kls_after), rel=2e-3, abs=2e-3)
     # the fitted rows read more like their pieces than their start does, on text they never saw
-    figures = result.summary["strategies"]
+    figures = result.summary.strategies
     assert figures["distil"].fidelity_kl < figures["subword-mean"].fidelity_kl
 
 
@@ -215,8 +215,8 @@ def test_bits_per_byte_equals_a_direct_transformers_computation(result, direct, 
 
     base_lm, models = direct
     full = result.contexts.texts
-    plan = result.summary["score_plan"]
-    assert full and plan["screen_bytes"] < plan["corpus_bytes"] == sum(len(t.encode("utf-8")) for t in full)
+    plan = result.summary.score_plan
+    assert full and plan.screen_bytes < plan.corpus_bytes == sum(len(t.encode("utf-8")) for t in full)
     start = [smollm2_model.config["bos_token_id"]]
 
     def bits(lm, tok, texts):
@@ -235,11 +235,11 @@ def test_bits_per_byte_equals_a_direct_transformers_computation(result, direct, 
     old_tok = PreTrainedTokenizerFast(tokenizer_object=load_hf_tokenizer(smollm2_model))
     original = bits(base_lm, old_tok, full)
     bpb0, tpb0 = figures(original, full)
-    assert result.summary["bits_per_byte_original"]["bits_per_byte"] == pytest.approx(bpb0, abs=2e-4)
-    assert result.summary["bits_per_byte_original"]["tokens_per_byte"] == pytest.approx(tpb0, abs=1e-5)
+    assert result.summary.bits_per_byte_original.bits_per_byte == pytest.approx(bpb0, abs=2e-4)
+    assert result.summary.bits_per_byte_original.tokens_per_byte == pytest.approx(tpb0, abs=1e-5)
     # each figure says which text it came from
-    assert result.summary["bits_per_byte_original"]["source"].startswith("held-out text of medical ")
-    assert result.summary["general_bits_per_byte_original"]["source"].startswith("UDHR English")
+    assert result.summary.bits_per_byte_original.source.startswith("held-out text of medical ")
+    assert result.summary.general_bits_per_byte_original.source.startswith("UDHR English")
     # the standard error over texts (ratio estimator), recomputed by hand
     import numpy as np
 
@@ -248,18 +248,18 @@ def test_bits_per_byte_equals_a_direct_transformers_computation(result, direct, 
     y, sizes = np.array([x for x, _ in original]), np.array([len(t.encode("utf-8")) for t in full], dtype=float)
     r = y.sum() / sizes.sum()
     se = math.sqrt(len(y) / (len(y) - 1) * ((y - r * sizes) ** 2).sum()) / sizes.sum()
-    assert ratio_se(y, sizes)[1] == pytest.approx(se) and result.summary["bits_per_byte_original"]["bits_per_byte_se"] == pytest.approx(se, abs=1e-4)
+    assert ratio_se(y, sizes)[1] == pytest.approx(se) and result.summary.bits_per_byte_original.bits_per_byte_se == pytest.approx(se, abs=1e-4)
     for spec in SPECS:
-        got = result.summary["strategies"][spec]
+        got = result.summary.strategies[spec]
         # confirmed strategies are measured on the whole sample, the others on its screening part
-        texts = full if got.score_bytes == plan["corpus_bytes"] else spread(full, 250)
+        texts = full if got.score_bytes == plan.corpus_bytes else spread(full, 250)
         assert got.score_bytes == sum(len(t.encode("utf-8")) for t in texts)
         bpb, tpb = figures(bits(*reversed(models[spec]), texts), texts)
         assert got.bits_per_byte == pytest.approx(bpb, abs=2e-4)
         assert got.tokens_per_byte == pytest.approx(tpb, abs=1e-5)
         assert got.bits_per_byte_change == pytest.approx(bpb - figures(bits(base_lm, old_tok, texts), texts)[0], abs=2e-4)
         assert got.tokens_per_byte_change <= 0  # new tokens only ever join old ones
-    assert result.summary["strategies"][plan["confirmed"][0]].tokens_per_byte_change < 0  # used on the sample
+    assert result.summary.strategies[plan.confirmed[0]].tokens_per_byte_change < 0  # used on the sample
 
 
 @pytest.mark.slow
@@ -270,23 +270,23 @@ def test_auto_recommends_a_measured_strategy_and_apply_writes_it(result, smollm2
 
     from embscope.extension.init import expand_specs
 
-    figures = result.summary["strategies"]
+    figures = result.summary.strategies
     # every strategy auto names, and distil, measured on the held-out contexts and text
     assert set(figures) == set(expand_specs(["auto", *SPECS])) and len(figures) > len(SPECS)
-    plan = result.summary["score_plan"]
+    plan = result.summary.score_plan
     for name, got in figures.items():
         assert got.fidelity_contexts > 0 and got.fidelity_kl >= 0, name
         assert got.general_bits_per_byte_change is not None and got.kl is not None, name
-        if name in plan["screened"]:
+        if name in plan.screened:
             assert got.bits_per_byte > 0 and got.tokens_per_byte_change <= 0, name
             assert got.score == pytest.approx(got.score_corpus + got.score_general + got.score_reading, abs=1e-4)
         else:  # over the disturbance bound: never recommended, not measured on corpus text
-            assert got.score is None and name in plan["not_scored"], name
-    rec = result.summary["recommended"]
-    assert rec in plan["confirmed"] and result.summary["recommended_why"].startswith(rec)
+            assert got.score is None and name in plan.not_scored, name
+    rec = result.summary.recommended
+    assert rec in plan.confirmed and result.summary.recommended_why.startswith(rec)
     assert list(figures)[0] == rec
-    confirmed = [figures[n].score for n in plan["confirmed"]]
-    assert figures[rec].score == min(confirmed) and len(plan["confirmed"]) == 2
+    confirmed = [figures[n].score for n in plan.confirmed]
+    assert figures[rec].score == min(confirmed) and len(plan.confirmed) == 2
     manifest = apply(smollm2_model, result, tmp_path / "out", init="auto", mode="rows")
     assert manifest["init"] == rec
     assert json.loads((tmp_path / "out" / "embscope_extension.json").read_text())["init"] == rec

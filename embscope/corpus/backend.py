@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from embscope.errors import EmbscopeError
 from embscope.records import Record
@@ -53,11 +52,3 @@ class Engine:
         """Where the pass runs (workers as requested)."""
         return EngineRecord(kind=self.kind, workers=self.workers, ray_address=(
             self.ray_address or os.environ.get("RAY_ADDRESS") or "local") if self.kind == "ray" else None)
-
-    def as_dict(self) -> dict:
-        """``{"kind": "local", "workers": 2}`` (and ``ray_address`` for Ray), as the extension record
-        still holds it."""
-        out: dict[str, Any] = self.record().to_dict()
-        if out["ray_address"] is None:
-            del out["ray_address"]
-        return out

@@ -171,10 +171,6 @@ class CorpusReport:
                           ignored_files=self.ignored_files, bytes_read=self.issues.bytes_read,
                           capped_languages=list(self.capped_languages), lang_source=dict(self.lang_source))
 
-    def as_dict(self) -> dict:
-        """:meth:`record` as plain JSON (what the extension record still holds)."""
-        return self.record().to_dict()
-
 
 def looks_like_lang(name: str) -> bool:
     """``eng``, ``cmn_hans``, ``pt-BR`` → True; ``notes``, ``doc`` → False."""

@@ -7,9 +7,9 @@
 Modules: :mod:`.candidates` (terms and measured savings), :mod:`.init` (strategies; :mod:`.omp`
 and :mod:`.distil` for two of them), :mod:`.diagnostics` (norms, neighbours, KL on old text),
 :mod:`.contexts` (held-out and fit corpus contexts), :mod:`.fidelity` (new token vs its pieces;
-bits per byte), :mod:`.choose` (``--init auto``), :mod:`.extension` (``suggest``), :mod:`.apply`,
-:mod:`.fullmodel` (loading the whole causal LM when it fits). Heavy libraries load inside the
-functions, so importing this package is cheap.
+bits per byte), :mod:`.choose` (``--init auto``), :mod:`.extension` (``suggest``), :mod:`.record`
+(its ``summary.json`` record), :mod:`.apply`, :mod:`.fullmodel` (loading the whole causal LM when it
+fits). Heavy libraries load inside the functions, so importing this package is cheap.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         result: from :func:`suggest`; its ``terms`` are added.
         out_dir: output folder (must not exist or be empty, unless ``force``).
         init: strategy spec, ``NAME`` or ``INPUT/OUTPUT``; ``auto`` (the default) writes the one
-            :func:`suggest` recommended (``result.summary["recommended"]``; ``subword-mean`` when
+            :func:`suggest` recommended (``result.summary.recommended``; ``subword-mean`` when
             nothing was measured). Rows :func:`suggest` diagnosed are written as they were
             measured.
         mode: ``full`` (transformers folder), ``rows`` (new rows only) or ``auto`` (full when the
@@ -93,7 +93,7 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         raise SpecError(f"unknown apply mode {mode!r}; choose from {', '.join(MODES)}")
     asked = init
     if init == AUTO:
-        init = result.summary.get("recommended") or FALLBACK
+        init = result.summary.recommended or FALLBACK
     parse_init(init)
     reason = why_not_loadable(model)
     if mode == "full" and reason is not None:
@@ -107,12 +107,12 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         rows = new_rows(model, result, init, reference_mask(model, tokens))
     manifest = {
         "base_model": model.name, "base_path": str(model.path), "init": init,
-        "init_reason": result.summary.get("recommended_why") if asked == AUTO else "asked for",
+        "init_reason": result.summary.recommended_why if asked == AUTO else "asked for",
         "format": "transformers" if full else "rows", "n_added": len(ids),
         "token_ids": ids, "terms": result.terms, "kinds": [t.kind for t in extension.tokens],
         "tokenizer_form": extension.form, "merges_added": len(extension.merges),
         "vocab_size": max(model.n_rows, max(ids) + 1) if ids else model.n_rows,
-        "tokens_saved": result.summary.get("tokens_saved"),
+        "tokens_saved": result.summary.tokens_saved,
         "embscope": run_stamp("extend --apply") | {"parameters": {"init": init, "mode": mode, "top": len(ids)}},
         "note": None if full else reason,
     }

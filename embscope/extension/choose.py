@@ -93,7 +93,7 @@ def _fmt(r: "StrategyRecord") -> str:
 
 
 def recommend(strategies: "dict[str, StrategyRecord]") -> tuple[str, str]:
-    """``(name, why)`` for the strategies' records (``summary["strategies"]``, each with its
+    """``(name, why)`` for the strategies' records (``summary.strategies``, each with its
     :func:`score` fields; ``score_bytes``: the corpus bytes its Δbpb was measured on).
 
     >>> from embscope.extension.diagnostics import StrategyRecord

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from embscope.records import Record
 
 if TYPE_CHECKING:  # pragma: no cover
+    from embscope.extension.bpb import BitsPerByte
     from embscope.progress import Steps
 
 #: held-out corpus bytes for bits per byte in ``extend`` (≥ 20 KB: the SE of a change is then
@@ -60,6 +61,24 @@ class ScorePlan(Record):
     screened: list[str]
     #: strategies left unscored (disturbance over the bound)
     not_scored: list[str]
+
+
+@dataclass
+class Measured:
+    """What :func:`measure` found beside the per-strategy figures (fields of the extension record)."""
+
+    #: precision of the forward passes (:func:`~embscope.extension.fidelity.compute_precision`)
+    precision: str
+    #: the original model on general text
+    general_bits_per_byte_original: "BitsPerByte"
+    #: what the disturbance was measured on
+    kl_note: str
+    #: the original model on the held-out corpus sample (None without held-out text)
+    bits_per_byte_original: "BitsPerByte | None" = None
+    #: new tokens per byte of that sample
+    new_tokens_per_byte: float | None = None
+    #: the measuring stages
+    score_plan: ScorePlan | None = None
 
 
 @dataclass(frozen=True)
@@ -120,8 +139,8 @@ def _update(figures: dict[str, dict], found: dict[str, dict], prefix: str = "") 
 
 
 def measure(lm, tok, ext_tok, new_ids: Sequence[int], rows: dict[str, dict], contexts, *, steps: "Steps",
-            plan: Plan = Plan(), general: tuple[list[str], str] | None = None) -> tuple[dict[str, dict], dict[str, Any]]:
-    """``(figures per strategy, summary extras)`` of the stages in the module docstring.
+            plan: Plan = Plan(), general: tuple[list[str], str] | None = None) -> tuple[dict[str, dict], "Measured"]:
+    """``(figures per strategy, what the original model measured)`` of the stages in the module docstring.
 
     ``rows``: strategy → ``{"embed", "output"?}``; ``contexts``: :class:`~.contexts.Contexts`
     (held-out contexts and the held-out texts, at least ``plan.corpus_bytes`` of them).
@@ -133,7 +152,7 @@ def measure(lm, tok, ext_tok, new_ids: Sequence[int], rows: dict[str, dict], con
 
 
 def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general):
-    from embscope.extension.bpb import summarize, text_losses
+    from embscope.extension.bpb import BitsPerByte, summarize, text_losses
     from embscope.extension.choose import bounded, score
     from embscope.extension.contexts import spread, start_ids
     from embscope.extension.fidelity import fidelity
@@ -143,7 +162,7 @@ def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general)
     figures: dict[str, dict] = {n: {} for n in names}
     from embscope.extension.fidelity import compute_precision
 
-    extras: dict[str, Any] = {"precision": compute_precision()}
+    precision = compute_precision()
     texts, source = general if general is not None else general_texts()
     if plan.general_bytes is not None:
         texts = spread(texts, plan.general_bytes)
@@ -154,9 +173,9 @@ def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general)
                                                 "disturbance_positions") if k in d})
         figures[name].update({f"general_{k}": d[k] for k in ("bits_per_byte", "bits_per_byte_change",
                                                             "bits_per_byte_change_se")})
-    extras["general_bits_per_byte_original"] = {**g_base, "source": source}
-    extras["kl_note"] = (f"{source}: {g_base['texts'] - g_base['texts_changed']} texts without a new token, "
-                         f"{next(iter(g.values()), {}).get('disturbance_positions', 0)} positions")
+    out = Measured(precision=precision, general_bits_per_byte_original=BitsPerByte(**g_base, source=source),
+                   kl_note=f"{source}: {g_base['texts'] - g_base['texts_changed']} texts without a new token, "
+                           f"{next(iter(g.values()), {}).get('disturbance_positions', 0)} positions")
     ok = [n for n in names if bounded(figures[n])]
     if contexts is not None and contexts.held:
         which = names if plan.fidelity_all else ok
@@ -165,7 +184,7 @@ def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general)
     held = list(contexts.texts) if contexts is not None else []
     held = spread(held, plan.corpus_bytes)
     if not held:
-        return figures, extras
+        return figures, out
     screen = spread(held, min(plan.screen_bytes, plan.corpus_bytes))
     with steps.step("corpus text", f"{len(screen)} held-out texts, {len(ok)} strategies"):
         first = text_losses(lm, screen, tok, ext_tok, start, new_ids, {n: rows[n] for n in ok})
@@ -187,8 +206,8 @@ def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general)
             figures[name].update(d, score_bytes=base["bytes"])
     for name in ok:  # every score with the same ρ: the largest sample's
         figures[name].update(score(figures[name], per_byte) or {})
-    extras["bits_per_byte_original"] = {**base, "source": "held-out corpus text (1 text in 4, never fitted on)"}
-    extras["new_tokens_per_byte"] = round(per_byte, 5)
-    extras["score_plan"] = {"corpus_bytes": base["bytes"], "screen_bytes": int(first.bytes.sum()),
-                            "confirmed": top, "screened": ok, "not_scored": [n for n in names if n not in ok]}
-    return figures, extras
+    out.bits_per_byte_original = BitsPerByte(**base, source="held-out corpus text (1 text in 4, never fitted on)")
+    out.new_tokens_per_byte = round(per_byte, 5)
+    out.score_plan = ScorePlan(corpus_bytes=base["bytes"], screen_bytes=int(first.bytes.sum()), confirmed=top,
+                               screened=ok, not_scored=[n for n in names if n not in ok])
+    return figures, out

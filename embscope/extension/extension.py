@@ -16,6 +16,7 @@ corpus shard by shard, so its size is not bounded by memory; every engine gives 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.engine import Engine
     from embscope.corpus.readers import ReadOptions
     from embscope.models.model import LoadedModel
+    from embscope.extension.record import ExtensionRecord
 
 @dataclass
 class ExtensionResult:
@@ -42,8 +44,8 @@ class ExtensionResult:
 
     #: candidates.parquet: every candidate, best first (see :func:`candidates.candidates_table`)
     table: "pl.DataFrame"
-    #: summary.json: top_n, tokens_saved, corpus_tokens, strategies {name: diagnostics}, ...
-    summary: dict[str, Any]
+    #: summary.json's ``extension``: top_n, tokens_saved, corpus_tokens, strategies {name: diagnostics}, ...
+    summary: "ExtensionRecord"
     #: the new tokens' texts, in id order: the terms (surface form, leading space where it occurs),
     #: the intermediate tokens of their merge chains (BPE), and with ``--as added`` the spaced twins
     #: of line-initial terms (see :func:`candidates.space_twins`)
@@ -147,7 +149,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         min_freq: least occurrences of a term.
         init: strategy specs to diagnose (``NAME`` or ``INPUT/OUTPUT`` for untied models);
             ``auto`` (the default) diagnoses every strategy and records the recommended one
-            (:mod:`embscope.extension.choose`) as ``summary["recommended"]``.
+            (:mod:`embscope.extension.choose`) as ``summary.recommended``.
         tokens: a tokens table with ``flagged`` (under-trained rows), excluded from every mean.
         diagnostics: also load the whole model (when it fits) for fidelity, bits per byte and
             the disturbance of old text.
@@ -169,7 +171,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
 
     Example:
         >>> r = suggest(load_model("smollm2-135m"), "corpora/medical", top=50)  # doctest: +SKIP
-        >>> r.summary["tokens_saved"], r.table["term"][:3].to_list()  # doctest: +SKIP
+        >>> r.summary.tokens_saved, r.table["term"][:3].to_list()  # doctest: +SKIP
     """
     from embscope.corpus.engine import Engine
     from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
@@ -194,18 +196,12 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                                                                    sample_bytes, options)
         skipped.update(ext.skipped)
     added_terms = {t.text: int(saved.counts_extended[t.id]) for t in ext.tokens if t.kind == "term"}
-    result = ExtensionResult(table=candidates_table(cands, added_terms), summary={},
+    summary = _record(model, corpus_path, report, engine, cands, ext, saved, twins, skipped, chosen, added_terms,
+                      general, general_changes, max_ngram, min_freq)
+    result = ExtensionResult(table=candidates_table(cands, added_terms), summary=summary,
                              terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
                              piece_counts=saved.counts, extension=ext,
                              new_tokens=new_tokens_table(ext, saved.counts_extended))
-    result.summary = {
-        "model": model.name, "corpus": str(corpus_path), "corpus_texts": report.texts,
-        "corpus_report": report.as_dict(), "engine": engine.as_dict(), "candidates": len(cands),
-        **_savings_summary(ext, saved, twins, skipped, chosen, added_terms),
-        "tokenization_check": {"corpus": saved.changes.to_dict(),
-                               "general": {**general_changes.to_dict(), "source": general[1]}},
-        "max_ngram": max_ngram, "min_freq": min_freq, "tied": model.tied, "strategies": {},
-    }
     if diagnostics:
         _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
                      {"distil": distil_budget} if "distil" in optional else {}, sample_bytes, options)
@@ -256,24 +252,24 @@ def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sampl
     return ext, saved, general, changes(tok, ext, general[0])
 
 
-def _savings_summary(ext, saved, twins, skipped, chosen, added_terms) -> dict[str, Any]:
-    """The summary's counts of what was added and what it saves (measured and estimated)."""
-    kinds = {t.kind for t in ext.tokens}
+def _record(model, corpus_path, report, engine, cands, ext, saved, twins, skipped, chosen, added_terms, general,
+            general_changes, max_ngram, min_freq) -> "ExtensionRecord":
+    """The record of what was read, added and saved (measured and estimated); diagnostics fill the rest."""
+    from embscope.extension.record import ExtensionRecord
+    from embscope.tokenizer.changes import GeneralChanges, TokenizationCheck
+
     n_terms = sum(t.kind == "term" for t in ext.tokens)
-    return {
-        "top_n": n_terms - len(twins),
-        "form": ext.form,
-        "space_twins_added": len(twins),
-        "intermediates": sum(t.kind == "intermediate" for t in ext.tokens) if "intermediate" in kinds else 0,
-        "tokens_added": len(ext.tokens),
-        "merges_added": len(ext.merges),
-        "terms_skipped": skipped,
-        "corpus_tokens": saved.before,
-        "corpus_tokens_after": saved.after,
-        "tokens_saved": saved.before - saved.after,
-        "saved_fraction": round((saved.before - saved.after) / max(saved.before, 1), 5),
-        "estimated_savings": int(sum(c.savings_tokens for c in chosen if c.term in added_terms)),
-    }
+    return ExtensionRecord(
+        model=model.name, corpus=str(corpus_path), corpus_texts=report.texts, corpus_report=report.record(),
+        engine=engine.record(), candidates=len(cands), top_n=n_terms - len(twins), form=ext.form,
+        space_twins_added=len(twins), intermediates=sum(t.kind == "intermediate" for t in ext.tokens),
+        tokens_added=len(ext.tokens), merges_added=len(ext.merges), terms_skipped=skipped,
+        corpus_tokens=saved.before, corpus_tokens_after=saved.after, tokens_saved=saved.before - saved.after,
+        saved_fraction=round((saved.before - saved.after) / max(saved.before, 1), 5),
+        estimated_savings=int(sum(c.savings_tokens for c in chosen if c.term in added_terms)),
+        tokenization_check=TokenizationCheck(corpus=saved.changes,
+                                             general=GeneralChanges(**vars(general_changes), source=general[1])),
+        max_ngram=max_ngram, min_freq=min_freq, tied=model.tied)
 
 
 def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, init, tokens, tok, steps: Steps,
@@ -296,27 +292,27 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     unloadable = why_not_loadable(model)
     threads = fastest_threads() if unloadable is None else contextlib.nullcontext()
     with steps.step("diagnostics", "checking each initialisation"), threads:
-        strategies, extra = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
-                                      steps, unloadable, plan, general, budget)
-    base = extra.get("bits_per_byte_original")
-    if base:  # the summary names the text each figure came from
-        base["source"] = f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)"
-    result.summary.update(extra)
+        strategies = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
+                               steps, unloadable, plan, general, budget)
+    rec = result.summary
+    if rec.bits_per_byte_original is not None:  # the summary names the text each figure came from
+        rec.bits_per_byte_original.source = (
+            f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)")
     if AUTO in init or len(specs) > 1:
-        best, why = recommend(strategies)
-        result.summary["recommended"], result.summary["recommended_why"] = best, why
-        strategies = ordered(strategies, best)
+        rec.recommended, rec.recommended_why = recommend(strategies)
+        strategies = ordered(strategies, rec.recommended)
     elif strategies:  # one strategy asked for: --apply-init auto writes that one
-        result.summary["recommended"] = next(iter(strategies))
-        result.summary["recommended_why"] = f"{result.summary['recommended']}: the only strategy diagnosed"
-    result.summary["general_note"] = general_note(strategies, general[1])
-    result.summary["strategies"] = strategies
+        rec.recommended = next(iter(strategies))
+        rec.recommended_why = f"{rec.recommended}: the only strategy diagnosed"
+    rec.general_note = general_note(strategies, general[1])
+    rec.strategies = strategies
 
 
 def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, texts, steps: Steps,
               reason: str | None, plan, general, budget: dict[str, float | None]):
-    """``(figures per strategy, summary extras)``: rows per strategy, their norms and neighbours,
-    and with the whole model the measurements of :mod:`embscope.extension.evaluate`."""
+    """Figures per strategy: rows per strategy, their norms and neighbours, and with the whole
+    model the measurements of :mod:`embscope.extension.evaluate` (the original model's figures
+    and the notes go into ``result.summary``)."""
     from embscope.extension.contexts import collect, start_ids
     from embscope.extension.evaluate import AUDIT_PLAN, Plan, measure
 
@@ -352,23 +348,25 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
     specs = [s for s in specs if s in rows_of]
     result.rows = rows_of
     rows = _row_figures(specs, rows_of, ctxs, result.terms, names)
-    extra: dict[str, Any] = {"skipped_strategies": skipped, "omp_known_terms": ctxs["embed"].memo.get("omp_known"),
-                             "distil_budget": budget.get("distil")}
+    rec = result.summary
+    rec.skipped_strategies, rec.omp_known_terms = skipped, ctxs["embed"].memo.get("omp_known")
+    rec.distil_budget = None if budget.get("distil") is None else float(budget["distil"])
     if lm is None:
-        extra["kl_note"] = extra["fidelity_note"] = f"not measured: {reason}"
-        return {spec: StrategyRecord(**vars(rows[spec])) for spec in specs}, extra
+        rec.kl_note = rec.fidelity_note = f"not measured: {reason}"
+        return {spec: StrategyRecord(**vars(rows[spec])) for spec in specs}
     figures, measured = measure(lm, tok, ext.tokenizer, new_ids, {s: rows_of[s] for s in specs}, found,
                                 steps=steps, plan=plan, general=general)
     out = {spec: StrategyRecord(**{**vars(rows[spec]), **figures.get(spec, {})}) for spec in specs}
-    extra.update(measured)
-    base = measured.get("bits_per_byte_original") or {}
-    extra["fidelity_note"] = (
+    rec = result.summary = dataclasses.replace(  # Measured's fields are ExtensionRecord's
+        rec, **{f.name: getattr(measured, f.name) for f in dataclasses.fields(measured)})
+    base = measured.bits_per_byte_original
+    rec.fidelity_note = (
         f"{len(found.held)} held-out corpus contexts ({len({c.term for c in found.held})} new tokens; "
         f"1 text in {HOLD}, {found.n_held_texts} of {found.n_texts}, never fitted on); "
-        f"bits per byte on {base.get('texts', 0)} held-out texts, {base.get('bytes', 0)} bytes"
+        f"bits per byte on {base.texts if base else 0} held-out texts, {base.bytes if base else 0} bytes"
         + (" (audit's sample; extend reads more)" if plan == AUDIT_PLAN else "")
         if found.held else "no held-out context holds a new token")
-    return out, extra
+    return out
 
 
 def _strategy_rows(specs, ctxs, optional) -> tuple[dict[str, dict], dict[str, str]]:
