@@ -36,7 +36,7 @@ class TilesRecord(Record):
     tile_dtype: str
     #: dtype -> the thread count it runs fastest at
     threads: dict[str, int]
-    #: estimated seconds of the products (bf16: with the float32 re-search of unsafe rows)
+    #: estimated seconds of the products (bf16: with the second screen of unsafe rows)
     estimate_seconds: float
     #: share of rows a bf16 screen could not decide, as the estimate assumed
     unsafe_share: float
