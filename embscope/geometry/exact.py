@@ -259,9 +259,10 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
 
     dtype = dtype or torch.float32
     n, d = xn.shape
-    if dtype != torch.float32:  # one 16-bit pass, its survivors scored exactly (no offers: 16-bit
-        v, i = screened_knn(xn, rows.cpu().long().numpy(), k, dtype, progress=progress)  # tiles are
-        return torch.from_numpy(v), torch.from_numpy(i)                                  # not cosines)
+    if dtype != torch.float32:
+        # one 16-bit pass, its survivors scored exactly; no offers (16-bit tiles are not the cosines)
+        v, i = screened_knn(xn, rows.cpu().long().numpy(), k, dtype, progress=progress)
+        return torch.from_numpy(v), torch.from_numpy(i)
     xc = xn.float().contiguous()
     xt = xc
     rows = rows.cpu().long()
