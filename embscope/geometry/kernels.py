@@ -78,7 +78,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from embscope.compiled import holds, jit, push
+from embscope.compiled import dot, holds, jit, push
 
 
 def _select_into(tile, rows, members, best_v, best_i):  # pragma: no cover - compiled
@@ -112,9 +112,7 @@ def _refine(xn, nb, nb_new, rev, rev_new, best_v, best_i, best_new):  # pragma: 
                     continue
                 if not (fa or (nb_new[j, b] if b < K else rev_new[j, b - K])):
                     continue  # both edges old: this pair was scored in the previous pass
-                s = np.float32(0.0)
-                for t in range(d):
-                    s += xn[i, t] * xn[c, t]
+                s = dot(xn, i, xn, c, 0, d)
                 if s > thr:
                     if holds(best_i, i, c):
                         continue
@@ -179,9 +177,7 @@ def _rerank_into(xn, rows, cand, out_v, out_i):  # pragma: no cover - compiled
             j = cand[t, a]
             if j < 0:
                 continue
-            s = np.float32(0.0)
-            for e in range(d):
-                s += xn[i, e] * xn[j, e]
+            s = dot(xn, i, xn, j, 0, d)
             if s > out_v[t, k - 1]:
                 push(out_v, out_i, t, s, j)
 
@@ -200,9 +196,7 @@ def _rescore_into(xn, tile, rows, c0, floor, bound, best_v, best_i, seen, cap): 
             if not tile[a, t] >= thr or j == i:
                 continue
             seen[a] += 1
-            s = np.float32(0.0)
-            for e in range(d):
-                s += xn[i, e] * xn[j, e]
+            s = dot(xn, i, xn, j, 0, d)
             if s > best_v[a, k - 1] and not holds(best_i, a, j):
                 push(best_v, best_i, a, s, j)
 
@@ -217,15 +211,6 @@ def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
         out[a] = n
 
 
-@numba.njit(cache=True, fastmath=True, inline="always")
-def _dot(xn, i, j, e0, e1):  # pragma: no cover - compiled
-    """xn[i, e0:e1] · xn[j, e0:e1] in float32 (a loop of its own, so that it is vectorised)."""
-    s = np.float32(0.0)
-    for e in range(e0, e1):
-        s += xn[i, e] * xn[j, e]
-    return s
-
-
 def _score_pairs(xn, tails, cuts, rows, cols, tile, thr, same, starts, reject, pi, pj, ps):  # pragma: no cover - compiled
     b, c = tile.shape
     nc = len(cuts)
@@ -235,10 +220,10 @@ def _score_pairs(xn, tails, cuts, rows, cols, tile, thr, same, starts, reject, p
         for t in range(c):
             if tile[a, t] >= thr and not (same and t <= a):
                 j = cols[t]
-                s = _dot(xn, i, j, 0, cuts[0])
+                s = dot(xn, i, xn, j, 0, cuts[0])
                 h = 0
                 while h + 1 < nc and s + tails[i, h] * tails[j, h] >= reject:
-                    s += _dot(xn, i, j, cuts[h], cuts[h + 1])
+                    s += dot(xn, i, xn, j, cuts[h], cuts[h + 1])
                     h += 1
                 pi[q] = i
                 pj[q] = j
