@@ -208,3 +208,11 @@ def tree_digest(root: Path, files: Iterable[Path] | None = None) -> TreeDigest:
         size += d["bytes"]
         partial |= bool(d.get("partial"))
     return TreeDigest(files=n, bytes=size, blake2b=h.hexdigest(), partial=partial)
+
+
+def rows_digest(matrix, ids) -> str:
+    """:func:`tensor_digest` of the rows ``ids`` of ``matrix`` as float32: what an ``extend --apply``
+    manifest records of the new rows it wrote (``rows_digest``)."""
+    import torch
+
+    return tensor_digest(matrix[torch.as_tensor(list(ids), dtype=torch.int64)].float().contiguous())

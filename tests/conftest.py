@@ -167,3 +167,37 @@ def write_checkpoint(folder: Path, *, rows: int, hidden: int, tokenizer_json: Pa
     if tokenizer_json is not None:
         shutil.copy(tokenizer_json, folder / "tokenizer.json")
     return tensors
+
+
+#: training steps of the shared fine-tunes: enough for Adam to move every row it touches past a
+#: float32 floor of 0
+FINETUNE_STEPS = 4
+
+
+@pytest.fixture(scope="session")
+def finetune_run(tmp_path_factory):
+    """BASE (SmolLM2 cut to one decoder layer: its real tokenizer and embedding rows, float32), the
+    folder ``extend --apply`` makes of it on the medical corpus, training texts that use every new
+    token, and two fine-tunes (embedding trainable; LoRA on attention only); made once per test run
+    (the first xdist worker that needs them writes them, the others wait). ``bench/finetune.py``."""
+    import sys
+
+    from filelock import FileLock
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import finetune as ft
+
+    w = shared_root(tmp_path_factory) / "diff-finetune"
+    with FileLock(str(w) + ".lock"):
+        if not (w / "done.json").is_file():
+            shutil.rmtree(w, ignore_errors=True)
+            w.mkdir()
+            base = ft.cut_model(w / "base", layers=1)
+            manifest = ft.extend(base, w / "ext", top=12)
+            texts = ft.training_texts(w / "ext", manifest["token_ids"])
+            ft.write_jsonl(texts, w / "train.jsonl")
+            ft.train(w / "ext", texts, w / "tuned", steps=FINETUNE_STEPS, batch=len(texts))
+            ft.train(w / "ext", texts, w / "lora", steps=FINETUNE_STEPS, mode="lora-attention", batch=len(texts))
+            (w / "done.json").write_text(json.dumps(manifest), "utf-8")
+    return {"w": w, "base": w / "base", "ext": w / "ext", "manifest": json.loads((w / "done.json").read_text("utf-8")),
+            "data": w / "train.jsonl", "tuned": w / "tuned", "lora": w / "lora"}

@@ -7,7 +7,6 @@ conversion; each finding code; the CLI's exit codes and the report section."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,32 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import finetune as ft  # noqa: E402
 
-#: training steps: enough for Adam to move every row it touches past a float32 floor of 0
-STEPS = 4
-
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """BASE (cut SmolLM2, float32), the extended folder, the training texts, and two fine-tunes;
-    made once per test run (the first xdist worker that needs them writes them, the others wait)."""
-    from filelock import FileLock
-
-    from tests.conftest import shared_root
-
-    w = shared_root(tmp_path_factory) / "diff-finetune"
-    with FileLock(str(w) + ".lock"):
-        if not (w / "done.json").is_file():
-            shutil.rmtree(w, ignore_errors=True)
-            w.mkdir()
-            base = ft.cut_model(w / "base", layers=1)
-            manifest = ft.extend(base, w / "ext", top=12)
-            texts = ft.training_texts(w / "ext", manifest["token_ids"])
-            ft.write_jsonl(texts, w / "train.jsonl")
-            ft.train(w / "ext", texts, w / "tuned", steps=STEPS, batch=len(texts))
-            ft.train(w / "ext", texts, w / "lora", steps=STEPS, mode="lora-attention", batch=len(texts))
-            (w / "done.json").write_text(json.dumps(manifest), "utf-8")
-    return {"w": w, "base": w / "base", "ext": w / "ext", "manifest": json.loads((w / "done.json").read_text("utf-8")),
-            "data": w / "train.jsonl", "tuned": w / "tuned", "lora": w / "lora"}
+def run(finetune_run):
+    """The cut SmolLM2, its extension and two fine-tunes (``tests/conftest.py``'s ``finetune_run``)."""
+    return finetune_run
 
 
 @pytest.fixture(scope="module")
@@ -332,3 +310,28 @@ def test_new_rows_line_says_what_they_are_compared_with():
     assert new_rows_text(SimpleNamespace(new_rows=12, new_reference="mean")) == \
         "12 new rows (against BASE's mean row: no extension manifest given)"
     assert "extension manifest wrote" in new_rows_text(SimpleNamespace(new_rows=3, new_reference="manifest"))
+
+
+def test_untouched_extension_folder_is_never_green(run, tmp_path):
+    """TUNED is the `extend --apply` folder itself, never trained: its own manifest is read (TUNED's
+    folder), its rows are the initial rows, and every new row is `new-row-unmoved`. A trained folder
+    that carries a copy of the manifest is not mistaken for one: its rows no longer match the
+    manifest's `rows_digest`."""
+    import shutil
+
+    from embscope.delta.manifest import MANIFEST, untouched
+
+    n_new = len(run["manifest"]["token_ids"])
+    assert untouched(run["ext"] / MANIFEST) is True
+    rec = _diff(run["base"], run["ext"])
+    assert rec.manifest == str(run["ext"] / MANIFEST) and rec.new_reference == "manifest"
+    assert ("new-row-unmoved", "error") in _codes(rec)
+    assert rec.matrices["input"].new_moved == 0 and rec.new_rows == n_new
+
+    trained = tmp_path / "trained"
+    shutil.copytree(run["tuned"], trained)
+    shutil.copy(run["ext"] / MANIFEST, trained / MANIFEST)
+    assert untouched(trained / MANIFEST) is False
+    rec = _diff(run["base"], trained)
+    assert rec.manifest is None and ("new-row-unmoved", "error") not in _codes(rec)
+    assert rec.matrices["input"].new_moved == n_new

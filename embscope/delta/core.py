@@ -130,7 +130,8 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         base: the loaded BASE model.
         tuned_spec: TUNED: alias, hub id, folder, ``.gguf``, or a PEFT adapter folder.
         manifest: ``extend --apply``'s manifest (file or folder): the initial rows of the new tokens
-            (default: the one in BASE's folder, else BASE's mean row).
+            (default: the one in BASE's folder, else TUNED's while its rows match the manifest's
+            ``rows_digest``, else BASE's mean row).
         data: training data (any format ``check`` reads): which rows it uses.
         flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
         languages: a multilingual corpus for per-language drift (None: none).
@@ -232,7 +233,12 @@ def _which_rows(base: "LoadedModel", tuned, manifest) -> _Rows:
     n = tuned.embed.n
     base_tokens = base.n_tokens if base.vocab is not None else base.n_rows
     tuned_tokens = tm.n_tokens if tm.vocab is not None else n
-    mpath = manifests.find(manifest, base.path if Path(base.path).is_dir() else None)
+    tuned_dir = Path(str(tuned.spec)).expanduser()
+    mpath = manifests.find(manifest, base.path if Path(base.path).is_dir() else None,
+                           tuned_dir if tuned.kind == "model" and tuned_dir.is_dir() else None)
+    if manifest is None and mpath is not None and mpath.parent.resolve() == tuned_dir.resolve() \
+            and manifests.untouched(mpath) is False:
+        mpath = None  # TUNED is an extend --apply folder trained since: its rows are not the initial rows
     initial = manifests.read(mpath, dim=base.dim) if mpath is not None else None
     base_is_ext = initial is not None and initial.folder is not None and \
         Path(initial.folder).resolve() == Path(base.path).resolve()

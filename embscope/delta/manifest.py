@@ -44,9 +44,10 @@ class Initial:
     folder: Path | None
 
 
-def find(path: str | Path | None, base_path: str | Path | None = None) -> Path | None:
+def find(path: str | Path | None, base_path: str | Path | None = None,
+         tuned_path: str | Path | None = None) -> Path | None:
     """The manifest file for ``--manifest PATH`` (a file or a folder holding one), else the one in
-    BASE's folder, else None."""
+    BASE's folder, else the one in TUNED's folder, else None."""
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():
@@ -55,12 +56,33 @@ def find(path: str | Path | None, base_path: str | Path | None = None) -> Path |
             raise SpecError(f"--manifest {path} is not {MANIFEST} or a folder holding one; pass the folder "
                             "`embscope extend --apply` wrote")
         return p
-    if base_path is not None:
-        folder = Path(base_path)
+    for where in (base_path, tuned_path):
+        if where is None:
+            continue
+        folder = Path(where)
         folder = folder if folder.is_dir() else folder.parent
         if (folder / MANIFEST).is_file():
             return folder / MANIFEST
     return None
+
+
+def untouched(path: Path) -> bool | None:
+    """Whether the folder of a ``transformers`` manifest still holds the rows it wrote (its
+    ``rows_digest``); None when the manifest records none (an older one) or is not of that
+    format."""
+    from embscope.formats.files import read_json
+    from embscope.models.load import load_model
+    from embscope.provenance import rows_digest
+
+    doc = read_json(path, what="extension manifest", max_bytes=MAX_BYTES)
+    want = doc.get("rows_digest") if isinstance(doc, dict) else None
+    ids = doc.get("token_ids") if isinstance(doc, dict) else None
+    if doc.get("format") != "transformers" or not isinstance(want, str) or not isinstance(ids, list):
+        return None
+    m = load_model(str(path.parent), device="cpu", tokens_past_rows=True)
+    if not all(isinstance(i, int) and 0 <= i < m.n_rows for i in ids):
+        return False
+    return rows_digest(m.embed, ids) == want
 
 
 def read(path: Path, *, dim: int) -> Initial:

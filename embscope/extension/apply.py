@@ -114,13 +114,18 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         "vocab_size": max(model.n_rows, max(ids) + 1) if ids else model.n_rows,
         "tokens_saved": result.summary.tokens_saved,
         "embscope": run_stamp("extend --apply") | {"parameters": {"init": init, "mode": mode, "top": len(ids)}},
-        "note": None if full else reason,
+        "note": None if full else reason, "rows_digest": None,
     }
     with claim(out_dir, force=force, inputs=[model.path], kind="model") as tmp:
         if full:
             _write_full(model, ext, ids, rows, tmp)
         else:
             _write_rows(model, extension, rows, tmp, init, out_dir)
+        if full:  # what `diff` checks a folder carrying this manifest against (embscope.delta.manifest)
+            from embscope.models.load import load_model
+            from embscope.provenance import rows_digest
+
+            manifest["rows_digest"] = rows_digest(load_model(str(tmp), device="cpu").embed, ids)
         write_json(tmp / "embscope_extension.json", manifest)
         make_readable(tmp)
     return manifest
