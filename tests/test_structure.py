@@ -32,6 +32,7 @@ LAYERS = [
     ("report",),
     ("runner",),
     ("api",),
+    ("integrations",),  # inside other tools' loops: the trainer callback composes the library's calls
     ("commands",),
     ("cli",),
     ("__main__",),

@@ -1,0 +1,339 @@
+"""``EmbscopeCallback``: the vocabulary audit inside a transformers / TRL training loop.
+
+One line in a training script::
+
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, callbacks=[EmbscopeCallback()])
+
+- **before the first step** (``on_train_begin``): ``check``'s findings on the trainer's own first
+  batches (:mod:`~embscope.integrations.batches`: the real collator's ``input_ids`` and ``labels``)
+  with the model's rows; a finding at ``fail_on`` or worse raises :class:`TrainingHazard` with its
+  line, before any step runs; the others are logged once. The new rows are those an
+  ``extend --apply`` manifest in the model's folder names (or ``new_ids``);
+- **every ``every`` steps** (``on_step_end``): the rows that matter against step 0
+  (:mod:`~embscope.integrations.watch`), logged through the trainer's own ``logs`` (so
+  ``report_to`` — TensorBoard, W&B, … — and ``trainer.state.log_history`` carry ``embscope/…``);
+  non-finite or exploding rows stop training (``control.should_training_stop``) with one line;
+  new rows that cannot move get one warning with the fix;
+- **at the end** (``on_train_end``): the report ``embscope diff`` writes (what training changed),
+  into ``<output_dir>/embscope/``, against a copy of the step-0 matrices; its figures are appended
+  to ``trainer.state.log_history``.
+
+Cost: the step-0 copy of the matrices (written once to a temporary folder, removed at the end), a
+float32 copy of at most ``new + 4096 + 1024`` rows on their device, one ``(V,)`` norm pass per check,
+and a forward hook that marks the ids each training batch feeds the embedding.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import TrainerCallback
+
+from embscope.errors import EmbscopeError, SpecError, did_you_mean
+from embscope.integrations import batches as batch_checks
+from embscope.integrations import live
+from embscope.integrations import watch as watching
+
+logger = logging.getLogger("embscope")
+
+#: checks at most every this many steps by default, and at least ten in a shorter run
+EVERY = 50
+#: steps after which trainable new rows that never moved are worth a warning
+PATIENCE = 200
+#: the report folder under ``args.output_dir``
+REPORT = "embscope"
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+class TrainingHazard(EmbscopeError):
+    """A ``check`` finding at the callback's ``fail_on`` severity, raised before the first step."""
+
+
+def default_every(max_steps: int) -> int:
+    """:data:`EVERY`, or a tenth of a run shorter than ten times that.
+
+    >>> default_every(100_000), default_every(200), default_every(5)
+    (50, 20, 1)
+    """
+    if max_steps and max_steps > 0:
+        return max(1, min(EVERY, max_steps // 10))
+    return EVERY
+
+
+class EmbscopeCallback(TrainerCallback):
+    """Watch the vocabulary rows while a transformers ``Trainer`` (or TRL's) trains (module docstring).
+
+    Args:
+        every: check every N optimizer steps (default :func:`default_every` of the run's steps).
+        fail_on: stop before the first step on a ``check`` finding of this severity or worse
+            (``error``, ``warning``, ``info``; ``never`` only logs).
+        batches: batches of the train dataloader read before the first step.
+        new_ids: ids of the new token rows (default: the ``embscope_extension.json`` manifest that
+            ``extend --apply`` wrote into the model's folder, if there is one).
+        manifest: that manifest, when it lives elsewhere.
+        tokens: a ``tokens.parquet`` of an earlier ``scan``/``audit`` of the model: its flagged and
+            verified rows join the findings (``untrained-used``), as in ``check``.
+        report: write ``embscope diff``'s report into ``<output_dir>/embscope/`` at the end.
+        languages: the multilingual corpus of that report's per-language drift (``None``: none).
+        sample: rows watched besides the new and used ones (a seeded sample).
+        patience: steps after which trainable new rows that never moved get a warning.
+    Example:
+        >>> cb = EmbscopeCallback(every=10, fail_on="never")
+        >>> cb.every, cb.fail_on
+        (10, 'never')
+    """
+
+    def __init__(self, *, every: int | None = None, fail_on: str = "error", batches: int = batch_checks.BATCHES,
+                 new_ids: Sequence[int] | None = None, manifest: str | Path | None = None,
+                 tokens: str | Path | None = None, report: bool = True, languages: str | Path | None = "udhr",
+                 sample: int = watching.SAMPLE, patience: int = PATIENCE) -> None:
+        if fail_on not in FAIL_ON:
+            raise SpecError(f"fail_on={fail_on!r} is not a severity{did_you_mean(str(fail_on), FAIL_ON)}; pass one of "
+                            f"{', '.join(FAIL_ON)}")
+        for name, value, low in (("every", every, 1), ("batches", batches, 0), ("sample", sample, 0),
+                                 ("patience", patience, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise SpecError(f"{name}={value!r} must be a whole number ≥ {low}")
+        if new_ids is not None and any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0
+                                       for i in new_ids):
+            raise SpecError("new_ids must be token ids (whole numbers ≥ 0)")
+        self.every, self.fail_on, self.batches, self.sample, self.patience = every, fail_on, batches, sample, patience
+        self.new_ids = list(new_ids) if new_ids is not None else None
+        self.manifest, self.tokens, self.report, self.languages = manifest, tokens, report, languages
+        #: the findings before the first step, each check's figures, and the end report's record
+        self.findings: list = []
+        self.checks: list[watching.Check] = []
+        self.alerts: list[watching.Alert] = []
+        self.diff = None
+        self.report_folder: Path | None = None
+        self._watch: watching.Watch | None = None
+        self._pending: dict[str, float] | None = None
+        self._said: set[str] = set()
+        self._tmp: Path | None = None
+        self._hook = None
+        self._every = every or EVERY
+        self._strings: list[str] = []
+        self._weak: set[int] = set()
+        #: seconds spent before the first step (``begin``) and at the end (``end``: the report)
+        self.seconds: dict[str, float] = {}
+
+    # -- before the first step -------------------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, train_dataloader=None,
+                       **kwargs):
+        t0 = time.perf_counter()
+        _first_in_line(self)
+        self._every = self.every or default_every(int(getattr(state, "max_steps", 0) or 0))
+        try:
+            self._begin(model, processing_class, train_dataloader)
+        except TrainingHazard:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a monitor never ends a training run on its own failure
+            self._cleanup()
+            self._watch = None
+            logger.warning("embscope: the callback is off for this run: %s: %s", type(exc).__name__, exc)
+            return control
+        self.seconds["begin"] = round(time.perf_counter() - t0, 3)
+        logger.info("embscope: watching %d rows (%d new) every %d steps (%.1f s to set up)", len(self._watch.ids),
+                    int(self._watch.new.sum()), self._every, self.seconds["begin"])
+        return control
+
+    def _begin(self, model, processing_class, train_dataloader) -> None:
+        """The step-0 copy, the findings on the first batches, the watched rows and the hook."""
+        from embscope.models.load import load_model
+
+        mats = live.matrices(model)
+        manifest = self._manifest(model)
+        new = set(self.new_ids or [])
+        if manifest is not None:
+            new |= set(_manifest_ids(manifest))
+        self._tmp = Path(tempfile.mkdtemp(prefix="embscope-step0-"))
+        base = live.write_matrices(model, processing_class, self._tmp / "base", manifest=manifest)
+        loaded = load_model(str(base), device="cpu", tokens_past_rows=True)
+        self._strings = loaded.token_strings()
+        counts = None
+        if processing_class is not None and train_dataloader is not None and self.batches:
+            counts = self._check_batches(loaded, processing_class, train_dataloader)
+        self._watch = watching.start(mats, sorted(new), counts, sample=self.sample)
+        self._hook = mats.embed.register_forward_pre_hook(_seen_hook(self._watch))
+
+    def _manifest(self, model) -> Path | None:
+        from embscope.delta.manifest import MANIFEST, find
+
+        if self.manifest is not None:
+            return find(self.manifest)
+        folder = live.source_folder(model)
+        return folder / MANIFEST if folder is not None and (folder / MANIFEST).is_file() else None
+
+    def _check_batches(self, loaded, tokenizer, dataloader) -> np.ndarray:
+        """``check``'s findings on the first batches; raises :class:`TrainingHazard` at ``fail_on``."""
+        from embscope.finetune.check import zero_rows
+        from embscope.finetune.record import reaches
+
+        got = batch_checks.sample_batches(dataloader, self.batches)
+        pad = tokenizer.pad_token_id
+        bos = getattr(tokenizer, "bos_token_id", None)
+        enc = batch_checks.encode(got, pad_id=pad, n_rows=loaded.n_rows, bos_id=bos)
+        flagged, status = _tokens_table(self.tokens, loaded.n_rows)
+        self.findings = batch_checks.findings(loaded, enc, pad_id=pad, pad_how="the tokenizer's pad_token, as the "
+                                              "trainer set it up", flagged=flagged, status=status)
+        self._weak = set(np.flatnonzero(zero_rows(loaded)).tolist())
+        if flagged is not None:
+            self._weak |= set(np.flatnonzero(flagged).tolist())
+        for f in self.findings:
+            line = f"embscope check [{f.severity}] {f.code}: {f.message}" + (f"; fix: {f.fix}" if f.fix else "")
+            (logger.warning if f.severity in ("error", "warning") else logger.info)(line)
+        if self.fail_on != "never" and reaches(self.findings, self.fail_on):
+            worst = self.findings[0]
+            self._cleanup()
+            raise TrainingHazard(f"{worst.code} ({worst.severity}) in the first {enc.sequences} training sequences: "
+                                 f"{worst.message}" + (f"; fix: {worst.fix}" if worst.fix else "")
+                                 + f" (EmbscopeCallback(fail_on={self.fail_on!r}) stops before the first step)")
+        return enc.counts
+
+    # -- every N steps ---------------------------------------------------------------------------------------
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._watch is None or state.global_step % self._every:
+            return control
+        self._run_check(state, control)
+        return control
+
+    def _run_check(self, state, control) -> watching.Check | None:
+        try:
+            c = watching.check(self._watch, state.global_step)
+        except Exception as exc:  # noqa: BLE001 - a monitor never ends a training run on its own failure
+            logger.warning("embscope: the callback is off from step %d: %s: %s", state.global_step,
+                           type(exc).__name__, exc)
+            self._watch = None
+            return None
+        self.checks.append(c)
+        self._pending = c.logs()
+        control.should_log = True
+        for a in watching.alerts(c, self._watch, self._strings, said=self._said, weak=self._weak,
+                                 patience=self.patience):
+            self.alerts.append(a)
+            logger.warning(a.line)
+            if a.kind == "stop":
+                control.should_training_stop = True
+        return c
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._pending and logs is not None:
+            logs.update(self._pending)
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1].update(self._pending)
+            self._pending = None
+        return control
+
+    # -- at the end ------------------------------------------------------------------------------------------
+
+    def on_train_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            if self._watch is None:
+                return control
+            if not self.checks or self.checks[-1].step != state.global_step:
+                self._run_check(state, control)
+            if not self.checks:
+                return control
+            entry: dict[str, Any] = {f"{k}_final": v for k, v in self.checks[-1].logs().items()}
+            if self.report:
+                entry.update(self._report(args, model, processing_class))
+            self.seconds["end"] = round(time.perf_counter() - t0, 3)
+            state.log_history.append({**entry, "embscope/seconds_begin": self.seconds.get("begin", 0.0),
+                                      "embscope/seconds_end": self.seconds["end"], "step": state.global_step})
+            return control
+        finally:
+            self._cleanup()
+
+    def _report(self, args, model, tokenizer) -> dict[str, Any]:
+        """``embscope diff`` of the step-0 copy against the model now, into ``<output_dir>/embscope``."""
+        import embscope
+
+        tuned = self._tmp / "tuned"
+        if hasattr(model, "peft_config"):
+            model.save_pretrained(str(tuned))  # the adapter, read as `embscope diff BASE ADAPTER` reads it
+        else:
+            live.write_matrices(model, tokenizer, tuned)
+        out = Path(args.output_dir) / REPORT
+        try:
+            res = embscope.diff(str(self._tmp / "base"), str(tuned), out=out, force=True, languages=self.languages,
+                                verbose=False)
+        except EmbscopeError as exc:
+            logger.warning("embscope: no end report: %s", exc)
+            return {"embscope/report": f"not written: {exc}"}
+        self.diff, self.report_folder = res.summary.sections.diff, out
+        rec = self.diff
+        inp = rec.matrices.get("input")
+        codes = ", ".join(f"{f.code} ({f.severity})" for f in rec.findings) or "none"
+        logger.info("embscope: training moved %s rows; findings: %s; report: %s", inp.moved if inp else 0, codes, out)
+        return {"embscope/rows_moved": float(inp.moved if inp else 0),
+                "embscope/new_rows_moved_final_report": float(inp.new_moved if inp else 0),
+                "embscope/findings": codes, "embscope/report": str(out)}
+
+    def _cleanup(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+def _seen_hook(w: watching.Watch):
+    """A forward pre-hook for the embedding: marks the ids of each training batch in ``w.seen``."""
+
+    def hook(module, inputs):
+        if module.training and inputs and hasattr(inputs[0], "dtype") and not inputs[0].is_floating_point():
+            ids = inputs[0].reshape(-1)
+            w.seen[ids[(ids >= 0) & (ids < w.n_rows)].to(w.seen.device)] = True
+
+    return hook
+
+
+def _first_in_line(cb: EmbscopeCallback) -> None:
+    """Move ``cb`` to the front of the trainer's callback list, so the reporting callbacks
+    (TensorBoard, W&B, …) see the ``embscope/…`` keys it adds to ``logs`` in ``on_log``. The list
+    is the calling ``CallbackHandler``'s; without one (another caller) nothing changes."""
+    frame = sys._getframe(2)  # _first_in_line ← on_train_begin ← CallbackHandler.call_event
+    handler = frame.f_locals.get("self")
+    callbacks = getattr(handler, "callbacks", None)
+    if isinstance(callbacks, list) and cb in callbacks:
+        callbacks.remove(cb)
+        callbacks.insert(0, cb)
+
+
+def _manifest_ids(path: Path) -> list[int]:
+    from embscope.formats.files import read_json
+
+    doc = read_json(path, what="extension manifest", max_bytes=64 << 20)
+    ids = doc.get("token_ids") if isinstance(doc, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise SpecError(f"{path} has no token_ids list; pass the manifest `embscope extend --apply` wrote")
+    return ids
+
+
+def _tokens_table(path, n_rows: int):
+    """``(flagged, status)`` per row from a ``tokens.parquet``, or ``(None, None)``."""
+    if path is None:
+        return None, None
+    from embscope.api import read_tokens_table
+
+    table = read_tokens_table(path)
+    flagged = status = None
+    if "flagged" in table.columns:
+        flagged = np.zeros(n_rows, dtype=bool)
+        got = np.asarray(table["flagged"].fill_null(False).to_numpy(), dtype=bool)[:n_rows]
+        flagged[:len(got)] = got
+    if "undertrained_status" in table.columns:
+        status = table["undertrained_status"].to_list()[:n_rows]
+    return flagged, status
