@@ -238,3 +238,37 @@ def test_import_embscope_does_not_import_the_callback():
     code = "import sys, embscope; print('embscope.integrations' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_dpo_trainer_batches_are_read_by_their_completion_mask(finetune_run, tmp_path):
+    """TRL's DPOTrainer: its collator gives chosen and rejected rows with a ``completion_mask`` (no
+    labels); the callback counts the completions as the loss, checks every step, writes the report."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    from embscope.integrations.transformers import EmbscopeCallback
+
+    texts = _texts(finetune_run)
+    rows = [{"prompt": t[:20], "chosen": t[20:], "rejected": texts[(i + 1) % len(texts)][20:]}
+            for i, t in enumerate(texts)]
+    model, tok = _model(finetune_run)
+    args = DPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-4,
+                     max_length=64, report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, seed=0,
+                     disable_tqdm=True)
+    cb = EmbscopeCallback(every=1, languages=None, batches=2)
+    DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+               callbacks=[cb]).train()
+    assert [c.step for c in cb.checks] == [1, 2] and not cb.alerts
+    assert not [f for f in cb.findings if f.severity in ("error", "warning")], cb.findings
+    assert all(c.matrices[0].new_moved == len(finetune_run["manifest"]["token_ids"]) for c in cb.checks)
+    assert (cb.report_folder / "diff.parquet").is_file()
+
+
+def test_completion_mask_is_the_loss():
+    from embscope.integrations.batches import encode
+
+    b = {"input_ids": np.array([[7, 8, 9, 2], [7, 8, 5, 0]]), "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]]),
+         "completion_mask": np.array([[0, 0, 1, 1], [0, 0, 1, 0]])}
+    enc = encode([b], pad_id=0, n_rows=10)
+    assert enc.sequences == 2 and enc.lengths == [4, 3] and enc.loss_tokens == [2, 1]
+    assert enc.label_counts.tolist() == [0, 0, 1, 0, 0, 1, 0, 0, 0, 1]
