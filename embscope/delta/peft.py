@@ -159,8 +159,9 @@ def _token_ids(cfg: dict, module: str, role: str) -> list[int]:
 
 
 def _adapter_tensors(folder: Path, trust_pickle: bool):
-    """``({key: () -> tensor}, {key: dtype name})`` of the adapter's weights file: the safetensors
-    file read lazily, or ``adapter_model.bin`` (with ``trust_pickle`` only, and ``weights_only``)."""
+    """``({key: () -> tensor}, {key: dtype name}, {key: shape})`` of the adapter's weights file: the
+    safetensors file read lazily (shapes from its header), or ``adapter_model.bin`` (with
+    ``trust_pickle`` only, and ``weights_only``)."""
     import torch
 
     from embscope.formats.safetensors import read_header, read_tensor
@@ -169,7 +170,7 @@ def _adapter_tensors(folder: Path, trust_pickle: bool):
     if weights.is_file():
         header = read_header(weights)
         return ({k: (lambda k=k: read_tensor(weights, k, header)) for k in header},
-                {k: v["dtype"] for k, v in header.items()})
+                {k: v["dtype"] for k, v in header.items()}, {k: tuple(v["shape"]) for k, v in header.items()})
     if not (folder / "adapter_model.bin").is_file():
         raise ModelFileError(f"{folder} has {ADAPTER_CONFIG} but no {ADAPTER_WEIGHTS}; re-save the adapter "
                              "(model.save_pretrained)")
@@ -180,21 +181,118 @@ def _adapter_tensors(folder: Path, trust_pickle: bool):
     except Exception as exc:  # noqa: BLE001 - a pickle refused by weights_only
         raise ModelFileError(f"refused to load adapter_model.bin: {str(exc).splitlines()[0]}; save the adapter "
                              "with safe_serialization=True") from None
+    state = {k: v for k, v in state.items() if hasattr(v, "shape")}
     return ({k: (lambda v=v: v) for k, v in state.items()},
-            {k: str(v.dtype).replace("torch.", "") for k, v in state.items()})
+            {k: str(v.dtype).replace("torch.", "") for k, v in state.items()}, {k: tuple(v.shape) for k, v in state.items()})
 
 
-def read_adapter(folder: str | Path, *, trust_pickle: bool = False) -> Adapter:
+#: the largest token id a config may name (int64, what torch indexes with)
+MAX_ID = 2**63 - 1
+
+
+def _bad(folder: Path, field: str, allowed: str, got: Any) -> ModelFileError:
+    text = repr(got)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return ModelFileError(f"{folder.name}/{ADAPTER_CONFIG}: {field} must be {allowed}, got {text}; re-save the "
+                          "adapter with PEFT (model.save_pretrained)")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _ids(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_ID for i in v)
+
+
+def _patterns(folder: Path, field: str, v: Any, ok, allowed: str) -> None:
+    """A ``{regex: value}`` config field: a JSON object whose keys compile and whose values pass ``ok``."""
+    if not isinstance(v, dict):
+        raise _bad(folder, field, f"an object of {{module pattern: {allowed}}}", v)
+    for key, value in v.items():
+        try:
+            re.compile(rf"(.*\.)?({key})$")
+        except re.error as exc:
+            raise ModelFileError(f"{folder.name}/{ADAPTER_CONFIG}: {field} key {key[:40]!r} is not a regular "
+                                 f"expression ({exc.msg}); re-save the adapter with PEFT (model.save_pretrained)") from None
+        if not ok(value):
+            raise _bad(folder, f"{field}[{key!r}]", allowed, value)
+
+
+def check_config(cfg: dict, folder: Path) -> None:
+    """Every field the reader uses has the type PEFT writes (``peft/tuners/lora/config.py``):
+    ``lora_alpha`` a number, ``use_rslora`` a boolean, ``alpha_pattern`` / ``rank_pattern``
+    ``{regex: number}``, ``trainable_token_indices`` a list of ids or ``{regex: [ids]}``,
+    ``token_indices`` a list of ids; ids are whole numbers in [0, 2⁶³) (never booleans). Anything
+    else is one line naming the field and what is allowed."""
+    if "lora_alpha" in cfg and cfg["lora_alpha"] is not None and not _number(cfg["lora_alpha"]):
+        raise _bad(folder, "lora_alpha", "a number", cfg["lora_alpha"])
+    if cfg.get("use_rslora") is not None and not isinstance(cfg["use_rslora"], bool):
+        raise _bad(folder, "use_rslora", "true or false", cfg["use_rslora"])
+    for name in ("alpha_pattern", "rank_pattern"):
+        if cfg.get(name) not in (None, {}):
+            _patterns(folder, name, cfg[name], _number, "a number")
+    tti = cfg.get("trainable_token_indices")
+    if isinstance(tti, dict):
+        _patterns(folder, "trainable_token_indices", tti, _ids, "a list of token ids (whole numbers ≥ 0)")
+    elif tti is not None and not _ids(tti):
+        raise _bad(folder, "trainable_token_indices", "a list of token ids (whole numbers ≥ 0) or {module pattern: "
+                   "[ids]}", tti)
+    if cfg.get("token_indices") is not None and not _ids(cfg["token_indices"]):
+        raise _bad(folder, "token_indices", "a list of token ids (whole numbers ≥ 0)", cfg["token_indices"])
+
+
+def _check_shapes(folder: Path, module: str, got: dict[str, str], shapes: dict, shape: tuple[int, int] | None) -> None:
+    """The tensors of one module, from their declared shapes alone (nothing is read yet): 2-D,
+    LoRA factors of one rank between 1 and the rows' width that fit each other and the matrix,
+    trainable-token rows and saved matrices as wide as the base's rows; a saved matrix at most
+    twice the base's rows plus 65,536 (a resize for new tokens, not a file that would fill memory)."""
+    where = f"{folder.name}: {module}"
+    dims = {what: shapes[key] for what, key in got.items()}
+    for what, dim in dims.items():
+        if len(dim) != 2:
+            raise ModelFileError(f"{where}.{what} has shape {list(dim)}, not a matrix; re-save the adapter")
+    n, d = shape if shape is not None else (None, None)
+    for a_key, b_key, r_of, width_of in (("lora_embedding_A", "lora_embedding_B", lambda a, b: (a[0], b[1]),
+                                          lambda a, b: (a[1], b[0])),
+                                         ("lora_A.weight", "lora_B.weight", lambda a, b: (a[0], b[1]),
+                                          lambda a, b: (b[0], a[1]))):
+        if a_key in dims and b_key in dims:
+            ra, rb = r_of(dims[a_key], dims[b_key])
+            rows, width = width_of(dims[a_key], dims[b_key])
+            if ra != rb or ra < 1:
+                raise ModelFileError(f"{where}: LoRA factors of shapes {list(dims[a_key])} and {list(dims[b_key])} "
+                                     "have no common rank ≥ 1; re-save the adapter")
+            if d is not None and (width != d or ra > d):
+                raise ModelFileError(f"{where}: LoRA of rank {ra} on rows {width} wide, but the base's rows are {d} "
+                                     f"wide (a rank above the width never helps); pass the base the adapter was "
+                                     "trained on")
+            if n is not None and rows > 2 * n + 65536:
+                raise ModelFileError(f"{where}: LoRA over {rows} rows, the base has {n}: not a resize of it; pass the "
+                                     "base the adapter was trained on")
+    for what in ("weight", "base_layer.weight", "token_adapter.trainable_tokens_delta", "trainable_tokens_delta"):
+        if what in dims and d is not None and dims[what][1] != d:
+            raise ModelFileError(f"{where}.{what} is {list(dims[what])}, but the base's rows are {d} wide; pass the "
+                                 "base the adapter was trained on")
+        if what in ("weight", "base_layer.weight") and what in dims and n is not None and dims[what][0] > 2 * n + 65536:
+            raise ModelFileError(f"{where}.{what} has {dims[what][0]} rows, the base {n}: not a resize of it; pass the "
+                                 "base the adapter was trained on")
+
+
+def read_adapter(folder: str | Path, *, trust_pickle: bool = False, shape: tuple[int, int] | None = None) -> Adapter:
     """Read ``adapter_config.json`` and the tensors of ``adapter_model.safetensors`` that touch the
-    embedding or the head (see the module docstring); one-line errors for what cannot be read."""
+    embedding or the head (see the module docstring); one-line errors for what cannot be read.
+    ``shape``: BASE's ``(rows, width)``: every tensor's declared shape is checked against it before
+    any tensor is read (:func:`check_config`, :func:`_check_shapes`)."""
     from embscope.formats.files import read_json
 
     folder = Path(folder).expanduser()
     cfg = read_json(folder / ADAPTER_CONFIG, what="adapter config")
     if not isinstance(cfg, dict):
         raise ModelFileError(f"{folder / ADAPTER_CONFIG} is not a JSON object; re-save the adapter")
+    check_config(cfg, folder)
     weights = folder / ADAPTER_WEIGHTS
-    tensors, dtypes = _adapter_tensors(folder, trust_pickle)
+    tensors, dtypes, shapes = _adapter_tensors(folder, trust_pickle)
     ptype = str(cfg.get("peft_type") or "")
     parts: dict[str, Part] = {}
     pending: dict[tuple[str, str], dict[str, Any]] = {}
@@ -212,6 +310,12 @@ def read_adapter(folder: str | Path, *, trust_pickle: bool = False) -> Adapter:
                             "embscope does not read; merge it (model.merge_and_unload().save_pretrained(DIR)) "
                             "and diff DIR")
         pending.setdefault((role, module), {})[what] = key
+    for (role, module), got in pending.items():
+        _check_shapes(folder, module, got, shapes, shape)
+        tk = got.get("token_adapter.trainable_tokens_delta") or got.get("trainable_tokens_delta")
+        if tk and shapes[tk][0] != len(_token_ids(cfg, module, role)):
+            raise ModelFileError(f"{folder.name}: {shapes[tk][0]} trainable-token rows for {module} but "
+                                 f"{len(_token_ids(cfg, module, role))} ids in {ADAPTER_CONFIG}; re-save the adapter")
     for (role, module), got in pending.items():
         if role in parts:
             raise SpecError(f"{folder.name} changes two {role} modules ({parts[role].module}, {module}); "
@@ -242,7 +346,7 @@ def read_adapter(folder: str | Path, *, trust_pickle: bool = False) -> Adapter:
         if tk:
             values = tensors[tk]()
             ids = _token_ids(cfg, module, role)
-            if not ids or len(ids) != values.shape[0] or not all(isinstance(i, int) and i >= 0 for i in ids):
+            if not ids or len(ids) != values.shape[0]:
                 raise ModelFileError(f"{folder.name}: {values.shape[0]} trainable-token rows for {module} but "
                                      f"{len(ids)} ids in {ADAPTER_CONFIG}; re-save the adapter")
             p.ids, p.values = np.asarray(ids, dtype=np.int64), values

@@ -105,7 +105,7 @@ def _adapter(folder: Path, base: "LoadedModel", *, trust_pickle: bool) -> Tuned:
     from embscope.delta.peft import apply_adapter, read_adapter
     from embscope.tokenizer.load import load_folder_vocabulary
 
-    adapter = read_adapter(folder, trust_pickle=trust_pickle)
+    adapter = read_adapter(folder, trust_pickle=trust_pickle, shape=(base.n_rows, base.dim))
     b_embed, b_out = base_rows(base)
     embed, out = apply_adapter(adapter, b_embed, b_out, tied=base.output is None, where=folder.name)
     vocab, files_from = base.vocab, base.path  # special ids and the template: from where the tokenizer is
