@@ -29,6 +29,7 @@ from typing import Any
 from embscope.corpus.listing import list_files
 from embscope.corpus.readers import COMPRESSIONS, FileIssues, SourceFile, _lines, sniff
 from embscope.corpus.records import json_objects, table_objects
+from embscope.formats.json_stream import lone_surrogate
 from embscope.corpus.shapes import FORMATS, SHAREGPT_ROLES, Example, Reject, detect, to_example  # noqa: F401
 from embscope.records import Record
 
@@ -104,7 +105,11 @@ class DataReport:
 
 
 def _json_records(file: SourceFile, issues: FileIssues):
-    return json_objects(file, issues)
+    for rec in json_objects(file, issues):
+        if lone_surrogate(rec):
+            issues.add(file.path, "lone_surrogate_records")
+            continue
+        yield rec
 
 
 def _jsonl_objects(file: SourceFile, issues: FileIssues):
@@ -112,9 +117,14 @@ def _jsonl_objects(file: SourceFile, issues: FileIssues):
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            rec = json.loads(line)
         except (ValueError, RecursionError):
             issues.add(file.path, "invalid_json_lines")
+            continue
+        if "\\u" in line and lone_surrogate(rec):  # only an escape can make one
+            issues.add(file.path, "lone_surrogate_records")
+            continue
+        yield rec
 
 
 def _table_objects(file: SourceFile, issues: FileIssues):
@@ -158,10 +168,11 @@ def file_split(file: SourceFile) -> str | None:
     for folder in path.parents:
         meta = folder.parent / "dataset_dict.json"
         if meta.is_file():
-            try:
-                names = json.loads(meta.read_text("utf-8")).get("splits")
-            except (OSError, ValueError, AttributeError):
-                names = None
+            from embscope.corpus.listing import META_BYTES
+            from embscope.formats.files import read_json
+
+            doc = read_json(meta, what="datasets split list", max_bytes=META_BYTES, fix="fix or remove it")
+            names = doc.get("splits") if isinstance(doc, dict) else None
             if isinstance(names, list) and folder.name in names:
                 return folder.name
         if str(folder) == file.root or folder == folder.parent:

@@ -17,11 +17,15 @@ are read in the order given.
 from __future__ import annotations
 
 import glob
-import json
 import os
 from pathlib import Path
 
 from embscope.corpus.readers import COMPRESSIONS, TABLE_FORMATS, TEXT_FORMATS, FileIssues, SourceFile
+from embscope.formats.files import read_json
+
+#: the largest ``state.json`` / ``dataset_dict.json`` read (real ones are kilobytes; each is read
+#: whole, through the bounded JSON reader: a sparse 3 GiB file or one nested 200,000 deep is an error)
+META_BYTES = 16 << 20
 
 
 def classify(path: Path) -> tuple[str | None, str | None]:
@@ -54,10 +58,10 @@ def _hf_data_files(folder: Path) -> list[Path] | None:
     state = folder / "state.json"
     if not state.is_file():
         return None
+    meta = read_json(state, what="datasets state file", max_bytes=META_BYTES, fix="fix or remove it")
     try:
-        meta = json.loads(state.read_text(encoding="utf-8"))
         names = [d["filename"] for d in meta.get("_data_files", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
     return [folder / n for n in names if isinstance(n, str) and "/" not in n and "\\" not in n]
 

@@ -32,6 +32,8 @@ Bad input is never silently dropped. :class:`FileIssues` collects, per file, the
 
 - ``invalid_utf8_lines``: a line (text or jsonl) that is not valid UTF-8;
 - ``invalid_json_lines``: a jsonl line that does not parse;
+- ``lone_surrogate_records``: a JSON record holding a lone UTF-16 surrogate (the escape
+  ``"\\ud800"`` decodes to one): not Unicode text, and no tokenizer (nor a trainer's) encodes it;
 - ``wrong_type_records``: a jsonl line that is not an object, or whose text field is not a
   string; a Parquet/Arrow text column that is not a string type (every row counts);
 - ``missing_text_records``: a jsonl object without the text field, a null text in Parquet/Arrow;
@@ -62,6 +64,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from embscope.formats.json_stream import SURROGATE
 from embscope.limits import Limits
 
 #: longest text read at once: longer lines are split (text) or skipped (jsonl). 1 MiB is far
@@ -280,6 +283,9 @@ def _jsonl_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
             continue
         if not text.strip():
             issues.add(file.path, "empty_text_records")
+            continue
+        if SURROGATE.search(text):
+            issues.add(file.path, "lone_surrogate_records")
             continue
         lang = rec.get(opts.lang_field) if opts.lang_field else None
         unit = rec.get(opts.unit_field) if opts.unit_field else None

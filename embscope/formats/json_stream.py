@@ -290,3 +290,28 @@ def _object_records(w: _Window, decoder: json.JSONDecoder, max_record: int, keys
         raise JSONStreamError(f"text after the JSON value at character {w.here():,}", "invalid", w.here())
     if not found:
         yield OVERSIZED
+
+
+#: a lone UTF-16 surrogate, what JSON's "\ud800" escape decodes to when no partner follows
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(value) -> bool:
+    """Whether a decoded JSON value holds a lone surrogate in any string (key or value).
+
+    >>> import json
+    >>> lone_surrogate(json.loads('["ok", {"k": "\\\\ud83d\\\\ude00"}]')), lone_surrogate(json.loads('{"k": "\\\\ud800"}'))
+    (False, True)
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if SURROGATE.search(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
