@@ -20,6 +20,7 @@ import numpy as np
 
 from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
 from embscope.delta.record import BaseSide, DataUse, DiffRecord, Formats, MapInfo, MatrixDiff, Mover, TunedSide
+from embscope.delta.tuned import base_rows
 from embscope.finetune.record import worst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,7 +139,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     Returns:
         :class:`DiffResult`.
     """
-    from embscope.delta.tuned import base_rows, load_tuned
+    from embscope.delta.tuned import load_tuned
     from embscope.errors import ModelFileError
 
     seconds: dict[str, float] = {}
@@ -183,6 +184,8 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         strings=strings, matrices=facts, new=rows.new & (np.arange(n) < rows.tuned_tokens), counts=counts,
         where=where, flagged=fl_base, shared=rows.shared, mismatches=mismatches, n_mismatches=n_mis,
         lost_rows=max(0, rows.base_tokens - rows.tuned_tokens), manifest_mismatches=rows.manifest_mismatches,
+        tokens_past_rows=max(0, rows.tuned_tokens - rows.n), rows=rows.n,
+        random_like=_random_like(base, tuned, rows),
         base_tied=base.output is None, tuned_tied=tuned.tied, config_tie=cfg_tie, adapter=tuned.adapter))
     record = DiffRecord(
         base=BaseSide(spec=base.spec, name=base.name, rows=base.n_rows, tokens=rows.base_tokens,
@@ -239,7 +242,8 @@ def _which_rows(base: "LoadedModel", tuned, manifest) -> _Rows:
     if manifest is None and mpath is not None and mpath.parent.resolve() == tuned_dir.resolve() \
             and manifests.untouched(mpath) is False:
         mpath = None  # TUNED is an extend --apply folder trained since: its rows are not the initial rows
-    initial = manifests.read(mpath, dim=base.dim) if mpath is not None else None
+    is_base = mpath is not None and mpath.parent.resolve() == Path(base.path).resolve()
+    initial = manifests.read(mpath, dim=base.dim, verify=not is_base) if mpath is not None else None
     base_is_ext = initial is not None and initial.folder is not None and \
         Path(initial.folder).resolve() == Path(base.path).resolve()
     beyond = np.zeros(n, dtype=bool)  # tokens past BASE's tokenizer
@@ -389,6 +393,7 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
         floor[own_floor] = fl.new_floor
     finite, has_ref, change = st.finite, st.ref_norm > 0, st.rel_delta
     moved = ~finite | (has_ref & (np.nan_to_num(change, nan=0.0) > floor)) | (~has_ref & (st.delta > 0))
+    moved &= ~(new & (st.tuned_norm == 0))  # an all-zero new row is an initialisation no training leaves
     median = float(np.median(st.ref_norm[:shared][~new[:shared]])) if shared else 0.0
     exploded = finite & (st.tuned_norm > EXPLODE * np.maximum(st.ref_norm, median))
     mv = np.flatnonzero(moved & finite)
@@ -399,6 +404,21 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
         max_change=float(np.nanmax(change)) if np.isfinite(change).any() else None, base_median_norm=median)
     return record, MatrixFacts(name=name, moved=moved, change=change, finite=finite, exploded=exploded,
                                tuned_norm=st.tuned_norm, floor=fl.floor)
+
+
+def _random_like(base: "LoadedModel", tuned, rows: _Rows) -> list[int]:
+    """The new rows, when BASE's mean row is all that stands for their initial rows, if together they
+    look like a fresh N(0, σ²) draw (:func:`embscope.delta.findings.random_like`); else []."""
+    from embscope.delta.findings import random_like
+
+    ids = rows.mean_ids[rows.new[rows.mean_ids]] if len(rows.mean_ids) else rows.mean_ids
+    ids = ids[ids < tuned.embed.n]
+    if rows.reference != "mean" or len(ids) < 2:
+        return []
+    b_embed, _ = base_rows(base)
+    mean, _ = _mean_and_trace(b_embed)
+    got = tuned.embed.take(ids).float().cpu().numpy()
+    return [int(i) for i in ids] if random_like(got, mean) else []
 
 
 def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[Mover]:

@@ -3,14 +3,16 @@
 ======================  ===============  ===================================================================
 code                    severity         when
 ======================  ===============  ===================================================================
-``vocab-mismatch``      error            the tokenizers disagree on shared ids (or TUNED lost rows, or the
-                                         manifest's terms are not at its ids): the rows compared are not
-                                         the same tokens
+``vocab-mismatch``      error            the tokenizers disagree on shared ids (or TUNED lost rows, or its
+                                         tokenizer has tokens past its rows, or the manifest's terms are
+                                         not at its ids): the rows compared are not the same tokens
 ``row-exploded``        error            a tuned row is NaN/Inf, or its norm grew past :data:`EXPLODE` × the
                                          larger of its reference norm and BASE's median row norm
 ``new-row-unmoved``     error / warning  a token added past BASE's vocabulary that training left at its
-                                         initial row (input, or head when untied); a warning when --data is
-                                         given and never produces the token
+                                         initial row (input, or head when untied; an all-zero new row
+                                         never counts as moved); a warning when --data is given and never
+                                         produces the token, or when new rows without a recorded initial
+                                         row look like a fresh N(0, σ²) draw (:func:`random_like`)
 ``used-row-frozen``     error / warning  rows the data uses that did not move: error when at least
                                          :data:`FROZEN_SHARE` of them (frozen embeddings: LoRA without
                                          ``modules_to_save``), else a warning; a frozen head alone (untied)
@@ -85,6 +87,11 @@ class Facts:
     n_mismatches: int = 0
     #: BASE rows TUNED does not have
     lost_rows: int = 0
+    #: tokens of TUNED's tokenizer past TUNED's rows (an id with no row: the lookup fails), and the rows
+    tokens_past_rows: int = 0
+    rows: int = 0
+    #: new rows that look like a fresh N(0, σ²) draw, when nothing records their initial rows
+    random_like: list[int] = field(default_factory=list)
     #: [(id, term, tuned token)] where the manifest's term is not TUNED's token
     manifest_mismatches: list[tuple[int, str, str]] = field(default_factory=list)
     base_tied: bool = True
@@ -121,6 +128,13 @@ def find(f: Facts) -> list[Finding]:
     _vocab_mismatch(f, add)
     _exploded(f, add)
     _new_unmoved(f, add, used, by_use)
+    if f.random_like:
+        add("new-row-unmoved", "warning",
+            f"{len(f.random_like)} new token row(s) look like a fresh random initialisation (norms alike, no "
+            "component along BASE's mean row) and nothing records their initial rows: whether training moved them "
+            "cannot be measured", f.random_like, len(f.random_like),
+            "pass --manifest (the embscope_extension.json of extend --apply), or diff against a checkpoint saved "
+            "right after the tokens were added")
     if used is not None:
         _used_frozen(f, add, used, by_use)
     if used is not None and f.flagged is not None:
@@ -137,8 +151,12 @@ def find(f: Facts) -> list[Finding]:
 
 def _vocab_mismatch(f: Facts, add) -> None:
     """The rows compared are not the same tokens (other tokens at shared ids, lost rows, manifest terms)."""
-    if f.n_mismatches or f.lost_rows or f.manifest_mismatches:
+    if f.n_mismatches or f.lost_rows or f.manifest_mismatches or f.tokens_past_rows:
         bits = []
+        if f.tokens_past_rows:
+            bits.append(f"TUNED's tokenizer has {f.tokens_past_rows} token(s) past its {f.rows} rows (ids {f.rows} and "
+                        "up have no row: looking them up fails; resize_token_embeddings(len(tokenizer)) was not run "
+                        "or not saved)")
         if f.n_mismatches:
             shown = "; ".join(f"{i}: {b!r} → {t!r}" for i, b, t in f.mismatches[:3])
             bits.append(f"{f.n_mismatches} shared id(s) are other tokens in TUNED ({shown})")
@@ -149,7 +167,7 @@ def _vocab_mismatch(f: Facts, add) -> None:
             bits.append(f"{len(f.manifest_mismatches)} manifest term(s) are not TUNED's token at their id ({shown})")
         ids = [i for i, _, _ in f.mismatches] + [i for i, _, _ in f.manifest_mismatches]
         add("vocab-mismatch", "error", "the rows compared are not the same tokens: " + "; ".join(bits), ids,
-            f.n_mismatches + f.lost_rows + len(f.manifest_mismatches),
+            f.n_mismatches + f.lost_rows + len(f.manifest_mismatches) + f.tokens_past_rows,
             "diff against the BASE (and --manifest) TUNED was trained from: the same tokenizer, tokens only added at the end")
 
 
@@ -260,3 +278,27 @@ def _tie_broken(f: Facts, add) -> None:
             + (" (modules_to_save copied the embedding, the head kept BASE's rows)"
                if f.adapter and any("modules_to_save" in p for p in f.adapter.embed) else ""),
             (), 0, "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them before saving")
+
+
+def random_like(rows: np.ndarray, mean: np.ndarray) -> bool:
+    """Whether ``rows`` (k, d) look like one fresh draw of N(0, σ²) rather than trained rows: every
+    row's cosine with BASE's mean row within 4/√d of 0 (a trained vocabulary shares a large mean
+    direction; a random row's cosine with any fixed vector is ~N(0, 1/d)), its entries' mean within
+    4σ/√d of 0, and the rows' norms within ×1.5 of each other (one σ).
+
+    >>> rng = np.random.default_rng(0)
+    >>> mean = np.ones(256, np.float32)
+    >>> random_like(rng.normal(0, 0.02, (20, 256)), mean), random_like(rng.normal(0.1, 0.02, (20, 256)), mean)
+    (True, False)
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim != 2 or not len(rows) or not np.isfinite(rows).all():
+        return False
+    d = rows.shape[1]
+    norms = np.linalg.norm(rows, axis=1)
+    mnorm = float(np.linalg.norm(mean))
+    if norms.min() <= 0 or mnorm <= 0 or norms.max() > 1.5 * norms.min():
+        return False
+    cos = rows @ np.asarray(mean, dtype=np.float64) / (norms * mnorm)
+    sigma = norms / np.sqrt(d)
+    return bool((np.abs(cos) < 4 / np.sqrt(d)).all() and (np.abs(rows.mean(axis=1)) < 4 * sigma / np.sqrt(d)).all())

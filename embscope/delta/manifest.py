@@ -85,12 +85,16 @@ def untouched(path: Path) -> bool | None:
     return rows_digest(m.embed, ids) == want
 
 
-def read(path: Path, *, dim: int) -> Initial:
-    """Read the manifest and the initial rows it points at (``dim``: the rows' width)."""
+def read(path: Path, *, dim: int, verify: bool = True) -> Initial:
+    """Read the manifest and the initial rows it points at (``dim``: the rows' width). With
+    ``verify``, rows that do not hash to the manifest's ``rows_digest`` (when it records one) are
+    a one-line :class:`ModelFileError`: they are not the rows ``extend --apply`` wrote, so they are
+    not trusted as initial rows."""
     import torch
 
     from embscope.delta.noise import canonical
     from embscope.formats.files import read_json
+    from embscope.provenance import rows_digest
 
     doc = read_json(path, what="extension manifest", max_bytes=MAX_BYTES)
     ids, terms = (doc.get("token_ids"), doc.get("terms")) if isinstance(doc, dict) else (None, None)
@@ -131,6 +135,11 @@ def read(path: Path, *, dim: int) -> Initial:
     else:
         raise ModelFileError(f"{path} has format {fmt!r}, not transformers or rows; pass the manifest "
                              "`embscope extend --apply` wrote")
+    want = doc.get("rows_digest")
+    if verify and isinstance(want, str) and rows_digest(embed, range(len(ids))) != want:
+        where = "new_rows.safetensors" if fmt == "rows" else f"the rows of {folder.name} at its token_ids"
+        raise ModelFileError(f"{where} are not the rows {path.name} recorded (rows_digest differs): edited, replaced "
+                             "or trained since extend --apply; pass the manifest and rows extend --apply wrote")
     if embed.shape != (len(ids), dim):
         raise ModelFileError(f"the initial rows of {path.name} are {tuple(embed.shape)}, not ({len(ids)}, {dim}); "
                              "pass the manifest of the extension TUNED was trained from")

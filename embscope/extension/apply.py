@@ -121,11 +121,15 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
             _write_full(model, ext, ids, rows, tmp)
         else:
             _write_rows(model, extension, rows, tmp, init, out_dir)
-        if full:  # what `diff` checks a folder carrying this manifest against (embscope.delta.manifest)
+        # what `diff` checks the rows of a folder carrying this manifest against (embscope.delta.manifest)
+        from embscope.provenance import rows_digest
+
+        if full:
             from embscope.models.load import load_model
-            from embscope.provenance import rows_digest
 
             manifest["rows_digest"] = rows_digest(load_model(str(tmp), device="cpu").embed, ids)
+        elif "embed" in rows:
+            manifest["rows_digest"] = rows_digest(rows["embed"], range(len(ids)))
         write_json(tmp / "embscope_extension.json", manifest)
         make_readable(tmp)
     return manifest

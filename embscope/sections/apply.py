@@ -49,8 +49,8 @@ class ApplyRecord(Record):
     tokens_saved: int | None = None
     #: why only the rows were written (null: a full folder)
     note: str | None = None
-    #: XXH3-128 digest of the new input rows as written (float32; a full folder only): ``diff``
-    #: tells an untouched extended folder from a trained one by it
+    #: XXH3-128 digest of the new input rows as written (float32): ``diff`` tells an untouched
+    #: extended folder from a trained one by it, and refuses rows that do not match
     rows_digest: str | None = None
 
 

@@ -37,7 +37,35 @@ def diff_section(inputs: Inputs) -> SectionOutput:
     out.record = res.record
     out.tables["diff"] = res.frame
     out.live = res
+    adapter = res.record.tuned.adapter
+    if adapter is not None and adapter.base_model and not same_model(adapter.base_model, model):
+        out.warnings.append(f"diff: the adapter says it was trained on {adapter.base_model!r}, but BASE is "
+                            f"{model.spec!r}; its changes are laid over BASE's rows as they are: pass the base it "
+                            "names if that is another model")
     if res.record.new_reference == "mean":
         out.warnings.append("diff: no extension manifest, so the new rows are compared with BASE's mean row "
                             "(transformers' mean_resizing); pass --manifest for rows initialised otherwise")
     return out
+
+
+def same_model(name: str, model) -> bool:
+    """Whether an adapter's ``base_model_name_or_path`` names ``model``: its spec, its folder or
+    file (resolved), or the same last path component (a hub id ``org/name`` and a local ``…/name``).
+
+    >>> from types import SimpleNamespace as M
+    >>> same_model("HuggingFaceTB/SmolLM2-135M", M(spec="smollm2", path="/c/SmolLM2-135M", name="smollm2"))
+    True
+    >>> same_model("Qwen/Qwen2-7B", M(spec="out/ext", path="/w/out/ext", name="ext"))
+    False
+    """
+    from pathlib import Path
+
+    if name in (model.spec, model.path, model.name):
+        return True
+    try:
+        if Path(name).expanduser().resolve() == Path(model.path).resolve():
+            return True
+    except (OSError, RuntimeError, ValueError):
+        pass
+    last = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    return last in {Path(str(model.path)).name.lower(), Path(str(model.spec)).name.lower(), str(model.name).lower()}
