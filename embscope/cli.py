@@ -62,21 +62,27 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 user error, 130 interrupted).
 
-    Usage errors (unknown option, bad value) are typer's own one-line messages with exit code 2;
-    :class:`EmbscopeError` from the library becomes ``error: <message>`` and exit code 2.
+    Usage errors (unknown option, bad value) become ``error: <message> (see '… --help')`` and
+    exit code 2; :class:`EmbscopeError` from the library becomes ``error: <message>`` and exit code
+    2; any other exception (a bug) one ``error: unexpected …`` line and exit code 2, with the
+    traceback under ``--verbose``.
     """
     import warnings
 
     from embscope.output import Terminated, handle_sigterm
 
     handle_sigterm()
-    shown = warnings.showwarning
+    usage_error = _usage_error_class()
+    shown, usage = warnings.showwarning, usage_error.show
     warnings.showwarning = _warning_line
+    usage_error.show = _usage_line
     try:
         app(args=argv, standalone_mode=True)
     except EmbscopeError as err:
         typer.secho(f"error: {_one_line(err.cli_message())}", err=True, fg=typer.colors.RED)
         return 2
+    except Exception as exc:  # noqa: BLE001 - never exit 1 (the code for findings) on a crash
+        return _crashed(exc, sys.argv[1:] if argv is None else argv)
     except Terminated:
         typer.secho("terminated: nothing was written", err=True, fg=typer.colors.YELLOW)
         return 143
@@ -87,7 +93,40 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted() if code == 130 else code
     finally:
         warnings.showwarning = shown
+        usage_error.show = usage
     return 0
+
+
+def _usage_error_class():
+    """The ``UsageError`` class typer raises: its own copy of click's (typer ≥ 0.26), else click's."""
+    try:
+        from typer._click.exceptions import UsageError
+    except ImportError:  # pragma: no cover - an older typer on click itself
+        from click.exceptions import UsageError
+    return UsageError
+
+
+def _usage_line(self, file=None) -> None:
+    """A usage error (unknown option, a value out of range) as one ``error: …`` line naming the
+    command's help, instead of click's four lines."""
+    where = self.ctx.command_path if self.ctx is not None else "embscope"
+    message = _one_line(self.format_message()).replace("Value error, ", "")
+    typer.secho(f"error: {message} (see '{where} --help')", err=True, fg=typer.colors.RED)
+
+
+def _crashed(exc: BaseException, argv: list[str]) -> int:
+    """An exception no check turned into an :class:`EmbscopeError`: one line and exit code 2 (the
+    traceback too with ``--verbose``), so CI never reads a crash as findings (exit 1)."""
+    import traceback
+
+    if "--verbose" in argv or "-v" in argv:
+        traceback.print_exception(exc, file=sys.stderr)
+    text = _one_line(str(exc))
+    text = text if len(text) <= 300 else text[:297] + "..."
+    typer.secho(f"error: unexpected {type(exc).__name__}" + (f": {text}" if text else "") + " — nothing was "
+                "written; this is a bug in embscope: rerun with --verbose for the traceback and report it",
+                err=True, fg=typer.colors.RED)
+    return 2
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
