@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Axolotl looks for the EOS at most this many tokens after a trained turn's content
 #: (``abs(token_idx - turn_end_idx) <= 3`` in ``ChatTemplateStrategy._tokenize_single_prompt``)
 AXOLOTL_EOS_WINDOW = 3
+#: characters a batch holds before it is tokenized: as many as one conversation may render
+#: (:data:`embscope.models.chat_template.MAX_RENDER_CHARS`), so a template that renders every tiny
+#: record to its cap is tokenized one record at a time, not a thousand at once
+BATCH_CHARS = 1 << 24
 #: roles a chat template is written for; ShareGPT's own values (``human``, ``gpt``) are not
 CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -171,10 +175,12 @@ class _Batch:
         self.ctx = ctx
         self.texts: list[str] = []
         self.special: list[bool] = []  # tokenizer(text) (prefix/suffix) rather than add_special_tokens=False
+        self.chars = 0
 
     def add(self, text: str, special: bool = False) -> int:
         self.texts.append(text)
         self.special.append(special)
+        self.chars += len(text)
         return len(self.texts) - 1
 
     def run(self) -> list[list[int]]:
@@ -191,6 +197,9 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
     t = ctx.trainer
     eos = ctx.eos_token or ""
     for ex in examples:
+        if batch.chars > BATCH_CHARS:  # a template that renders each record huge: tokenize what is held now
+            _finish_plans(ctx, plans, batch.run(), out)
+            batch, plans = _Batch(ctx), []
         try:
             if ex.kind == "lm" and ex.messages is None:  # plain text
                 text = ex.text + eos if t.text_eos and eos and not ex.text.endswith(eos) else ex.text
@@ -232,7 +241,13 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
             out.refused[ex.index] = str(err)
         except _Failed as err:
             out.failed[ex.index] = str(err)
-    ids = batch.run()
+    _finish_plans(ctx, plans, batch.run(), out)
+    return out
+
+
+def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int]], out: Built) -> None:
+    """The sequences of the examples planned in one tokenized batch, in order."""
+    t = ctx.trainer
     for plan in plans:
         kind, ex = plan[0], plan[1]
         if kind in ("text", "chat"):
@@ -251,7 +266,6 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
             for side, f in fulls:
                 loss = [i >= n for i in range(len(f))] if t.completion_only else None
                 out.sequences.append(_finish(ctx, ex.index, f, loss, ex.conversational, side))
-    return out
 
 
 def _turns(ctx: Context, msgs, ex: "Example", full: str, batch: _Batch) -> list[tuple[int, int, int, str]]:

@@ -26,7 +26,8 @@ beginnings: on SmolLM2-135M + corpora/medical (200 terms, 74 of 2 pieces, 126 of
 chains change 58 of 51,559 held-out words that hold no whole term (4,465 words change in all),
 right chains 137; neither changes a word of the UDHR's English text. A term whose chain would
 make an *existing* token (often one BPE never emits: Magikarp's unreachable rows, never trained)
-is left out, with the reason. After the merges are written every term is encoded again; one that
+is left out, with the reason, and so is a term of more than :data:`MAX_TERM_PIECES` pieces (its
+chain would add that many rows less one). After the merges are written every term is encoded again; one that
 does not come out as its own token (another term's merge took one of its pairs first) gets
 merges joining what it became, after all others, so every term is one token.
 
@@ -178,6 +179,11 @@ def _unusable(tok: "Tokenizer", strs: Sequence[str | None], added: set[str]) -> 
     return None
 
 
+#: a BPE term of k pieces adds up to k − 1 rows (its chain's intermediates and itself); terms of more
+#: pieces are skipped, so ``--top N`` adds at most N × 15 rows (a 10 kB "word" would add thousands)
+MAX_TERM_PIECES = 16
+
+
 def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
     spec = _spec(tok)
     model = spec["model"]
@@ -193,6 +199,10 @@ def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
     skipped: dict[str, str] = {}
     word_of: dict[str, str] = {}  # term → its pre-token (the pieces' concatenation)
     for term, ids in zip(terms, pieces):
+        if len(ids) > MAX_TERM_PIECES:
+            skipped[term] = (f"it takes {len(ids)} pieces: its merge chain would add up to {len(ids) - 1} rows "
+                             f"(at most {MAX_TERM_PIECES - 1} per term)")
+            continue
         strs = [tok.id_to_token(int(i)) for i in ids]
         why = chains.why_not(tok, strs) if len(ids) >= 2 else "it is already one token"
         if why is not None:
