@@ -313,3 +313,21 @@ def test_a_huge_sparse_lora_is_refused_from_its_header(finetune_run, adapters, t
     code, _, err = _cli(capsys, "diff", finetune_run["base"], folder, "--languages", "none")
     assert code == 2 and "LoRA of rank 40000 on rows 576 wide" in _last(err)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1 << 20  # KiB: under 1 GiB more
+
+
+def test_extend_top_2_with_two_10kb_words_adds_no_rows(finetune_run, tmp_path, capsys):
+    """`--top 2` whose two best terms are 10 kB "words": before, 11,920 new rows and a 123 MB
+    tokenizer.json; now both are left out (each would add a row per piece) and --apply writes
+    nothing, with one line saying why."""
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice(letters) for _ in range(10_000)) for letters in ("abcdefghij", "klmnopqrst")]
+    corpus = tmp_path / "long.txt"
+    corpus.write_text("\n".join(words * 4 + ["the patient has a fracture of the left femur"] * 400) + "\n", "utf-8")
+    code, _, err = _cli(capsys, "extend", "--model", finetune_run["base"], "--corpus", corpus, "--top", 2,
+                        "--min-freq", 2, "--no-diagnostics", "--apply", tmp_path / "ext", "--out", tmp_path / "rep")
+    assert code == 2 and "no term was added" in _last(err) and not (tmp_path / "ext").exists()
+    skipped = json.loads((tmp_path / "rep" / "summary.json").read_text("utf-8"))["sections"]["extension"]["terms_skipped"] \
+        if (tmp_path / "rep" / "summary.json").exists() else None
+    assert skipped is None or all("pieces" in why for why in skipped.values())

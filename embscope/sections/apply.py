@@ -64,6 +64,10 @@ def apply_section(inputs: Inputs) -> SectionOutput:
     if inputs.model is None or inputs.extension is None:
         return SectionOutput(skipped="the extension did not run, so there is nothing to write",
                              warnings=["apply: the extension did not run; nothing was written"])
+    if not inputs.extension.extension.ids:
+        why = ("no term was added (every candidate was left out: summary.json → terms_skipped says why), so "
+               f"{opts.apply_to} was not written")
+        return SectionOutput(skipped=why, warnings=[f"apply: {why}"])
     with inputs.steps.step("apply", f"write the extended model to {opts.apply_to}"):
         manifest = apply(inputs.model, inputs.extension, opts.apply_to, init=opts.apply_init,
                          mode=opts.apply_mode, tokens=inputs.tokens, force=inputs.force)
