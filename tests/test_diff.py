@@ -118,7 +118,7 @@ def test_untrained_still_from_a_tokens_table(run, frozen, tmp_path):
     import polars as pl
 
     r0 = frozen
-    used = next(f for f in r0.findings if f.code == "used-row-frozen").ids[:3]
+    used = [i for i in next(f for f in r0.findings if f.code == "used-row-frozen").ids if i > 10][:3]  # not special
     n = r0.base.rows
     flagged = np.zeros(n, dtype=bool)
     flagged[used] = True
@@ -335,3 +335,32 @@ def test_untouched_extension_folder_is_never_green(run, tmp_path):
     rec = _diff(run["base"], trained)
     assert rec.manifest is None and ("new-row-unmoved", "error") not in _codes(rec)
     assert rec.matrices["input"].new_moved == n_new
+
+
+def test_untrained_still_follows_the_rows_verification(run, frozen, tmp_path):
+    """One state per row: a flagged row prompting cleared is never `untrained-still` (so `diff` never
+    recommends re-initialising it); an unverified special row is a warning that says to verify
+    first; a verified one stays an error. Every count is a number of rows."""
+    import polars as pl
+
+    r0 = frozen
+    used = [i for i in next(f for f in r0.findings if f.code == "used-row-frozen").ids if i > 10][:3]
+    eos = 2  # SmolLM2's <|im_end|>: special, and the trainer appends it to every text
+    n = r0.base.rows
+    flagged = np.zeros(n, dtype=bool)
+    flagged[[*used, eos]] = True
+    status = [None] * n
+    status[used[0]] = "cleared"
+    table = tmp_path / "tokens.parquet"
+    pl.DataFrame({"token_id": np.arange(n, dtype=np.int32), "flagged": flagged,
+                  "undertrained_status": pl.Series(status, dtype=pl.Utf8)}).write_parquet(table)
+    r = _diff(run["ext"], run["lora"], data=run["data"], tokens=table)
+    still = {f.severity: f for f in r.findings if f.code == "untrained-still"}
+    assert sorted(still["error"].ids) == sorted(used[1:]) and still["error"].count == 2
+    assert still["warning"].ids == [eos] and still["warning"].count == 1 and "--verify" in still["warning"].fix
+    status[eos] = "verified"
+    pl.DataFrame({"token_id": np.arange(n, dtype=np.int32), "flagged": flagged,
+                  "undertrained_status": pl.Series(status, dtype=pl.Utf8)}).write_parquet(table)
+    r = _diff(run["ext"], run["lora"], data=run["data"], tokens=table)
+    still = {f.severity: f for f in r.findings if f.code == "untrained-still"}
+    assert set(still) == {"error"} and sorted(still["error"].ids) == sorted([*used[1:], eos])

@@ -122,6 +122,7 @@ def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
 
 def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | Path | None = None,
                 data: Sequence[str | Path] = (), flagged: np.ndarray | None = None,
+                status: Sequence[str | None] | None = None,
                 languages: str | Path | None = None, data_format: str | None = None, text_field: str = "text",
                 trust_pickle: bool = False, download: str = "ranges", read_options=None,
                 steps=None) -> DiffResult:
@@ -135,6 +136,8 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
             ``rows_digest``, else BASE's mean row).
         data: training data (any format ``check`` reads): which rows it uses.
         flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
+        status: per BASE row, the scan's ``undertrained_status``: a row prompting ``cleared`` is
+            trained (never ``untrained-still``), a ``verified`` one is under-trained, as in ``check``.
         languages: a multilingual corpus for per-language drift (None: none).
     Returns:
         :class:`DiffResult`.
@@ -175,17 +178,16 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     cfg_tie = tm.config.get("tie_word_embeddings") if isinstance(tm.config, dict) else None
     if tuned.kind == "peft" or not isinstance(cfg_tie, bool):
         cfg_tie = None  # an adapter's merge decides (embscope.delta.peft); the base config's flag is BASE's
-    fl_base = None
-    if flagged is not None:
-        fl_base = np.zeros(n, dtype=bool)
-        k = min(len(flagged), n)
-        fl_base[:k] = np.asarray(flagged, dtype=bool)[:k]
+    fl_base, verified = _base_flags(flagged, status, n)
+    special = np.zeros(n, dtype=bool)
+    cats = base.categories
+    special[:min(n, len(cats))] = [c == "special" for c in cats[:n]]
     findings = find(Facts(
         strings=strings, matrices=facts, new=rows.new & (np.arange(n) < rows.tuned_tokens), counts=counts,
         where=where, flagged=fl_base, shared=rows.shared, mismatches=mismatches, n_mismatches=n_mis,
         lost_rows=max(0, rows.base_tokens - rows.tuned_tokens), manifest_mismatches=rows.manifest_mismatches,
         tokens_past_rows=max(0, rows.tuned_tokens - rows.n), rows=rows.n,
-        random_like=_random_like(base, tuned, rows),
+        random_like=_random_like(base, tuned, rows), verified=verified, special=special,
         base_tied=base.output is None, tuned_tied=tuned.tied, config_tie=cfg_tie, adapter=tuned.adapter))
     record = DiffRecord(
         base=BaseSide(spec=base.spec, name=base.name, rows=base.n_rows, tokens=rows.base_tokens,
@@ -404,6 +406,28 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
         max_change=float(np.nanmax(change)) if np.isfinite(change).any() else None, base_median_norm=median)
     return record, MatrixFacts(name=name, moved=moved, change=change, finite=finite, exploded=exploded,
                                tuned_norm=st.tuned_norm, floor=fl.floor)
+
+
+def _base_flags(flagged, status, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(flagged, verified)`` per TUNED row from BASE's scan: a row prompting cleared is not
+    flagged, a verified one is (the rule of :func:`embscope.finetune.findings._flagged`'s callers:
+    one state per row in every command). ``(None, None)`` without a scan.
+
+    >>> fl, ver = _base_flags(np.array([True, True, False]), ["cleared", None, "verified"], 4)
+    >>> fl.tolist(), ver.tolist()
+    ([False, True, True, False], [False, False, True, False])
+    """
+    if flagged is None:
+        return None, None
+    fl, ver = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    k = min(len(flagged), n)
+    fl[:k] = np.asarray(flagged, dtype=bool)[:k]
+    for i, s in enumerate(list(status or [])[:n]):
+        if s == "cleared":
+            fl[i] = False
+        elif s == "verified":
+            fl[i] = ver[i] = True
+    return fl, ver
 
 
 def _random_like(base: "LoadedModel", tuned, rows: _Rows) -> list[int]:

@@ -17,8 +17,9 @@ code                    severity         when
                                          :data:`FROZEN_SHARE` of them (frozen embeddings: LoRA without
                                          ``modules_to_save``), else a warning; a frozen head alone (untied)
                                          is a warning
-``untrained-still``     error            rows BASE's scan flags as under-trained that the data uses and that
-                                         training did not move
+``untrained-still``     error / warning  rows BASE's scan flags as under-trained (prompting did not clear
+                                         them) that the data uses and that training did not move; a
+                                         warning for special rows prompting has not verified
 ``tie-broken``          error / warning  BASE ties the head to the embedding, TUNED's differ: error when
                                          TUNED's config still says ``tie_word_embeddings`` (loading it
                                          re-ties them and drops one trained matrix), else a warning
@@ -92,6 +93,9 @@ class Facts:
     rows: int = 0
     #: new rows that look like a fresh N(0, σ²) draw, when nothing records their initial rows
     random_like: list[int] = field(default_factory=list)
+    #: per TUNED row: prompting verified BASE's row under-trained; BASE's row is a special token
+    verified: np.ndarray | None = None
+    special: np.ndarray | None = None
     #: [(id, term, tuned token)] where the manifest's term is not TUNED's token
     manifest_mismatches: list[tuple[int, str, str]] = field(default_factory=list)
     base_tied: bool = True
@@ -258,11 +262,22 @@ def _untrained_still(f: Facts, add, used, by_use) -> None:
     for m in f.matrices:
         still |= cand & ~m.moved
     ids = np.flatnonzero(still)
+    special = f.special if f.special is not None else np.zeros(n, dtype=bool)
+    verified = f.verified if f.verified is not None else np.zeros(n, dtype=bool)
+    weak = np.asarray([i for i in ids if special[i] and not verified[i]], dtype=np.int64)
+    ids = np.asarray([i for i in ids if i not in set(weak.tolist())], dtype=np.int64)
     if len(ids):
         add("untrained-still", "error",
             f"{len(ids)} row(s) BASE's scan flags as under-trained are used by the data and did not move: "
-            "TUNED still has their untrained rows", by_use(ids), int(counts[ids].sum()),
+            f"TUNED still has their untrained rows ({int(counts[ids].sum())} uses in the data)", by_use(ids), len(ids),
             "re-initialise them before training (embscope check --data D --repair OUT) and train the embedding")
+    if len(weak):
+        add("untrained-still", "warning",
+            f"{len(weak)} special row(s) BASE's scan flags are used by the data and did not move "
+            f"({int(counts[weak].sum())} uses); special rows often look untrained when they are not, and prompting "
+            "has not checked these", by_use(weak), len(weak),
+            "settle it first: embscope scan BASE --verify N prompts the model; re-initialise only rows it verifies "
+            "(re-initialising a trained chat-template row breaks the model)")
 
 
 def _tie_broken(f: Facts, add) -> None:

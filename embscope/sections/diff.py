@@ -24,13 +24,15 @@ def diff_section(inputs: Inputs) -> SectionOutput:
     if model is None:
         return SectionOutput(skipped="no model: the diff compares the model with --tuned")
     out = SectionOutput()
-    flagged = None
+    flagged = status = None
     if inputs.tokens is not None and "flagged" in inputs.tokens.columns:
         flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
+        if "undertrained_status" in inputs.tokens.columns:
+            status = inputs.tokens["undertrained_status"].to_list()
     elif inputs.data and opts.scan:
         out.warnings.append("diff: no geometry scan, so untrained-still is not checked")
     with inputs.steps.step("diff", f"diff against {opts.tuned}"):
-        res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged,
+        res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged, status=status,
                           languages=inputs.languages[0] if inputs.languages else None, data_format=opts.data_format,
                           text_field=opts.text_field, trust_pickle=opts.trust_pickle, download=opts.download,
                           read_options=opts.read_options())
