@@ -32,6 +32,30 @@ def row_norms(matrix) -> "Any":
     return out.numpy()
 
 
+def scan_flags(table, n_rows: int | None = None) -> tuple["Any", list | None]:
+    """``(flagged, status)`` of a tokens table: its ``flagged`` column as a bool array (nulls
+    false; None without the column) and its ``undertrained_status`` column as a list (None without
+    it), padded or cut to ``n_rows`` when given. What ``check``, ``diff`` and the trainer callback
+    read of an earlier scan.
+
+    >>> import polars as pl
+    >>> fl, st = scan_flags(pl.DataFrame({"flagged": [True, None], "undertrained_status": ["cleared", None]}), 3)
+    >>> fl.tolist(), st
+    ([True, False, False], ['cleared', None, None])
+    """
+    import numpy as np
+
+    if table is None or "flagged" not in table.columns:
+        return None, None
+    flagged = np.asarray(table["flagged"].fill_null(False).to_numpy(), dtype=bool)
+    status = table["undertrained_status"].to_list() if "undertrained_status" in table.columns else None
+    if n_rows is not None:
+        flagged = np.concatenate([flagged[:n_rows], np.zeros(max(0, n_rows - len(flagged)), dtype=bool)])
+        if status is not None:
+            status = status[:n_rows] + [None] * max(0, n_rows - len(status))
+    return flagged, status
+
+
 def base_columns(model: LoadedModel) -> dict[str, Sequence[Any]]:
     """The base columns of ``tokens.parquet`` for a loaded model."""
     n_tok = model.n_tokens

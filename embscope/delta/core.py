@@ -20,7 +20,6 @@ import numpy as np
 
 from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
 from embscope.delta.record import BaseSide, DataUse, DiffRecord, Formats, MapInfo, MatrixDiff, Mover, TunedSide
-from embscope.delta.tuned import base_rows
 from embscope.finetune.record import worst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -142,7 +141,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     Returns:
         :class:`DiffResult`.
     """
-    from embscope.delta.tuned import load_tuned
+    from embscope.delta.tuned import base_rows, load_tuned
     from embscope.errors import ModelFileError
 
     seconds: dict[str, float] = {}
@@ -160,7 +159,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     seconds["load"] = round(time.perf_counter() - t0, 3)
 
     strings = tm.token_strings() if tm.vocab is not None else [f"<row {i}>" for i in range(n)]
-    matrices, facts, cols, xy, map_info = _compare_matrices(base, tuned, b_embed, b_out, rows, seconds)
+    matrices, facts, cols, xy, map_info, random = _compare_matrices(base, tuned, b_embed, b_out, rows, seconds)
     counts, where, use = None, {}, None
     if data:
         t3 = time.perf_counter()
@@ -187,7 +186,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         where=where, flagged=fl_base, shared=rows.shared, mismatches=mismatches, n_mismatches=n_mis,
         lost_rows=max(0, rows.base_tokens - rows.tuned_tokens), manifest_mismatches=rows.manifest_mismatches,
         tokens_past_rows=max(0, rows.tuned_tokens - rows.n), rows=rows.n,
-        random_like=_random_like(base, tuned, rows), verified=verified, special=special,
+        random_like=random, verified=verified, special=special,
         base_tied=base.output is None, tuned_tied=tuned.tied, config_tie=cfg_tie, adapter=tuned.adapter))
     record = DiffRecord(
         base=BaseSide(spec=base.spec, name=base.name, rows=base.n_rows, tokens=rows.base_tokens,
@@ -275,7 +274,7 @@ def _which_rows(base: "LoadedModel", tuned, manifest) -> _Rows:
 def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, seconds: dict[str, float]):
     """Per matrix (the input, and the output when either model is untied): its noise floor, one pass
     over every row, its verdicts; the map's positions from the input matrix's pass. Returns
-    ``(matrices, facts, table columns, xy, map info)``."""
+    ``(matrices, facts, table columns, xy, map info, the new rows that look freshly drawn)``."""
     from embscope.delta.rows import compare
     from embscope.errors import ModelFileError
 
@@ -291,12 +290,14 @@ def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, s
     facts: list[MatrixFacts] = []
     cols: dict[str, Any] = {}
     xy = np.full((n, 2), np.nan, dtype=np.float32)
-    map_info = None
+    map_info, random = None, []
     for name, b_rows, t_rows, init_rows in pairs:
         t1 = time.perf_counter()
         if t_rows.n != n:
             raise ModelFileError(f"TUNED's head has {t_rows.n} rows but its embedding {n}; re-save the checkpoint")
         fl, sample, mean = _floor(b_rows, t_rows, init_rows, rows)
+        if name == "input":
+            random = _random_like(t_rows, rows, mean)
         visit = None
         if name == "input":
             visit, explained = _map_visitor(sample, rows.new, xy)
@@ -314,7 +315,7 @@ def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, s
                      f"{p}_norm_change": stats.norm_change, f"{p}_moved": fact.moved})
         cols["nonfinite"] = cols.get("nonfinite", False) | ~fact.finite
         cols["exploded"] = cols.get("exploded", False) | fact.exploded
-    return matrices, facts, cols, xy, map_info
+    return matrices, facts, cols, xy, map_info, random
 
 
 def _floor(b_rows, t_rows, init_rows, rows: _Rows):
@@ -430,19 +431,16 @@ def _base_flags(flagged, status, n: int) -> tuple[np.ndarray | None, np.ndarray 
     return fl, ver
 
 
-def _random_like(base: "LoadedModel", tuned, rows: _Rows) -> list[int]:
-    """The new rows, when BASE's mean row is all that stands for their initial rows, if together they
-    look like a fresh N(0, σ²) draw (:func:`embscope.delta.findings.random_like`); else []."""
+def _random_like(t_rows: "Rows", rows: _Rows, mean) -> list[int]:
+    """The new rows, when BASE's mean row ``mean`` is all that stands for their initial rows, if
+    together they look like a fresh N(0, σ²) draw (:func:`embscope.delta.findings.random_like`)."""
     from embscope.delta.findings import random_like
 
     ids = rows.mean_ids[rows.new[rows.mean_ids]] if len(rows.mean_ids) else rows.mean_ids
-    ids = ids[ids < tuned.embed.n]
-    if rows.reference != "mean" or len(ids) < 2:
+    ids = ids[ids < t_rows.n]
+    if rows.reference != "mean" or mean is None or len(ids) < 2:
         return []
-    b_embed, _ = base_rows(base)
-    mean, _ = _mean_and_trace(b_embed)
-    got = tuned.embed.take(ids).float().cpu().numpy()
-    return [int(i) for i in ids] if random_like(got, mean) else []
+    return [int(i) for i in ids] if random_like(t_rows.take(ids).float().cpu().numpy(), mean) else []
 
 
 def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[Mover]:

@@ -66,21 +66,37 @@ def find(path: str | Path | None, base_path: str | Path | None = None,
     return None
 
 
+def _doc(path: Path) -> tuple[dict, list[int], list[str]]:
+    """The manifest's JSON, its ``token_ids`` and its ``terms``, checked (one line when not)."""
+    from embscope.formats.files import read_json
+
+    doc = read_json(path, what="extension manifest", max_bytes=MAX_BYTES)
+    ids, terms = (doc.get("token_ids"), doc.get("terms")) if isinstance(doc, dict) else (None, None)
+    if not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+            and isinstance(terms, list) and len(terms) == len(ids) and all(isinstance(t, str) for t in terms)):
+        raise ModelFileError(f"{path} has no token_ids/terms lists of equal length; pass the manifest "
+                             "`embscope extend --apply` wrote")
+    return doc, ids, terms
+
+
+def read_token_ids(path: Path) -> list[int]:
+    """The ids of the tokens the manifest at ``path`` added (checked as :func:`read` checks them)."""
+    return _doc(path)[1]
+
+
 def untouched(path: Path) -> bool | None:
     """Whether the folder of a ``transformers`` manifest still holds the rows it wrote (its
     ``rows_digest``); None when the manifest records none (an older one) or is not of that
     format."""
-    from embscope.formats.files import read_json
     from embscope.models.load import load_model
     from embscope.provenance import rows_digest
 
-    doc = read_json(path, what="extension manifest", max_bytes=MAX_BYTES)
-    want = doc.get("rows_digest") if isinstance(doc, dict) else None
-    ids = doc.get("token_ids") if isinstance(doc, dict) else None
-    if doc.get("format") != "transformers" or not isinstance(want, str) or not isinstance(ids, list):
+    doc, ids, _ = _doc(path)
+    want = doc.get("rows_digest")
+    if doc.get("format") != "transformers" or not isinstance(want, str):
         return None
     m = load_model(str(path.parent), device="cpu", tokens_past_rows=True)
-    if not all(isinstance(i, int) and 0 <= i < m.n_rows for i in ids):
+    if max(ids, default=-1) >= m.n_rows:
         return False
     return rows_digest(m.embed, ids) == want
 
@@ -93,15 +109,9 @@ def read(path: Path, *, dim: int, verify: bool = True) -> Initial:
     import torch
 
     from embscope.delta.noise import canonical
-    from embscope.formats.files import read_json
     from embscope.provenance import rows_digest
 
-    doc = read_json(path, what="extension manifest", max_bytes=MAX_BYTES)
-    ids, terms = (doc.get("token_ids"), doc.get("terms")) if isinstance(doc, dict) else (None, None)
-    if not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
-            and isinstance(terms, list) and len(terms) == len(ids) and all(isinstance(t, str) for t in terms)):
-        raise ModelFileError(f"{path} has no token_ids/terms lists of equal length; pass the manifest "
-                             "`embscope extend --apply` wrote")
+    doc, ids, terms = _doc(path)
     fmt = doc.get("format")
     folder = path.parent
     if fmt == "rows":

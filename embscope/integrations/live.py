@@ -67,12 +67,23 @@ def _adapters(m) -> list[str]:
     return [names] if isinstance(names, str) else list(names)
 
 
-def base_weight(module) -> "torch.Tensor":
-    """The weight the active module's rows start from (a LoRA or trainable-tokens layer's base)."""
+def _leaf(module):
+    """The plain layer under the active module's LoRA or trainable-tokens wrapping."""
     m = active(module)
     while hasattr(m, "base_layer"):
         m = m.base_layer
-    return m.weight
+    return m
+
+
+def base_weight(module) -> "torch.Tensor":
+    """The weight the active module's rows start from (a LoRA or trainable-tokens layer's base)."""
+    return _leaf(module).weight
+
+
+def _plain(module) -> bool:
+    """The forward uses the base weight as it is: no adapter merges anything into its rows."""
+    m = active(module)
+    return m is _leaf(module) and not _adapters(m)
 
 
 def rows(module, ids: "torch.Tensor") -> "torch.Tensor":
@@ -108,7 +119,7 @@ def row_norms(module) -> "torch.Tensor":
 
     w = base_weight(module)
     n = w.shape[0]
-    plain = active(module) is _leaf(module) and not _adapters(active(module))
+    plain = _plain(module)
     out = torch.empty(n, dtype=torch.float32, device=w.device)
     with torch.no_grad():
         for a in range(0, n, BLOCK):
@@ -116,13 +127,6 @@ def row_norms(module) -> "torch.Tensor":
             block = w[a:b] if plain else rows(module, torch.arange(a, b, device=w.device))
             out[a:b] = torch.linalg.vector_norm(block, dim=1, dtype=torch.float32)
     return out
-
-
-def _leaf(module):
-    m = active(module)
-    while hasattr(m, "base_layer"):
-        m = m.base_layer
-    return m
 
 
 def trainable_rows(module, ids: np.ndarray) -> np.ndarray:
@@ -169,8 +173,7 @@ def _full(module) -> "torch.Tensor":
     import torch
 
     w = base_weight(module)
-    m = active(module)
-    if m is _leaf(module) and not _adapters(m):
+    if _plain(module):
         return w.detach().to("cpu", copy=True).contiguous()
     parts = [rows(module, torch.arange(a, min(a + BLOCK, w.shape[0]), device=w.device)).cpu()
              for a in range(0, w.shape[0], BLOCK)]

@@ -148,13 +148,14 @@ class EmbscopeCallback(TrainerCallback):
 
     def _begin(self, model, processing_class, train_dataloader) -> None:
         """The step-0 copy, the findings on the first batches, the watched rows and the hook."""
+        from embscope.delta.manifest import read_token_ids
         from embscope.models.load import load_model
 
         mats = live.matrices(model)
         manifest = self._manifest(model)
         new = set(self.new_ids or [])
         if manifest is not None:
-            new |= set(_manifest_ids(manifest))
+            new |= set(read_token_ids(manifest))
         self._tmp = Path(tempfile.mkdtemp(prefix="embscope-step0-"))
         base = live.write_matrices(model, processing_class, self._tmp / "base", manifest=manifest)
         loaded = load_model(str(base), device="cpu", tokens_past_rows=True)
@@ -175,14 +176,17 @@ class EmbscopeCallback(TrainerCallback):
 
     def _check_batches(self, loaded, tokenizer, dataloader) -> np.ndarray:
         """``check``'s findings on the first batches; raises :class:`TrainingHazard` at ``fail_on``."""
+        from embscope.api import read_tokens_table
         from embscope.finetune.check import zero_rows
         from embscope.finetune.record import reaches
+        from embscope.tables import scan_flags
 
         got = batch_checks.sample_batches(dataloader, self.batches)
         pad = tokenizer.pad_token_id
         bos = getattr(tokenizer, "bos_token_id", None)
         enc = batch_checks.encode(got, pad_id=pad, n_rows=loaded.n_rows, bos_id=bos)
-        flagged, status = _tokens_table(self.tokens, loaded.n_rows)
+        flagged, status = (None, None) if self.tokens is None else scan_flags(read_tokens_table(self.tokens),
+                                                                                loaded.n_rows)
         self.findings = batch_checks.findings(loaded, enc, pad_id=pad, pad_how="the tokenizer's pad_token, as the "
                                               "trainer set it up", flagged=flagged, status=status)
         self._weak = set(np.flatnonzero(zero_rows(loaded)).tolist())
@@ -310,30 +314,3 @@ def _first_in_line(cb: EmbscopeCallback) -> None:
     if isinstance(callbacks, list) and cb in callbacks:
         callbacks.remove(cb)
         callbacks.insert(0, cb)
-
-
-def _manifest_ids(path: Path) -> list[int]:
-    from embscope.formats.files import read_json
-
-    doc = read_json(path, what="extension manifest", max_bytes=64 << 20)
-    ids = doc.get("token_ids") if isinstance(doc, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise SpecError(f"{path} has no token_ids list; pass the manifest `embscope extend --apply` wrote")
-    return ids
-
-
-def _tokens_table(path, n_rows: int):
-    """``(flagged, status)`` per row from a ``tokens.parquet``, or ``(None, None)``."""
-    if path is None:
-        return None, None
-    from embscope.api import read_tokens_table
-
-    table = read_tokens_table(path)
-    flagged = status = None
-    if "flagged" in table.columns:
-        flagged = np.zeros(n_rows, dtype=bool)
-        got = np.asarray(table["flagged"].fill_null(False).to_numpy(), dtype=bool)[:n_rows]
-        flagged[:len(got)] = got
-    if "undertrained_status" in table.columns:
-        status = table["undertrained_status"].to_list()[:n_rows]
-    return flagged, status

@@ -126,6 +126,8 @@ class Watch:
     seen: "torch.Tensor"
     #: rows per matrix
     n_rows: int
+    #: per matrix, per watched id: moved since step 0 at the last check
+    moved: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def watched_ids(n_rows: int, new_ids: np.ndarray, counts: np.ndarray | None, *, used: int = USED,
@@ -193,6 +195,7 @@ def check(w: Watch, step: int) -> Check:
         change = torch.where(s.start_norm > 0, delta / s.start_norm.clamp_min(1e-30), delta)
         change = change.cpu().numpy()
         moved = ~np.isfinite(change) | (change > 0)
+        w.moved[s.name] = moved
         norms = row_norms(s.module)
         finite = torch.isfinite(norms)
         bad = torch.nonzero(~finite).flatten().cpu().numpy()
@@ -265,8 +268,7 @@ def alerts(c: Check, w: Watch, strings: list[str], *, said: set[str], weak: set[
         key = f"unmoved-{m.matrix}"
         if c.step >= patience and m.new_rows and m.new_moved < m.new_rows - m.new_frozen and key not in said:
             side = next(s for s in w.sides if s.name == m.matrix)
-            still = [int(i) for i, ch in zip(w.ids, _moved(w, side)) if not ch]
-            still = [i for i in still if i in new_ids and i in set(w.ids[side.trainable].tolist())]
+            still = w.ids[w.new & side.trainable & ~w.moved[m.matrix]].tolist()
             if still:
                 said.add(key)
                 out.append(Alert("warning", "new-rows-unmoved",
@@ -275,12 +277,3 @@ def alerts(c: Check, w: Watch, strings: list[str], *, said: set[str], weak: set[
                                  "the data holds the new terms as the new tokenizer splits them", still))
     return out
 
-
-def _moved(w: Watch, side: _Side) -> np.ndarray:
-    """Per watched id: moved since step 0 (read again; only for the rare unmoved warning)."""
-    import torch
-
-    from embscope.integrations.live import rows
-
-    x = rows(side.module, torch.from_numpy(w.ids).to(side.start.device))
-    return (torch.linalg.vector_norm(x - side.start, dim=1) > 0).cpu().numpy()

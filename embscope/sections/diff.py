@@ -16,20 +16,15 @@ from embscope.sections.base import Inputs, SectionOutput, section
          enabled=lambda o: o.tuned is not None)
 def diff_section(inputs: Inputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.tuned``."""
-    import numpy as np
-
     from embscope.delta import diff_models
+    from embscope.tables import scan_flags
 
     model, opts = inputs.model, inputs.options
     if model is None:
         return SectionOutput(skipped="no model: the diff compares the model with --tuned")
     out = SectionOutput()
-    flagged = status = None
-    if inputs.tokens is not None and "flagged" in inputs.tokens.columns:
-        flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
-        if "undertrained_status" in inputs.tokens.columns:
-            status = inputs.tokens["undertrained_status"].to_list()
-    elif inputs.data and opts.scan:
+    flagged, status = scan_flags(inputs.tokens)
+    if flagged is None and inputs.data and opts.scan:
         out.warnings.append("diff: no geometry scan, so untrained-still is not checked")
     with inputs.steps.step("diff", f"diff against {opts.tuned}"):
         res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged, status=status,

@@ -17,9 +17,8 @@ from embscope.sections.base import Inputs, SectionOutput, section
          gives=("repair_rows",), requires=("data",))
 def finetune_section(inputs: Inputs) -> SectionOutput:
     """Check ``inputs.data`` against ``inputs.model``."""
-    import numpy as np
-
     from embscope.finetune import check_data, findings_frame
+    from embscope.tables import scan_flags
 
     model = inputs.model
     if model is None:
@@ -27,13 +26,9 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     if not inputs.data:
         return SectionOutput(skipped="no training data: pass --data")
     opts = inputs.options
-    flagged = status = None
     out = SectionOutput()
-    if inputs.tokens is not None and "flagged" in inputs.tokens.columns:
-        flagged = np.asarray(inputs.tokens["flagged"].fill_null(False).to_numpy(), dtype=bool)
-        if "undertrained_status" in inputs.tokens.columns:
-            status = inputs.tokens["undertrained_status"].to_list()
-    else:
+    flagged, status = scan_flags(inputs.tokens)
+    if flagged is None:
         out.warnings.append("finetune: no geometry scan, so only zero rows are checked among the rows the data "
                             "uses (flagged rows need the scan)")
     template = ...
