@@ -25,14 +25,15 @@ import errno
 import json
 import os
 import shutil
-import signal
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from embscope import signals
 from embscope.errors import InputError, OutputError
 from embscope.records import to_json
+from embscope.signals import Terminated  # noqa: F401 - re-exported for the CLI
 
 DEFAULT_ROOT = Path("reports")
 #: written into every folder embscope makes; ``--force`` replaces only folders that carry it
@@ -340,6 +341,7 @@ def claim(out: str | Path, *, force: bool = False, inputs: Iterable[str | Path] 
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         try:
+            signals.raise_pending()  # a stop that landed inside native code: publish nothing
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o777 & ~umask)  # a report is meant to be shared
@@ -386,21 +388,6 @@ def _swap(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-# ------------------------------------------------------------------------------------------------
-# signals
-
-
-class Terminated(BaseException):
-    """Raised in the main thread on SIGTERM, so the same clean-up as Ctrl-C runs."""
-
-
-def _on_sigterm(signum, frame):  # pragma: no cover - exercised through a subprocess test
-    raise Terminated()
-
-
 def handle_sigterm() -> None:
-    """Turn SIGTERM into :class:`Terminated` (call from the main thread of a CLI process)."""
-    try:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread
-        pass
+    """Install the CLI's signal handlers (see :mod:`embscope.signals`)."""
+    signals.install()

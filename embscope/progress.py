@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from embscope import signals
 from embscope.allocator import release_free_blocks
 
 T = TypeVar("T")
@@ -65,17 +66,21 @@ def _fmt_s(s: float) -> str:
 def bar(total: float | None, description: str, *, unit: str = "") -> Iterator[Callable[[float], None]]:
     """A progress bar advanced by hand: ``with bar(n_bytes, "reading", unit="B") as advance: advance(k)``.
 
+    Each ``advance`` is also a point where a stop that landed inside native code is raised again
+    (:func:`embscope.signals.raise_pending`).
+
     >>> with bar(3, "demo") as advance:
     ...     for _ in range(3): advance(1)
     """
     m = mode()
     if m == "quiet":
-        yield lambda n=1: None
+        yield lambda n=1: signals.raise_pending()
         return
     if m == "lines":
         state = {"done": 0.0, "last": time.perf_counter(), "t0": time.perf_counter()}
 
         def advance(n: float = 1) -> None:
+            signals.raise_pending()
             state["done"] += n
             now = time.perf_counter()
             if now - state["last"] >= LINE_EVERY_S:
@@ -97,7 +102,12 @@ def bar(total: float | None, description: str, *, unit: str = "") -> Iterator[Ca
     with Progress(TextColumn("  {task.description}"), BarColumn(), count, TimeElapsedColumn(),
                   TimeRemainingColumn(), console=_console(), transient=True) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
+
+        def advance_bar(n: float = 1) -> None:
+            signals.raise_pending()
+            progress.advance(task, n)
+
+        yield advance_bar
 
 
 def _amount(x: float, unit: str) -> str:
@@ -137,6 +147,7 @@ class Steps:
         if self.verbose:
             _console().print(f"[bold]→[/] {_plain(label)} …")
         yield
+        signals.raise_pending()
         dt = time.perf_counter() - t0
         self.timings[name] = round(dt, 3)
         release_free_blocks()  # a step's freed buffers back to the kernel before the next

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -227,3 +228,29 @@ def test_tensor_digest_follows_edits_and_never_reuses_a_freed_address():
         del b
         gc.collect()
     assert len(digests) == 20
+
+
+def test_a_stop_dropped_inside_native_code_still_stops_the_run(tmp_path):
+    """SIGTERM handled inside a ctypes callback (numba's compiler calls back so) is dropped by
+    Python; the next step boundary raises it again, and the dropped exception is not printed."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import ctypes, os, signal, sys
+        from embscope import signals
+        from embscope.progress import Steps
+        signals.install()
+        callback = ctypes.CFUNCTYPE(None)(lambda: os.kill(os.getpid(), signal.SIGTERM))
+        try:
+            with Steps(verbose=False).step("native"):
+                callback()           # the handler runs in here; its exception is swallowed
+                print("after the callback", flush=True)
+        except signals.Terminated:
+            print("terminated", flush=True)
+            sys.exit(0)
+        print("ran on", flush=True)
+    """))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.split() == ["after", "the", "callback", "terminated"], proc.stdout + proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
