@@ -18,7 +18,7 @@ PKG = ROOT / "embscope"
 #: import layers, lowest first: a module may import only from its own layer or lower ones, and
 #: within a layer only from its own package (so the analyses never import each other)
 LAYERS = [
-    ("errors", "signals", "allocator", "records", "assets", "progress", "provenance", "output", "config", "limits",
+    ("errors", "signals", "allocator", "records", "assets", "progress", "provenance", "output", "config", "limits", "machine",
      "compiled"),
     ("formats",),
     ("text",),
