@@ -152,3 +152,48 @@ def test_cli_compare_writes_table(tmp_path, small_corpus, capsys):
     first_row = next(l for l in printed.splitlines() if l.startswith("│"))
     assert "eng" in first_row and "1.00" in first_row
     assert main(["fertility", "-t", "gpt2", "--corpus", str(tmp_path / "missing")]) == 2
+
+
+def test_shipped_corpora_are_nfc():
+    """Every text the repository ships is stored in NFC (scripts/build_corpora.py writes it so)."""
+    import unicodedata
+
+    for path in sorted((ROOT / "corpora").rglob("*.jsonl")):
+        for n, line in enumerate(path.read_text("utf-8").splitlines()):
+            rec = json.loads(line)
+            texts = [rec["text"]] if "text" in rec else [m["content"] for m in rec["messages"]]
+            for t in texts:
+                assert unicodedata.is_normalized("NFC", t), f"{path.name} line {n + 1}"
+
+
+def test_corpus_not_in_nfc_is_counted_as_nfc_with_a_warning(tmp_path, monkeypatch):
+    """Vietnamese typed decomposed (NFD: tone marks as combining characters) costs what the NFC text
+    costs, by tiktoken's own count of the NFC text, and the run says the file was not NFC; with
+    ``nfc=False`` the raw text is counted (tiktoken on the NFD text)."""
+    import unicodedata
+
+    from embscope.corpus.readers import ReadOptions
+    from embscope.corpus.stream import CorpusWarning
+
+    enc = independent_cl100k(monkeypatch)
+    for lang in ("eng", "vie"):
+        lines = (UDHR / f"{lang}.jsonl").read_text("utf-8").splitlines()
+        if lang == "vie":
+            lines = [json.dumps({**json.loads(l), "text": unicodedata.normalize("NFD", json.loads(l)["text"])},
+                                ensure_ascii=False) for l in lines]
+        (tmp_path / f"{lang}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vocab = load_vocabulary("cl100k_base")
+    with pytest.warns(CorpusWarning, match=r"31 of 62 texts are not in Unicode NFC \(vie.jsonl: 31\)"):
+        res = measure([vocab], tmp_path)
+    row = {r["language"]: r for r in res.table.iter_rows(named=True)}["vie"]
+    nfc = texts_of("vie")
+    assert row["tokens"] == sum(len(enc.encode_ordinary(t)) for t in nfc)
+    assert row["chars"] == sum(len(t) for t in nfc) == 10_589
+    assert res.summary.corpus.nfc_normalized == 31
+    assert res.summary.corpus.nfc_per_file == {str(tmp_path / "vie.jsonl"): 31}
+
+    raw = measure([vocab], tmp_path, options=ReadOptions(nfc=False))
+    row_raw = {r["language"]: r for r in raw.table.iter_rows(named=True)}["vie"]
+    nfd = [unicodedata.normalize("NFD", t) for t in nfc]
+    assert row_raw["tokens"] == sum(len(enc.encode_ordinary(t)) for t in nfd) > 1.3 * row["tokens"]
+    assert raw.summary.corpus.nfc_normalized == 0

@@ -118,6 +118,7 @@ class ReadOptions:
     max_file_bytes: int = Limits.file_bytes  # decompressed bytes read per file
     max_corpus_bytes: int = Limits.corpus_bytes  # decompressed bytes read per pass
     max_ratio: int = Limits.ratio  # decompressed / on-disk bytes of a file (past RATIO_FLOOR)
+    nfc: bool = True  # texts read in Unicode NFC (embscope.corpus.stream), the non-NFC ones counted
 
 
 class _Meter:

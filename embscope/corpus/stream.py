@@ -33,6 +33,14 @@ in the order above, records in file order) while the language's total stays with
 shorter ones of that language may still fit) or ends the file (a file whose language comes from
 its path). The same corpus and budget always give the same sample, on any engine.
 
+Texts are read in Unicode normalization form NFC (``ReadOptions.nfc``): the same letter typed
+precomposed (``ế``, one code point) or decomposed (``e`` + two combining marks, three) is one
+text, so token counts and character counts do not depend on how a file was typed. A text that was
+not NFC is counted (``nfc_normalized``, per file in ``nfc_per_file``) and a corpus holding any is
+named in one :class:`CorpusWarning`: trainers read the file as it is, so the fix is to store it as
+NFC. (Unicode Standard Annex #15; ``unicodedata.is_normalized`` answers quickly for text already
+in NFC.)
+
 Bad input never crashes the reader and is never dropped silently: it is counted in
 :class:`CorpusReport` (``skipped`` totals, ``per_file`` counts) and summed up in one
 :class:`CorpusWarning` at the end. A path that yields no text at all raises
@@ -47,6 +55,7 @@ eng 31 [0, 1, 2]
 from __future__ import annotations
 
 import re
+import unicodedata
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -124,6 +133,10 @@ class CorpusRead(Record):
     capped_languages: list[str] = field(default_factory=list)
     #: {language: how it was decided} (the first 4,096)
     lang_source: dict[str, str] = field(default_factory=dict)
+    #: texts that were not in Unicode NFC and were read normalized to NFC
+    nfc_normalized: int = 0
+    #: {file: texts read normalized to NFC} for the files that held any (the first 4,096)
+    nfc_per_file: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,6 +150,12 @@ class CorpusReport:
     ignored_files: int = 0  # files with a suffix the reader does not read
     capped_languages: list[str] = field(default_factory=list)  # languages cut by sample_bytes (first 4,096)
     lang_source: dict[str, str] = field(default_factory=dict)  # lang → how it was decided (first 4,096)
+    nfc_per_file: Counter = field(default_factory=Counter)  # file → texts read normalized to NFC
+
+    @property
+    def nfc_normalized(self) -> int:
+        """Texts that were not in NFC (read normalized)."""
+        return sum(self.nfc_per_file.values())
 
     @property
     def skipped(self) -> Counter:
@@ -162,6 +181,7 @@ class CorpusReport:
             if len(self.lang_source) >= MAX_LISTED_LANGUAGES:
                 break
             self.lang_source.setdefault(lang, src)
+        self.nfc_per_file.update(later.nfc_per_file)
 
     def record(self) -> CorpusRead:
         """What was read; ``per_file`` lists only files with a bad record or that were skipped."""
@@ -169,7 +189,9 @@ class CorpusReport:
                           skipped=dict(sorted(self.skipped.items())),
                           per_file={f: dict(sorted(c.items())) for f, c in sorted(self.issues.per_file.items())},
                           ignored_files=self.ignored_files, bytes_read=self.issues.bytes_read,
-                          capped_languages=list(self.capped_languages), lang_source=dict(self.lang_source))
+                          capped_languages=list(self.capped_languages), lang_source=dict(self.lang_source),
+                          nfc_normalized=self.nfc_normalized,
+                          nfc_per_file=dict(sorted(self.nfc_per_file.items())[:MAX_LISTED_LANGUAGES]))
 
 
 def looks_like_lang(name: str) -> bool:
@@ -278,6 +300,9 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
     batch: Batch | None = None
     batch_bytes = file_texts = 0
     for text, rec_lang, unit in it:
+        normalized = options.nfc and not unicodedata.is_normalized("NFC", text)
+        if normalized:
+            text = unicodedata.normalize("NFC", text)
         if rec_lang:
             lang, src = rec_lang, "lang field"
         elif path_lang:
@@ -294,6 +319,8 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
                 break  # the whole rest of this file is the same language
             continue
         used[lang] += nbytes
+        if normalized:
+            report.nfc_per_file[file.path] += 1
         if batch is not None and (batch.lang != lang or len(batch.texts) >= batch_size
                                   or batch_bytes + nbytes > BATCH_BYTES):
             yield batch
@@ -340,6 +367,24 @@ def finish(paths, report: CorpusReport, *, stacklevel: int = 3) -> None:
         where = "; ".join(f"{Path(f).name}: {sum(c.values())}" for f, c in worst)
         warnings.warn(CorpusWarning(f"corpus {name}: {report.summary()} (most in {where}; every "
                                     "file is listed in the report's per_file)"), stacklevel=stacklevel)
+    if report.nfc_per_file:
+        warnings.warn(CorpusWarning(nfc_message(name, report)), stacklevel=stacklevel)
+
+
+def nfc_message(name: str, report: CorpusReport) -> str:
+    """The warning for a corpus with texts not in NFC (see the module docstring).
+
+    >>> r = CorpusReport(texts=40); r.nfc_per_file.update({"udhr/vie.jsonl": 31})
+    >>> nfc_message("udhr", r)  # doctest: +NORMALIZE_WHITESPACE
+    'corpus udhr: 31 of 40 texts are not in Unicode NFC (vie.jsonl: 31); they were counted as NFC,
+    so a letter typed decomposed is one character; a trainer reads them as stored: store them as NFC'
+    """
+    worst = sorted(report.nfc_per_file.items(), key=lambda kv: (-kv[1], kv[0]))
+    where = "; ".join(f"{Path(f).name}: {n:,}" for f, n in worst[:3])
+    more = f"; {len(worst) - 3:,} more files" if len(worst) > 3 else ""
+    return (f"corpus {name}: {report.nfc_normalized:,} of {report.texts:,} texts are not in Unicode NFC "
+            f"({where}{more}); they were counted as NFC, so a letter typed decomposed is one character; "
+            "a trainer reads them as stored: store them as NFC")
 
 
 def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,

@@ -129,7 +129,7 @@ def languages_view(langs) -> dict[str, Any]:
         seg = seg or b.segmentation
         reads.append({"corpus": path, "languages": b.languages, "texts": c.texts, "bytes": c.bytes,
                       "files_read": c.files_read, "reference_present": b.reference_present,
-                      "skipped": c.skipped, "capped": c.capped_languages})
+                      "skipped": c.skipped, "capped": c.capped_languages, "nfc": c.nfc_normalized})
     return {"reference": langs.reference, "corpora": list(langs.corpora), "segmentation": seg,
             "tokenizers": list(langs.tokenizers), "reads": reads}
 
