@@ -89,7 +89,9 @@ def test_qwen2_7b_kv_bytes_and_params():
     assert s.kv_bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344
     assert s.kv_bytes_per_token_fp8 == 28672
     assert s.kv_bytes["bf16"][32768] == 1879048192 == int(1.75 * GIB)
-    assert s.kv_bytes["bf16"][131072] == 57344 * 131072  # use_sliding_window false: no cap
+    assert s.kv_bytes["bf16"][65536] == 57344 * 65536  # use_sliding_window false: no cap
+    # up to the model's own context (32,768), then one row past it (twice it), never 131,072
+    assert list(s.kv_bytes["bf16"]) == [4096, 8192, 32768, 65536] == list(s.kv_bytes["fp8"])
     assert s.sliding_layers == 0
     assert s.params.total == 7_615_616_512 == s.params.active  # published 7.62 B; dense
     assert s.rope.rope_type == "default" and s.rope.theta == 1e6
@@ -318,7 +320,7 @@ def test_sliding_window_caps_kv():
     assert s.kv_bytes_per_token == 131072 and s.sliding_layers == 32
     assert s.kv_bytes["bf16"][4096] == 4096 * 131072
     assert s.kv_bytes["bf16"][32768] == 4096 * 131072  # capped at the window
-    assert s.kv_bytes["fp8"][131072] == 4096 * 65536
+    assert s.kv_bytes["fp8"][65536] == 4096 * 65536
 
 
 def test_qwen2_sliding_only_from_max_window_layers():
@@ -547,3 +549,21 @@ def test_check_and_rope_read_one_context(smollm2_model, key):
         limit, source = make_context(model, "transformers")[3]
         assert limit == context_summary(cfg).max_position_embeddings == want, (cfg, source)
         assert source == f"config {key if want == 3000 else 'max_position_embeddings'}"
+
+
+def test_embedding_bytes_in_the_stored_dtype():
+    """A GGUF's Q8_0 embedding is sized as stored (the file's own tensor bytes, read by gguf's
+    reader), with no 'assume bf16' note beside it; the config alone gives bf16, said as an estimate."""
+    import gguf
+
+    from embscope import load_model
+
+    m = load_model("smollm2-135m")
+    s = context_summary(m.config, stored_dtype=m.dtype)
+    tensor = next(t for t in gguf.GGUFReader(m.path).tensors if t.name == "token_embd.weight")
+    assert s.weight_dtype == m.dtype == "Q8_0" and s.weight_bytes_per_element == 34 / 32
+    assert s.embedding_bytes == int(tensor.n_bytes) == 49152 * 576 * 34 // 32
+    assert not any("estimate at bf16" in n for n in s.notes)
+    bare = context_summary(m.config)
+    assert bare.weight_dtype is None and bare.embedding_bytes == 49152 * 576 * 2
+    assert any("estimate at bf16" in n for n in bare.notes)

@@ -38,11 +38,13 @@ from embscope.context.rope import RopeSummary, extension_band, rope_parameters, 
 from embscope.context.rope import rope_type as rope_type_of
 from embscope.errors import ModelFileError
 
-#: context lengths the KV table always shows (tokens); the maximum context is added to them
+#: context lengths the KV table shows (tokens) up to the model's own maximum context, which is
+#: added to them; past it, one row only: twice the maximum (see :func:`kv_contexts`)
 KV_CONTEXTS = (4096, 8192, 32768, 131072)
 #: bytes per cached element for the two cache dtypes shown
 KV_DTYPES = {"bf16": 2, "fp8": 1}
-_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1}
+_DTYPE_BYTES = {"float32": 4, "float": 4, "f32": 4, "float16": 2, "half": 2, "f16": 2, "bfloat16": 2, "bf16": 2,
+                "float8_e4m3fn": 1, "float8_e5m2": 1, "f8_e4m3": 1, "f8_e5m2": 1}
 #: encoder-only model types: bidirectional attention, no KV cache at inference
 _ENCODERS = {"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "deberta", "deberta-v2"}
 #: RoPE types whose maths is relative to an original length; transformers takes
@@ -101,15 +103,18 @@ class ContextSummary(Record):
     kv_bytes_per_token: int
     #: KV bytes per token in fp8
     kv_bytes_per_token_fp8: int
-    #: {dtype: {context_tokens: total KV bytes for one sequence}}, sliding layers capped
+    #: {dtype: {context_tokens: total KV bytes for one sequence}}, sliding layers capped; the
+    #: contexts of :func:`kv_contexts`: up to ``max_context``, then one past it (twice it)
     kv_bytes: dict[str, dict[int, int]]
     #: vocabulary rows and hidden size
     vocab_size: int | None
     hidden_size: int
     #: input and output embeddings share one matrix
     tied: bool
-    #: bytes per weight as stored (from ``torch_dtype``/``dtype``; 2 when unknown)
-    weight_bytes_per_element: int
+    #: bytes per weight as stored: the loaded embedding's dtype when known (GGUF blocks: block
+    #: bytes / weights per block, Q8_0 34/32), else the config's ``torch_dtype``/``dtype``; 2
+    #: (bf16, an assumption a note states) when neither says
+    weight_bytes_per_element: float
     #: bytes of the input embedding table
     embedding_bytes: int
     #: bytes of the untied output head (0 when tied)
@@ -120,6 +125,9 @@ class ContextSummary(Record):
     embedding_share: float | None
     #: caveats (estimates, assumptions) in plain words
     notes: list[str] = field(default_factory=list)
+    #: the dtype ``weight_bytes_per_element`` is for (``bfloat16``, ``Q8_0``, ...); ``None`` when
+    #: neither the loaded matrix nor the config says (bf16 assumed, a note says so)
+    weight_dtype: str | None = None
 
     @property
     def params_estimate(self) -> int | None:
@@ -227,12 +235,15 @@ def _lengths(cfg: dict, params: dict | None, kind: str, max_pos: int | None
 # --------------------------------------------------------------------------------------- summary
 
 
-def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> ContextSummary:
+def context_summary(config: dict, *, gguf_metadata: dict | None = None,
+                    stored_dtype: str | None = None) -> ContextSummary:
     """Read position, KV-cache and embedding-size facts from an HF config (v4 or v5) or GGUF metadata.
 
     Args:
         config: ``config.json`` as a dict (may be ``{}`` when ``gguf_metadata`` is given).
         gguf_metadata: GGUF key/value metadata; fills what ``config`` lacks.
+        stored_dtype: the dtype the embedding is stored in (``LoadedModel.dtype``: ``BF16``,
+            ``Q8_0``, ...), which sizes the embedding bytes; ``None``: the config's dtype.
     Returns:
         :class:`ContextSummary`.
     Raises:
@@ -286,7 +297,7 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
 
     per_layer, windows, kv = _kv_cache(cfg, dm, encoding, claimed, notes)
     n_sliding = sum(1 for w in windows if w is not None)
-    is_tied, wbytes, emb, est, share = _embedding_figures(cfg, dm, notes)
+    is_tied, (wdtype, wbytes), emb, est, share = _embedding_figures(cfg, dm, notes, stored_dtype)
 
     return ContextSummary(
         model_type=kind, position_encoding=encoding, rope=rope, rope_absent_reason=reason,
@@ -299,7 +310,7 @@ def context_summary(config: dict, *, gguf_metadata: dict | None = None) -> Conte
         sliding_window=next((w for w in windows if w), None),
         kv_bytes_per_token=per_layer * dm.layers * KV_DTYPES["bf16"],
         kv_bytes_per_token_fp8=per_layer * dm.layers * KV_DTYPES["fp8"], kv_bytes=kv, vocab_size=dm.vocab,
-        hidden_size=dm.hidden, tied=is_tied, weight_bytes_per_element=wbytes, embedding_bytes=emb,
+        hidden_size=dm.hidden, tied=is_tied, weight_bytes_per_element=wbytes, weight_dtype=wdtype, embedding_bytes=emb,
         output_head_bytes=0 if is_tied else emb, params=est, embedding_share=share, notes=notes)
 
 
@@ -313,29 +324,73 @@ def _kv_cache(cfg: dict, dm, encoding: str, claimed: int | None, notes: list[str
     else:
         per_layer = 2 * dm.kv_heads * dm.head_dim
     windows = _layer_windows(cfg, dm.layers)
-    contexts = sorted(set(KV_CONTEXTS) | ({claimed} if claimed else set()))
-    if encoding == "absolute" and claimed:  # a position table has no positions past its size
-        contexts = [n for n in contexts if n <= claimed]
+    contexts = kv_contexts(claimed, beyond=encoding != "absolute")
     kv = {dt: {n: kv_cache_bytes(per_layer, windows, n, b) for n in contexts} for dt, b in KV_DTYPES.items()}
     return per_layer, windows, kv
 
 
-def _embedding_figures(cfg: dict, dm, notes: list[str]):
-    """``(tied, bytes per weight, embedding bytes, parameter estimate, embedding share)``."""
+def kv_contexts(max_context: int | None, beyond: bool = True) -> list[int]:
+    """The context lengths of the KV table: the lengths of :data:`KV_CONTEXTS` below the model's
+    maximum context, that maximum, and (``beyond``) one row past it, twice the maximum: what
+    doubling the context would cost. A position table (``beyond`` False) has no positions past its
+    size; an unknown maximum gives :data:`KV_CONTEXTS`.
+
+    >>> kv_contexts(8192), kv_contexts(32768), kv_contexts(1024, beyond=False), kv_contexts(None)
+    ([4096, 8192, 16384], [4096, 8192, 32768, 65536], [1024], [4096, 8192, 32768, 131072])
+    """
+    if not max_context:
+        return list(KV_CONTEXTS)
+    out = [n for n in KV_CONTEXTS if n < max_context] + [max_context]
+    return out + [2 * max_context] if beyond else out
+
+
+def bytes_per_weight(dtype: str | None) -> float | None:
+    """Bytes one weight takes in ``dtype``: torch and safetensors names, and GGUF's block types
+    (block bytes / weights per block, from ``gguf``'s ``GGML_QUANT_SIZES``); ``None`` when unknown.
+
+    >>> bytes_per_weight("bfloat16"), bytes_per_weight("F32"), bytes_per_weight("Q8_0"), bytes_per_weight("x")
+    (2, 4, 1.0625, None)
+    """
+    if not dtype:
+        return None
+    name = str(dtype).replace("torch.", "")
+    if name.lower() in _DTYPE_BYTES:
+        return _DTYPE_BYTES[name.lower()]
+    try:
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name.upper()]]
+    except (ImportError, KeyError):
+        return None
+    return size / block if block > 1 else size
+
+
+def _weight_bytes(cfg: dict, stored: str | None, notes: list[str]) -> tuple[str | None, float]:
+    """``(dtype, bytes per weight)``: the stored dtype, else the config's, else bf16 with a note."""
+    said = str(first(cfg, "torch_dtype", "dtype", default="")).replace("torch.", "") or None
+    for dtype in (stored, said):
+        b = bytes_per_weight(dtype)
+        if b is not None:
+            return dtype, b
+    notes.append(f"weight dtype {'not stated' if not said else said + ' not known here'}: the embedding "
+                 "bytes are an estimate at bf16 (2 B per weight)")
+    return None, 2
+
+
+def _embedding_figures(cfg: dict, dm, notes: list[str], stored: str | None = None):
+    """``(tied, (dtype, bytes per weight), embedding bytes, parameter estimate, embedding share)``."""
     is_tied = tied(cfg)
-    dtype = str(first(cfg, "torch_dtype", "dtype", default="unknown")).replace("torch.", "")
-    if dtype not in _DTYPE_BYTES:
-        notes.append(f"weight dtype {dtype}: embedding bytes assume bf16 (2 B per weight)")
-    wbytes = _DTYPE_BYTES.get(dtype, 2)
+    wdtype, wbytes = _weight_bytes(cfg, stored, notes)
     vocab = dm.vocab or 0
-    emb = vocab * dm.hidden * wbytes
+    emb = int(round(vocab * dm.hidden * wbytes))
     est = estimate_parameters(cfg)
     share = (vocab * dm.hidden * (1 if is_tied else 2) / est.total) if est and est.total else None
     if est:
-        notes.append("parameter counts are estimated from the config (see docs/context.md)")
+        notes.append("the parameter counts and the embedding share are estimates from the config's shapes "
+                     "(see docs/context.md)")
         if est.experts:
             notes.append(f"mixture of experts: {est.experts_per_token} of {est.experts} routed experts per token "
                          f"in {est.moe_layers} layers; active parameters per token {est.active:,}")
         if cfg.get("num_nextn_predict_layers"):
             notes.append("multi-token-prediction layers (num_nextn_predict_layers) are not counted")
-    return is_tied, wbytes, emb, est, share
+    return is_tied, (wdtype, wbytes), emb, est, share

@@ -45,6 +45,7 @@ def context_view(ctx) -> dict[str, Any]:
         "kv_bytes_per_token": {"bf16": ctx.kv_bytes_per_token, "fp8": ctx.kv_bytes_per_token_fp8},
         "kv_bytes_at": at,
         "embedding_bytes": ctx.embedding_bytes,
+        "weight_dtype": ctx.weight_dtype,
         "output_bytes": ctx.output_head_bytes,
         "embedding_share": ctx.embedding_share,
         "params_estimate": ctx.params.total if ctx.params else None,

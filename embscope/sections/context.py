@@ -17,4 +17,4 @@ def context_section(inputs: Inputs) -> SectionOutput:
 
     if inputs.model is None:
         return SectionOutput(skipped="no model: a tokenizer-only run has no config")
-    return SectionOutput(record=context_summary(inputs.model.config))
+    return SectionOutput(record=context_summary(inputs.model.config, stored_dtype=inputs.model.dtype))

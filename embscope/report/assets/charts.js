@@ -60,8 +60,11 @@
       svg.appendChild(sv("path", { d: p2, fill: "none", stroke: "#7c3aed", "stroke-width": 1.5, "stroke-dasharray": "4 3" }));
       svg.appendChild(sv("text", { x: f.w - f.m.r - 4, y: f.m.t + 12, "text-anchor": "end", style: "fill:#7c3aed" }, "dashed: after " + displayToken(ctx.rope_type || "") + " scaling"));
     }
+    var drawn = { blue: 0, orange: 0 };
     wl.forEach(function (v, i) {
-      if (v > 0) svg.appendChild(sv("circle", { cx: x(i), cy: y(v), r: 2.4, fill: v > train ? "#c2410c" : "#2f6fde" }));
+      if (!(v > 0)) return;
+      drawn[v > train ? "orange" : "blue"]++;
+      svg.appendChild(sv("circle", { cx: x(i), cy: y(v), r: 2.4, fill: v > train ? "#c2410c" : "#2f6fde" }));
     });
     lines.forEach(function (l) {
       svg.appendChild(sv("line", { x1: f.m.l, x2: f.w - f.m.r, y1: y(l[0]), y2: y(l[0]), stroke: l[2], "stroke-dasharray": "5 4" }));
@@ -70,8 +73,16 @@
     niceTicks(0, n - 1, 8).forEach(function (t) {
       svg.appendChild(sv("text", { x: x(t), y: f.m.t + f.ih + 16, "text-anchor": "middle" }, String(t)));
     });
-    svg.appendChild(sv("text", { x: f.m.l + f.iw / 2, y: f.h - 2, "text-anchor": "middle" }, "dimension pair i (blue: turns fully within the trained context; orange: does not)"));
+    svg.appendChild(sv("text", { x: f.m.l + f.iw / 2, y: f.h - 2, "text-anchor": "middle" }, "dimension pair i · " + wavelengthKey(drawn, ctx)));
     box.textContent = ""; box.appendChild(svg);
+  }
+  /* The wavelength chart's key names only the marks it drew: both colours when the trained context
+     splits the pairs, else what the one colour means. */
+  function wavelengthKey(drawn, ctx) {
+    if (!ctx.original_max_positions) return "trained context unknown: no pair marked as past it";
+    if (drawn.blue && drawn.orange) return "blue: turns fully within the trained context; orange: does not";
+    if (drawn.orange) return "orange: no pair turns fully within the trained context";
+    return "blue: every pair turns fully within the trained context";
   }
 
   function kvChart(ctx) {
@@ -89,23 +100,28 @@
       svg.appendChild(sv("line", { x1: f.m.l, x2: f.w - f.m.r, y1: yv(t * unit[0]), y2: yv(t * unit[0]), stroke: "#eef0f3" }));
       svg.appendChild(sv("text", { x: f.m.l - 6, y: yv(t * unit[0]) + 4, "text-anchor": "end" }, fmt(t) + " " + unit[1]));
     });
-    var gw = f.iw / keys.length, bw = Math.min(gw * 0.34, 46);
+    var gw = f.iw / keys.length, bw = Math.min(gw * 0.34, 46), pastDrawn = false;
     keys.forEach(function (k, i) {
       var cx = f.m.l + gw * (i + 0.5);
+      /* a row past the model's own context: drawn faded and outlined, named in the key */
+      var past = ctx.max_positions && /^\d+$/.test(k) && +k > ctx.max_positions;
+      if (past) pastDrawn = true;
       [["bf16", "#2f6fde", -1], ["fp8", "#93c5fd", 0]].forEach(function (d) {
         var b = (at[k] || {})[d[0]];
         if (typeof b !== "number") return;
         var r = sv("rect", { x: cx + d[2] * bw, width: bw - 2, y: yv(b), height: f.m.t + f.ih - yv(b), fill: d[1], rx: 2 });
-        r.appendChild(sv("title", {}, d[0] + " at " + displayToken(k) + ": " + gib(b)));
+        if (past) { r.setAttribute("fill-opacity", "0.35"); r.setAttribute("stroke", d[1]); r.setAttribute("stroke-dasharray", "3 2"); }
+        r.appendChild(sv("title", {}, d[0] + " at " + displayToken(k) + ": " + gib(b) + (past ? " (past the model's context)" : "")));
         svg.appendChild(r);
       });
       var label = /^\d+$/.test(k) ? (+k >= 1024 ? (+k / 1024) + "k" : k) : displayToken(k);
-      svg.appendChild(sv("text", { x: cx, y: f.m.t + f.ih + 16, "text-anchor": "middle" }, label));
+      svg.appendChild(sv("text", { x: cx, y: f.m.t + f.ih + 16, "text-anchor": "middle" }, label + (past ? " (past)" : "")));
     });
     svg.appendChild(sv("rect", { x: f.m.l + 4, y: f.m.t, width: 10, height: 10, fill: "#2f6fde" }));
     svg.appendChild(sv("text", { x: f.m.l + 18, y: f.m.t + 9 }, "bf16"));
     svg.appendChild(sv("rect", { x: f.m.l + 56, y: f.m.t, width: 10, height: 10, fill: "#93c5fd" }));
     svg.appendChild(sv("text", { x: f.m.l + 70, y: f.m.t + 9 }, "fp8"));
+    if (pastDrawn) svg.appendChild(sv("text", { x: f.m.l + 104, y: f.m.t + 9 }, "faded: past the model's context (" + fmt(ctx.max_positions) + ")"));
     svg.appendChild(sv("text", { x: f.m.l + f.iw / 2, y: f.h - 4, "text-anchor": "middle" }, "context length (tokens)"));
     box.textContent = ""; box.appendChild(svg);
   }
