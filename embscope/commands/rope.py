@@ -74,7 +74,8 @@ def format_summary(summary: "ContextSummary"):
     for dt in s.kv_bytes:
         kv.add_column(dt, justify="right")
     for n in next(iter(s.kv_bytes.values())):
-        kv.add_row(f"{n:,}" + (" (max)" if n == s.max_context else ""), *(_gib(s.kv_bytes[dt][n]) for dt in s.kv_bytes))
+        mark = " (max)" if n == s.max_context else " (past max)" if s.max_context and n > s.max_context else ""
+        kv.add_row(f"{n:,}{mark}", *(_gib(s.kv_bytes[dt][n]) for dt in s.kv_bytes))
     return Group(facts, kv, *(f"[dim]note: {n}[/]" for n in s.notes))
 
 
