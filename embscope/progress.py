@@ -142,21 +142,37 @@ class Steps:
 
     @contextmanager
     def step(self, name: str, description: str | None = None):
+        """Time the ``with`` body as step ``name``; its line ends ``✓`` — or reads ``– … nothing to
+        report`` when the body called the handle's ``nothing(why)``: a step that found nothing never
+        shows a check mark (the reason follows as the run's error or one of its warnings)."""
         label = description or name
         t0 = time.perf_counter()
         if self.verbose:
             _console().print(f"[bold]→[/] {_plain(label)} …")
-        yield
+        handle = _StepHandle()
+        yield handle
         signals.raise_pending()
         dt = time.perf_counter() - t0
         self.timings[name] = round(dt, 3)
         release_free_blocks()  # a step's freed buffers back to the kernel before the next
-        if self.verbose:
+        if self.verbose and handle.why is not None:
+            _console().print(f"[yellow]–[/] {_plain(label)}: nothing to report  [dim]{dt:.1f} s[/]")
+        elif self.verbose:
             _console().print(f"[green]✓[/] {_plain(label)}  [dim]{dt:.1f} s[/]")
 
     def skip(self, name: str, why: str) -> None:
         if self.verbose:
             _console().print(f"[yellow]–[/] {name}: skipped ({_plain(why)})")
+
+
+class _StepHandle:
+    """What a step's ``with`` body may say about its outcome (see :meth:`Steps.step`)."""
+
+    why: str | None = None
+
+    def nothing(self, why: str) -> None:
+        """The step ran and found nothing to report, because ``why``."""
+        self.why = why
 
 
 def _plain(text: str) -> str:

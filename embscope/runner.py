@@ -149,6 +149,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     given = _Given(languages=[corpus_path(c) for c in languages],
                    domain=corpus_path(domain) if domain is not None else None,
                    corpora=[corpus_path(c) for c in corpora], data=[_training_path(c) for c in data])
+    given.check_readable()  # a .csv or an empty file is named before the model loads
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
              and all(getattr(given, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
     if given.domain is None and any(s.name == "extension" for s in specs):
@@ -185,6 +186,13 @@ class _Given:
     domain: Path | None
     corpora: list[Path]
     data: list[Path]
+
+    def check_readable(self) -> None:
+        """Every path holds something the readers read (:mod:`embscope.corpus.preflight`)."""
+        from embscope.corpus.preflight import check_readable
+
+        check_readable([*self.languages, *([self.domain] if self.domain else []), *self.corpora])
+        check_readable(self.data, training=True)
 
     def paths(self, resolved, tokenizers: Sequence[str]) -> list[Path]:
         """Every input that exists on disk (the output folder may be none of them)."""

@@ -104,3 +104,44 @@ def test_every_command_has_help_text():
     assert len(group.commands) >= 8
     for name, cmd in group.commands.items():
         assert cmd.help and len(cmd.help.strip()) > 20, f"{name} lacks help text"
+
+
+def test_unreadable_inputs_are_named_before_the_model_loads(capsys, tmp_path, monkeypatch):
+    """A .csv training file, an empty corpus file and a folder of .csv files: one line naming the
+    file type (or the emptiness) and the fix, before any model is resolved or loaded."""
+    import embscope.runner as runner
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was resolved before the inputs were checked")
+
+    monkeypatch.setattr(runner, "_resolve", no_model)
+    (tmp_path / "x.csv").write_text("text,label\nhello,1\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "csvs").mkdir()
+    for name in ("a.csv", "b.csv", "c.tsv"):
+        (tmp_path / "csvs" / name).write_text("text\nhello\n")
+    cases = [
+        (["check", "--model", "smollm2-135m", "--data", str(tmp_path / "x.csv")],
+         "x.csv is a .csv file, which embscope does not read as training data: convert it to .jsonl"),
+        (["extend", "--model", "smollm2-135m", "--corpus", str(tmp_path / "empty.txt")],
+         "empty.txt is empty (0 bytes)"),
+        (["fertility", "-t", "gpt2", "--corpus", str(tmp_path / "csvs")],
+         "csvs holds no file embscope reads as a corpus (2 .csv, 1 .tsv)"),
+    ]
+    for argv, expected in cases:
+        assert main(argv) == 2
+        assert expected in one_line_error(capsys)
+
+
+def test_step_with_nothing_to_report_shows_no_check_mark(capsys, tmp_path, monkeypatch):
+    """``extend`` on a corpus of blank lines: the step says it found nothing (never ✓), then one error."""
+    monkeypatch.delenv("EMBSCOPE_QUIET", raising=False)
+    (tmp_path / "blank.txt").write_text("  \n\n   \n")
+    assert main(["extend", "--model", "smollm2-135m", "--corpus", str(tmp_path / "blank.txt"),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to report" in err and "✓ vocabulary-extension" not in err
+    assert "– vocabulary-extension candidates" in err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        line for line in err.splitlines() if "holds no usable text" in line and line.startswith("error:")]
+    assert not (tmp_path / "out").exists()

@@ -29,7 +29,7 @@ def extension_section(inputs: Inputs) -> SectionOutput:
 
     opts = inputs.options
     sub = Steps(verbose=False)  # its parts' times go into summary.json as extension:<part>
-    with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}"):
+    with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}") as step:
         try:
             ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
                           min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
@@ -38,6 +38,7 @@ def extension_section(inputs: Inputs) -> SectionOutput:
                           as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
                           distil_budget=DISTIL_BUDGET if opts.distil_budget is None else opts.distil_budget)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
+            step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
         finally:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
