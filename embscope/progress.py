@@ -88,7 +88,8 @@ def bar(total: float | None, description: str, *, unit: str = "") -> Iterator[Ca
                 done, el = state["done"], now - state["t0"]
                 if total:
                     eta = el * (total - done) / done if done else float("nan")
-                    msg = f"  {description} {_amount(done, unit)}/{_amount(total, unit)} ({100 * done / total:.0f} %), ETA {_fmt_s(eta)}"
+                    msg = (f"  {description} {_amount(done, unit, False)}/{_amount(total, unit)} "
+                           f"({100 * done / total:.0f} %), ETA {_fmt_s(eta)}")
                 else:
                     msg = f"  {description} {_amount(done, unit)} after {_fmt_s(el)}"
                 print(msg, file=sys.stderr, flush=True)
@@ -98,8 +99,8 @@ def bar(total: float | None, description: str, *, unit: str = "") -> Iterator[Ca
     from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
-    count = DownloadColumn() if unit == "B" else MofNCompleteColumn()
-    with Progress(TextColumn("  {task.description}"), BarColumn(), count, TimeElapsedColumn(),
+    count = [DownloadColumn()] if unit == "B" else [MofNCompleteColumn(), TextColumn(unit)]
+    with Progress(TextColumn("  {task.description}"), BarColumn(), *count, TimeElapsedColumn(),
                   TimeRemainingColumn(), console=_console(), transient=True) as progress:
         task = progress.add_task(description, total=total)
 
@@ -110,21 +111,28 @@ def bar(total: float | None, description: str, *, unit: str = "") -> Iterator[Ca
         yield advance_bar
 
 
-def _amount(x: float, unit: str) -> str:
+def _amount(x: float, unit: str, named: bool = True) -> str:
+    """``12.3 MiB`` for bytes, ``40 tiles`` for a named unit (the name left out when ``named`` is False).
+
+    >>> _amount(3 * 2**20, "B"), _amount(1234, "rows"), _amount(40, "rows", False), _amount(2**20, "B", False)
+    ('3.0 MiB', '1,234 rows', '40', '1.0')
+    """
     if unit == "B":
-        return f"{x / 2**20:,.1f} MiB"
-    return f"{x:,.0f}"
+        return f"{x / 2**20:,.1f} MiB" if named else f"{x / 2**20:,.1f}"
+    return f"{x:,.0f} {unit}" if unit and named else f"{x:,.0f}"
 
 
-def track(items: Iterable[T], *, total: int | None = None, description: str = "working") -> Iterator[T]:
-    """Yield ``items`` while drawing a progress bar (see :func:`bar`).
+def track(items: Iterable[T], *, total: int | None = None, description: str = "working",
+          unit: str = "") -> Iterator[T]:
+    """Yield ``items`` while drawing a progress bar (see :func:`bar`); ``unit`` names what one
+    item is (``tiles``, ``texts``), shown beside the count.
 
-    >>> list(track(range(3), description="demo"))
+    >>> list(track(range(3), description="demo", unit="items"))
     [0, 1, 2]
     """
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
-    with bar(total, description) as advance:
+    with bar(total, description, unit=unit) as advance:
         for item in items:
             yield item
             advance(1)
@@ -136,9 +144,12 @@ class Steps:
     ``timings`` maps step name to seconds, in the order the steps ran; it goes into summary.json.
     """
 
-    def __init__(self, *, verbose: bool | None = None):
+    def __init__(self, *, verbose: bool | None = None, announce: str | None = None):
+        """``announce``: print one line as each step starts, ``  · <announce>: <label> …`` (the
+        parts of a long step, so a person sees which part runs), and no ✓ lines."""
         self.timings: dict[str, float] = {}
         self.verbose = enabled() if verbose is None else (verbose and enabled())
+        self.announce = announce if announce is not None and enabled() else None
 
     @contextmanager
     def step(self, name: str, description: str | None = None):
@@ -149,6 +160,9 @@ class Steps:
         t0 = time.perf_counter()
         if self.verbose:
             _console().print(f"[bold]→[/] {_plain(label)} …")
+        elif self.announce:
+            part = f"{name} ({description})" if description and description != name else name
+            _console().print(f"[dim]  · {_plain(self.announce)}: {_plain(part)} …[/]")
         handle = _StepHandle()
         yield handle
         signals.raise_pending()

@@ -267,3 +267,24 @@ def test_local_ray_listens_on_loopback_only(ray_local):
     for port in (int(gcs_port), node["NodeManagerPort"], node["ObjectManagerPort"]):
         found = listening_addresses(port)
         assert found and set(found) <= LOOPBACK, (port, found)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_corpus_pass_progress_is_bytes_with_a_total(gpt2, capsys, monkeypatch, workers):
+    """A pass over the medical corpus (two files, one of 1.9 MB) reports bytes against the
+    corpus's size on disk: in this process while the big file is read (many lines), on workers
+    as each file's result comes back; it ends at the total, never past it."""
+    import os
+    import re
+
+    from embscope import progress
+
+    monkeypatch.delenv("EMBSCOPE_QUIET", raising=False)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    measure([gpt2], MEDICAL, engine=Engine(workers=workers))
+    total = sum(os.path.getsize(p) for p in MEDICAL.iterdir())
+    lines = [l for l in capsys.readouterr().err.splitlines() if "tokenising corpus" in l]
+    got = [re.search(r"tokenising corpus ([\d.,]+)/([\d.,]+) MiB \((\d+) %\)", l) for l in lines]
+    assert all(got) and {g[2] for g in got} == {f"{total / 2**20:,.1f}"}
+    assert [int(g[3]) for g in got] == sorted(int(g[3]) for g in got) and int(got[-1][3]) == 100
+    assert len(got) > (20 if workers == 1 else 1)

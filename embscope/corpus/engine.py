@@ -75,11 +75,54 @@ def _init_worker(state: dict):
 
 
 def _pool_map(shard):
-    return map_shard(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"])
+    return map_shard(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"], _STATE.get("tick"))
 
 
 def _pool_chunks(shard):
-    return _chunks_to_runs(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"], _STATE["spill"])
+    return _chunks_to_runs(_STATE["fn"], shard, _STATE["options"], _STATE["batch_size"], _STATE["spill"],
+                           _STATE.get("tick"))
+
+
+class _Bytes:
+    """A pass's progress in bytes (:func:`embscope.progress.bar`, unit ``B``): each shard weighs
+    :func:`~embscope.corpus.shards.shard_bytes`, advanced as a file read in this process goes
+    (the bytes of the texts handed out, capped at the file's size: a jsonl file's keys and quotes
+    are counted when it ends) and completed when the shard's result comes back; the total is the
+    corpus's size on disk (unknown for a sampled pass).
+
+    Results come back in shard order, so the sizes queue in the order the shards go out."""
+
+    def __init__(self, shards, advance):
+        self.sizes: deque = deque()
+        self.advance, self.shown = advance, 0
+        self.shards = self._sized(shards)
+
+    def _sized(self, shards):
+        from embscope.corpus.shards import shard_bytes
+
+        for shard in shards:
+            self.sizes.append(shard_bytes(shard))
+            yield shard
+
+    def tick(self, read: int) -> None:
+        """A file read in this process has given ``read`` bytes so far."""
+        n = min(read, self.sizes[0] if self.sizes else 0) - self.shown
+        if n > 0:
+            self.advance(n)
+            self.shown += n
+
+    def done(self) -> None:
+        """The oldest shard's result came back."""
+        size = self.sizes.popleft() if self.sizes else 0
+        self.advance(max(size - self.shown, 0))
+        self.shown = 0
+
+
+def _pass_total(corpus, sample_bytes, options) -> int | None:
+    """The progress bar's total: the corpus files' size on disk; ``None`` for a sampled pass."""
+    if sample_bytes is not None:
+        return None
+    return sum(os.path.getsize(f.path) for f in corpus_files(corpus, options))
 
 
 def _ordered(shards: Iterable[Shard], work, workers: int, state: dict) -> Iterator:
@@ -88,6 +131,7 @@ def _ordered(shards: Iterable[Shard], work, workers: int, state: dict) -> Iterat
     ``state`` (the mapper, read options, …) goes to each worker once, not with every shard.
     """
     if workers == 1:
+        _STATE.clear()  # a progress hook of an earlier pass must not outlive it
         _STATE.update(state)
         for shard in shards:
             yield work(shard)
@@ -128,24 +172,27 @@ def run_pass(corpus, mapper: Callable, reducer: Callable, *, engine: Engine | No
     Raises:
         CorpusError: the corpus holds no usable text.
     """
-    from embscope.progress import track
+    from embscope.progress import bar
 
     engine = engine or Engine()
     options = options or ReadOptions()
     report = CorpusReport()
-    shards = corpus_shards(corpus, sample_bytes, batch_size, options, report)
-    if engine.kind == "ray":
-        from embscope.corpus.ray_engine import ray_map
-
-        results = ray_map(engine, shards, mapper, options, batch_size)
-    else:
-        workers = _workers(engine, corpus, options)
-        results = _ordered(shards, _pool_map, workers,
-                           {"fn": mapper, "options": options, "batch_size": batch_size})
     merged = None
-    for partial, shard_report in track(results, description=description):
-        report.merge(shard_report)
-        merged = partial if merged is None else reducer(merged, partial)
+    with bar(_pass_total(corpus, sample_bytes, options), description, unit="B") as advance:
+        progress = _Bytes(corpus_shards(corpus, sample_bytes, batch_size, options, report), advance)
+        if engine.kind == "ray":
+            from embscope.corpus.ray_engine import ray_map
+
+            results = ray_map(engine, progress.shards, mapper, options, batch_size)
+        else:
+            workers = _workers(engine, corpus, options)
+            state = {"fn": mapper, "options": options, "batch_size": batch_size}
+            results = _ordered(progress.shards, _pool_map, workers,
+                               {**state, "tick": progress.tick} if workers == 1 else state)
+        for partial, shard_report in results:
+            progress.done()
+            report.merge(shard_report)
+            merged = partial if merged is None else reducer(merged, partial)
     finish(corpus, report, stacklevel=3)
     return (merged if merged is not None else mapper(iter([]))), report
 
@@ -166,7 +213,7 @@ def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine 
     one chunk per worker plus the keys returned. On Ray the chunks are rows of a Ray Dataset,
     reduced by ``groupby("key").aggregate(Sum("count"), Min("first"))``.
     """
-    from embscope.progress import track
+    from embscope.progress import bar
 
     engine = engine or Engine()
     options = options or ReadOptions()
@@ -185,12 +232,15 @@ def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine 
     spill.mkdir(parents=True, exist_ok=True)
     try:
         workers = _workers(engine, corpus, options)
-        state = {"fn": chunker, "options": options, "batch_size": batch_size, "spill": str(spill)}
         runs: list[str] = []
-        for shard_runs, shard_report in track(_ordered(shards, _pool_chunks, workers, state),
-                                              description=description):
-            report.merge(shard_report)
-            runs += shard_runs
+        with bar(_pass_total(corpus, sample_bytes, options), description, unit="B") as advance:
+            progress = _Bytes(shards, advance)
+            state = {"fn": chunker, "options": options, "batch_size": batch_size, "spill": str(spill)}
+            for shard_runs, shard_report in _ordered(progress.shards, _pool_chunks, workers,
+                                                     {**state, "tick": progress.tick} if workers == 1 else state):
+                progress.done()
+                report.merge(shard_report)
+                runs += shard_runs
         finish(corpus, report, stacklevel=3)
         return {k: (n, first) for k, n, first in merge_runs(runs, spill) if n >= min_count}, report
     finally:
@@ -201,8 +251,8 @@ def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine 
 # ------------------------------------------------------------------ sorted runs
 
 
-def _chunks_to_runs(chunker, shard: Shard, options, batch_size, spill: str):
-    batches, report = read_shard(shard, options, batch_size)
+def _chunks_to_runs(chunker, shard: Shard, options, batch_size, spill: str, tick=None):
+    batches, report = read_shard(shard, options, batch_size, tick)
     runs = []
     for j, chunk in enumerate(chunker(batches, shard.index)):
         path = os.path.join(spill, f"run-{shard.index:09d}-{j:05d}.pkl")
@@ -279,5 +329,5 @@ def map_shards(shards: Iterable[Shard], mapper: Callable, *, engine: Engine | No
         results = ray_map(engine, shards, mapper, options, 1)
     else:
         results = _ordered(shards, _pool_map, max(1, workers), {"fn": mapper, "options": options, "batch_size": 1})
-    for partial, _ in track(results, description=description):
+    for partial, _ in track(results, description=description, unit="shards"):
         yield partial

@@ -54,14 +54,37 @@ def corpus_shards(corpus, sample_bytes, batch_size, options, report) -> Iterator
         yield Shard(index, batches=unit)
 
 
-def read_shard(shard: Shard, options, batch_size) -> tuple[Iterable, CorpusReport]:
+def shard_bytes(shard: Shard) -> int:
+    """What a shard weighs on the progress bar: its file's size on disk, or the UTF-8 bytes of the
+    texts of a sampled shard."""
+    import os
+
+    if shard.batches is not None:
+        return sum(len(t.encode("utf-8")) for b in shard.batches for t in b.texts)
+    try:
+        return os.path.getsize(shard.file.path)
+    except OSError:
+        return 0
+
+
+def read_shard(shard: Shard, options, batch_size, tick=None) -> tuple[Iterable, CorpusReport]:
+    """``(batches, report)`` of one shard. ``tick(bytes)`` is called after each batch of a file
+    read here, with the UTF-8 bytes of the texts handed out so far (the progress bar of a pass in
+    this process: what was worked on, not what the reader read ahead)."""
     report = CorpusReport()
     if shard.batches is not None:
         return iter(shard.batches), report
-    return iter_file(shard.file, options=options, batch_size=batch_size, report=report), report
+    batches = iter_file(shard.file, options=options, batch_size=batch_size, report=report)
+    return (batches if tick is None else _ticking(batches, report, tick)), report
 
 
-def map_shard(mapper, shard: Shard, options, batch_size):
+def _ticking(batches, report: CorpusReport, tick):
+    for b in batches:
+        yield b
+        tick(report.bytes)
+
+
+def map_shard(mapper, shard: Shard, options, batch_size, tick=None):
     """Worker side of :func:`embscope.corpus.engine.run_pass`: ``(partial, report)`` of one shard."""
-    batches, report = read_shard(shard, options, batch_size)
+    batches, report = read_shard(shard, options, batch_size, tick)
     return mapper(batches), report

@@ -152,7 +152,7 @@ def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
 
     counts: Counter = Counter()
     parts: dict[str, list[str]] = {}
-    for text in track(texts, total=total, description="counting terms"):
+    for text in track(texts, total=total, description="counting terms", unit="texts"):
         for key, gram in _terms_of(tok, text, max_ngram):
             counts[key] += 1
             if key not in parts:

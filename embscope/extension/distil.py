@@ -69,11 +69,10 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
     """
     import time
 
-    import torch
+    from embscope.extension.fidelity import old_vocabulary, parts
+    from embscope.progress import bar
 
     steps = STEPS if steps is None else steps
-    from embscope.extension.fidelity import log_probs, new_token_hidden, old_vocabulary, parts, reference
-
     rows = start.detach().float().clone()
     if not ctxs or steps < 1:
         return rows
@@ -82,7 +81,20 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
                          "(--init distil) or pass --distil-budget to run it")
     p = old_vocabulary(parts(lm), new_ids)
     step_size = lr * float(rows.norm(dim=1).median()) / rows.shape[1] ** 0.5
-    began, done = time.perf_counter(), 0
+    with bar(len(ctxs), f"fitting {rows.shape[0]:,} rows", unit="contexts") as advance:
+        return _fit(p, rows, ctxs, steps, step_size, budget, time.perf_counter(), advance)
+
+
+def _fit(p, rows, ctxs, steps: int, step_size: float, budget, began: float, advance):
+    """The fitting loop of :func:`distil`, chunk by chunk (``advance`` ticks per context fitted)."""
+    import dataclasses
+    import time
+
+    import torch
+
+    from embscope.extension.fidelity import log_probs, new_token_hidden, reference
+
+    done = 0
     for k, chunk in enumerate(_chunks(ctxs, CHUNK, PILOT if budget is not None else None)):
         if k == 1 and budget is not None:
             took = time.perf_counter() - began
@@ -107,4 +119,5 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
             opt.step()
         rows[terms] = param.detach()
         done += len(chunk)
+        advance(len(chunk))
     return rows

@@ -378,17 +378,21 @@ def _hidden_of(p: Parts, embeds: Sequence["torch.Tensor"]) -> list["torch.Tensor
     its tokens 2..L; right-padded in chunks of similar length (:func:`_length_chunks`)."""
     import torch
 
+    from embscope.progress import bar
+
     out: list = [None] * len(embeds)
     d = p.head.shape[1]
-    for idx in _length_chunks([e.shape[0] for e in embeds]):
-        width = max(1, max(embeds[i].shape[0] for i in idx))
-        x = torch.zeros(len(idx), width, d)
-        mask = torch.zeros(len(idx), width, dtype=torch.long)
-        for r, i in enumerate(idx):
-            x[r, :embeds[i].shape[0]] = embeds[i]
-            mask[r, :embeds[i].shape[0]] = 1
-        with torch.no_grad(), forward_precision():
-            h = p.base(inputs_embeds=x, attention_mask=mask).last_hidden_state.float()
-        for r, i in enumerate(idx):
-            out[i] = h[r, :max(embeds[i].shape[0] - 1, 0)]
+    with bar(len(embeds), "running the model", unit="sequences") as advance:
+        for idx in _length_chunks([e.shape[0] for e in embeds]):
+            width = max(1, max(embeds[i].shape[0] for i in idx))
+            x = torch.zeros(len(idx), width, d)
+            mask = torch.zeros(len(idx), width, dtype=torch.long)
+            for r, i in enumerate(idx):
+                x[r, :embeds[i].shape[0]] = embeds[i]
+                mask[r, :embeds[i].shape[0]] = 1
+            with torch.no_grad(), forward_precision():
+                h = p.base(inputs_embeds=x, attention_mask=mask).last_hidden_state.float()
+            for r, i in enumerate(idx):
+                out[i] = h[r, :max(embeds[i].shape[0] - 1, 0)]
+            advance(len(idx))
     return out

@@ -230,7 +230,7 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
     rows_t = torch.from_numpy(rows)
     col_ids = torch.arange(n)
     starts = range(0, r, QUERY_BLOCK)
-    for s in track(starts, total=len(starts), description="kNN exact") if progress else starts:
+    for s in track(starts, total=len(starts), description="kNN exact", unit="row blocks") if progress else starts:
         e = min(r, s + QUERY_BLOCK)
         r_ids = rows_t[s:e]
         q = xt[r_ids]
@@ -273,7 +273,7 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
     local = np.arange(r, dtype=np.int64)
     col_ids = torch.arange(n)
     starts = range(0, r, QUERY_BLOCK)
-    it = track(starts, total=len(starts), description="kNN exact") if progress else starts
+    it = track(starts, total=len(starts), description="kNN exact", unit="row blocks") if progress else starts
     for s in it:
         r_ids = rows[s:s + QUERY_BLOCK]
         q = xt[r_ids]                                                          # (b, d)
@@ -322,7 +322,7 @@ def symmetric_knn(xn: "torch.Tensor", k: int, *, block: int | None = None, dtype
     best_i = np.full((n, m), -1, dtype=np.int64)
     ids = np.arange(n, dtype=np.int64)
     pairs = [(a, c) for ai, a in enumerate(starts) for c in starts[ai:]]
-    it = track(pairs, total=len(pairs), description="kNN exact") if progress else pairs
+    it = track(pairs, total=len(pairs), description="kNN exact", unit="tile pairs") if progress else pairs
     xc = xn.cpu().float().contiguous()
     xt = xc if dtype == torch.float32 else xc.to(dtype)
     for a, c in it:
@@ -373,7 +373,7 @@ def _torch_knn(xn: "torch.Tensor", k: int, *, rows: "torch.Tensor | None" = None
     cols = torch.arange(n, device=dev)
     out_v, out_i = [], []
     starts = range(0, len(rows), block)
-    it = track(starts, total=len(starts), description="kNN exact") if progress else starts
+    it = track(starts, total=len(starts), description="kNN exact", unit="row blocks") if progress else starts
     for s in it:
         r_ids = rows[s:s + block]
         q = xt[r_ids]                                              # (b, d)

@@ -135,7 +135,7 @@ class IvfIndex:
         best_v = np.full((n, m), -np.inf, dtype=np.float32)
         best_i = np.full((n, m), -1, dtype=np.int64)
         lists = range(nlist)
-        for li in track(lists, total=nlist, description="kNN ivf") if progress else lists:
+        for li in track(lists, total=nlist, description="kNN ivf", unit="lists") if progress else lists:
             members = perm[bounds[li]:bounds[li + 1]]
             if len(members) == 0:
                 continue

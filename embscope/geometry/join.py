@@ -188,7 +188,7 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
     reach = math.sqrt(max(0.0, 2 - 2 * thr)) + 1e-6
     starts = list(range(0, n, BLOCK))
     scored = skipped = 0
-    it = track(starts, total=len(starts), description="kNN join") if progress else starts
+    it = track(starts, total=len(starts), description="kNN join", unit="row blocks") if progress else starts
     for a in it:
         za = zs[a:a + BLOCK]
         ia = ids[a:a + BLOCK]

@@ -61,7 +61,7 @@ def refine_graph(xn: np.ndarray, sims: np.ndarray, ids: np.ndarray, k: int, *, c
     new = np.ones(ids_p.shape, np.bool_)
     history = [round(_recall(xs, check_p, ids_p, k, check_kth), 4)]
     passes = range(max_passes)
-    for p in track(passes, total=max_passes, description="kNN refine") if progress else passes:
+    for p in track(passes, total=max_passes, description="kNN refine", unit="passes") if progress else passes:
         if history[-1] >= target or (len(history) >= 2 and history[-1] - history[-2] < MIN_GAIN):
             break
         rev, rev_new = reverse_lists(ids_p, rev_width, seed=seed + p, new=new)

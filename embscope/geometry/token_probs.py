@@ -40,21 +40,24 @@ def max_probs(lm, prompts, rows: list[int], device: str, *, cut: float | None = 
     """
     import time
 
-    from embscope.progress import track
+    from embscope.progress import bar
 
     batch = batch or BATCH
     shared = [_prefix_cache(lm, ids, pos, device) if share_prefix else None for _, ids, pos in prompts]
     best: dict[int, float] = {}
-    starts = range(0, len(rows), batch)
-    for s in track(starts, total=len(starts), description=description):
-        if deadline is not None and time.monotonic() > deadline:
-            break  # rows of the batches not started stay unchecked (absent from the result)
-        for r in rows[s:s + batch]:
-            best[r] = 0.0
-        for (name, ids, pos), prefix in zip(prompts, shared):
-            chunk = [r for r in rows[s:s + batch] if cut is None or best[r] < cut]
-            if chunk:
-                _one_prompt(lm, ids, pos, chunk, best, device, cut, prefix)
+    # progress in row × prompt passes (a batch of 17 rows and 3 prompts ticks 3 times, not once)
+    with bar(len(rows) * len(prompts), f"{description}: {len(rows):,} rows × {len(prompts)} prompts",
+             unit="row-prompts") as advance:
+        for s in range(0, len(rows), batch):
+            if deadline is not None and time.monotonic() > deadline:
+                break  # rows of the batches not started stay unchecked (absent from the result)
+            for r in rows[s:s + batch]:
+                best[r] = 0.0
+            for (name, ids, pos), prefix in zip(prompts, shared):
+                chunk = [r for r in rows[s:s + batch] if cut is None or best[r] < cut]
+                if chunk:
+                    _one_prompt(lm, ids, pos, chunk, best, device, cut, prefix)
+                advance(len(rows[s:s + batch]))
     return best
 
 

@@ -112,7 +112,7 @@ def count_ids(model: "LoadedModel", texts: Sequence[str], wanted: np.ndarray) ->
     counts: Counter = Counter()
     total = 0
     batches = list(_chunks(texts))
-    for s, e in track(batches, total=len(batches), description="counting flagged tokens in the corpus"):
+    for s, e in track(batches, total=len(batches), description="counting flagged tokens in the corpus", unit="batches"):
         for ids in model.vocab.encode_batch(list(texts[s:e])):
             a = np.asarray(ids, dtype=np.int64)
             total += len(a)

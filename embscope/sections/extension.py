@@ -28,7 +28,7 @@ def extension_section(inputs: Inputs) -> SectionOutput:
     from embscope.extension.extension import DISTIL_BUDGET
 
     opts = inputs.options
-    sub = Steps(verbose=False)  # its parts' times go into summary.json as extension:<part>
+    sub = Steps(verbose=False, announce="extension")  # its parts named as they start; times in summary.json
     with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}") as step:
         try:
             ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
