@@ -26,11 +26,16 @@ def pad_rules(f: Any, trainer: Any, add, eos: int | None) -> None:
         return
     eos_label = int(enc.label_counts[eos]) if eos is not None and eos < len(enc.label_counts) else 0
     if pad.id == eos:
-        if trainer.masks_pad_by_id:
+        if trainer.masks_pad_by_id or enc.pad_masked:
+            whose = (f"{trainer.name}'s collator masks labels by id" if trainer.masks_pad_by_id else
+                     f"{trainer.name}'s pretraining collator (DataCollatorForLanguageModeling) masks the texts' labels by id")
             add("pad-is-eos", "error",
-                f"PAD is the EOS ({pad.how}: {pad.token!r} = eos): {trainer.name}'s collator masks labels by id, "
+                f"PAD is the EOS ({pad.how}: {pad.token!r} = eos): {whose}, "
                 f"so all {enc.pad_masked} EOS label positions leave the loss and the model never learns to stop",
-                [pad.id], enc.pad_masked, enc.pad_masked_examples, trainer.pad_fix)
+                [pad.id], enc.pad_masked, enc.pad_masked_examples,
+                trainer.pad_fix if trainer.masks_pad_by_id else
+                "set a pad token that is not the EOS before pretraining (tokenizer.pad_token = an unused special "
+                "token), or the texts never teach the model to stop")
         else:
             add("pad-is-eos", "info",
                 f"PAD is the EOS ({pad.how}: {pad.token!r} = eos); harmless under {trainer.name}: its collator pads "
@@ -52,8 +57,8 @@ def length_rules(f: Any, trainer: Any, add) -> None:
         if len(over):
             add("exceeds-context", "warning",
                 f"{len(over)} of {len(lengths)} sequences ({len(over) / len(lengths):.1%}) are longer than the "
-                f"limit of {f.context} tokens ({f.context_from}; longest {int(lengths.max())}): they are "
-                "truncated, keeping the start",
+                f"limit of {f.context} tokens ({f.context_from}; longest {int(lengths.max())}): "
+                f"{trainer.truncation}",
                 (), len(over), sorted({enc.indices[i] for i in over[:50]})[:5],
                 "split or drop them, or raise max_length within the model's context (--max-length N)")
     if enc.unlabelled:

@@ -25,9 +25,11 @@ profile        PAD when none is set      labels       loss positions
 ``axolotl``    ``special_tokens.pad_token``, by position  assistant turns' content and the EOS
                else the EOS                           after each (``roles_to_train``,
                                                       ``train_on_eos: turn``)
-``llamafactory`` the tokenizer's, else    by position  every assistant turn from its content to
-               the EOS                                the end of its template slot (EOS
-                                                      included); prompts masked
+``llamafactory`` the tokenizer's, else    by position  its own template, encoded slot by slot
+               the EOS                    (texts: by   (:mod:`~embscope.finetune.llamafactory`):
+                                          id)          every response, prompts masked
+                                                       (``train_on_prompt``, ``mask_history``);
+                                                       texts get the EOS appended
 =============  ========================  ===========  ==========================================
 
 Sources (the versions read):
@@ -56,13 +58,14 @@ Sources (the versions read):
   ``ChatTemplateStrategy._tokenize_single_prompt`` (``roles_to_train: ["assistant"]``,
   ``train_on_eos: "turn"``: each trained turn's content, found by ``find_turn``, plus the EOS within
   three tokens after it) and ``utils/collators/batching.py`` (``label_pad_token_id = -100``).
-- LLaMA-Factory (0.9.6): ``src/llamafactory/data/template.py`` ``parse_template`` (the model's own
-  template when ``template`` is unset) and ``Template.fix_special_tokens`` (``pad_token =
-  eos_token`` when there is none); ``data/processor/supervised.py``
-  ``SupervisedDatasetProcessor._encode_data_example`` (prompts -100 unless ``train_on_prompt``,
-  every response kept, ``cutoff_len`` = 2048); collators with ``label_pad_token_id = IGNORE_INDEX``
-  (``ignore_pad_token_for_loss=True``); ``data/converter.py`` (ShareGPT roles must alternate, user or
-  observation then assistant or function_call; other examples are dropped with a log line).
+- LLaMA-Factory (0.9.5): ``src/llamafactory/data/template.py`` (``parse_template``: the model's own
+  template read into slots when ``template`` is unset; ``Template._encode``: slot by slot;
+  ``Template.fix_special_tokens``: ``pad_token = eos_token`` when there is none),
+  ``data/converter.py``, ``data/processor/{supervised,pairwise,feedback,pretrain}.py`` and
+  ``processor_utils.infer_seqlen`` (``cutoff_len`` = 2048), the SFT, pairwise and KTO collators
+  (``label_pad_token_id = IGNORE_INDEX``, ``ignore_pad_token_for_loss=True``) and the pretraining
+  stage's ``DataCollatorForLanguageModeling`` (``train/pt/workflow.py``): see
+  :mod:`embscope.finetune.llamafactory`.
 """
 
 from __future__ import annotations
@@ -110,6 +113,8 @@ class Trainer:
     pad_fix: str
     #: the remedy for a model without a chat template
     template_fix: str
+    #: what the trainer does to a sequence past the limit
+    truncation: str = "they are truncated, keeping the start"
 
     def record(self) -> TrainerRecord:
         """The profile as the check records it."""
@@ -140,10 +145,12 @@ TRAINERS: dict[str, Trainer] = {t.name: t for t in (
             "in the config to pad with another token",
             "set chat_template: (a named one, or jinja with chat_template_jinja:) in the config, or pass "
             "--chat-template FILE"),
-    Trainer("llamafactory", "LLaMA-Factory SFT/DPO/KTO with the model's own template (template unset)",
-            "declared-or-eos", False, "assistant-turns", True, False, False, 2048, "cutoff_len default", False,
+    Trainer("llamafactory", "LLaMA-Factory 0.9.5 SFT/DPO/KTO/pretraining processors (its template, slot by slot)",
+            "declared-or-eos", False, "assistant-turns", True, True, False, 2048, "cutoff_len default", False,
             "nothing to do for the labels (ignore_pad_token_for_loss pads them with -100)",
-            "set template: in the config (a registered template), or pass --chat-template FILE"),
+            "set template: in the config (a registered template), or pass --chat-template FILE",
+            "LLaMA-Factory cuts prompt and response in proportion (infer_seqlen) and leaves out the turns past "
+            "cutoff_len; texts keep their start"),
 )}
 
 
@@ -156,6 +163,25 @@ def get_trainer(name: str | None) -> Trainer:
         raise SpecError(f"unknown --trainer {name!r}{did_you_mean(name, TRAINERS)}; choose from "
                         f"{', '.join(TRAINERS)}")
     return TRAINERS[name]
+
+
+def check_options(trainer: str | None, *, lf_template: str | None = None, train_on_prompt: bool = False,
+                  mask_history: bool = False) -> None:
+    """Refuse a trainer's own option under another trainer, or two that trainer refuses together
+    (one-line :class:`~embscope.errors.SpecError`)."""
+    from embscope.errors import SpecError
+
+    lf = {"--template": lf_template is not None, "--train-on-prompt": train_on_prompt, "--mask-history": mask_history}
+    if get_trainer(trainer).name != "llamafactory" and any(lf.values()):
+        flag = next(k for k, v in lf.items() if v)
+        raise SpecError(f"{flag} is LLaMA-Factory's option; pass --trainer llamafactory with it, or leave it out")
+    if train_on_prompt and mask_history:
+        raise SpecError("--mask-history and --train-on-prompt cannot be used together (LLaMA-Factory refuses "
+                        "`mask_history` with `train_on_prompt`); pass one of them")
+    if lf_template is not None:
+        from embscope.finetune.lf_template import named
+
+        named(lf_template)  # an unknown name fails here, with "did you mean"
 
 
 #: where the tokenizer's own special tokens are declared, first first (config.json is the model's)
