@@ -149,11 +149,22 @@ def _render(ctx: Context, messages, ex: "Example", generation: bool = False) -> 
         raise _Failed(f"{type(err).__name__}: {str(err)[:160]}") from None
 
 
+#: Axolotl's default ``roles`` (``ChatTemplatePrompter``): ShareGPT values it maps; others are kept
+MAPPED_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+                "tool": "tool"}
+
+
 def _conversation(ctx: Context, ex: "Example") -> list[dict[str, Any]]:
-    """The messages the trainer gives the template (TRL keeps ShareGPT's own role names)."""
-    if ex.raw_turns is not None and ctx.trainer.keeps_sharegpt_roles:
+    """The messages the trainer gives the template: ShareGPT turns as the profile's
+    ``sharegpt_roles`` says (TRL keeps the ``from`` values and the ``system`` field unread; Axolotl
+    maps the usual ones and adds the ``system`` field), other shapes as read."""
+    if ex.raw_turns is None:
+        return ex.messages
+    if ctx.trainer.sharegpt_roles == "raw":
         return ex.raw_turns
-    return ex.messages
+    head = ex.messages[:len(ex.messages) - len(ex.raw_turns)]  # the system field's message
+    return head + [{"role": MAPPED_ROLES.get(str(r["role"]).lower(), r["role"]), "content": r["content"]}
+                   for r in ex.raw_turns]
 
 
 class _Batch:
@@ -202,7 +213,7 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
                 continue
             if ex.kind == "lm":
                 msgs = _conversation(ctx, ex)
-                if ex.raw_turns is not None and t.keeps_sharegpt_roles:
+                if ex.raw_turns is not None:
                     odd = sorted({m["role"] for m in msgs} - CHAT_ROLES)
                     if odd:
                         out.raw_roles[ex.index] = odd
@@ -251,33 +262,51 @@ def _plan_lf(ctx: Context, ex: "Example", batch: "_Batch", plans: list, out: Bui
 
 
 def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int]], out: Built) -> None:
-    """The sequences of the examples planned in one tokenized batch, in order."""
+    """The sequences of the examples planned in one tokenized batch, in order; an example the
+    trainer drops (:func:`_dropped`) gives none, its reason goes to ``out.dropped``."""
     t = ctx.trainer
     for plan in plans:
         kind, ex = plan[0], plan[1]
+        prompt_len = None
         if kind == "lf":
             from embscope.finetune.llamafactory import finish
 
-            for side, seq, loss, cut, length in finish(ctx.lf, plan[2], ids):
-                by_id = loss is None  # pretraining: transformers' collator masks the PAD by id
-                out.sequences.append(_finish(ctx, ex.index, seq, loss, plan[2][0] != "pt", side, by_id=by_id,
-                                             cut=cut, length=length))
+            seqs = [_finish(ctx, ex.index, seq, loss, plan[2][0] != "pt", side, by_id=loss is None, cut=cut,
+                            length=length)  # pretraining texts: transformers' collator masks the PAD by id
+                    for side, seq, loss, cut, length in finish(ctx.lf, plan[2], ids)]
         elif kind in ("text", "chat"):
-            seq = ids[plan[2]]
-            out.sequences.append(_finish(ctx, ex.index, seq, None, kind == "chat"))
+            seqs = [_finish(ctx, ex.index, ids[plan[2]], None, kind == "chat")]
         elif kind == "turns":
             seq = ids[plan[2]]
-            loss = _turn_mask(ctx, seq, plan[3], ids)
-            out.sequences.append(_finish(ctx, ex.index, seq, loss, True))
+            seqs = [_finish(ctx, ex.index, seq, _turn_mask(ctx, seq, plan[3], ids), True)]
         else:
             prompt_ids = ids[plan[2]]
             fulls = [(side, ids[j]) for side, j in plan[3]]
-            n = min(common_prefix_length(prompt_ids, f) for _, f in fulls)
-            if n < len(prompt_ids):
+            prompt_len = min(common_prefix_length(prompt_ids, f) for _, f in fulls)
+            if prompt_len < len(prompt_ids):
                 out.not_prefix.append(ex.index)
-            for side, f in fulls:
-                loss = [i >= n for i in range(len(f))] if t.completion_only else None
-                out.sequences.append(_finish(ctx, ex.index, f, loss, ex.conversational, side))
+            seqs = [_finish(ctx, ex.index, f, [i >= prompt_len for i in range(len(f))] if t.completion_only else None,
+                            ex.conversational, side) for side, f in fulls]
+        why = _dropped(ctx, ex, seqs, prompt_len)
+        if why is None:
+            out.sequences += seqs
+        else:
+            out.dropped[ex.index] = why
+
+
+def _dropped(ctx: Context, ex: "Example", seqs: list[Sequence_], prompt_len: int | None) -> str | None:
+    """Why the trainer drops this example's sequences before training, or None
+    (:mod:`embscope.finetune.trainers`: ``prompt_drop``, ``long_drop``, ``unlabelled_drop``)."""
+    t, limit = ctx.trainer, ctx.max_length
+    if t.prompt_drop and limit is not None and prompt_len is not None and ex.kind in ("preference", "unpaired") \
+            and prompt_len >= limit:
+        return t.prompt_drop.format(trainer="DPOTrainer" if ex.kind == "preference" else "KTOTrainer")
+    if t.long_drop and limit is not None and any(s.length > limit for s in seqs):
+        return t.long_drop
+    if t.unlabelled_drop and (limit is not None or not t.unlabelled_drop_needs_limit) and \
+            any(s.loss is not None and not any(s.loss) for s in seqs):
+        return t.unlabelled_drop
+    return None
 
 
 def _turns(ctx: Context, msgs, ex: "Example", full: str, batch: _Batch) -> list[tuple[int, int, int, str]]:

@@ -101,20 +101,28 @@ class Trainer:
     completion_only: bool
     #: plain texts and string completions get the EOS appended before tokenizing
     text_eos: bool
-    #: ShareGPT ``from`` values go to the template as the roles (TRL renames the keys, not the values)
-    keeps_sharegpt_roles: bool
+    #: ShareGPT turns reach the template as ``raw`` (TRL's ``maybe_convert_to_chatml``: ``from``/``value``
+    #: renamed, the values kept) or ``mapped`` (Axolotl's default ``roles``: human → user, gpt →
+    #: assistant, system, tool; other values such as ``function_call`` kept, the content a string)
+    sharegpt_roles: str
     #: sequences longer than this are truncated (keep the start); None: no default
     max_length: int | None
     #: where ``max_length`` comes from
     max_length_from: str
-    #: examples left with no loss position after truncation are dropped
-    drops_unlabelled: bool
     #: the remedy for a PAD that is the EOS, in this trainer's terms
     pad_fix: str
     #: the remedy for a model without a chat template
     template_fix: str
     #: what the trainer does to a sequence past the limit
     truncation: str = "they are truncated, keeping the start"
+    #: why it drops an example left with no label (empty: it keeps and trains on nothing)
+    unlabelled_drop: str = ""
+    #: ... only when it truncates (a length limit is set)
+    unlabelled_drop_needs_limit: bool = False
+    #: why it drops a preference or KTO example whose prompt alone fills the limit (``{trainer}``)
+    prompt_drop: str = ""
+    #: why it drops an example with a sequence past the limit (empty: it truncates)
+    long_drop: str = ""
 
     def record(self) -> TrainerRecord:
         """The profile as the check records it."""
@@ -122,31 +130,40 @@ class Trainer:
                              chat_loss=self.chat_loss, completion_only=self.completion_only, text_eos=self.text_eos)
 
 
+#: TRL's SFT rule: ``_prepare_dataset`` keeps ``any(label != -100)`` after truncating to ``max_length``
+TRL_UNLABELLED = "TRL's SFTTrainer drops examples left with no label after truncation to max_length"
+#: TRL's DPO and KTO rule: ``_prepare_dataset`` keeps ``len(prompt_ids) < max_length``
+TRL_PROMPT = "TRL's {trainer} drops examples whose prompt alone fills max_length"
+
 TRAINERS: dict[str, Trainer] = {t.name: t for t in (
     Trainer("trl", "TRL 1.16 SFTTrainer / DPOTrainer / KTOTrainer (defaults)", "declared-or-eos", False, "all",
-            True, True, True, 1024, "SFTConfig max_length default", True,
+            True, True, "raw", 1024, "SFTConfig max_length default",
             "nothing to do for the labels (TRL pads them with -100 by position); to pad with another token set "
             "tokenizer.pad_token before building the trainer (SFTConfig(pad_token=...) in TRL < 2)",
-            "set tokenizer.chat_template, or pass --chat-template FILE (SFTConfig(chat_template_path=...))"),
+            "set tokenizer.chat_template, or pass --chat-template FILE (SFTConfig(chat_template_path=...))",
+            unlabelled_drop=TRL_UNLABELLED, unlabelled_drop_needs_limit=True, prompt_drop=TRL_PROMPT),
     Trainer("transformers", "transformers 5.23 Trainer with DataCollatorForLanguageModeling(mlm=False)", "yours",
-            True, "all", False, False, False, None, "none (the model's context)", False,
+            True, "all", False, False, "mapped", None, "none (the model's context)",
             "set a pad token that is not the EOS before building the collator (tokenizer.pad_token = an unused "
             "special token, e.g. '<|endoftext|>' where it is not your EOS; add one and resize the embedding if "
             "there is none)",
             "set tokenizer.chat_template (the instruct model's, or ChatML), or pass --chat-template FILE"),
-    Trainer("unsloth", "Unsloth (TRL's trainers, fix_pad_token at load)", "unsloth", False, "all", True, True, True,
-            1024, "SFTConfig max_length default", True,
+    Trainer("unsloth", "Unsloth (TRL's trainers, fix_pad_token at load)", "unsloth", False, "all", True, True,
+            "raw", 1024, "SFTConfig max_length default",
             "nothing to do: Unsloth's fix_pad_token replaces a PAD equal to the EOS at load",
-            "tokenizer = get_chat_template(tokenizer, ...) from unsloth.chat_templates, or --chat-template FILE"),
+            "tokenizer = get_chat_template(tokenizer, ...) from unsloth.chat_templates, or --chat-template FILE",
+            unlabelled_drop=TRL_UNLABELLED, unlabelled_drop_needs_limit=True, prompt_drop=TRL_PROMPT),
     Trainer("axolotl", "Axolotl chat_template strategy (roles_to_train: [assistant], train_on_eos: turn)",
-            "declared-or-eos", False, "assistant-content", True, True, False, None, "sequence_len (your config)",
-            True,
+            "declared-or-eos", False, "assistant-content", True, True, "mapped", None, "sequence_len (your config)",
             "nothing to do for the labels (the collator pads them with -100); set special_tokens: pad_token: "
             "in the config to pad with another token",
             "set chat_template: (a named one, or jinja with chat_template_jinja:) in the config, or pass "
-            "--chat-template FILE"),
+            "--chat-template FILE",
+            "Axolotl drops them (excess_length_strategy: drop, its default)",
+            unlabelled_drop="Axolotl drops samples with no trainable tokens (drop_no_trainable_tokens)",
+            long_drop="Axolotl drops sequences longer than sequence_len (excess_length_strategy: drop, its default)"),
     Trainer("llamafactory", "LLaMA-Factory 0.9.5 SFT/DPO/KTO/pretraining processors (its template, slot by slot)",
-            "declared-or-eos", False, "assistant-turns", True, True, False, 2048, "cutoff_len default", False,
+            "declared-or-eos", False, "assistant-turns", True, True, "mapped", 2048, "cutoff_len default",
             "nothing to do for the labels (ignore_pad_token_for_loss pads them with -100)",
             "set template: in the config (a registered template), or pass --chat-template FILE",
             "LLaMA-Factory cuts prompt and response in proportion (infer_seqlen) and leaves out the turns past "
