@@ -64,9 +64,11 @@ def _case(code: str, tmp: Path, smol):
                 _jsonl(tmp / "t.jsonl", rows), [], "error")
     if code == "exceeds-context":
         return plain(), data, ["--max-length", "8"], "warning"
-    if code == "no-labels":
-        rows = [{"messages": [{"role": "user", "content": "no answer here"}]}]
-        return plain(), _jsonl(tmp / "t.jsonl", rows), ["--trainer", "axolotl"], "warning"
+    if code == "no-labels":  # LLaMA-Factory keeps a pair whose responses infer_seqlen cuts to nothing
+        long = "Please summarise the whole history of the patient, every visit, every test and every drug. " * 4
+        rows = [{"conversations": [{"from": "human", "value": long}], "chosen": {"from": "gpt", "value": "Yes, that is right."},
+                 "rejected": {"from": "gpt", "value": "No, that is wrong here."}}]
+        return plain(), _jsonl(tmp / "t.jsonl", rows), ["--trainer", "llamafactory", "--max-length", "8"], "warning"
     if code == "unknown-tokens":
         text = _jsonl(tmp / "t.jsonl", [{"text": "lost <|endoftext|> text"}])
         return plain(tokenizer_config={"pad_token": "<|im_end|>"}, config={"pad_token_id": 2}), text, [], "warning"

@@ -231,3 +231,18 @@ def test_template_status_agrees_with_the_renders(smollm2_model, tmp_path):
     assert record.template == "rendered 5 of 10 (5 failed or refused)"
     only = _check(smollm2_model, _write(tmp_path, "tools", rows[:5]))
     assert only.template == "render failed on all 5 conversations"
+
+
+@pytest.mark.parametrize("trainer", ["trl", "transformers", "unsloth", "axolotl", "llamafactory"])
+def test_tool_calls_never_a_false_red(trainer, smollm2_model, tmp_path):
+    """ShareGPT tool conversations (``function_call``/``observation`` turns, a ``tools`` string)
+    through SmolLM2's own template, which knows no tools: each trainer takes them (TRL and Unsloth
+    keep the roles, Axolotl and transformers map the usual ones, LLaMA-Factory formats tools and
+    calls itself), so none is ``render-failed``; where the roles reach the template unmapped, the
+    check says so."""
+    rows = shapes()["llamafactory-sharegpt-tools"]
+    record = _check(smollm2_model, _write(tmp_path, "tools", rows), trainer=trainer)
+    codes = {f.code for f in record.findings}
+    assert record.template == "rendered" and record.sequences == len(rows), record.template
+    assert not codes & {"render-failed", "render-refused", "trainer-drops"}, codes
+    assert ("unmapped-roles" in codes) == (trainer != "llamafactory")

@@ -55,6 +55,7 @@ def _ours(model, records, trainer, **kw):
     examples = [to_example(r, i)[0] for i, r in enumerate(records)]
     built = trainer_sequences(model, examples, trainer, **kw)
     assert not built.failed and not built.refused
+    assert len(built.dropped) == len(examples) - len({s.index for s in built.sequences})
     return built.sequences
 
 
@@ -75,6 +76,23 @@ def _collated(collator, rows, key="labels"):
             mask = (lab != -100) if key == "labels" else lab.bool()
             out.append((ids[:n].tolist(), mask[:n].tolist()))
     return out
+
+
+def test_trl_sft_drops_what_truncation_leaves_unlabelled(smollm2_model, hf_tokenizer, tmp_path):
+    """At ``max_length`` 48 the prompt fills many prompt-completion examples: SFTTrainer drops them
+    (no label left), and the check counts them as dropped, not trained."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    rows = [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in _records()]
+    args = SFTConfig(output_dir=str(tmp_path / "pc"), report_to="none", use_cpu=True, dataset_num_proc=None,
+                     per_device_train_batch_size=8, max_length=48)
+    trainer = SFTTrainer(model=_tiny_model(hf_tokenizer), args=args, train_dataset=Dataset.from_list(rows),
+                         processing_class=hf_tokenizer)
+    prepared = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    theirs = _collated(trainer.data_collator, [{"input_ids": p["input_ids"], "labels": p["labels"]} for p in prepared])
+    ours = _ours(smollm2_model, rows, "trl", max_length=48)
+    assert _agree(theirs, ours) >= AGREEMENT and 0 < len(prepared) < len(rows) - 10
 
 
 def test_trl_sft_messages_prompt_completion_and_text(smollm2_model, hf_tokenizer, tmp_path):
@@ -104,8 +122,10 @@ def test_trl_sft_messages_prompt_completion_and_text(smollm2_model, hf_tokenizer
             assert all(not o.loss[0] and o.loss[-1] for o in ours)
 
 
-def test_trl_dpo_chosen_and_rejected(smollm2_model, hf_tokenizer, tmp_path):
-    """DPOTrainer: both completions tokenized, the prompt out of the loss (``completion_mask``)."""
+@pytest.mark.parametrize("max_length", [1024, 96])
+def test_trl_dpo_chosen_and_rejected(smollm2_model, hf_tokenizer, tmp_path, max_length):
+    """DPOTrainer: both completions tokenized, the prompt out of the loss (``completion_mask``); at
+    ``max_length`` 96 it drops the pairs whose prompt alone fills it, and so does the check."""
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
@@ -114,7 +134,7 @@ def test_trl_dpo_chosen_and_rejected(smollm2_model, hf_tokenizer, tmp_path):
              "rejected": [{"role": "assistant", "content": recs[(i + 7) % len(recs)]["messages"][-1]["content"]}]}
             for i, r in enumerate(recs)]
     args = DPOConfig(output_dir=str(tmp_path / "dpo"), report_to="none", use_cpu=True, dataset_num_proc=None,
-                     per_device_train_batch_size=8)
+                     per_device_train_batch_size=8, max_length=max_length)
     trainer = DPOTrainer(model=_tiny_model(hf_tokenizer), ref_model=_tiny_model(hf_tokenizer), args=args,
                          train_dataset=Dataset.from_list(rows), processing_class=hf_tokenizer)
     prepared = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
@@ -127,9 +147,11 @@ def test_trl_dpo_chosen_and_rejected(smollm2_model, hf_tokenizer, tmp_path):
             for row in (j, j + m):
                 n = int(batch["attention_mask"][row].sum())
                 theirs.append((batch["input_ids"][row][:n].tolist(), batch["completion_mask"][row][:n].bool().tolist()))
-    ours = _ours(smollm2_model, rows, "trl")
+    ours = _ours(smollm2_model, rows, "trl", max_length=max_length)
     assert [o.side for o in ours[:2]] == ["chosen", "rejected"]
     assert _agree(theirs, ours) >= AGREEMENT
+    dropped = len(rows) - len(prepared)
+    assert len(ours) == 2 * len(prepared) and (dropped > 10 if max_length == 96 else dropped == 0)
 
 
 def test_transformers_collator_masks_the_pad_by_id(smollm2_model, hf_tokenizer):
@@ -154,3 +176,49 @@ def test_transformers_collator_masks_the_pad_by_id(smollm2_model, hf_tokenizer):
     # a distinct PAD (--pad-token) puts them back
     back = _ours(smollm2_model, rows, "transformers", pad_token="<|endoftext|>")
     assert all(o.loss is None for o in back)
+
+
+def _sft_prepared(model, tok, rows, tmp_path, name):
+    """(ids, mask) per example after SFTTrainer's own preparation and collator."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(output_dir=str(tmp_path / name), report_to="none", use_cpu=True, dataset_num_proc=None,
+                     per_device_train_batch_size=8)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+    prepared = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    return _collated(trainer.data_collator, [{"input_ids": p["input_ids"], "labels": p["labels"]} for p in prepared])
+
+
+def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
+    """Tool-call data as TRL trains it: ShareGPT ``function_call``/``observation`` turns with a
+    ``tools`` string through SmolLM2's own template (TRL keeps the roles), and OpenAI ``tool_calls``
+    through a template that renders tools (``tools=`` as TRL passes them); never a false
+    ``render-failed``. SmolLM2's template cannot render an OpenAI tool call (no content): TRL raises
+    there too, and the check says so."""
+    import copy
+
+    from tests.test_shapes import TOOLS_TEMPLATE, shapes
+
+    tools_template = TOOLS_TEMPLATE.read_text("utf-8")
+    tok = copy.deepcopy(hf_tokenizer)
+    tok.chat_template = tools_template
+    cases = {"llamafactory-sharegpt-tools": (hf_tokenizer, ...), "openai-tools": (tok, tools_template)}
+    for name, (t, template) in cases.items():
+        rows = [{k: v for k, v in r.items() if k != "id"} for r in shapes()[name]]
+        theirs = _sft_prepared(_tiny_model(t), t, rows, tmp_path, name)
+        from embscope.corpus.shapes import to_example
+        from embscope.finetune import trainer_sequences
+
+        built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl",
+                                  template=template)
+        assert not built.failed and not built.refused, name
+        assert _agree(theirs, built.sequences) >= AGREEMENT, name
+    rows = [{k: v for k, v in r.items() if k != "id"} for r in shapes()["openai-tools"]]
+    with pytest.raises(Exception, match="content"):  # TRL fails on SmolLM2's own template
+        _sft_prepared(_tiny_model(hf_tokenizer), hf_tokenizer, rows, tmp_path, "fails")
+    from embscope.corpus.shapes import to_example
+    from embscope.finetune import trainer_sequences
+
+    built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl")
+    assert len(built.failed) == len(rows) and "content" in next(iter(built.failed.values()))

@@ -151,6 +151,9 @@ RUN_OPTS: dict[str, RunOpt] = {
     "trainer": RunOpt("trainer", Annotated[TrainerKind, typer.Option("--trainer", help="the trainer whose input ids, labels and loss mask to check: trl (default: TRL's SFT/DPO/KTO trainers, the most used; Unsloth builds on them), transformers (Trainer + DataCollatorForLanguageModeling: masks the pad id in the labels), unsloth, axolotl, llamafactory; see docs/trainers.md")],
                       to_field=lambda t: t.value, from_field=TrainerKind),
     "pad_token": RunOpt("pad_token", Annotated[Optional[str], typer.Option("--pad-token", help="the pad token you will set (tokenizer.pad_token); default: the one the trainer picks")]),
+    "lf_template": RunOpt("lf_template", Annotated[Optional[str], typer.Option("--template", help="--trainer llamafactory: LLaMA-Factory's template name (smollm2, qwen, chatml, default, alpaca, empty); default: read off the model's chat template, as LLaMA-Factory does when template is unset")]),
+    "train_on_prompt": RunOpt("train_on_prompt", Annotated[bool, typer.Option("--train-on-prompt", help="--trainer llamafactory: the prompts in the loss too (its train_on_prompt)")]),
+    "mask_history": RunOpt("mask_history", Annotated[bool, typer.Option("--mask-history", help="--trainer llamafactory: only the last response in the loss (its mask_history)")]),
     "split": RunOpt("split", Annotated[Optional[str], typer.Option("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
     "lang_field": RunOpt("lang_field", Annotated[str, typer.Option("--lang-field", help="language field of records ('' to never read one)")]),
     # the bounds of docs/limits.md
@@ -164,7 +167,8 @@ SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sampl
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_budget")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
-CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "split")
+CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "lf_template", "train_on_prompt",
+         "mask_history", "split")
 
 
 def run_options(*names: str) -> Callable:

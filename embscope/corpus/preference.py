@@ -73,8 +73,8 @@ def preference(rec: dict) -> Example:
 
 def kto(rec: dict) -> Example:
     kw: dict[str, Any] = {"tools": tools(rec.get("tools"))}
-    if "kto_tag" in rec:
-        tag = rec["kto_tag"]
+    if "kto_tag" in rec or "prompt" not in rec:
+        tag = rec["kto_tag"] if "kto_tag" in rec else rec["label"]
         if not isinstance(tag, bool):
             raise Reject("kto: kto_tag is not true or false")
         conv, whos = sharegpt(rec) if "conversations" in rec else (messages(rec.get("messages"), "messages"), None)

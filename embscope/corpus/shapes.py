@@ -11,7 +11,9 @@ Each record is a JSON object; its shape is detected on its own, first that appli
                        (``instruction``/``input`` + ``chosen``/``rejected`` strings) and its v1
                        ``chosen_messages``/``rejected_messages``
 ``kto``                unpaired preference: TRL's ``prompt`` + ``completion`` + a boolean
-                       ``label``; LLaMA-Factory's ShareGPT ``conversations`` + ``kto_tag``
+                       ``label``; LLaMA-Factory's ShareGPT ``conversations`` + ``kto_tag``, and its
+                       ``messages`` + a boolean ``label`` (``kto_en_demo``): the last turn is the
+                       completion
 ``messages``           ``{"messages": [{"role", "content"}, …]}``: HF chat data, TRL's SFT data,
                        OpenAI fine-tuning files; ``content`` a string or typed parts
                        (``{"type": "text", "text": …}``, given to the template as they are);
@@ -44,8 +46,8 @@ from __future__ import annotations
 from typing import Any
 
 from embscope.corpus.preference import kto, preference
-from embscope.corpus.turns import (SHAREGPT_ROLES, Example, Reject, alpaca, messages, sharegpt,  # noqa: F401
-                                   tools)
+from embscope.corpus.turns import (SHAREGPT_ROLES, Example, Reject, alpaca, has_v1, messages,  # noqa: F401
+                                   sharegpt, tools)
 
 #: record shapes, in detection order
 FORMATS = ("preference", "kto", "messages", "sharegpt", "prompt-completion", "alpaca", "text")
@@ -56,7 +58,8 @@ TEMPLATE_KWARGS = "chat_template_kwargs"
 READ_FIELDS = {
     "preference": {"prompt", "chosen", "rejected", "conversations", "system", "tools", "instruction", "input",
                    "chosen_messages", "rejected_messages", "messages", TEMPLATE_KWARGS},
-    "kto": {"prompt", "completion", "label", "conversations", "system", "tools", "kto_tag", TEMPLATE_KWARGS},
+    "kto": {"prompt", "completion", "label", "conversations", "messages", "system", "tools", "kto_tag",
+            TEMPLATE_KWARGS},
     "messages": {"messages", "tools", TEMPLATE_KWARGS},
     "sharegpt": {"conversations", "system", "tools", TEMPLATE_KWARGS},
     "prompt-completion": {"prompt", "completion", "tools", TEMPLATE_KWARGS},
@@ -70,8 +73,8 @@ def detect(rec: dict, text_field: str = "text") -> str | None:
     """The shape of one record (:data:`FORMATS`), or None when it fits none."""
     if ("chosen" in rec and "rejected" in rec) or "chosen_messages" in rec:
         return "preference"
-    if "kto_tag" in rec or ("label" in rec and "completion" in rec and "prompt" in rec
-                            and isinstance(rec["label"], bool)):
+    if "kto_tag" in rec or (isinstance(rec.get("label"), bool) and (("completion" in rec and "prompt" in rec)
+                                                                  or "messages" in rec)):
         return "kto"
     if "messages" in rec:
         return "messages"
@@ -129,5 +132,7 @@ def to_example(rec: Any, index: int, fmt: str | None = None, text_field: str = "
         ex = Example(0, found, text=text)
     ex.index = index
     ex.template_kwargs = kwargs
+    ex.v1 = found in ("messages", "preference") and has_v1(rec)
+    ex.tools_text = rec.get("tools") if isinstance(rec.get("tools"), str) else None
     read = READ_FIELDS[found] | ({text_field} if found == "text" else set())
     return ex, [k for k in rec if k not in read]

@@ -54,6 +54,11 @@ class Example:
     #: ShareGPT turns as TRL's ``maybe_convert_to_chatml`` leaves them (``from`` → ``role`` and
     #: ``value`` → ``content``, the values as they are; no ``system`` field): None for other shapes
     raw_turns: list[dict[str, Any]] | None = None
+    #: the ``tools`` field as the record holds it, when a string (LLaMA-Factory reads the column as it
+    #: is: ``"[]"`` is no tool, but still opens the system slot)
+    tools_text: str | None = None
+    #: LLaMA-Factory v1 messages (typed parts with ``value``): its v1 renderer uses the model's template
+    v1: bool = False
 
     @property
     def conversational(self) -> bool:
@@ -109,6 +114,13 @@ def _v1_message(m: dict, key: str) -> dict[str, Any]:
 def _is_v1(content) -> bool:
     return isinstance(content, list) and bool(content) and all(
         isinstance(p, dict) and "value" in p and "text" not in p for p in content)
+
+
+def has_v1(rec: dict) -> bool:
+    """Whether a record holds LLaMA-Factory v1 messages (typed parts with ``value``)."""
+    return any(isinstance(m, dict) and _is_v1(m.get("content"))
+               for key in ("messages", "chosen_messages", "rejected_messages")
+               for m in (rec.get(key) if isinstance(rec.get(key), list) else []))
 
 
 def _content(value, where: str):
@@ -222,7 +234,7 @@ def alpaca_prompt(rec: dict) -> list[dict[str, Any]]:
     msgs = []
     if isinstance(rec.get("system"), str) and rec["system"]:
         msgs.append({"role": "system", "content": rec["system"]})
-    msgs.append({"role": "user", "content": ins + ("\n" + inp if inp else "")})
+    msgs.append({"role": "user", "content": "\n".join(x for x in (ins, inp) if x)})  # as LLaMA-Factory joins them
     return msgs
 
 

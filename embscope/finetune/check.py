@@ -57,12 +57,14 @@ def reference(model: "LoadedModel") -> str:
 
 
 def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token: str | None = None,
-                 template: str | None = ..., max_length: int | None = None):  # type: ignore[assignment]
+                 template: str | None = ..., max_length: int | None = None,  # type: ignore[assignment]
+                 lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False):
     """``(Context, PadChoice, SpecialIds, (limit, where from))``: what building the trainer's sequences
-    needs for ``model`` (see :mod:`embscope.finetune.sequences`)."""
+    needs for ``model`` (see :mod:`embscope.finetune.sequences`); ``lf_template``,
+    ``train_on_prompt`` and ``mask_history`` are LLaMA-Factory's options (its ``template``)."""
     from embscope.finetune.sequences import Context
     from embscope.finetune.specials import special_ids
-    from embscope.finetune.trainers import choose_pad, eos_id, get_trainer
+    from embscope.finetune.trainers import check_options, choose_pad, eos_id, get_trainer
     from embscope.models.chat_template import read_chat_template, special_token_strings
 
     profile = get_trainer(trainer)
@@ -77,11 +79,20 @@ def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token:
                   prefix=list(sp.prefix), suffix=list(sp.suffix), pad_id=pad.id, eos_id=eos,
                   eos_token=strings[eos] if eos is not None and 0 <= eos < len(strings) else None,
                   max_length=context if (max_length or profile.max_length) else None)
+    check_options(trainer, lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history)
+    if profile.name == "llamafactory":
+        from embscope.finetune.llamafactory import setup_for
+
+        bos = sp.ids("bos")
+        ctx.lf = setup_for(lf_template, template, ctx.variables, model.vocab, prefix=ctx.prefix, eos=eos,
+                           bos=bos[0] if bos else None, cutoff=context, train_on_prompt=train_on_prompt,
+                           mask_history=mask_history)
     return ctx, pad, sp, (context, context_from)
 
 
 def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None, *, pad_token: str | None = None,
-                      max_length: int | None = None):
+                      max_length: int | None = None, template: str | None = ...,  # type: ignore[assignment]
+                      lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False):
     """The sequences ``trainer`` trains on for ``examples`` (:class:`~embscope.corpus.shapes.Example`):
     token ids and per-position loss masks (``labels != -100``), in order (a DPO example gives its
     chosen then its rejected sequence).
@@ -93,7 +104,8 @@ def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None
     """
     from embscope.finetune.sequences import build
 
-    ctx, *_ = make_context(model, trainer, pad_token=pad_token, max_length=max_length)
+    ctx, *_ = make_context(model, trainer, pad_token=pad_token, max_length=max_length, template=template,
+                           lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history)
     return build(list(examples), ctx)
 
 
@@ -101,7 +113,8 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
                text_field: str = "text", flagged: np.ndarray | None = None, max_length: int | None = None,
                template: str | None = ..., trainer: str | None = None,  # type: ignore[assignment]
                pad_token: str | None = None, split: str | None = None,
-               status: Sequence[str | None] | None = None, engine=None) -> CheckRecord:
+               status: Sequence[str | None] | None = None, engine=None, lf_template: str | None = None,
+               train_on_prompt: bool = False, mask_history: bool = False) -> CheckRecord:
     """Check ``data`` against ``model`` (see the module docstring).
 
     Args:
@@ -118,6 +131,9 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
             are not flagged).
         engine: :class:`~embscope.corpus.backend.Engine` for the rendering and tokenizing (default:
             this process).
+        lf_template, train_on_prompt, mask_history: LLaMA-Factory's ``template`` (a name; default:
+            read off the model's chat template), ``train_on_prompt`` and ``mask_history``
+            (``trainer="llamafactory"`` only).
     Returns:
         :class:`CheckRecord`.
     """
@@ -132,7 +148,8 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
                          "pass a model with a tokenizer")
     t0 = time.perf_counter()
     ctx, pad, sp, (context, context_from) = make_context(model, trainer, pad_token=pad_token, template=template,
-                                                         max_length=max_length)
+                                                         max_length=max_length, lf_template=lf_template,
+                                                         train_on_prompt=train_on_prompt, mask_history=mask_history)
     flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
     zero = zero_rows(model)
     report = DataReport()

@@ -187,7 +187,7 @@ def _count(enc: Encoded, built, examples: Sequence["Example"], ctx: "Context", w
         if not len(lab):
             enc.unlabelled += 1
             _keep(enc.unlabelled_examples, [s.index])
-        if ctx.trainer.masks_pad_by_id and ctx.pad_id is not None and s.loss is not None:
+        if s.by_id and ctx.pad_id is not None and s.loss is not None:
             masked = int(np.count_nonzero(a[1:] == ctx.pad_id))
             if masked:
                 enc.pad_masked += masked

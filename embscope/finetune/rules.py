@@ -26,11 +26,16 @@ def pad_rules(f: Any, trainer: Any, add, eos: int | None) -> None:
         return
     eos_label = int(enc.label_counts[eos]) if eos is not None and eos < len(enc.label_counts) else 0
     if pad.id == eos:
-        if trainer.masks_pad_by_id:
+        if trainer.masks_pad_by_id or enc.pad_masked:
+            whose = (f"{trainer.name}'s collator masks labels by id" if trainer.masks_pad_by_id else
+                     f"{trainer.name}'s pretraining collator (DataCollatorForLanguageModeling) masks the texts' labels by id")
             add("pad-is-eos", "error",
-                f"PAD is the EOS ({pad.how}: {pad.token!r} = eos): {trainer.name}'s collator masks labels by id, "
+                f"PAD is the EOS ({pad.how}: {pad.token!r} = eos): {whose}, "
                 f"so all {enc.pad_masked} EOS label positions leave the loss and the model never learns to stop",
-                [pad.id], enc.pad_masked, enc.pad_masked_examples, trainer.pad_fix)
+                [pad.id], enc.pad_masked, enc.pad_masked_examples,
+                trainer.pad_fix if trainer.masks_pad_by_id else
+                "set a pad token that is not the EOS before pretraining (tokenizer.pad_token = an unused special "
+                "token), or the texts never teach the model to stop")
         else:
             add("pad-is-eos", "info",
                 f"PAD is the EOS ({pad.how}: {pad.token!r} = eos); harmless under {trainer.name}: its collator pads "
@@ -52,14 +57,14 @@ def length_rules(f: Any, trainer: Any, add) -> None:
         if len(over):
             add("exceeds-context", "warning",
                 f"{len(over)} of {len(lengths)} sequences ({len(over) / len(lengths):.1%}) are longer than the "
-                f"limit of {f.context} tokens ({f.context_from}; longest {int(lengths.max())}): they are "
-                "truncated, keeping the start",
+                f"limit of {f.context} tokens ({f.context_from}; longest {int(lengths.max())}): "
+                f"{trainer.truncation}",
                 (), len(over), sorted({enc.indices[i] for i in over[:50]})[:5],
                 "split or drop them, or raise max_length within the model's context (--max-length N)")
     if enc.unlabelled:
-        drop = "the trainer drops them" if trainer.drops_unlabelled else "they train on nothing"
         add("no-labels", "warning",
-            f"{enc.unlabelled} sequence(s) have no position in the loss under {trainer.name} ({drop}): a prompt "
+            f"{enc.unlabelled} sequence(s) have no position in the loss under {trainer.name} (they train on "
+            "nothing): a prompt "
             "that fills the length limit, or a conversation without an assistant turn", (), enc.unlabelled,
             enc.unlabelled_examples, "shorten the prompts, or give each conversation an assistant turn")
 
@@ -91,20 +96,38 @@ def template_rules(f: Any, trainer: Any, add) -> None:
             "end prompts on a token boundary, or use a template that renders the prompt the same either way")
     if enc.raw_roles:
         names = ", ".join(f"{r!r}" for r, _ in enc.raw_roles.most_common(4))
+        how = ("renames from/value to role/content but keeps the values" if trainer.sharegpt_roles == "raw" else
+               "maps human, gpt, system and tool but keeps the other values" +
+               (" (those turns are not trained: only assistant turns are)"
+                if trainer.chat_loss == "assistant-content" else ""))
         add("unmapped-roles", "warning",
-            f"{enc.raw_roles_n} ShareGPT conversation(s) reach the template with roles {names}: {trainer.name} "
-            "renames from/value to role/content but keeps the values", (), enc.raw_roles_n, enc.raw_roles_examples,
-            "map the roles to user/assistant first (human → user, gpt → assistant), or convert to messages")
+            f"{enc.raw_roles_n} ShareGPT conversation(s) reach the template with roles {names}: {trainer.name} {how}",
+            (), enc.raw_roles_n, enc.raw_roles_examples,
+            "map the roles to the template's first (human → user, gpt and function_call → assistant, observation "
+            "→ tool), or convert to messages")
+
+
+#: the fix for each kind of drop, by a word of its reason
+DROP_FIXES = (("prompt alone fills", "shorten those prompts, or raise max_length (--max-length N)"),
+              ("no label", "shorten the prompts or raise max_length, or give each conversation an assistant turn"),
+              ("no trainable", "give each conversation an assistant turn (roles_to_train)"),
+              ("longer than", "split those examples, or raise sequence_len (or excess_length_strategy: truncate)"),
+              ("preference pair", "give each pair one chosen and one rejected assistant turn"))
 
 
 def drop_rules(f: Any, trainer: Any, add) -> None:
+    """``trainer-drops``: the examples the trainer itself drops before training, by reason."""
     enc = f.encoded
     if enc.dropped:
         total = sum(enc.dropped.values())
-        why, _ = enc.dropped.most_common(1)[0]
+        reasons = enc.dropped.most_common()
+        why = "; ".join(f"{n} {r}" if len(reasons) > 1 else r for r, n in reasons[:3])
+        top = reasons[0][0]
+        fix = next((fx for word, fx in DROP_FIXES if word in top),
+                   "fix the turn order (system, then user and assistant turns in turn, ending with the assistant), "
+                   "or those examples never train")
         add("trainer-drops", "warning", f"{trainer.name} drops {total} example(s) before training: {why}", (), total,
-            enc.dropped_examples, "fix the turn order (system, then user and assistant turns in turn, ending with "
-            "the assistant), or those examples never train")
+            enc.dropped_examples, fix)
 
 
 def data_rules(f: Any, add, force: bool = False) -> None:

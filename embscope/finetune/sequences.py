@@ -61,6 +61,8 @@ class Sequence_:
     cut: bool = False
     #: its length before the cut
     length: int = 0
+    #: the collator masks this sequence's labels by id where they equal the PAD
+    by_id: bool = False
 
 
 @dataclass
@@ -83,6 +85,9 @@ class Context:
     eos_token: str | None
     #: truncate sequences to this many tokens (None: no truncation)
     max_length: int | None = None
+    #: LLaMA-Factory's template and processors (``--trainer llamafactory``;
+    #: :class:`embscope.finetune.llamafactory.LFSetup`)
+    lf: Any = None
 
 
 @dataclass
@@ -104,23 +109,6 @@ class Built:
     nbytes: int = 0
     #: example index → why the trainer itself drops it (LLaMA-Factory's role order)
     dropped: dict[int, str] = field(default_factory=dict)
-
-
-def llamafactory_drop(messages) -> str | None:
-    """Why LLaMA-Factory's converter drops a conversation (``data/converter.py``: after a leading
-    system turn, user or tool turns at odd positions, assistant turns at even ones, an even count;
-    ``processor/supervised.py`` drops the rest), or None.
-
-    >>> llamafactory_drop([{"role": "user"}, {"role": "user"}, {"role": "assistant"}])
-    'roles do not alternate user/observation then assistant/function_call'
-    """
-    turns = messages[1:] if messages and messages[0].get("role") == "system" else list(messages)
-    for k, m in enumerate(turns):
-        if m.get("role") not in (("user", "tool") if k % 2 == 0 else ("assistant",)):
-            return "roles do not alternate user/observation then assistant/function_call"
-    if len(turns) % 2:
-        return "the conversation does not end with an assistant turn"
-    return None
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -161,11 +149,22 @@ def _render(ctx: Context, messages, ex: "Example", generation: bool = False) -> 
         raise _Failed(f"{type(err).__name__}: {str(err)[:160]}") from None
 
 
+#: Axolotl's default ``roles`` (``ChatTemplatePrompter``): ShareGPT values it maps; others are kept
+MAPPED_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+                "tool": "tool"}
+
+
 def _conversation(ctx: Context, ex: "Example") -> list[dict[str, Any]]:
-    """The messages the trainer gives the template (TRL keeps ShareGPT's own role names)."""
-    if ex.raw_turns is not None and ctx.trainer.keeps_sharegpt_roles:
+    """The messages the trainer gives the template: ShareGPT turns as the profile's
+    ``sharegpt_roles`` says (TRL keeps the ``from`` values and the ``system`` field unread; Axolotl
+    maps the usual ones and adds the ``system`` field), other shapes as read."""
+    if ex.raw_turns is None:
+        return ex.messages
+    if ctx.trainer.sharegpt_roles == "raw":
         return ex.raw_turns
-    return ex.messages
+    head = ex.messages[:len(ex.messages) - len(ex.raw_turns)]  # the system field's message
+    return head + [{"role": MAPPED_ROLES.get(str(r["role"]).lower(), r["role"]), "content": r["content"]}
+                   for r in ex.raw_turns]
 
 
 class _Batch:
@@ -201,6 +200,9 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
             _finish_plans(ctx, plans, batch.run(), out)
             batch, plans = _Batch(ctx), []
         try:
+            if ctx.lf is not None and not ex.v1:
+                _plan_lf(ctx, ex, batch, plans, out)
+                continue
             if ex.kind == "lm" and ex.messages is None:  # plain text
                 text = ex.text + eos if t.text_eos and eos and not ex.text.endswith(eos) else ex.text
                 plans.append(("text", ex, batch.add(text, special=True)))
@@ -211,12 +213,7 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
                 continue
             if ex.kind == "lm":
                 msgs = _conversation(ctx, ex)
-                if t.name == "llamafactory" and ex.format != "text":
-                    why = llamafactory_drop(msgs)
-                    if why is not None:
-                        out.dropped[ex.index] = why
-                        continue
-                if ex.raw_turns is not None and t.keeps_sharegpt_roles:
+                if ex.raw_turns is not None:
                     odd = sorted({m["role"] for m in msgs} - CHAT_ROLES)
                     if odd:
                         out.raw_roles[ex.index] = odd
@@ -245,27 +242,71 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
     return out
 
 
+def _plan_lf(ctx: Context, ex: "Example", batch: "_Batch", plans: list, out: Built) -> None:
+    """LLaMA-Factory's plan for ``ex`` (:mod:`embscope.finetune.llamafactory`), or why it drops or
+    fails on it."""
+    from embscope.finetune.lf_template import LFError
+    from embscope.finetune.llamafactory import plan
+
+    start = len(batch.texts)
+    try:
+        p = plan(ex, ctx.lf, batch.add)
+    except LFError as err:
+        out.failed[ex.index] = f"LLaMA-Factory: {err}"
+        return
+    if isinstance(p, str):
+        out.dropped[ex.index] = p
+        return
+    plans.append(("lf", ex, p))
+    out.nbytes += sum(len(x.encode("utf-8")) for x in batch.texts[start:])
+
+
 def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int]], out: Built) -> None:
-    """The sequences of the examples planned in one tokenized batch, in order."""
+    """The sequences of the examples planned in one tokenized batch, in order; an example the
+    trainer drops (:func:`_dropped`) gives none, its reason goes to ``out.dropped``."""
     t = ctx.trainer
     for plan in plans:
         kind, ex = plan[0], plan[1]
-        if kind in ("text", "chat"):
-            seq = ids[plan[2]]
-            out.sequences.append(_finish(ctx, ex.index, seq, None, kind == "chat"))
+        prompt_len = None
+        if kind == "lf":
+            from embscope.finetune.llamafactory import finish
+
+            seqs = [_finish(ctx, ex.index, seq, loss, plan[2][0] != "pt", side, by_id=loss is None, cut=cut,
+                            length=length)  # pretraining texts: transformers' collator masks the PAD by id
+                    for side, seq, loss, cut, length in finish(ctx.lf, plan[2], ids)]
+        elif kind in ("text", "chat"):
+            seqs = [_finish(ctx, ex.index, ids[plan[2]], None, kind == "chat")]
         elif kind == "turns":
             seq = ids[plan[2]]
-            loss = _turn_mask(ctx, seq, plan[3], ids)
-            out.sequences.append(_finish(ctx, ex.index, seq, loss, True))
+            seqs = [_finish(ctx, ex.index, seq, _turn_mask(ctx, seq, plan[3], ids), True)]
         else:
             prompt_ids = ids[plan[2]]
             fulls = [(side, ids[j]) for side, j in plan[3]]
-            n = min(common_prefix_length(prompt_ids, f) for _, f in fulls)
-            if n < len(prompt_ids):
+            prompt_len = min(common_prefix_length(prompt_ids, f) for _, f in fulls)
+            if prompt_len < len(prompt_ids):
                 out.not_prefix.append(ex.index)
-            for side, f in fulls:
-                loss = [i >= n for i in range(len(f))] if t.completion_only else None
-                out.sequences.append(_finish(ctx, ex.index, f, loss, ex.conversational, side))
+            seqs = [_finish(ctx, ex.index, f, [i >= prompt_len for i in range(len(f))] if t.completion_only else None,
+                            ex.conversational, side) for side, f in fulls]
+        why = _dropped(ctx, ex, seqs, prompt_len)
+        if why is None:
+            out.sequences += seqs
+        else:
+            out.dropped[ex.index] = why
+
+
+def _dropped(ctx: Context, ex: "Example", seqs: list[Sequence_], prompt_len: int | None) -> str | None:
+    """Why the trainer drops this example's sequences before training, or None
+    (:mod:`embscope.finetune.trainers`: ``prompt_drop``, ``long_drop``, ``unlabelled_drop``)."""
+    t, limit = ctx.trainer, ctx.max_length
+    if t.prompt_drop and limit is not None and prompt_len is not None and ex.kind in ("preference", "unpaired") \
+            and prompt_len >= limit:
+        return t.prompt_drop.format(trainer="DPOTrainer" if ex.kind == "preference" else "KTOTrainer")
+    if t.long_drop and limit is not None and any(s.length > limit for s in seqs):
+        return t.long_drop
+    if t.unlabelled_drop and (limit is not None or not t.unlabelled_drop_needs_limit) and \
+            any(s.loss is not None and not any(s.loss) for s in seqs):
+        return t.unlabelled_drop
+    return None
 
 
 def _turns(ctx: Context, msgs, ex: "Example", full: str, batch: _Batch) -> list[tuple[int, int, int, str]]:
@@ -309,13 +350,17 @@ def _turn_mask(ctx: Context, seq: list[int], spans, ids) -> list[bool]:
 
 
 def _finish(ctx: Context, index: int, ids: list[int], loss: list[bool] | None, chat: bool,
-            side: str = "") -> Sequence_:
-    """Truncate (keep the start) and clear the pad id's positions when the collator masks by id."""
-    length = len(ids)
-    cut = ctx.max_length is not None and len(ids) > ctx.max_length
-    if cut:
-        ids = ids[:ctx.max_length]
-        loss = loss[:ctx.max_length] if loss is not None else None
-    if ctx.trainer.masks_pad_by_id and ctx.pad_id is not None and ctx.pad_id in ids:
+            side: str = "", *, by_id: bool | None = None, cut: bool | None = None,
+            length: int | None = None) -> Sequence_:
+    """Truncate (keep the start; ``cut``/``length`` given: already cut by the trainer's own rule) and
+    clear the pad id's positions when the collator masks by id (``by_id``; default: the profile's)."""
+    by_id = ctx.trainer.masks_pad_by_id if by_id is None else by_id
+    if cut is None:
+        length = len(ids)
+        cut = ctx.max_length is not None and len(ids) > ctx.max_length
+        if cut:
+            ids = ids[:ctx.max_length]
+            loss = loss[:ctx.max_length] if loss is not None else None
+    if by_id and ctx.pad_id is not None and ctx.pad_id in ids:
         loss = [(True if loss is None else loss[i]) and x != ctx.pad_id for i, x in enumerate(ids)]
-    return Sequence_(index, ids, loss, chat, side, cut, length)
+    return Sequence_(index, ids, loss, chat, side, cut, length or len(ids), by_id)

@@ -25,9 +25,11 @@ profile        PAD when none is set      labels       loss positions
 ``axolotl``    ``special_tokens.pad_token``, by position  assistant turns' content and the EOS
                else the EOS                           after each (``roles_to_train``,
                                                       ``train_on_eos: turn``)
-``llamafactory`` the tokenizer's, else    by position  every assistant turn from its content to
-               the EOS                                the end of its template slot (EOS
-                                                      included); prompts masked
+``llamafactory`` the tokenizer's, else    by position  its own template, encoded slot by slot
+               the EOS                    (texts: by   (:mod:`~embscope.finetune.llamafactory`):
+                                          id)          every response, prompts masked
+                                                       (``train_on_prompt``, ``mask_history``);
+                                                       texts get the EOS appended
 =============  ========================  ===========  ==========================================
 
 Sources (the versions read):
@@ -56,13 +58,14 @@ Sources (the versions read):
   ``ChatTemplateStrategy._tokenize_single_prompt`` (``roles_to_train: ["assistant"]``,
   ``train_on_eos: "turn"``: each trained turn's content, found by ``find_turn``, plus the EOS within
   three tokens after it) and ``utils/collators/batching.py`` (``label_pad_token_id = -100``).
-- LLaMA-Factory (0.9.6): ``src/llamafactory/data/template.py`` ``parse_template`` (the model's own
-  template when ``template`` is unset) and ``Template.fix_special_tokens`` (``pad_token =
-  eos_token`` when there is none); ``data/processor/supervised.py``
-  ``SupervisedDatasetProcessor._encode_data_example`` (prompts -100 unless ``train_on_prompt``,
-  every response kept, ``cutoff_len`` = 2048); collators with ``label_pad_token_id = IGNORE_INDEX``
-  (``ignore_pad_token_for_loss=True``); ``data/converter.py`` (ShareGPT roles must alternate, user or
-  observation then assistant or function_call; other examples are dropped with a log line).
+- LLaMA-Factory (0.9.5): ``src/llamafactory/data/template.py`` (``parse_template``: the model's own
+  template read into slots when ``template`` is unset; ``Template._encode``: slot by slot;
+  ``Template.fix_special_tokens``: ``pad_token = eos_token`` when there is none),
+  ``data/converter.py``, ``data/processor/{supervised,pairwise,feedback,pretrain}.py`` and
+  ``processor_utils.infer_seqlen`` (``cutoff_len`` = 2048), the SFT, pairwise and KTO collators
+  (``label_pad_token_id = IGNORE_INDEX``, ``ignore_pad_token_for_loss=True``) and the pretraining
+  stage's ``DataCollatorForLanguageModeling`` (``train/pt/workflow.py``): see
+  :mod:`embscope.finetune.llamafactory`.
 """
 
 from __future__ import annotations
@@ -98,18 +101,28 @@ class Trainer:
     completion_only: bool
     #: plain texts and string completions get the EOS appended before tokenizing
     text_eos: bool
-    #: ShareGPT ``from`` values go to the template as the roles (TRL renames the keys, not the values)
-    keeps_sharegpt_roles: bool
+    #: ShareGPT turns reach the template as ``raw`` (TRL's ``maybe_convert_to_chatml``: ``from``/``value``
+    #: renamed, the values kept) or ``mapped`` (Axolotl's default ``roles``: human → user, gpt →
+    #: assistant, system, tool; other values such as ``function_call`` kept, the content a string)
+    sharegpt_roles: str
     #: sequences longer than this are truncated (keep the start); None: no default
     max_length: int | None
     #: where ``max_length`` comes from
     max_length_from: str
-    #: examples left with no loss position after truncation are dropped
-    drops_unlabelled: bool
     #: the remedy for a PAD that is the EOS, in this trainer's terms
     pad_fix: str
     #: the remedy for a model without a chat template
     template_fix: str
+    #: what the trainer does to a sequence past the limit
+    truncation: str = "they are truncated, keeping the start"
+    #: why it drops an example left with no label (empty: it keeps and trains on nothing)
+    unlabelled_drop: str = ""
+    #: ... only when it truncates (a length limit is set)
+    unlabelled_drop_needs_limit: bool = False
+    #: why it drops a preference or KTO example whose prompt alone fills the limit (``{trainer}``)
+    prompt_drop: str = ""
+    #: why it drops an example with a sequence past the limit (empty: it truncates)
+    long_drop: str = ""
 
     def record(self) -> TrainerRecord:
         """The profile as the check records it."""
@@ -117,33 +130,44 @@ class Trainer:
                              chat_loss=self.chat_loss, completion_only=self.completion_only, text_eos=self.text_eos)
 
 
+#: TRL's SFT rule: ``_prepare_dataset`` keeps ``any(label != -100)`` after truncating to ``max_length``
+TRL_UNLABELLED = "TRL's SFTTrainer drops examples left with no label after truncation to max_length"
+#: TRL's DPO and KTO rule: ``_prepare_dataset`` keeps ``len(prompt_ids) < max_length``
+TRL_PROMPT = "TRL's {trainer} drops examples whose prompt alone fills max_length"
+
 TRAINERS: dict[str, Trainer] = {t.name: t for t in (
     Trainer("trl", "TRL 1.16 SFTTrainer / DPOTrainer / KTOTrainer (defaults)", "declared-or-eos", False, "all",
-            True, True, True, 1024, "SFTConfig max_length default", True,
+            True, True, "raw", 1024, "SFTConfig max_length default",
             "nothing to do for the labels (TRL pads them with -100 by position); to pad with another token set "
             "tokenizer.pad_token before building the trainer (SFTConfig(pad_token=...) in TRL < 2)",
-            "set tokenizer.chat_template, or pass --chat-template FILE (SFTConfig(chat_template_path=...))"),
+            "set tokenizer.chat_template, or pass --chat-template FILE (SFTConfig(chat_template_path=...))",
+            unlabelled_drop=TRL_UNLABELLED, unlabelled_drop_needs_limit=True, prompt_drop=TRL_PROMPT),
     Trainer("transformers", "transformers 5.23 Trainer with DataCollatorForLanguageModeling(mlm=False)", "yours",
-            True, "all", False, False, False, None, "none (the model's context)", False,
+            True, "all", False, False, "mapped", None, "none (the model's context)",
             "set a pad token that is not the EOS before building the collator (tokenizer.pad_token = an unused "
             "special token, e.g. '<|endoftext|>' where it is not your EOS; add one and resize the embedding if "
             "there is none)",
             "set tokenizer.chat_template (the instruct model's, or ChatML), or pass --chat-template FILE"),
-    Trainer("unsloth", "Unsloth (TRL's trainers, fix_pad_token at load)", "unsloth", False, "all", True, True, True,
-            1024, "SFTConfig max_length default", True,
+    Trainer("unsloth", "Unsloth (TRL's trainers, fix_pad_token at load)", "unsloth", False, "all", True, True,
+            "raw", 1024, "SFTConfig max_length default",
             "nothing to do: Unsloth's fix_pad_token replaces a PAD equal to the EOS at load",
-            "tokenizer = get_chat_template(tokenizer, ...) from unsloth.chat_templates, or --chat-template FILE"),
+            "tokenizer = get_chat_template(tokenizer, ...) from unsloth.chat_templates, or --chat-template FILE",
+            unlabelled_drop=TRL_UNLABELLED, unlabelled_drop_needs_limit=True, prompt_drop=TRL_PROMPT),
     Trainer("axolotl", "Axolotl chat_template strategy (roles_to_train: [assistant], train_on_eos: turn)",
-            "declared-or-eos", False, "assistant-content", True, True, False, None, "sequence_len (your config)",
-            True,
+            "declared-or-eos", False, "assistant-content", True, True, "mapped", None, "sequence_len (your config)",
             "nothing to do for the labels (the collator pads them with -100); set special_tokens: pad_token: "
             "in the config to pad with another token",
             "set chat_template: (a named one, or jinja with chat_template_jinja:) in the config, or pass "
-            "--chat-template FILE"),
-    Trainer("llamafactory", "LLaMA-Factory SFT/DPO/KTO with the model's own template (template unset)",
-            "declared-or-eos", False, "assistant-turns", True, False, False, 2048, "cutoff_len default", False,
+            "--chat-template FILE",
+            "Axolotl drops them (excess_length_strategy: drop, its default)",
+            unlabelled_drop="Axolotl drops samples with no trainable tokens (drop_no_trainable_tokens)",
+            long_drop="Axolotl drops sequences longer than sequence_len (excess_length_strategy: drop, its default)"),
+    Trainer("llamafactory", "LLaMA-Factory 0.9.5 SFT/DPO/KTO/pretraining processors (its template, slot by slot)",
+            "declared-or-eos", False, "assistant-turns", True, True, "mapped", 2048, "cutoff_len default",
             "nothing to do for the labels (ignore_pad_token_for_loss pads them with -100)",
-            "set template: in the config (a registered template), or pass --chat-template FILE"),
+            "set template: in the config (a registered template), or pass --chat-template FILE",
+            "LLaMA-Factory cuts prompt and response in proportion (infer_seqlen) and leaves out the turns past "
+            "cutoff_len; texts keep their start"),
 )}
 
 
@@ -156,6 +180,25 @@ def get_trainer(name: str | None) -> Trainer:
         raise SpecError(f"unknown --trainer {name!r}{did_you_mean(name, TRAINERS)}; choose from "
                         f"{', '.join(TRAINERS)}")
     return TRAINERS[name]
+
+
+def check_options(trainer: str | None, *, lf_template: str | None = None, train_on_prompt: bool = False,
+                  mask_history: bool = False) -> None:
+    """Refuse a trainer's own option under another trainer, or two that trainer refuses together
+    (one-line :class:`~embscope.errors.SpecError`)."""
+    from embscope.errors import SpecError
+
+    lf = {"--template": lf_template is not None, "--train-on-prompt": train_on_prompt, "--mask-history": mask_history}
+    if get_trainer(trainer).name != "llamafactory" and any(lf.values()):
+        flag = next(k for k, v in lf.items() if v)
+        raise SpecError(f"{flag} is LLaMA-Factory's option; pass --trainer llamafactory with it, or leave it out")
+    if train_on_prompt and mask_history:
+        raise SpecError("--mask-history and --train-on-prompt cannot be used together (LLaMA-Factory refuses "
+                        "`mask_history` with `train_on_prompt`); pass one of them")
+    if lf_template is not None:
+        from embscope.finetune.lf_template import named
+
+        named(lf_template)  # an unknown name fails here, with "did you mean"
 
 
 #: where the tokenizer's own special tokens are declared, first first (config.json is the model's)

@@ -160,7 +160,8 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
                  and enc.label_counts[pad_id] == 0)
     like = TRAINERS["transformers" if by_id else "trl"]
     profile = dataclasses.replace(like, name="this trainer", title="the trainer's own collator, measured on its "
-                                  f"first {enc.sequences} sequences", max_length=None, drops_unlabelled=False)
+                                  f"first {enc.sequences} sequences", max_length=None, unlabelled_drop="", prompt_drop="",
+                                  long_drop="")
     strings = model.token_strings()
     pad = PadChoice(id=pad_id, token=strings[pad_id] if pad_id is not None and 0 <= pad_id < len(strings) else None,
                     how=pad_how)

@@ -128,6 +128,13 @@ class RunOptions(Record):
     pad_token: str | None = None
     #: check only this split of data with several (null: each split, reported on its own)
     split: str | None = None
+    #: LLaMA-Factory's ``template`` (``--trainer llamafactory``; null: read off the model's chat
+    #: template, as LLaMA-Factory does when it is unset)
+    lf_template: str | None = None
+    #: LLaMA-Factory's ``train_on_prompt``: the prompts in the loss too
+    train_on_prompt: bool = False
+    #: LLaMA-Factory's ``mask_history``: only the last response in the loss
+    mask_history: bool = False
     #: the fine-tuned model (any model spec, or a PEFT adapter folder) diffed against the model (diff)
     tuned: str | None = None
     #: the manifest ``extend --apply`` wrote: the initial rows of the tokens added (null: the one in the
@@ -242,6 +249,10 @@ class RunOptions(Record):
         get_trainer(self.trainer)  # an unknown --trainer fails here, with "did you mean"
         if self.pad_token is not None and not self.pad_token:
             raise SpecError("--pad-token must name a token, e.g. '<|endoftext|>'")
+        from embscope.finetune.trainers import check_options
+
+        check_options(self.trainer, lf_template=self.lf_template, train_on_prompt=self.train_on_prompt,
+                      mask_history=self.mask_history)
         return self
 
 

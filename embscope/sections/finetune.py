@@ -41,7 +41,8 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
         record = check_data(model, inputs.data, fmt=opts.data_format, text_field=opts.text_field,
                             flagged=flagged, max_length=opts.max_length, template=template, trainer=opts.trainer,
                             pad_token=opts.pad_token, split=opts.split, status=status,
-                            engine=opts.corpus_engine())
+                            engine=opts.corpus_engine(), lf_template=opts.lf_template,
+                            train_on_prompt=opts.train_on_prompt, mask_history=opts.mask_history)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
     # what --repair rewrites: the rows error-level findings point at (zero rows, flagged rows the data
