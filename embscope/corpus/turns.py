@@ -68,16 +68,6 @@ class Example:
         part = self.prompt if self.kind != "preference" or self.prompt else self.chosen
         return isinstance(part, list)
 
-    @property
-    def messages_list(self) -> list[dict[str, Any]] | None:
-        """Backward-compatible view: the whole conversation of an ``lm`` or conversational
-        prompt-completion example (prompt + completion)."""
-        if self.kind == "lm":
-            return self.messages
-        if self.kind in ("prompt-completion", "unpaired") and isinstance(self.prompt, list):
-            return self.prompt + self.completion
-        return None
-
 
 # ------------------------------------------------------------------ messages and their contents
 

@@ -19,7 +19,8 @@ Three checks per strategy:
 
    Hewitt (2021) asks for KL ≈ 0: the extended model should predict old text as before. A large m
    means the new rows will dominate generation. Both are averaged over all positions of the
-   held-out text; the maximum over positions is reported too.
+   held-out text; the maximum over positions is reported too (computed with the held-out pass,
+   :mod:`embscope.extension.bpb`).
 """
 
 from __future__ import annotations
@@ -159,40 +160,6 @@ def hidden_and_logits(lm, ids: Sequence[int]):
     finally:
         hook.remove()
     return captured["h"][0].float(), logits
-
-
-def kl_and_mass(h: "torch.Tensor", logits: "torch.Tensor", new_out_rows: "torch.Tensor",
-                bias: "torch.Tensor | None" = None) -> dict[str, float]:
-    """Mean / max KL(p_old ‖ p_new) and new-token mass over positions (see module docstring).
-
-    ``logits`` (T, V) are the old model's; ``new_out_rows`` (n, d) the rows added to the softmax.
-    """
-    import torch
-
-    new_logits = h @ new_out_rows.float().T  # (T, n)
-    if bias is not None:
-        new_logits = new_logits + bias
-    lse_old = torch.logsumexp(logits.double(), dim=1)  # (T,)
-    lse_add = torch.logsumexp(new_logits.double(), dim=1)  # (T,)
-    lse_new = torch.logaddexp(lse_old, lse_add)
-    kl = lse_new - lse_old  # = ln(Z_new / Z_old)
-    mass = torch.exp(lse_add - lse_new)
-    return {"kl": float(kl.mean()), "kl_max": float(kl.max()),
-            "new_token_mass": float(mass.mean()), "new_token_mass_max": float(mass.max())}
-
-
-def held_out_ids(old_tok, new_tok, text: str = HELD_OUT_TEXT) -> list[int]:
-    """Token ids of the held-out sentences that encode identically before and after extension
-    (i.e. contain no new term)."""
-    import re
-
-    keep = []
-    for sent in re.split(r"(?<=[.!?])\s+", text.strip()):
-        a = old_tok.encode(" " + sent if keep else sent, add_special_tokens=False).ids
-        b = new_tok.encode(" " + sent if keep else sent, add_special_tokens=False).ids
-        if a == b:
-            keep.append(" " + sent if keep else sent)
-    return old_tok.encode("".join(keep), add_special_tokens=False).ids
 
 
 def row_diagnostics(name: str, new_rows: "torch.Tensor", ctx, terms: Sequence[str],

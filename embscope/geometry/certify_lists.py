@@ -7,12 +7,11 @@ import numpy as np
 
 from embscope.geometry.certify_search import Search, settle, values
 from embscope.geometry.indicators import transform
+from embscope.geometry.records import TOP_N
 
 #: a list is refined row by row only while at most this many rows stand between it and its
 #: certificate; beyond, it is recorded as not certified
 LIST_REFINE_CAP = 4096
-#: the summary's and the report's lists: rows per list
-TOP_N = 30
 
 
 def z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:

@@ -16,6 +16,11 @@ from embscope.geometry.knn_record import (CertificateRecord, CutRecord, HnswPilo
                                           KnnRecord, MeasuredRecord, TilesRecord)
 from embscope.records import Record
 
+#: rows per list of the summary and the report (the most under-trained normal tokens, the most
+#: isolated, the candidates and the cleared rows of the verification); the certified graph proves
+#: exactly these lists (:mod:`embscope.geometry.certify_lists`)
+TOP_N = 30
+
 
 @dataclass
 class FlaggedCounts(Record):

@@ -38,16 +38,14 @@ import numpy as np
 
 from embscope.allocator import release_free_blocks
 from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators, fit_record
-from embscope.geometry.records import (FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow, VerdictList,
-                                       VerdictRow)
+from embscope.geometry.records import (TOP_N, FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow,
+                                       VerdictList, VerdictRow)
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.usage import Usage
     from embscope.geometry.verify import Verification
     from embscope.models.model import LoadedModel
 
-#: how many of the most under-trained normal tokens the summary lists
-TOP_N = 30
 #: verified rows listed in the summary at most (all of them on the models we measured)
 LIST_MAX = 500
 
