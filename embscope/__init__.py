@@ -35,7 +35,7 @@ _LAZY = {
     "diff": "embscope.api",
     "run": "embscope.runner",
     "RunResult": "embscope.runner",
-    "RunOptions": "embscope.sections.base",
+    "RunOptions": "embscope.sections.options",
     "Summary": "embscope.summary",
     "load_model": "embscope.models.load",
     "load_vocabulary": "embscope.models.vocabulary",

@@ -200,24 +200,28 @@ class Record:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """``{field: doc}`` from the ``#:`` comment lines directly above each field of ``cls``."""
+    """``{field: doc}`` from the ``#:`` comment lines directly above each field of ``cls`` (and of
+    the dataclasses it derives from)."""
     import ast
     import inspect
     import textwrap
 
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    lines = source.splitlines()
     docs: dict[str, str] = {}
-    for node in ast.parse(source).body[0].body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            i, doc = node.lineno - 2, []
-            while i >= 0 and lines[i].strip().startswith("#:"):
-                doc.insert(0, lines[i].strip()[2:].strip())
-                i -= 1
-            docs[node.target.id] = " ".join(doc)
+    for klass in reversed(cls.__mro__):
+        if "__dataclass_fields__" not in vars(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        lines = source.splitlines()
+        for node in ast.parse(source).body[0].body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                i, doc = node.lineno - 2, []
+                while i >= 0 and lines[i].strip().startswith("#:"):
+                    doc.insert(0, lines[i].strip()[2:].strip())
+                    i -= 1
+                docs[node.target.id] = " ".join(doc)
     return docs
 
 

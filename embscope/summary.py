@@ -18,9 +18,9 @@ from embscope.models.resolve import HubRead
 from embscope.provenance import RunStamp, TreeDigest
 from embscope.records import Record, RecordError
 from embscope.sections.apply import ApplyRecord
-from embscope.sections.base import RunOptions
 from embscope.sections.extension import ExtensionRecord
 from embscope.sections.languages import LanguagesRecord
+from embscope.sections.options import RunOptions
 from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
 

@@ -242,7 +242,7 @@ def test_sections_register_where_they_are_defined():
     assert sorted(REGISTERED) == sorted(s.name for s in SECTIONS)
     assert [s.run.__module__ for s in SECTIONS] == [m.__name__ for m in MODULES]
     defined = {f"embscope.sections.{p.stem}" for p in (PKG / "sections").glob("*.py")} - {
-        "embscope.sections.base", "embscope.sections.registry"}
+        "embscope.sections.base", "embscope.sections.options", "embscope.sections.registry"}
     assert defined == {m.__name__ for m in MODULES}
 
 

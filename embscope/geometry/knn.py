@@ -62,7 +62,7 @@ from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa
 from embscope.geometry.knn_cache import default_cache_dir, matrix_key  # noqa: F401
 from embscope.geometry import knn_cache
 from embscope.geometry.graph import KnnError, KnnGraph  # noqa: F401  (their home before graph.py)
-from embscope.geometry.knn_record import KnnRecord
+from embscope.geometry.knn_record import METHODS, KnnRecord  # noqa: F401 - METHODS re-exported
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -77,13 +77,11 @@ __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "de
 #: multiply-adds: ≈30 s on 2 AVX2 cores at 65 GFLOPS); above it the IVF is tuned and used unless it
 #: would have to scan most of the matrix
 EXACT_BUDGET = 2.0e12
-#: the values ``method`` accepts
 #: ``auto`` considers the certified graph only for rows at least this wide: below it the join's
 #: screen (p + 1 = d/4 + 1 numbers a pair) is bound by the n² pairs it scans, like exact search,
 #: not by multiply-adds (measured: a 152,064 × 128 matrix with planted clusters spent longer in the
 #: join than the estimate of the whole exact search, then searched most rows exactly one by one)
 CERTIFIED_MIN_WIDTH = 512
-METHODS = ("auto", "exact", "certified", "ivf", "refined", "hnsw")
 
 
 # ----------------------------------------------------------------------------------------------

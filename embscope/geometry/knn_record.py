@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 
 from embscope.records import Record
 
+#: the values ``--knn`` (``knn_method``) accepts: ``auto`` and the methods of
+#: :func:`embscope.geometry.knn.knn_graph` (a light module, so the command line lists them without numpy)
+METHODS = ("auto", "exact", "certified", "ivf", "refined", "hnsw")
+
 
 @dataclass
 class HnswPilot(Record):

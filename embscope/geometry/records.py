@@ -20,6 +20,9 @@ from embscope.records import Record
 #: isolated, the candidates and the cleared rows of the verification); the certified graph proves
 #: exactly these lists (:mod:`embscope.geometry.certify_lists`)
 TOP_N = 30
+#: the ways ``--verify-sample`` picks the rows: the highest scores, or a seeded random sample of
+#: all flagged normal rows (whose verified share estimates the precision of every flag)
+SAMPLES = ("top", "random")
 
 
 @dataclass

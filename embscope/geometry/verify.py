@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embscope.geometry.records import SpecialRow, SpecialsRecord, VerificationRecord
+from embscope.geometry.records import SAMPLES, SpecialRow, SpecialsRecord, VerificationRecord
 from embscope.geometry.token_probs import (CONTEXT_TOKENS, GEN_STEPS, MAX_PROB_CUT, RECHECK_FACTOR,
                                            in_context_probs, prompt_probs)
 
@@ -65,9 +65,6 @@ AUTO_VERIFY = 50
 AUTO_TIME_CAP = 300.0
 #: trained controls checked at most (as many as the rows checked, up to this)
 MAX_CONTROLS = 100
-#: the ways ``--verify-sample`` picks the rows: the highest scores, or a seeded random sample of
-#: all flagged normal rows (whose verified share estimates the precision of every flag)
-SAMPLES = ("top", "random")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
