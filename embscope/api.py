@@ -1,128 +1,230 @@
-"""The Python API: one function per command, each a thin layer over :func:`embscope.runner.run`.
+"""The Python API: one function per command, with the command's options as keyword parameters.
+
+Each function names the sections it runs and hands its options, checked, to the runner
+(:func:`embscope.runner.run`: resolve → load → sections → tables → report). Every option keyword is
+a field of :class:`~embscope.sections.options.RunOptions` (its stage group says what reads it), with
+the same default; a misspelt keyword is a one-line :class:`~embscope.errors.SpecError` naming the
+closest one. A folder is written only when ``out`` is given (``DEFAULT_OUT``: ``reports/<name>-<UTC
+time>``); the result always holds the summary and the tables.
 
 >>> import embscope
->>> res = embscope.audit("smollm2-135m", corpora=["medical"])      # doctest: +SKIP
->>> res.folder, res.summary.sections.extension.tokens_saved        # doctest: +SKIP
->>> embscope.rope("smollm2-135m").kv_bytes_per_token               # doctest: +SKIP
+>>> res = embscope.scan("minilm-l6", scan=False)
+>>> res.folder is None, res.summary.sections.tokens.categories, res.tables["tokens"].height
+(True, {'special': 5, 'normal': 30517}, 30522)
+>>> embscope.scan("minilm-l6", thresold=3)
+Traceback (most recent call last):
+...
+embscope.errors.SpecError: scan() has no option 'thresold' (did you mean 'threshold'?); see help(embscope.scan)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from embscope.models.registry import DEFAULT_MODEL
+from embscope.output import DEFAULT_OUT, DefaultFolder
 from embscope.runner import DEFAULT_LANGUAGES, RunResult, corpus_path, run
-from embscope.sections.base import RunOptions
+from embscope.sections.options import RunOptions
+from embscope.sections.options import choices as option_choices
+
+__all__ = ["audit", "scan", "check", "diff", "fertility", "compare", "extend", "rope", "export_atlas",
+           "export_projector", "read_tokens_table", "option_choices", "DEFAULT_OUT", "RunOptions", "RunResult"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: where an API function writes: a folder, ``DEFAULT_OUT``, or None (nothing is written)
+Out = str | Path | DefaultFolder | None
+Paths = Sequence[str | Path]
 
 
-def audit(model: str = DEFAULT_MODEL, *, corpora: Sequence[str | Path] = (),
-          languages: str | Path | None = DEFAULT_LANGUAGES, out: str | Path | None = None,
-          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-          data: Sequence[str | Path] = (), **kw: Any) -> RunResult:
-    """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
+def api_function(fn: F) -> F:
+    """Check ``fn``'s keyword names before it runs (a typo is one line with "did you mean", not a
+    ``TypeError``), and append the documentation of its option keywords to its docstring (each
+    :class:`RunOptions` field's ``#:`` comment, with the default), so ``help()`` lists them all."""
+    import inspect
 
-    Args:
-        model: model spec.
-        corpora: domain corpora (paths or shipped names); the first single-language one gives the
-            extension candidates, and each adds its languages to the language table.
-        languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
-            ``None`` or ``"none"`` for none.
-        data: training data: adds the "Ready to fine-tune?" section (:func:`check`'s findings).
-        **kw: any :class:`RunOptions` field (``k``, ``threshold``, ``top``, ``device``, ``scan``, …);
-            ``repair_to=OUT`` also writes the model with the flagged rows that ``corpora`` use
-            re-initialised (:func:`embscope.extension.repair.repair`, strategy ``repair_init``).
-    Example:
-        >>> audit("smollm2-135m", corpora=["medical"]).folder  # doctest: +SKIP
-    """
+    from embscope.errors import SpecError, did_you_mean
+    from embscope.records import field_docs
+
+    params = inspect.signature(fn).parameters
+    names = [p for p in params if p not in ("args", "kwargs")]
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name in kwargs:
+            if name not in params:
+                raise SpecError(f"{fn.__name__}() has no option {name!r}{did_you_mean(name, names)}; "
+                                f"see help(embscope.{fn.__name__})")
+        return fn(*args, **kwargs)
+
+    docs, fields, known = field_docs(RunOptions), set(RunOptions.names()), option_choices()
+    lines = [f"        {n}: {docs[n]} (default {params[n].default!r}"
+             + (f"; one of {', '.join(known[n])})" if n in known else ")") for n in names if n in fields]
+    checked.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n    Options (recorded in summary.json ``parameters``):\n" \
+        + "\n".join(lines) + "\n"
+    return checked  # type: ignore[return-value]
+
+
+def _options(values: dict[str, Any], **overrides: Any) -> RunOptions:
+    """The checked :class:`RunOptions` of an API call: its parameters (``locals()``) named like an
+    option, sequences as lists, paths as strings; ``overrides`` replace them."""
+    fields = {}
+    for name in RunOptions.names():
+        if name in values:
+            v = values[name]
+            fields[name] = (list(v) if isinstance(v, (tuple, list)) else str(v) if isinstance(v, Path) else v)
+    return RunOptions.build(**{**fields, **overrides})
+
+
+def _paths(spec: str | Path | Paths) -> list[str | Path]:
+    return [spec] if isinstance(spec, (str, Path)) else list(spec)
+
+
+def _languages(languages: str | Path | None, flag: str) -> tuple[list[str | Path], list[str]]:
+    """The per-language corpus as a list (empty for None or ``"none"``), and the note when the
+    shipped default is not installed (the run goes on without it)."""
     from embscope.errors import CorpusError
 
-    langs, notes = [] if languages in (None, "none") else [languages], []
-    if langs == [DEFAULT_LANGUAGES]:
+    if languages in (None, "none"):
+        return [], []
+    if languages == DEFAULT_LANGUAGES:
         try:
             corpus_path(DEFAULT_LANGUAGES)
         except CorpusError:  # an install without the shipped corpora: say so, run the rest
-            langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
-                                "--languages PATH for per-language costs"]
+            return [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass {flag} PATH for "
+                        "per-language figures"]
+    return [languages], []
+
+
+@api_function
+def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | Path | None = DEFAULT_LANGUAGES,
+          data: Paths = (), out: Out = None, force: bool = False, verbose: bool | None = None,
+          # load
+          device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
+          # scan (verify: automatic) and repair
+          scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = True, threshold: float = 4.0,
+          unused_ids: Sequence[int] | None = None, verify: int | None = None, verify_sample: str = "top",
+          verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
+          repair_to: str | Path | None = None, repair_init: str = "subword-mean",
+          # corpora
+          sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
+          ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
+          limits: Sequence[str] = (), reference: str = "eng",
+          # extension
+          top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
+          diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
+          distil_budget: float | None = None,
+          # the check of ``data``
+          data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
+          trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
+          lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False) -> RunResult:
+    """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
+
+    Args:
+        model: model spec (alias, hub id, folder, ``.gguf``).
+        corpora: domain corpora (paths or shipped names); the first single-language one gives the
+            extension candidates, and each adds its languages to the language table; ``repair_to``
+            re-initialises the flagged rows they use.
+        languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
+            ``None`` or ``"none"`` for none.
+        data: training data: adds the "Ready to fine-tune?" section (:func:`check`'s findings).
+        out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing.
+        force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
+        verbose: every step and its time (None: the process's progress mode).
+    Returns:
+        :class:`~embscope.runner.RunResult`: ``.summary`` (one record per section), ``.tables``,
+        ``.folder``.
+    Example:
+        >>> res = audit("smollm2-135m", corpora=["medical"], languages=None, scan=False, top=3, init=["mean"],
+        ...             diagnostics=False)
+        >>> [s for s in ("context", "tokens", "extension") if getattr(res.summary.sections, s) is not None]
+        ['context', 'tokens', 'extension']
+    """
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES
     from embscope.extension.extension import AUDIT_DISTIL_BUDGET
 
-    for name, value in (("bpb_bytes", AUDIT_CORPUS_BYTES), ("distil_budget", AUDIT_DISTIL_BUDGET)):
-        if kw.get(name) is None and getattr(options, name, None) is None:  # audit's smaller extension step
-            kw[name] = value
-    return run(model, languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
-               options=options, command="audit", verbose=verbose, warnings=notes, **kw)
+    langs, notes = _languages(languages, "languages=")
+    options = _options(locals(), bpb_bytes=AUDIT_CORPUS_BYTES if bpb_bytes is None else bpb_bytes,  # a smaller
+                       distil_budget=AUDIT_DISTIL_BUDGET if distil_budget is None else distil_budget)  # extension
+    return run(model, sections=("context", "tokens", "languages", "extension", "finetune", "repair"),
+               languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
+               options=options, command="audit", verbose=verbose, warnings=notes)
 
 
-def scan(model: str, *, corpora: Sequence[str | Path] = (), out: str | Path | None = None,
-         force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-         **kw: Any) -> RunResult:
-    """Under-trained and isolated rows: indicators, kNN graph, 2-D map (tokens section only).
+@api_function
+def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = False, verbose: bool | None = None,
+         device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
+         scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = True, threshold: float = 4.0,
+         unused_ids: Sequence[int] | None = None, verify: int | None = 0, verify_sample: str = "top",
+         verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
+         repair_to: str | Path | None = None, repair_init: str = "subword-mean",
+         text_field: str = "text", limits: Sequence[str] = ()) -> RunResult:
+    """Under-trained and isolated rows: indicators, kNN graph, 2-D map (the tokens section).
 
-    ``corpora`` (the user's data) lists which flagged rows the text and the model's chat template
-    produce; ``repair_to`` then writes the model with those rows re-initialised; ``verify=N`` checks
-    the top N flagged rows by prompting the whole model.
-
+    Args:
+        model: model spec.
+        corpora: the user's data: the scan lists which flagged rows its text (and the model's chat
+            template) produces; ``repair_to`` then writes the model with those rows re-initialised.
+        out, force, verbose: as :func:`audit`'s.
     Example:
-        >>> scan("minilm-l6").summary.sections.tokens.geometry.flagged  # doctest: +SKIP
+        >>> res = scan("minilm-l6", layout=False, knn_method="exact")
+        >>> res.summary.sections.tokens.geometry.knn.method
+        'exact'
     """
-    return run(model, sections=["tokens", "repair"], corpora=corpora, out=out, force=force, options=options,
-               command="scan", kind="scan", verbose=verbose, required=["tokens"], **kw)
+    return run(model, sections=("tokens", "repair"), corpora=corpora, out=out, force=force,
+               options=_options(locals()), command="scan", kind="scan", verbose=verbose, required=["tokens"])
 
 
-def check(model: str, data: str | Path | Sequence[str | Path], *, out: str | Path | None = None,
-          force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-          **kw: Any) -> RunResult:
+@api_function
+def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool = False,
+          verbose: bool | None = None,
+          device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
+          scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = False, threshold: float = 4.0,
+          unused_ids: Sequence[int] | None = None, verify: int | None = 0, verify_sample: str = "top",
+          verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
+          repair_to: str | Path | None = None, repair_init: str = "subword-mean",
+          engine: str = "local", workers: int | None = None, ray_address: str | None = None,
+          text_field: str = "text", limits: Sequence[str] = (),
+          data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
+          trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
+          lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False) -> RunResult:
     """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
 
     The data is rendered with the model's chat template and tokenized exactly as
     ``apply_chat_template`` does (plain texts as ``tokenizer(text)``), and labelled as the trainer
     labels it (:mod:`embscope.finetune.trainers`); the findings carry stable codes
-    (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer.
+    (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer; the map is
+    off by default (``layout=True`` draws it).
 
     Args:
         model: model spec.
         data: training data: files, folders or globs of jsonl/json/Parquet/Arrow records in the
-            ``messages``, ShareGPT, Alpaca, prompt/completion or ``text`` format.
-        out: write the report folder (summary.json, tokens.parquet, findings.parquet, index.html);
-            without it nothing is written and ``res.folder`` is None.
-        **kw: any :class:`RunOptions` field: ``trainer`` (``trl`` by default, ``transformers``,
-            ``unsloth``, ``axolotl``, ``llamafactory``), ``pad_token`` (the pad you will set),
-            ``split`` (one split of a DatasetDict), ``data_format`` (force one record shape),
-            ``max_length`` (the trainer's sequence length; default the config's context),
-            ``chat_template`` (a template file instead of the model's own), ``scan=False`` (no
-            ``untrained-used``), ``threshold``, ``repair_to`` (also write the model with the rows
-            the error-level findings point at re-initialised), …; ``layout`` defaults to off.
+            ``messages``, ShareGPT, Alpaca, prompt/completion, preference, KTO or ``text`` format.
+        out: the folder to write (summary.json, tokens.parquet, findings.parquet, index.html); None
+            (default) writes nothing.
+        force, verbose: as :func:`audit`'s.
     Returns:
-        :class:`RunResult`; the findings are ``res.summary.sections.finetune.findings``.
+        :class:`~embscope.runner.RunResult`; the findings are ``res.summary.sections.finetune.findings``,
+        one row each in ``res.tables["findings"]``.
     Example:
-        >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl")  # doctest: +SKIP
-        >>> [f.code for f in res.summary.sections.finetune.findings]  # doctest: +SKIP
-        ['special-row-untrained', 'exceeds-context', 'pad-is-eos']
+        >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl", scan=False)
+        >>> sorted({f.code for f in res.summary.sections.finetune.findings})
+        ['exceeds-context', 'pad-is-eos']
     """
-    import shutil
-    import tempfile
-
-    paths = [data] if isinstance(data, (str, Path)) else list(data)
-    kw.setdefault("layout", False)
-    tmp = Path(tempfile.mkdtemp(prefix="embscope-check-")) if out is None else None
-    try:
-        res = run(model, sections=["tokens", "finetune", "repair"], data=paths,
-                  out=out if out is not None else tmp / "check", force=force, render=out is not None,
-                  options=options, command="check", kind="check", verbose=verbose, required=["finetune"], **kw)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if tmp is not None:
-        res.folder = None  # type: ignore[assignment]
-    return res
+    return run(model, sections=("tokens", "finetune", "repair"), data=_paths(data), out=out, force=force,
+               options=_options(locals()), command="check", kind="check", verbose=verbose, required=["finetune"])
 
 
-def diff(base: str, tuned: str | Path, *, data: str | Path | Sequence[str | Path] = (),
-         manifest: str | Path | None = None, languages: str | Path | None = DEFAULT_LANGUAGES,
-         tokens: str | Path | None = None, out: str | Path | None = None, force: bool = False,
-         options: RunOptions | None = None, verbose: bool | None = None, **kw: Any) -> RunResult:
+@api_function
+def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifest: str | Path | None = None,
+         languages: str | Path | None = DEFAULT_LANGUAGES, tokens: str | Path | None = None, out: Out = None,
+         force: bool = False, verbose: bool | None = None,
+         device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
+         scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = False, threshold: float = 4.0,
+         unused_ids: Sequence[int] | None = None, cache_dir: str | Path | None = None,
+         text_field: str = "text", limits: Sequence[str] = (), data_format: str | None = None) -> RunResult:
     """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.
 
     BASE and TUNED are any model spec (TUNED may be a PEFT adapter folder on BASE); only their
@@ -139,104 +241,121 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Sequence[str | Path
         languages: the multilingual corpus for per-language drift (default the shipped ``udhr``;
             ``None``/``"none"`` for none).
         tokens: a ``tokens.parquet`` of an earlier scan of BASE: its ``flagged`` rows instead of a scan.
-        out: write the report folder (summary.json, diff.parquet, index.html); without it nothing
-            is written and ``res.folder`` is None.
-        **kw: any :class:`RunOptions` field (``device``, ``data_format``, ``threshold``, ``scan``, …).
+        out: the folder to write (summary.json, diff.parquet, index.html); None (default) writes nothing.
+        force, verbose: as :func:`audit`'s.
     Returns:
-        :class:`RunResult`; the record is ``res.summary.sections.diff`` (findings, per-matrix floors
-        and counts), the per-row table ``res.outputs["diff"].live.frame``.
+        :class:`~embscope.runner.RunResult`; the record is ``res.summary.sections.diff`` (findings,
+        per-matrix floors and counts), the per-row table ``res.tables["diff"]``.
     Example:
-        >>> res = diff("smollm2-135m", "out/smollm2-med-tuned", data="train.jsonl")  # doctest: +SKIP
-        >>> [f.code for f in res.summary.sections.diff.findings]  # doctest: +SKIP
-        []
+        >>> res = diff("smollm2-135m", "smollm2-135m", languages=None)
+        >>> res.summary.sections.diff.matrices["input"].moved, [f.code for f in res.summary.sections.diff.findings]
+        (0, ['nothing-moved'])
     """
-    import shutil
-    import tempfile
-
-    from embscope.errors import CorpusError
     from embscope.output import check_target
 
-    paths = [data] if isinstance(data, (str, Path)) else list(data)
-    opts = RunOptions.build(options, tuned=str(tuned), manifest=str(manifest) if manifest is not None else None, **kw)
-    if out is not None:  # never write over TUNED or the manifest's folder
+    paths = _paths(data)
+    if out is not None and out is not DEFAULT_OUT:  # never write over TUNED or the manifest's folder
         check_target(out, force=force, inputs=[p for p in (Path(tuned), Path(manifest) if manifest else None)
                                                if p is not None and p.exists()])
-    langs, notes = [] if languages in (None, "none") else [languages], []
-    if langs == [DEFAULT_LANGUAGES]:
-        try:
-            corpus_path(DEFAULT_LANGUAGES)
-        except CorpusError:
-            langs, notes = [], [f"the shipped {DEFAULT_LANGUAGES!r} corpus is not installed here; pass "
-                                "languages=PATH for per-language drift"]
+    langs, notes = _languages(languages, "languages=")
     table = read_tokens_table(tokens) if tokens is not None else None
-    sections = ["tokens", "diff"] if paths and opts.scan and table is None else ["diff"]
-    opts = RunOptions.build(opts, layout=kw.get("layout", False))
-    tmp = Path(tempfile.mkdtemp(prefix="embscope-diff-")) if out is None else None
-    try:
-        res = run(base, sections=sections, languages=langs, data=paths, tokens=table,
-                  out=out if out is not None else tmp / "diff", force=force, render=out is not None,
-                  options=opts, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if tmp is not None:
-        res.folder = None  # type: ignore[assignment]
-    return res
+    options = _options(locals(), tuned=str(tuned), manifest=str(manifest) if manifest is not None else None)
+    sections = ("tokens", "diff") if paths and scan and table is None else ("diff",)
+    return run(base, sections=sections, languages=langs, data=paths, tokens=table, out=out, force=force,
+               options=options, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
 
 
-def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: str | Path | None = None,
-              force: bool = False, options: RunOptions | None = None, verbose: bool | None = None,
-              **kw: Any) -> RunResult:
-    """Per-language fertility, parity and friends for one tokenizer (languages section only).
+@api_function
+def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: Out = None, force: bool = False,
+              verbose: bool | None = None, reference: str = "eng", sample_bytes: int | None = None,
+              engine: str = "local", workers: int | None = None, ray_address: str | None = None,
+              text_field: str = "text", lang_field: str = "lang", limits: Sequence[str] = ()) -> RunResult:
+    """Per-language fertility, parity and friends for one tokenizer (the languages section).
 
+    Args:
+        tokenizer: tokenizer spec (``gpt2``, ``cl100k_base``, a tokenizer file or a model spec).
+        corpus: a parallel multilingual corpus (default the shipped ``udhr``).
+        out, force, verbose: as :func:`audit`'s.
     Example:
-        >>> fertility("gpt2", "udhr").folder  # doctest: +SKIP
+        >>> res = fertility("gpt2", "udhr")
+        >>> t = res.tables["languages"]
+        >>> t.filter(t["language"] == "eng")["parity"].to_list()
+        [1.0]
     """
-    return compare([tokenizer], corpus, out=out, force=force, options=options, verbose=verbose, **kw)
+    return _languages_run([tokenizer], corpus, out, force, verbose, _options(locals()))
 
 
-def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *,
-            out: str | Path | None = None, force: bool = False, options: RunOptions | None = None,
-            verbose: bool | None = None, **kw: Any) -> RunResult:
+@api_function
+def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *, out: Out = None,
+            force: bool = False, verbose: bool | None = None, reference: str = "eng",
+            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
+            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
+            limits: Sequence[str] = ()) -> RunResult:
     """The same as :func:`fertility` for several tokenizers, side by side.
 
+    Args:
+        tokenizers: tokenizer specs; the first one orders the table.
+        corpus, out, force, verbose: as :func:`fertility`'s.
     Example:
-        >>> compare(["gpt2", "cl100k_base"], "udhr").folder  # doctest: +SKIP
+        >>> compare(["gpt2", "cl100k_base"], "udhr").summary.sections.languages.tokenizers
+        ['gpt2', 'cl100k_base']
     """
-    return run(None, sections=["languages"], languages=[corpus], tokenizers=list(tokenizers), out=out,
-               force=force, options=options, command="compare" if len(tokenizers) > 1
-               else "fertility", kind="languages", verbose=verbose, required=["languages"], **kw)
+    return _languages_run(list(tokenizers), corpus, out, force, verbose, _options(locals()))
 
 
-def extend(model: str, corpus: str | Path, *, out: str | Path | None = None, force: bool = False,
+def _languages_run(tokenizers: list[str], corpus, out, force, verbose, options: RunOptions) -> RunResult:
+    return run(None, sections=("languages",), languages=[corpus], tokenizers=tokenizers, out=out, force=force,
+               options=options, command="compare" if len(tokenizers) > 1 else "fertility", kind="languages",
+               verbose=verbose, required=["languages"])
+
+
+@api_function
+def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = False,
            apply_to: str | Path | None = None, apply_init: str = "auto", rows_only: bool = False,
-           tokens: str | Path | None = None, options: RunOptions | None = None,
-           verbose: bool | None = None, **kw: Any) -> tuple[RunResult, dict | None]:
+           tokens: str | Path | None = None, verbose: bool | None = None,
+           top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
+           diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
+           distil_budget: float | None = None,
+           device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
+           sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
+           ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
+           limits: Sequence[str] = ()) -> tuple[RunResult, dict | None]:
     """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.
 
     Both output folders and ``apply_init`` are checked before any work, so a bad one fails at once;
     the manifest of ``apply_to`` is also ``res.summary.sections.apply``.
 
+    Args:
+        model: model spec.
+        corpus: the domain corpus (a folder, a file, or a shipped name such as ``medical``).
+        out, force, verbose: as :func:`audit`'s.
+        apply_to: also write the extended model (or, with ``rows_only`` or a model that does not
+            load whole, its new rows) to this folder.
+        rows_only: with ``apply_to``: write only the new rows.
+        tokens: a ``tokens.parquet`` of an earlier scan: its ``flagged`` rows stay out of every mean.
     Returns:
-        (the run's result, the ``--apply`` manifest or ``None``).
+        (the run's result, the ``apply_to`` manifest or ``None``).
     Example:
-        >>> res, manifest = extend("smollm2-135m", "medical", top=50)  # doctest: +SKIP
+        >>> res, manifest = extend("smollm2-135m", "medical", top=5, init=["mean"], diagnostics=False)
+        >>> res.tables["candidates"].filter("added")["term"].to_list(), manifest
+        ([' unspecified', 'Unspecified', ' NOS', 'Poisoning', 'Laceration'], None)
     """
     table = read_tokens_table(tokens) if tokens is not None else None
-    res = run(model, sections=["extension", "apply"], domain=corpus, out=out, force=force, tokens=table,
-              options=options, command="extend", kind="extend", verbose=verbose,
-              required=["extension", "apply"], apply_to=str(apply_to) if apply_to is not None else None,
-              apply_init=apply_init, apply_mode="rows" if rows_only else "auto", **kw)
+    options = _options(locals(), apply_mode="rows" if rows_only else "auto")
+    res = run(model, sections=("extension", "apply"), domain=corpus, out=out, force=force, tokens=table,
+              options=options, command="extend", kind="extend", verbose=verbose, required=["extension", "apply"])
     applied = res.outputs.get("apply")
     return res, applied.live if applied is not None else None
 
 
 def rope(model: str):
-    """The context summary of any model spec (reads the config only, no weights).
+    """The context summary of any model spec (reads the config only, no weights): RoPE reach,
+    KV-cache bytes per token and per context, embedding share
+    (:class:`~embscope.context.summary.ContextSummary`).
 
     Example:
-        >>> rope("qwen2-7b").kv_bytes_per_token  # doctest: +SKIP
-        57344
+        >>> rope("smollm2-135m").kv_bytes_per_token  # 30 layers × 3 KV heads × 64 dims × (K, V) × 2 bytes
+        23040
     """
     from embscope.context import context_summary
     from embscope.models.resolve import resolve_config
@@ -249,10 +368,6 @@ def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bo
 
     Writes ``out/tokens.parquet`` (default ``out`` = ``report/atlas``); returns its path. Open it
     with :func:`embscope.report.atlas.atlas_command`'s command.
-
-    Example:
-        >>> export_atlas("reports/smollm2-135m")  # doctest: +SKIP
-        PosixPath('reports/smollm2-135m/atlas/tokens.parquet')
     """
     from embscope.output import claim
     from embscope.report.atlas import ATLAS_FILE, write_atlas
@@ -270,10 +385,6 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     (:mod:`embscope.report.projector`), for the model the output folder ``report`` was made from
     (``model`` overrides the spec in its ``summary.json``; the matrix must hash to the fingerprint
     recorded there). Default ``out``: ``report/projector``. Returns ``{folder, rows, dim, files}``.
-
-    Example:
-        >>> export_projector("reports/smollm2-135m", sample=5000)["rows"]  # doctest: +SKIP
-        5000
     """
     import json
 

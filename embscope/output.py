@@ -41,6 +41,18 @@ MARKER = ".embscope"
 _PARTIAL = ".partial"
 
 
+class DefaultFolder:
+    """The folder a command writes when ``--out`` is not given: ``reports/<name>[-<kind>]-<UTC time>``
+    (:func:`default_out`, once the model's name is known)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_OUT"
+
+
+#: ``out=DEFAULT_OUT``: write the run to ``reports/<name>[-<kind>]-<UTC time>``
+DEFAULT_OUT = DefaultFolder()
+
+
 def default_out(name: str, kind: str = "") -> Path:
     """``reports/<name>[-<kind>]-<UTC timestamp>``, e.g. ``reports/smollm2-135m-20261129T160455Z``."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -40,12 +40,18 @@ DEFAULT_LANGUAGES = "udhr"
 
 @dataclass
 class RunResult:
-    """What :func:`run` returns: the folder it wrote and the summary in it."""
+    """What :func:`run` returns: the summary, the tables, and the folder they were written to."""
 
-    folder: Path
+    #: the output folder written (null when the run was given no ``out``: nothing was written)
+    folder: Path | None
+    #: ``summary.json``'s record: provenance, parameters, timings, one record per section
     summary: Summary
+    #: the Parquet tables by file stem (``tokens``, ``languages``, ``candidates``, ``findings``, ``diff``, …),
+    #: as polars DataFrames, the same whether or not they were written
+    tables: dict[str, Any] = field(default_factory=dict, repr=False)
     #: live section outputs (e.g. the extension result, for ``extend --apply``); not written
     outputs: dict[str, SectionOutput] = field(default_factory=dict, repr=False)
+
     @property
     def warnings(self) -> list[str]:
         return self.summary.warnings
@@ -126,10 +132,11 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
             :mod:`embscope.corpus.conversations`; files, folders, globs); ``repair_to`` then
             re-initialises the rows its error-level findings point at.
         tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
-        out: the output folder (default ``reports/<name>[-<kind>]-<UTC time>``).
+        out: the output folder; :data:`~embscope.output.DEFAULT_OUT` for
+            ``reports/<name>[-<kind>]-<UTC time>``; None: nothing is written (``RunResult.folder`` is None).
         force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
         options: :class:`~embscope.sections.base.RunOptions`; ``**kw`` sets any of its fields.
-        render: write ``index.html``.
+        render: write ``index.html`` (with ``out``).
         command: the command recorded in the provenance.
         kind: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit).
         tokens: a tokens table from an earlier run (``flagged`` rows are left out of extension means).
@@ -143,7 +150,9 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         >>> res.summary.sections.tokens.categories["normal"]  # doctest: +SKIP
     """
     from embscope.allocator import reuse_freed_blocks
-    from embscope.output import claim, default_out
+    from contextlib import nullcontext
+
+    from embscope.output import DEFAULT_OUT, claim, default_out
 
     opts = RunOptions.build(options, **kw)
     given = _Given(languages=[corpus_path(c) for c in languages],
@@ -156,17 +165,15 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         given.domain = domain_corpus([*given.languages, *given.corpora], opts)
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
-    if opts.repair_to is not None:  # refused before any work, like --out
-        _check_repair(opts, given, out, force)
-    if opts.apply_to is not None and "apply" in (s.name for s in specs):
-        _check_apply(opts, given, out, force)
+    _check_before_work(opts, [s.name for s in specs], given, None if out is DEFAULT_OUT else out, force)
     resolved, extra_vocabs = _resolve(model, tokenizers, opts)
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
-    target = Path(out) if out is not None else default_out(label, kind)
+    target = None if out is None else default_out(label, kind) if out is DEFAULT_OUT else Path(out)
     steps = Steps(verbose=verbose)
 
     # The folder is claimed before the heavy work, so a bad --out fails in a second.
-    with claim(target, force=force, inputs=given.paths(resolved, tokenizers), kind=kind or "audit") as tmp:
+    with (claim(target, force=force, inputs=given.paths(resolved, tokenizers), kind=kind or "audit")
+          if target is not None else nullcontext()) as tmp:
         loaded = _load(resolved, opts, steps, tokens_past_rows=any(s.name == "finetune" for s in specs))
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, languages=given.languages,
@@ -174,8 +181,10 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         outputs, state = _run_sections(specs, state, steps, required)
         summary = _summary(command, opts, steps, loaded, resolved, model, outputs, state, tokenizers,
                            [*warnings, *(w for r in outputs.values() for w in r.warnings)])
-        _write(tmp, summary, {stem: f for r in outputs.values() for stem, f in r.tables.items()}, steps, render)
-    return RunResult(folder=target, summary=summary, outputs=outputs)
+        tables = _tables(outputs)
+        if tmp is not None:
+            _write(tmp, summary, tables, steps, render)
+    return RunResult(folder=target, summary=summary, tables=tables, outputs=outputs)
 
 
 @dataclass
@@ -217,6 +226,37 @@ def domain_corpus(corpora: Sequence[Path], opts: RunOptions) -> Path | None:
         except EmbscopeError:  # an unreadable corpus is the languages section's to report
             continue
     return None
+
+
+def _check_before_work(opts: RunOptions, names: list[str], given: "_Given", out, force: bool) -> None:
+    """What the options name, refused before the model loads (``out``: the folder named, if any)."""
+    if "languages" in names:
+        _check_reference(opts, given.languages)
+    if opts.repair_to is not None:
+        _check_repair(opts, given, out, force)
+    if opts.apply_to is not None and "apply" in names:
+        _check_apply(opts, given, out, force)
+
+
+def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
+    """``--reference`` before any work: refused when it is none of the languages of a corpus that
+    holds one language per file (``corpora/udhr``: its files name its languages), with a "did you
+    mean". A corpus that mixes languages inside its files is not judged here (a language may first
+    appear deep inside one): the languages section warns when parity is empty."""
+    from embscope.corpus.stream import corpus_files, iter_file
+
+    ref, read = opts.reference, opts.read_options()
+    for corpus in corpora:
+        try:
+            langs = [b.lang for f in corpus_files(corpus, read) if (b := next(iter_file(f, options=read), None))]
+        except EmbscopeError:  # an unreadable corpus is the languages section's to report
+            continue
+        if ref in langs:
+            return
+        if len(langs) > 1 and len(set(langs)) == len(langs):
+            shown = ", ".join(sorted(langs)[:12]) + (", …" if len(langs) > 12 else "")
+            raise SpecError(f"--reference {ref!r} is not a language of {corpus}{did_you_mean(ref, langs)}; pass one "
+                            f"of its {len(langs)} languages ({shown})")
 
 
 def _check_repair(opts: RunOptions, given: _Given, out, force: bool) -> None:
@@ -354,14 +394,20 @@ def _summary(command, opts, steps, loaded, resolved, model, outputs, state, toke
     return summary
 
 
+def _tables(outputs: dict[str, SectionOutput]) -> dict[str, Any]:
+    """Every section's tables by file stem, each column cast to its documented type."""
+    from embscope.schema import conform
+
+    return {stem: conform(stem, frame) for r in outputs.values() for stem, frame in r.tables.items()}
+
+
 def _write(tmp: Path, summary: Summary, tables: dict[str, Any], steps: Steps, render: bool) -> None:
     """The folder's files: the tables, ``summary.json``, then ``index.html`` (timings updated)."""
     from embscope.output import json_text, replace_file, write_json, write_parquet
-    from embscope.schema import conform
 
     meta = {"embscope.schema_version": str(SCHEMA_VERSION)}
     for stem, frame in tables.items():
-        write_parquet(tmp / f"{stem}.parquet", conform(stem, frame), meta)
+        write_parquet(tmp / f"{stem}.parquet", frame, meta)
     write_json(tmp / "summary.json", summary)
     if render:
         from embscope.report import render as render_page

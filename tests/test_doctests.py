@@ -1,5 +1,6 @@
 """The package's docstring examples run, as ``pytest --doctest-modules embscope`` runs them: one
-test per module that has examples (a module without any is not listed)."""
+test per module that has examples (a module without any is not listed); so do the notebook-style
+pages of ``docs/`` (:data:`PAGES`), their printed output checked."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "embscope"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "embscope"
+#: pages of docs/ written as a session (``>>>`` lines and what they print)
+PAGES = ("api.md",)
 
 #: modules whose examples do not run yet (none: every module's examples run)
 NOT_YET: set[str] = set()
@@ -30,13 +34,31 @@ def _with_examples() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _with_examples())
-def test_examples_run(name):
+def test_examples_run(name, monkeypatch):
+    monkeypatch.chdir(ROOT)  # examples name the shipped corpora by their paths
     module = importlib.import_module(name)
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     report: list[str] = []
     tests = doctest.DocTestFinder().find(module, name)
     for t in sorted(tests, key=lambda t: t.name):
         runner.run(t, out=report.append)
+    assert runner.failures == 0, "".join(report)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_docs_pages_run(page, monkeypatch, tmp_path):
+    """Every ``>>>`` line of the page runs and prints what the page says (the folders it makes go
+    under the test's own temporary folder)."""
+    import tempfile
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = ROOT / "docs" / page
+    test = doctest.DocTestParser().get_doctest(path.read_text(encoding="utf-8"), {}, page, str(path), 0)
+    assert len(test.examples) >= 10, page
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    report: list[str] = []
+    runner.run(test, out=report.append)
     assert runner.failures == 0, "".join(report)
 
 

@@ -11,29 +11,23 @@ from typing import Annotated
 
 import typer
 
+from embscope.api import check as run_check
 from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
-from embscope.commands.options import (CHECK, LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, print_repair,
-                                       run_options, setup)
+from embscope.commands.options import CHECK, LOAD, SCAN, ModelOpt, print_repair, run_command
 
 
-@run_options(*LOAD, "no_scan", *SCAN, *CHECK, "text_field", "engine", "workers", "ray_address")
+@run_command(run_check, *LOAD, "no_scan", *(n for n in SCAN if n != "no_map"), *CHECK, "text_field", "engine",
+             "workers", "ray_address", writes=False)
 def check(
     model: ModelOpt,
-    data: Annotated[list[Path], typer.Option("--data", "-d", help="training data: jsonl/json/Parquet/Arrow file, folder or glob (messages, ShareGPT conversations, Alpaca, prompt/completion or text records); repeat for several")],
+    data: Annotated[list[Path], typer.Option("--data", "-d", help="training data: jsonl/json/Parquet/Arrow file, folder or glob (messages, ShareGPT conversations, Alpaca, prompt/completion, preference, KTO or text records); repeat for several")],
     fail_on: FailOnOpt = FailOn.error,
-    out: Out = None,
-    force: Force = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    verbose: Verbose = False,
     options=None,
+    common=None,
 ) -> None:
     """Ready to fine-tune? Read the training data as the trainer will and report every vocabulary hazard."""
-    from embscope.api import check as run_check
-
-    setup(quiet, verbose)
-    res = run_check(model, [str(p) for p in data], out=out, force=force, options=options)
-    finish(res, res.summary.sections.finetune, fail_on, as_json, lambda: _print(res))
+    res = run_check(model, [str(p) for p in data], out=common.out, force=common.force, **options)
+    finish(res, res.summary.sections.finetune, fail_on, common.as_json, lambda: _print(res))
 
 
 def _print(res) -> None:

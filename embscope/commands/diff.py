@@ -11,11 +11,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from embscope.api import diff as run_diff
 from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
-from embscope.commands.options import LOAD, Force, Json, Out, Quiet, Verbose, run_options, setup
+from embscope.commands.options import LOAD, run_command
 
 
-@run_options(*LOAD, "no_scan", "threshold", "unused_ids", "format", "text_field", "limit")
+@run_command(run_diff, *LOAD, "no_scan", "threshold", "unused_ids", "format", "text_field", "limit", writes=False)
 def diff(
     base: Annotated[str, typer.Argument(help="the model training started from: alias, HF hub id, model folder or .gguf file")],
     tuned: Annotated[str, typer.Argument(help="the fine-tuned model (any model spec) or a PEFT adapter folder on BASE")],
@@ -24,20 +25,13 @@ def diff(
     languages: Annotated[str, typer.Option("--languages", help="per-language drift on this corpus: udhr (shipped), none, or a PATH")] = "udhr",
     tokens: Annotated[Optional[Path], typer.Option("--tokens", help="tokens.parquet of an earlier scan of BASE: its flagged rows instead of a new scan")] = None,
     fail_on: FailOnOpt = FailOn.error,
-    out: Out = None,
-    force: Force = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    verbose: Verbose = False,
     options=None,
+    common=None,
 ) -> None:
     """What training changed: which token rows moved, whether the new tokens learnt, what broke."""
-    from embscope.api import diff as run_diff
-
-    setup(quiet, verbose)
     res = run_diff(base, tuned, data=[str(p) for p in data or []], manifest=manifest, languages=languages,
-                   tokens=tokens, out=out, force=force, options=options)
-    finish(res, res.summary.sections.diff, fail_on, as_json, lambda: _print(res.summary.sections.diff, res))
+                   tokens=tokens, out=common.out, force=common.force, **options)
+    finish(res, res.summary.sections.diff, fail_on, common.as_json, lambda: _print(res.summary.sections.diff, res))
 
 
 #: what a new row is compared with, by ``DiffRecord.new_reference`` (none without new rows)

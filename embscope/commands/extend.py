@@ -8,16 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (CORPUS, EXTENSION, LOAD, Corpus, Force, Json, ModelOpt, Out, Quiet,
-                                       Verbose, print_json, print_warnings, run_options, setup)
+from embscope.api import extend as run_extend
+from embscope.commands.options import CORPUS, EXTENSION, LOAD, Corpus, ModelOpt, print_json, print_warnings, run_command
 
 
-@run_options(*EXTENSION, *CORPUS, *LOAD)
+@run_command(run_extend, *EXTENSION, *CORPUS, *LOAD)
 def extend(
     model: ModelOpt,
     corpus: Corpus,
-    out: Out = None,
-    force: Force = False,
     apply_to: Annotated[Optional[Path], typer.Option(
         "--apply", help="also write the extended model here (full transformers folder when the whole "
                         "model loads, else the new rows + tokenizer + README)")] = None,
@@ -26,19 +24,14 @@ def extend(
     rows_only: Annotated[bool, typer.Option("--rows-only", help="with --apply: write only the new rows")] = False,
     tokens: Annotated[Optional[Path], typer.Option(
         "--tokens", help="tokens.parquet with a 'flagged' column: under-trained rows left out of every mean")] = None,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    verbose: Verbose = False,
     options=None,
+    common=None,
 ) -> None:
     """Suggest vocabulary extensions from a domain corpus; write candidates.parquet + summary.json."""
-    from embscope.api import extend as run_extend
-
-    setup(quiet, verbose)
-    res, manifest = run_extend(model, corpus, out=out, force=force, apply_to=apply_to, apply_init=apply_init,
-                               rows_only=rows_only, tokens=tokens, options=options)
+    res, manifest = run_extend(model, corpus, out=common.out, force=common.force, apply_to=apply_to,
+                               apply_init=apply_init, rows_only=rows_only, tokens=tokens, **options)
     print_warnings(res.warnings)
-    if as_json:
+    if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary, "applied": manifest})
         return
     from embscope.commands.tables import extension_table

@@ -13,19 +13,17 @@ from typing import Annotated
 import typer
 
 from embscope.commands.options import print_json, print_warnings
+from embscope.finetune.record import SEVERITIES
 
 
-class FailOn(str, enum.Enum):
-    error = "error"
-    warning = "warning"
-    info = "info"
-    never = "never"
+#: the severities a finding may have, gravest first, and ``never``
+FailOn = enum.Enum("FailOn", {v: v for v in (*reversed(SEVERITIES), "never")}, type=str)
 
 
 FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="exit 1 when a finding reaches this severity (never: always 0)")]
 
 
-def finish(res, record, fail_on: FailOn, as_json: bool, show: Callable[[], None]) -> None:
+def finish(res, record, fail_on, as_json: bool, show: Callable[[], None]) -> None:
     """Print the warnings, then the record (``--json``: its findings, the rest as ``data``, the
     folder and the exit code; else ``show()``); exit 1 when a finding reaches ``fail_on``."""
     from embscope.finetune.record import as_json as findings_json

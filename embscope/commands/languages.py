@@ -1,6 +1,6 @@
 """``embscope fertility`` and ``embscope compare``: what each language costs in tokens.
 
-Both make one library call (:func:`embscope.api.compare`) and print a table of languages sorted by
+Each makes one library call (:func:`embscope.api.fertility`, :func:`embscope.api.compare`) and prints a table of languages sorted by
 the first tokenizer's parity (the reference, the cheapest, first).
 """
 
@@ -10,56 +10,43 @@ from typing import Annotated
 
 import typer
 
-from embscope.commands.options import (CORPUS, Corpus, Force, Json, Out, Quiet, Verbose, print_json,
-                                       print_warnings, run_options, setup)
+from embscope.api import compare as run_compare
+from embscope.api import fertility as run_fertility
+from embscope.commands.options import CORPUS, Corpus, print_json, print_warnings, run_command
 
 
-def _run(specs: list[str], corpus, out, force, as_json, quiet, verbose, options) -> None:
-    from embscope.api import compare as run_compare
-
-    setup(quiet, verbose)
-    res = run_compare(specs, corpus, out=out, force=force, options=options)
+def _show(res, common) -> None:
     print_warnings(res.warnings)
-    if as_json:
+    if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
         return
-    import polars as pl
-
     from embscope.commands.tables import languages_table
 
-    table = pl.read_parquet(res.folder / "languages.parquet")
-    languages_table(table, res.summary.sections.languages.tokenizers, options.reference, res.summary)
+    record = res.summary.sections.languages
+    languages_table(res.tables["languages"], record.tokenizers, record.reference, res.summary)
     typer.echo(f"wrote {res.folder}/languages.parquet, summary.json, index.html")
 
 
-@run_options("reference", *CORPUS)
+@run_command(run_fertility, "reference", *CORPUS)
 def fertility(
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec")],
     corpus: Corpus = "udhr",
-    out: Out = None,
-    force: Force = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    verbose: Verbose = False,
     options=None,
+    common=None,
 ) -> None:
     """Fertility, parity, continued-word rate and more per language, for one tokenizer."""
-    _run([tokenizer], corpus, out, force, as_json, quiet, verbose, options)
+    _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, **options), common)
 
 
-@run_options("reference", *CORPUS)
+@run_command(run_compare, "reference", *CORPUS)
 def compare(
     tokenizer: Annotated[list[str], typer.Option("--tokenizer", "-t", help="tokenizer spec; repeat for each tokenizer to compare")],
     corpus: Corpus = "udhr",
-    out: Out = None,
-    force: Force = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    verbose: Verbose = False,
     options=None,
+    common=None,
 ) -> None:
     """Side-by-side parity and fertility of several tokenizers on the same (parallel) corpus."""
-    _run(list(tokenizer), corpus, out, force, as_json, quiet, verbose, options)
+    _show(run_compare(list(tokenizer), corpus, out=common.out, force=common.force, **options), common)
 
 
 def register(app: typer.Typer) -> None:

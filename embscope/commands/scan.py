@@ -7,31 +7,24 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from embscope.commands.options import (LOAD, SCAN, Force, Json, ModelOpt, Out, Quiet, Verbose, print_json,
-                                       print_repair, print_warnings, run_options, setup)
+from embscope.api import scan as run_scan
+from embscope.commands.options import LOAD, SCAN, ModelOpt, print_json, print_repair, print_warnings, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.records import GeometryRecord
 
 
-@run_options(*LOAD, *SCAN, "limit")
+@run_command(run_scan, *LOAD, *SCAN, "limit")
 def scan(
     model: ModelOpt,
     corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="your data (folder/file or shipped name); repeat for several: lists the flagged rows it produces")] = None,
-    out: Out = None,
-    force: Force = False,
-    as_json: Json = False,
-    quiet: Quiet = False,
-    verbose: Verbose = False,
     options=None,
+    common=None,
 ) -> None:
     """Find under-trained and isolated token rows; write tokens.parquet, summary.json, index.html."""
-    from embscope.api import scan as run_scan
-
-    setup(quiet, verbose)
-    res = run_scan(model, corpora=corpus or [], out=out, force=force, options=options)
+    res = run_scan(model, corpora=corpus or [], out=common.out, force=common.force, **options)
     print_warnings(res.warnings)
-    if as_json:
+    if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
         return
     from rich.console import Console
