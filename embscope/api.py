@@ -345,7 +345,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
     res = run(model, sections=("extension", "apply"), domain=corpus, out=out, force=force, tokens=table,
               options=options, command="extend", kind="extend", verbose=verbose, required=["extension", "apply"])
     applied = res.outputs.get("apply")
-    return res, applied.live if applied is not None else None
+    return res, applied.result if applied is not None else None
 
 
 def rope(model: str):

@@ -163,12 +163,22 @@ def to_json(x: Any) -> Any:
     return x
 
 
+#: ``field(metadata=LIVE)``: a field the object needs while it is used (a list the summary only
+#: counts) but that ``summary.json`` does not hold: not written, not read back
+LIVE = {"live": True}
+
+
+def written_fields(cls) -> list[dataclasses.Field]:
+    """The fields of a record (class or instance) that ``summary.json`` holds: all but the LIVE ones."""
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("live")]
+
+
 @dataclasses.dataclass
 class Record:
     """Base class of every section record (see the module docstring)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: to_json(getattr(self, f.name)) for f in written_fields(self)}
 
     @classmethod
     def from_dict(cls: type[R], data: Any, *, where: str = "", depth: int = 0, strict: bool = False) -> R:
@@ -184,7 +194,7 @@ class Record:
         if not isinstance(data, dict):
             raise RecordError(f"{name} must be an object, got {_short(data)}")
         hints = field_types(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in written_fields(cls)}
         if strict:
             unknown = sorted(set(data) - set(fields))
             if unknown:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embscope.assets import corpora_root
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
@@ -31,6 +31,9 @@ from embscope.progress import Steps
 from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
 from embscope.sections.registry import BY_NAME, SECTION_NAMES
 from embscope.summary import SCHEMA_VERSION, ModelRecord, Sections, Summary
+
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
 
 #: corpora that ship with embscope, by name (``--corpus medical``)
 SHIPPED_CORPORA = ("medical", "udhr")
@@ -48,7 +51,7 @@ class RunResult:
     summary: Summary
     #: the Parquet tables by file stem (``tokens``, ``languages``, ``candidates``, ``findings``, ``diff``, …),
     #: as polars DataFrames, the same whether or not they were written
-    tables: dict[str, Any] = field(default_factory=dict, repr=False)
+    tables: "dict[str, pl.DataFrame]" = field(default_factory=dict, repr=False)
     #: live section outputs (e.g. the extension result, for ``extend --apply``); not written
     outputs: dict[str, SectionOutput] = field(default_factory=dict, repr=False)
 
@@ -60,7 +63,7 @@ class RunResult:
     def repair(self) -> dict[str, Any] | None:
         """The manifest of the ``repair_to`` folder the run wrote, if any."""
         out = self.outputs.get("repair")
-        return out.live if out is not None else None
+        return out.result if out is not None else None
 
 
 def corpus_path(spec: str | Path) -> Path:
@@ -113,7 +116,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None,
         force: bool = False, options: RunOptions | None = None, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
-        warnings: Sequence[str] = (), required: Sequence[str] = (), **kw: Any) -> RunResult:
+        warnings: Sequence[str] = (), required: Sequence[str] = (), **fields: Any) -> RunResult:
     """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
 
     The names are the command line's (and the sections' :class:`~embscope.sections.base.Inputs`):
@@ -135,7 +138,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         out: the output folder; :data:`~embscope.output.DEFAULT_OUT` for
             ``reports/<name>[-<kind>]-<UTC time>``; None: nothing is written (``RunResult.folder`` is None).
         force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
-        options: :class:`~embscope.sections.base.RunOptions`; ``**kw`` sets any of its fields.
+        options: :class:`~embscope.sections.options.RunOptions`; ``**fields`` sets any of its fields
+            (a misspelt name is refused, naming the closest).
         render: write ``index.html`` (with ``out``).
         command: the command recorded in the provenance.
         kind: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit).
@@ -146,15 +150,16 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     Returns:
         :class:`RunResult`.
     Example:
-        >>> res = run("smollm2-135m", sections=["context", "tokens"], scan=False)  # doctest: +SKIP
-        >>> res.summary.sections.tokens.categories["normal"]  # doctest: +SKIP
+        >>> res = run("minilm-l6", sections=["context", "tokens"], scan=False)
+        >>> res.summary.sections.tokens.categories["normal"], res.summary.sections.context.layers, list(res.tables)
+        (30517, 6, ['tokens'])
     """
     from embscope.allocator import reuse_freed_blocks
     from contextlib import nullcontext
 
     from embscope.output import DEFAULT_OUT, claim, default_out
 
-    opts = RunOptions.build(options, **kw)
+    opts = RunOptions.build(options, **fields)
     given = _Given(languages=[corpus_path(c) for c in languages],
                    domain=corpus_path(domain) if domain is not None else None,
                    corpora=[corpus_path(c) for c in corpora], data=[_training_path(c) for c in data])
@@ -305,13 +310,13 @@ def _run_sections(specs, state: Inputs, steps: Steps, required) -> "tuple[dict[s
             outputs[spec.name] = res = _run_section(spec, state, steps, spec.name in required)
             state = replace(state, **res.gives)
         for res in outputs.values():
-            if res.pending is not None:
-                res.pending.finish()
-                res.pending = None
+            if res.background is not None:
+                res.background.finish()
+                res.background = None
     finally:
         for res in outputs.values():
-            if res.pending is not None:
-                res.pending.cancel()
+            if res.background is not None:
+                res.background.cancel()
     return outputs, state
 
 

@@ -52,7 +52,7 @@ def _records():
     import dataclasses
     import typing
 
-    from embscope.records import Record, field_types
+    from embscope.records import Record, field_types, written_fields
     from embscope.summary import Summary
 
     def records_in(tp):
@@ -69,7 +69,7 @@ def _records():
         seen.add(cls)
         out.append((path, cls))
         hints = field_types(cls)
-        for f in dataclasses.fields(cls):
+        for f in written_fields(cls):
             for sub in records_in(hints[f.name]):
                 walk(f.name if cls is Summary else f"{path}.{f.name}", sub)
 
@@ -82,7 +82,7 @@ def _cell(text: str) -> str:
 
 
 def render() -> str:
-    from embscope.records import field_docs, type_name
+    from embscope.records import field_docs, type_name, written_fields
     from embscope.schema import TABLES
     from embscope.summary import SCHEMA_VERSION
 
@@ -98,7 +98,7 @@ def render() -> str:
         title = f"`{where}`" + ("" if where == "summary.json" else f" — `{cls.__module__}.{cls.__name__}`")
         doc = " ".join((cls.__doc__ or "").split())
         out.append(f"\n### {title}\n\n{doc}\n\n| key | type | meaning |\n|---|---|---|\n")
-        for f in dataclasses.fields(cls):
+        for f in written_fields(cls):
             out.append(f"| `{f.name}` | {_cell(type_name(hints[f.name]))} | {_cell(docs.get(f.name, ''))} |\n")
     return "".join(out)
 

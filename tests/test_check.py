@@ -115,7 +115,7 @@ def _codes(record, severity=None):
 
 
 def test_every_format_is_read_and_bad_records_counted(tmp_path):
-    from embscope.corpus.conversations import DataReport, iter_examples
+    from embscope.corpus.conversations import DataRead, iter_examples
 
     recs = [
         {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
@@ -135,7 +135,7 @@ def test_every_format_is_read_and_bad_records_counted(tmp_path):
     import polars as pl
 
     pl.DataFrame({"messages": [[{"role": "user", "content": "from parquet"}]]}).write_parquet(tmp_path / "c.parquet")
-    report = DataReport()
+    report = DataRead()
     exs = list(iter_examples([tmp_path], report=report))
     fmts = [e.format for e in exs]
     assert fmts == ["messages", "sharegpt", "alpaca", "prompt-completion", "prompt-completion", "text", "text",
@@ -148,7 +148,7 @@ def test_every_format_is_read_and_bad_records_counted(tmp_path):
     assert report.rejected["conversations: unknown ShareGPT role 'alien'"] == 1
     assert any(r.startswith("no known fields") for r in report.rejected)
     assert report.issues.totals["invalid_json_lines"] == 1
-    forced = DataReport()
+    forced = DataRead()
     assert [e.format for e in iter_examples([tmp_path / "a.jsonl"], fmt="alpaca", report=forced)] == ["alpaca"]
     assert sum(forced.rejected.values()) == 9
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from embscope.corpus.stream import (MAX_LINE_BYTES, CorpusReport, CorpusWarning, ReadOptions,
+from embscope.corpus.stream import (MAX_LINE_BYTES, CorpusRead, CorpusWarning, ReadOptions,
                                        iter_corpus)
 from embscope.errors import CorpusError
 from embscope.text.script import dominant_script, script_of
@@ -20,7 +20,7 @@ UDHR = ROOT / "corpora" / "udhr"
 
 
 def read_all(path, **kw):
-    report = CorpusReport()
+    report = CorpusRead()
     batches = list(iter_corpus(path, report=report, **kw))
     return batches, report
 
@@ -152,7 +152,7 @@ def test_100mb_single_line_is_split_in_bounded_memory(tmp_path):
     tracemalloc.start()
     n_texts = n_bytes = 0
     with pytest.warns(CorpusWarning, match="long line pieces split"):
-        report = CorpusReport()
+        report = CorpusRead()
         for batch in iter_corpus(path, report=report):
             n_texts += len(batch.texts)
             n_bytes += sum(len(t.encode()) for t in batch.texts)
@@ -216,7 +216,7 @@ def test_hf_dataset_dict_folder_with_fields(tmp_path):
     write_hf_dataset(root / "test", [{"abstract": "Ibuprofen too.", "language": "eng"}])
     (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
     opts = ReadOptions(text_field="abstract", lang_field="language")
-    report = CorpusReport()
+    report = CorpusRead()
     got = [(b.lang, b.texts) for b in iter_corpus(root, options=opts, report=report)]
     assert got == [("eng", ["Ibuprofen too."]), ("eng", ["Aspirin lowers fever."]),
                    ("fra", ["Le paracétamol aussi."])]  # splits in sorted order: test, train

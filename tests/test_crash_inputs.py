@@ -138,12 +138,12 @@ def test_lone_surrogates_are_skipped_and_counted(finetune_run, tmp_path, capsys)
 
 
 def test_lone_surrogates_in_json_records(tmp_path):
-    from embscope.corpus.conversations import DataReport, iter_examples
+    from embscope.corpus.conversations import DataRead, iter_examples
 
     f = tmp_path / "conv.json"
     f.write_text(json.dumps([{"messages": [{"role": "user", "content": "hi \ud800"}]},
                              {"messages": [{"role": "user", "content": "fine"}]}]), "utf-8")
-    report = DataReport()
+    report = DataRead()
     assert len(list(iter_examples([f], report=report))) == 1
     assert report.issues.totals["lone_surrogate_records"] == 1
 

@@ -485,9 +485,9 @@ def test_lookahead_for_the_script_guess_is_bounded(tmp_path):
     """Before: a file whose records all carry ``lang`` (and whose name is no language code) was
     held whole while looking for unlabelled text to guess a script from (the 186 KB .jsonl.zst of
     8 languages: 2 GB). Now the first batch comes after at most a few MiB."""
-    from embscope.corpus.stream import CorpusReport, iter_corpus
+    from embscope.corpus.stream import CorpusRead, iter_corpus
 
     path = jsonl_lines(tmp_path, [{"text": "word " * 20_000, "lang": f"l{i % 8}"} for i in range(240)], name="c.jsonl")
-    report = CorpusReport()
+    report = CorpusRead()
     first = next(iter_corpus(path, report=report))
     assert first.lang == "l0" and report.issues.bytes_read < 8 * MIB < path.stat().st_size

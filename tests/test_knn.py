@@ -248,9 +248,8 @@ def test_umap_uses_our_graph_only(minilm_rows, monkeypatch):
     monkeypatch.setattr(umap_mod, "pairwise_distances", refuse)
     rows = minilm_rows[:3000]  # below UMAP's 4096-row small-data path
     g = knn_graph(rows, 10, use_cache=False, progress=False)
-    lay = umap_layout(g.neighbors, g.sims, n_epochs=50)
-    assert lay.x.shape == (3000,) and np.isfinite(lay.x).all()
-    rec = lay.record()
+    xy, rec = umap_layout(g.neighbors, g.sims, n_epochs=50)
+    assert xy[:, 0].shape == (3000,) and np.isfinite(xy[:, 0]).all()
     assert rec.n_epochs == 50
     # a random layout would keep 10/3000 of the neighbourhoods
     assert 0.2 < rec.neighbor_preservation <= 1.0, rec
@@ -267,29 +266,28 @@ def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
     nb[:14], sims[:14] = -1, -np.inf                      # no neighbour at all
     nb[14:40, 5:], sims[14:40, 5:] = -1, -np.inf          # half of them
     sims[40, 3] = np.nan
-    lay = umap_layout(nb, sims, n_epochs=30)
-    rec = lay.record()
+    xy, rec = umap_layout(nb, sims, n_epochs=30)
     assert rec.missing_edges == 14 * 10 + 26 * 5 + 1
     assert rec.unplaced + rec.placed_by_neighbours <= 14 + 26
-    placed = np.isfinite(lay.x) & np.isfinite(lay.y)
+    placed = np.isfinite(xy[:, 0]) & np.isfinite(xy[:, 1])
     assert placed[14:].all() and rec.unplaced == int((~placed).sum())
     assert 0.2 < rec.neighbor_preservation <= 1.0 and rec.preservation_rows > 2900
-    xy = np.stack([lay.x, lay.y], 1)
+    laid, xy = xy, xy.copy()
     xy[100:200] = np.nan                                   # a map with holes is measured, not refused
     share, rows = neighbor_preservation(nb, xy)
     assert np.isfinite(share) and rows > 2000
     job = LayoutJob(nb, sims, n_epochs=30)
-    again = job.result()
-    np.testing.assert_array_equal(again.x, lay.x)
-    assert again.record().neighbor_preservation == rec.neighbor_preservation
+    again, again_rec = job.result()
+    np.testing.assert_array_equal(again[:, 0], laid[:, 0])
+    assert again_rec.neighbor_preservation == rec.neighbor_preservation
 
 
 def test_a_failed_map_process_is_a_note_not_an_error():
     from embscope.geometry.layout import LayoutJob
 
     nb = np.tile(np.arange(1, 11), (50, 1)) % 50
-    lay = LayoutJob(nb, np.ones((50, 9), np.float32)).result()   # similarities of the wrong shape
-    assert lay.note.startswith("no map:") and np.isnan(lay.x).all() and lay.record().unplaced == 50
+    xy, rec = LayoutJob(nb, np.ones((50, 9), np.float32)).result()   # similarities of the wrong shape
+    assert rec.note.startswith("no map:") and np.isnan(xy[:, 0]).all() and rec.unplaced == 50
     job = LayoutJob(nb, np.ones((50, 10), np.float32))
     job.cancel()                                                   # a failed run ends the process
 

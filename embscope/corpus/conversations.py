@@ -18,6 +18,7 @@ are counted in ``ignored_fields``, KTO labels in ``labels``. Bad lines and files
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -41,54 +42,34 @@ SPLIT_NAME = re.compile(r"^(train|test|validation|valid|dev|eval)(?:[-_.]\d+(?:-
 
 @dataclass
 class DataRead(Record):
-    """What reading the training data found (``summary.json`` → ``sections.finetune.data``)."""
-
-    #: records seen (good and rejected)
-    records: int
-    #: files read
-    files: int
-    #: {shape: examples yielded}
-    formats: dict[str, int] = field(default_factory=dict)
-    #: {reason: records that fit no shape, or not the forced one}
-    rejected: dict[str, int] = field(default_factory=dict)
-    #: {reason: the first few rejected record indices}
-    rejected_examples: dict[str, list[int]] = field(default_factory=dict)
-    #: {reason: bad lines and files} (see embscope.corpus.readers)
-    skipped: dict[str, int] = field(default_factory=dict)
-    #: {record field: records that carry it but whose shape does not read it}
-    ignored_fields: dict[str, int] = field(default_factory=dict)
-    #: KTO labels: {desirable, undesirable: examples}
-    labels: dict[str, int] = field(default_factory=dict)
-    #: {split: records} (empty when the data has no splits)
-    splits: dict[str, int] = field(default_factory=dict)
-    #: {split: records} of the splits other than the one asked for, not read
-    other_splits: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class DataReport:
-    """What the readers read and what they rejected. Fill it by passing it to :func:`iter_examples`."""
+    """What reading the training data found (``summary.json`` → ``sections.finetune.data``). Fill it
+    by passing it to :func:`iter_examples` (its counters count up); :meth:`record` is what is written."""
 
     #: records seen (good and rejected)
     records: int = 0
-    #: examples yielded, per shape
-    formats: Counter = field(default_factory=Counter)
-    #: reason → records that fit no shape (or not the forced one)
-    rejected: Counter = field(default_factory=Counter)
-    #: a few rejected record indices per reason
-    rejected_examples: dict[str, list[int]] = field(default_factory=dict)
-    #: bad lines and files (see :mod:`embscope.corpus.readers`)
-    issues: FileIssues = field(default_factory=FileIssues)
     #: files read
     files: int = 0
-    #: record field → records that carry it but whose shape does not read it
-    ignored_fields: Counter = field(default_factory=Counter)
-    #: KTO labels: desirable / undesirable → examples
-    labels: Counter = field(default_factory=Counter)
-    #: split → records (empty when the data has no splits)
-    splits: Counter = field(default_factory=Counter)
-    #: records of splits other than the one asked for (``split``), not read
-    other_splits: Counter = field(default_factory=Counter)
+    #: {shape: examples yielded}
+    formats: dict[str, int] = field(default_factory=Counter)
+    #: {reason: records that fit no shape, or not the forced one}
+    rejected: dict[str, int] = field(default_factory=Counter)
+    #: {reason: the first few rejected record indices}
+    rejected_examples: dict[str, list[int]] = field(default_factory=dict)
+    #: {reason: bad lines and files} (see embscope.corpus.readers)
+    skipped: dict[str, int] = field(default_factory=Counter)
+    #: {record field: records that carry it but whose shape does not read it}
+    ignored_fields: dict[str, int] = field(default_factory=Counter)
+    #: KTO labels: {desirable, undesirable: examples}
+    labels: dict[str, int] = field(default_factory=Counter)
+    #: {split: records} (empty when the data has no splits)
+    splits: dict[str, int] = field(default_factory=Counter)
+    #: {split: records} of the splits other than the one asked for, not read
+    other_splits: dict[str, int] = field(default_factory=Counter)
+
+    @functools.cached_property
+    def issues(self) -> FileIssues:
+        """Bad lines and files as the readers count them; their totals are :attr:`skipped`."""
+        return FileIssues(totals=self.skipped)  # type: ignore[arg-type]
 
     def reject(self, index: int, reason: str) -> None:
         self.rejected[reason] += 1
@@ -96,12 +77,13 @@ class DataReport:
         if len(self.rejected_examples[reason]) < 5:
             self.rejected_examples[reason].append(index)
 
-    def record(self) -> DataRead:
-        """What was read, as the check records it."""
-        return DataRead(records=self.records, files=self.files, formats=dict(self.formats),
-                        rejected=dict(self.rejected), rejected_examples=dict(self.rejected_examples),
-                        skipped=dict(self.issues.totals), ignored_fields=dict(self.ignored_fields),
-                        labels=dict(self.labels), splits=dict(self.splits), other_splits=dict(self.other_splits))
+    def record(self) -> "DataRead":
+        """What was read, as written (a copy)."""
+        return DataRead(**{k: v.copy() if isinstance(v, dict) else v for k, v in vars(self).items() if k != "issues"})
+
+
+#: the name the readers' callers used for :class:`DataRead` while it is filled
+DataReport = DataRead
 
 
 def _json_records(file: SourceFile, issues: FileIssues):

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from embscope.corpus.backend import ENGINES, Engine, EngineError  # noqa: F401 - re-exported
 from embscope.corpus.shards import Shard, corpus_shards, map_shard, read_shard
-from embscope.corpus.stream import CorpusReport, corpus_files, finish
+from embscope.corpus.stream import CorpusRead, corpus_files, finish
 from embscope.corpus.readers import ReadOptions
 
 #: ``workers=None`` uses one process for corpora smaller than this (starting a worker costs ~1 s)
@@ -176,7 +176,7 @@ def run_pass(corpus, mapper: Callable, reducer: Callable, *, engine: Engine | No
 
     engine = engine or Engine()
     options = options or ReadOptions()
-    report = CorpusReport()
+    report = CorpusRead()
     merged = None
     with bar(_pass_total(corpus, sample_bytes, options), description, unit="B") as advance:
         progress = _Bytes(corpus_shards(corpus, sample_bytes, batch_size, options, report), advance)
@@ -200,7 +200,7 @@ def run_pass(corpus, mapper: Callable, reducer: Callable, *, engine: Engine | No
 def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine | None = None,
                sample_bytes: int | None = None, batch_size: int = 512,
                options: ReadOptions | None = None, spill_dir: str | Path | None = None,
-               description: str = "counting terms") -> tuple[dict[str, tuple[int, str]], CorpusReport]:
+               description: str = "counting terms") -> tuple[dict[str, tuple[int, str]], CorpusRead]:
     """Exact ``key → (count, first)`` over the corpus, for keys counted at least ``min_count`` times.
 
     ``chunker(batches, shard_index)`` yields chunks: lists of ``(key, count, first)`` where
@@ -217,7 +217,7 @@ def count_keys(corpus, chunker: Callable, *, min_count: int = 1, engine: Engine 
 
     engine = engine or Engine()
     options = options or ReadOptions()
-    report = CorpusReport()
+    report = CorpusRead()
     shards = corpus_shards(corpus, sample_bytes, batch_size, options, report)
     if engine.kind == "ray":
         from embscope.corpus.ray_engine import ray_count

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from embscope.corpus.stream import CorpusReport, corpus_files, iter_file, past_corpus_limit
+from embscope.corpus.stream import CorpusRead, corpus_files, iter_file, past_corpus_limit
 
 #: a sampled pass hands out its texts in shards of about this many bytes
 UNIT_BYTES = 4 << 20
@@ -67,18 +67,18 @@ def shard_bytes(shard: Shard) -> int:
         return 0
 
 
-def read_shard(shard: Shard, options, batch_size, tick=None) -> tuple[Iterable, CorpusReport]:
+def read_shard(shard: Shard, options, batch_size, tick=None) -> tuple[Iterable, CorpusRead]:
     """``(batches, report)`` of one shard. ``tick(bytes)`` is called after each batch of a file
     read here, with the UTF-8 bytes of the texts handed out so far (the progress bar of a pass in
     this process: what was worked on, not what the reader read ahead)."""
-    report = CorpusReport()
+    report = CorpusRead()
     if shard.batches is not None:
         return iter(shard.batches), report
     batches = iter_file(shard.file, options=options, batch_size=batch_size, report=report)
     return (batches if tick is None else _ticking(batches, report, tick)), report
 
 
-def _ticking(batches, report: CorpusReport, tick):
+def _ticking(batches, report: CorpusRead, tick):
     for b in batches:
         yield b
         tick(report.bytes)

@@ -42,7 +42,7 @@ NFC. (Unicode Standard Annex #15; ``unicodedata.is_normalized`` answers quickly 
 in NFC.)
 
 Bad input never crashes the reader and is never dropped silently: it is counted in
-:class:`CorpusReport` (``skipped`` totals, ``per_file`` counts) and summed up in one
+:class:`CorpusRead` (``skipped`` totals, ``per_file`` counts) and summed up in one
 :class:`CorpusWarning` at the end. A path that yields no text at all raises
 :class:`~embscope.errors.CorpusError`.
 
@@ -54,6 +54,7 @@ eng 31 [0, 1, 2]
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 import warnings
@@ -68,7 +69,7 @@ from embscope.corpus.listing import is_glob, list_files, stem
 from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions, SourceFile,
                                      iter_records, sniff)
 
-__all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusReport", "CorpusWarning", "ReadOptions",
+__all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusRead", "CorpusReport", "CorpusWarning", "ReadOptions",
            "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang",
            "past_corpus_limit"]
 
@@ -113,16 +114,17 @@ class Batch:
 
 @dataclass
 class CorpusRead(Record):
-    """What reading a corpus found (``summary.json``: each languages corpus's ``corpus``)."""
+    """What reading a corpus found (``summary.json``: each languages corpus's ``corpus``). Fill it
+    by passing it to :func:`iter_corpus`; :meth:`record` is what is written."""
 
     #: files that gave at least one text
-    files_read: int
+    files_read: int = 0
     #: texts read
-    texts: int
+    texts: int = 0
     #: their UTF-8 bytes
-    bytes: int
+    bytes: int = 0
     #: {reason: bad records or files} over all files (see embscope.corpus.readers)
-    skipped: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=Counter)
     #: {file: {reason: count}} for the files with a bad record or that were skipped
     per_file: dict[str, dict[str, int]] = field(default_factory=dict)
     #: files with a suffix the reader does not read
@@ -136,38 +138,20 @@ class CorpusRead(Record):
     #: texts that were not in Unicode NFC and were read normalized to NFC
     nfc_normalized: int = 0
     #: {file: texts read normalized to NFC} for the files that held any (the first 4,096)
-    nfc_per_file: dict[str, int] = field(default_factory=dict)
+    nfc_per_file: dict[str, int] = field(default_factory=Counter)
 
-
-@dataclass
-class CorpusReport:
-    """What was read and what was skipped. Fill it by passing it to :func:`iter_corpus`."""
-
-    files_read: int = 0  # files that gave at least one text
-    texts: int = 0  # texts yielded
-    bytes: int = 0  # UTF-8 bytes of the texts yielded
-    issues: FileIssues = field(default_factory=FileIssues)  # bad records: totals and per file
-    ignored_files: int = 0  # files with a suffix the reader does not read
-    capped_languages: list[str] = field(default_factory=list)  # languages cut by sample_bytes (first 4,096)
-    lang_source: dict[str, str] = field(default_factory=dict)  # lang → how it was decided (first 4,096)
-    nfc_per_file: Counter = field(default_factory=Counter)  # file → texts read normalized to NFC
-
-    @property
-    def nfc_normalized(self) -> int:
-        """Texts that were not in NFC (read normalized)."""
-        return sum(self.nfc_per_file.values())
-
-    @property
-    def skipped(self) -> Counter:
-        """reason → count, over all files (see :mod:`~embscope.corpus.readers`)."""
-        return self.issues.totals
+    @functools.cached_property
+    def issues(self) -> FileIssues:
+        """Bad records as the readers count them: their totals are :attr:`skipped`, their files
+        :attr:`per_file`; the bytes they read are :attr:`bytes_read` once recorded."""
+        return FileIssues(totals=self.skipped, per_file=self.per_file)  # type: ignore[arg-type]
 
     def summary(self) -> str:
         """One line: ``1 binary files, 3 invalid utf8 lines``."""
         parts = [f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(self.skipped.items())]
         return ", ".join(parts)
 
-    def merge(self, later: "CorpusReport") -> None:
+    def merge(self, later: "CorpusRead") -> None:
         """Add the report of files read after this one's (order matters for ``lang_source``)."""
         self.files_read += later.files_read
         self.texts += later.texts
@@ -181,17 +165,23 @@ class CorpusReport:
             if len(self.lang_source) >= MAX_LISTED_LANGUAGES:
                 break
             self.lang_source.setdefault(lang, src)
+        self.nfc_normalized += later.nfc_normalized
         self.nfc_per_file.update(later.nfc_per_file)
 
-    def record(self) -> CorpusRead:
-        """What was read; ``per_file`` lists only files with a bad record or that were skipped."""
+    def record(self) -> "CorpusRead":
+        """What was read, as written (a copy, keys sorted); ``per_file`` lists only files with a bad
+        record or that were skipped."""
         return CorpusRead(files_read=self.files_read, texts=self.texts, bytes=self.bytes,
                           skipped=dict(sorted(self.skipped.items())),
-                          per_file={f: dict(sorted(c.items())) for f, c in sorted(self.issues.per_file.items())},
+                          per_file={f: dict(sorted(c.items())) for f, c in sorted(self.per_file.items())},
                           ignored_files=self.ignored_files, bytes_read=self.issues.bytes_read,
                           capped_languages=list(self.capped_languages), lang_source=dict(self.lang_source),
                           nfc_normalized=self.nfc_normalized,
                           nfc_per_file=dict(sorted(self.nfc_per_file.items())[:MAX_LISTED_LANGUAGES]))
+
+
+#: the name the readers' callers used for :class:`CorpusRead` while it is filled
+CorpusReport = CorpusRead
 
 
 def looks_like_lang(name: str) -> bool:
@@ -244,7 +234,7 @@ def first_languages(paths, options: ReadOptions | None = None, enough: int = 2) 
 
 
 def corpus_files(paths, options: ReadOptions | None = None,
-                 report: CorpusReport | None = None) -> list[SourceFile]:
+                 report: CorpusRead | None = None) -> list[SourceFile]:
     """The readable files of a corpus, in corpus order (the shards the engines hand out).
 
     Raises:
@@ -267,7 +257,7 @@ def corpus_files(paths, options: ReadOptions | None = None,
 
 
 def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_size: int = 512,
-              report: CorpusReport | None = None, sample_bytes: int | None = None,
+              report: CorpusRead | None = None, sample_bytes: int | None = None,
               used: Counter | None = None) -> Iterator[Batch]:
     """Batches of one file (a shard), languages decided as in the module docstring.
 
@@ -275,7 +265,7 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
     engines read whole files and pass neither it nor ``sample_bytes``.
     """
     options = options or ReadOptions()
-    report = report if report is not None else CorpusReport()
+    report = report if report is not None else CorpusRead()
     used = used if used is not None else Counter()
     if not sniff(file, report.issues):
         return
@@ -321,6 +311,7 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
         used[lang] += nbytes
         if normalized:
             report.nfc_per_file[file.path] += 1
+            report.nfc_normalized += 1
         if batch is not None and (batch.lang != lang or len(batch.texts) >= batch_size
                                   or batch_bytes + nbytes > BATCH_BYTES):
             yield batch
@@ -339,7 +330,7 @@ def iter_file(file: SourceFile, *, options: ReadOptions | None = None, batch_siz
         report.files_read += 1
 
 
-def past_corpus_limit(file: SourceFile, options: ReadOptions | None, report: CorpusReport) -> bool:
+def past_corpus_limit(file: SourceFile, options: ReadOptions | None, report: CorpusRead) -> bool:
     """True (and ``file`` counted as ``files_past_corpus_bytes``) once the pass has read
     ``options.max_corpus_bytes`` decompressed bytes: later files are not read."""
     limit = (options or ReadOptions()).max_corpus_bytes
@@ -354,7 +345,7 @@ def _chain(first, rest):
     yield from rest
 
 
-def finish(paths, report: CorpusReport, *, stacklevel: int = 3) -> None:
+def finish(paths, report: CorpusRead, *, stacklevel: int = 3) -> None:
     """After a whole corpus was read: raise if no text was read (the error names what was skipped),
     otherwise warn once about skipped input."""
     name = ", ".join(Path(str(p)).name for p in ([paths] if isinstance(paths, (str, Path)) else paths))
@@ -371,10 +362,10 @@ def finish(paths, report: CorpusReport, *, stacklevel: int = 3) -> None:
         warnings.warn(CorpusWarning(nfc_message(name, report)), stacklevel=stacklevel)
 
 
-def nfc_message(name: str, report: CorpusReport) -> str:
+def nfc_message(name: str, report: CorpusRead) -> str:
     """The warning for a corpus with texts not in NFC (see the module docstring).
 
-    >>> r = CorpusReport(texts=40); r.nfc_per_file.update({"udhr/vie.jsonl": 31})
+    >>> r = CorpusRead(texts=40, nfc_normalized=31); r.nfc_per_file.update({"udhr/vie.jsonl": 31})
     >>> nfc_message("udhr", r)  # doctest: +NORMALIZE_WHITESPACE
     'corpus udhr: 31 of 40 texts are not in Unicode NFC (vie.jsonl: 31); they were counted as NFC,
     so a letter typed decomposed is one character; a trainer reads them as stored: store them as NFC'
@@ -388,7 +379,7 @@ def nfc_message(name: str, report: CorpusReport) -> str:
 
 
 def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,
-                report: CorpusReport | None = None, options: ReadOptions | None = None) -> Iterator[Batch]:
+                report: CorpusRead | None = None, options: ReadOptions | None = None) -> Iterator[Batch]:
     """Yield :class:`Batch` es of texts from ``path``, per file and language, in corpus order.
 
     Args:
@@ -401,7 +392,7 @@ def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,
     Raises:
         CorpusError: the path does not exist or holds no usable text.
     """
-    report = report if report is not None else CorpusReport()
+    report = report if report is not None else CorpusRead()
     used: Counter = Counter()  # bytes read per language
     for file in corpus_files(path, options, report):
         if past_corpus_limit(file, options, report):

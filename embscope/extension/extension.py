@@ -31,6 +31,10 @@ from embscope.progress import Steps
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import polars as pl
+    import torch
+
+    from embscope.extension.contexts import Contexts
+    from embscope.tokenizer.extend import TokenizerExtension
 
     from embscope.extension.evaluate import Plan
     from embscope.corpus.engine import Engine
@@ -56,12 +60,11 @@ class ExtensionResult:
     piece_counts: "np.ndarray | None" = field(default=None, repr=False)
     #: the rows each diagnosed strategy produced, ``{spec: {"embed", "output"?}}``: ``apply``
     #: writes these (``distil`` rows need the model and corpus again otherwise)
-    rows: dict[str, dict] = field(default_factory=dict, repr=False)
-    #: the corpus contexts fidelity, bits per byte and ``distil`` used
-    #: (:class:`~embscope.extension.contexts.Contexts`), None without the whole model
-    contexts: Any = field(default=None, repr=False)
-    #: the extended tokenizer and its new tokens (:class:`~embscope.tokenizer.extend.TokenizerExtension`)
-    extension: Any = field(default=None, repr=False)
+    rows: "dict[str, dict[str, torch.Tensor]]" = field(default_factory=dict, repr=False)
+    #: the corpus contexts fidelity, bits per byte and ``distil`` used, None without the whole model
+    contexts: "Contexts | None" = field(default=None, repr=False)
+    #: the extended tokenizer and its new tokens
+    extension: "TokenizerExtension | None" = field(default=None, repr=False)
     #: new_tokens.parquet: every new token, its kind, pieces and corpus count
     new_tokens: "pl.DataFrame | None" = field(default=None, repr=False)
 

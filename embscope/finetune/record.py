@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embscope.corpus.conversations import DataRead
-from embscope.records import Record
+from embscope.records import LIVE, Record
 
 #: severities, lowest first
 SEVERITIES = ("info", "warning", "error")
@@ -147,21 +147,37 @@ class PadChoice(Record):
 
 
 @dataclass
-class SpecialsRecord(Record):
-    """The special ids the model declares (:class:`embscope.finetune.specials.SpecialIds`)."""
+class SpecialIds(Record):
+    """The special ids the model declares, per source, and what the tokenizer adds around a text
+    (read by :func:`embscope.finetune.specials.special_ids`)."""
 
     #: {source: {role: [ids]}} (``config.json`` → {"eos": [2]}); roles a source does not declare are absent
-    sources: dict[str, dict[str, list[int]]]
+    sources: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     #: ids the tokenizer puts before a text when called with special tokens (``[1]`` for a BOS)
-    prefix: list[int]
+    prefix: list[int] = field(default_factory=list)
     #: ids it puts after (``[2]`` for an EOS)
-    suffix: list[int]
+    suffix: list[int] = field(default_factory=list)
     #: where prefix and suffix come from (``tokenizer.json post-processor``, ``gguf add_bos_token``, …)
-    adds_from: str
+    adds_from: str = "none"
     #: tokens the tokenizer adds to its model vocabulary
-    added_tokens: int
+    added_tokens: int = 0
     #: size of the tokenizer's model vocabulary, without added tokens (null when unknown)
-    base_size: int | None
+    base_size: int | None = None
+    #: those added tokens, ``(id, content, special)`` (not written: ``added_tokens`` counts them)
+    added: list[tuple[int, str, bool]] = field(default_factory=list, metadata=LIVE)
+
+    def ids(self, role: str) -> list[int]:
+        """Every id any source declares for ``role``, in order of first mention.
+
+        >>> SpecialIds(sources={"config.json": {"eos": [2]}, "tokenizer_config.json": {"eos": [2, 7]}}).ids("eos")
+        [2, 7]
+        """
+        return list(dict.fromkeys(i for s in self.sources.values() for i in s.get(role, ())))
+
+    def record(self) -> "SpecialIds":
+        """The declared ids as the check records them: ``added_tokens`` counts ``added``."""
+        self.added_tokens = len(self.added)
+        return self
 
 
 @dataclass
@@ -195,7 +211,7 @@ class CheckRecord(Record):
     #: what was read: records, files, shapes, what was rejected or skipped and why
     data: DataRead
     #: the declared special ids, and what the tokenizer adds around a text
-    specials: SpecialsRecord
+    specials: SpecialIds
     #: the chat template, as the renders went: rendered, rendered N of M (K failed or refused),
     #: render failed on all N, render refused: …, none shipped, not needed
     template: str

@@ -18,9 +18,10 @@ post-processor).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from embscope.finetune.record import SpecialIds  # noqa: F401 - read here, recorded there
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
@@ -28,35 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
 ROLES = ("bos", "eos", "pad", "unk")
 #: the sources whose ids the tokenizer itself uses, first first
 TOKENIZER_FIRST = ("tokenizer_config.json", "special_tokens_map.json", "gguf", "config.json", "generation_config.json")
-
-
-@dataclass
-class SpecialIds:
-    """Declared special ids per source, and what the tokenizer adds around a text."""
-
-    #: source → role → ids (``config.json`` → {"eos": [2]}); roles a source does not declare are absent
-    sources: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-    #: ids the tokenizer puts before a text when called with special tokens (``[1]`` for a BOS)
-    prefix: list[int] = field(default_factory=list)
-    #: ids it puts after (``[2]`` for an EOS)
-    suffix: list[int] = field(default_factory=list)
-    #: where prefix/suffix come from (``tokenizer.json post-processor``, ``gguf add_bos_token``, …)
-    adds_from: str = "none"
-    #: tokens the tokenizer adds to its model vocabulary: [(id, content, special)]
-    added: list[tuple[int, str, bool]] = field(default_factory=list)
-    #: size of the tokenizer's model vocabulary, without added tokens (None when unknown)
-    base_size: int | None = None
-
-    def ids(self, role: str) -> list[int]:
-        """Every id any source declares for ``role``, in order of first mention."""
-        return list(dict.fromkeys(i for s in self.sources.values() for i in s.get(role, ())))
-
-    def record(self):
-        """The declared ids as the check records them (:class:`~embscope.finetune.record.SpecialsRecord`)."""
-        from embscope.finetune.record import SpecialsRecord
-
-        return SpecialsRecord(sources=self.sources, prefix=list(self.prefix), suffix=list(self.suffix),
-                              adds_from=self.adds_from, added_tokens=len(self.added), base_size=self.base_size)
 
 
 def _as_ids(v) -> list[int]:

@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.geometry.indicators import COLLAPSE_SPREAD, DEFAULT_THRESHOLD, MIN_SCALE
-from embscope.geometry.certify_lists import certify_lists, z
-from embscope.geometry.certify_search import Search, settle, values
+from embscope.geometry.certify_lists import certify_lists, fitted_z
+from embscope.geometry.certify_search import Search, knot_and_isolation, settle
 from embscope.geometry.graph import KnnError, KnnGraph
 from embscope.geometry.knn_record import CertificateRecord, CutRecord, KnnRecord, MeasuredRecord
 from embscope.geometry.population import CONFIDENCE, level_of_round, spread_ci
@@ -268,7 +268,7 @@ def _rounds(run: Search, base_sims: np.ndarray, join, fit_rows: np.ndarray, grap
     doubled while a decided row lies inside a cut's interval (at most :data:`MAX_ROUNDS` rounds)."""
     from embscope.geometry.indicators import collapse_spread
 
-    base_knot, base_iso = values(base_sims)
+    base_knot, base_iso = knot_and_isolation(base_sims)
     rng = np.random.default_rng(seed)
     pool = np.flatnonzero(fit_rows)
     draws_a = rng.choice(pool, max(1, draws // 2))
@@ -280,7 +280,7 @@ def _rounds(run: Search, base_sims: np.ndarray, join, fit_rows: np.ndarray, grap
         # flagged whatever their neighbours: searched for their figures, not to bound other rows
         run.search(np.flatnonzero(graph_free), "flagged by other indicators", offer=False)
         run.search(tau_rows, "near-duplicate (partner at ≥ τ)")
-        knot_x, iso = values(run.sims)
+        knot_x, iso = knot_and_isolation(run.sims)
         cuts = _cuts({"knot": knot_x, "isolation": iso}, {"knot": base_knot, "isolation": base_iso}, run.exact,
                      fit_rows, draws_a, draws_b, level_of_round(alpha, rounds), threshold)
         lo_iso = cuts["isolation"]["lo"]
@@ -291,7 +291,7 @@ def _rounds(run: Search, base_sims: np.ndarray, join, fit_rows: np.ndarray, grap
             return rows[np.argsort(-v[rows], kind="stable")]
 
         settle(run, band, "isolation band")
-        knot_x, iso = values(run.sims)
+        knot_x, iso = knot_and_isolation(run.sims)
         ex = run.exact
         spread = collapse_spread(norms, run.ids, run.sims)
         collapsed = ex & (np.nan_to_num(spread, nan=np.inf) <= COLLAPSE_SPREAD)
@@ -327,7 +327,7 @@ def _population_fit(sims: np.ndarray, fit_rows: np.ndarray) -> dict[str, tuple[f
     from embscope.geometry.indicators import robust_z
 
     out = {}
-    for name, v in zip(("knot", "isolation"), values(sims)):
+    for name, v in zip(("knot", "isolation"), knot_and_isolation(sims)):
         _, med, scale = robust_z(v, fit_rows, MIN_SCALE[name])
         out[name] = (med, scale)
     return out
@@ -363,11 +363,12 @@ def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit
 
     if not len(rows):
         return None
-    bk, bi = values(base_sims[rows])
-    ek, ei = values(sims[rows])
+    bk, bi = knot_and_isolation(base_sims[rows])
+    ek, ei = knot_and_isolation(sims[rows])
     gap_k = np.exp(-bk) - np.exp(-ek)  # knot (cosine units): exact − graph ≥ 0
     gap_i = bi - ei  # isolation: graph − exact ≥ 0
-    flips = int(((z("knot", bk, knn_fit) >= threshold) != (z("knot", ek, knn_fit) >= threshold)).sum())
+    flagged_base, flagged_exact = fitted_z("knot", bk, knn_fit) >= threshold, fitted_z("knot", ek, knn_fit) >= threshold
+    flips = int((flagged_base != flagged_exact).sum())
     m = len(rows)
     upper = float(beta.ppf(0.95, flips + 1, m - flips)) if flips < m else 1.0
     q = [50, 90, 99, 100]

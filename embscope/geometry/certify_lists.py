@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embscope.geometry.certify_search import Search, settle, values
+from embscope.geometry.certify_search import Search, knot_and_isolation, settle
 from embscope.geometry.indicators import transform
 from embscope.geometry.records import TOP_N
 
@@ -14,7 +14,7 @@ from embscope.geometry.records import TOP_N
 LIST_REFINE_CAP = 4096
 
 
-def z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:
+def fitted_z(name: str, v: np.ndarray, knn_fit) -> np.ndarray:
     """The robust z of indicator ``name``'s transformed values ``v``: (v − median) / scale, by the
     fit ``knn_fit`` ({name: (median, scale)}). Example: v 1.2 at (1.0, 0.05) → 4.0."""
     med, scale = knn_fit[name]
@@ -30,7 +30,7 @@ def certify_lists(run: Search, knn_fit, tau: float, groups: dict[str, np.ndarray
     ``TOP_N``-th exact value reaches every such bound (rows are searched until it does, up to
     :data:`LIST_REFINE_CAP` rows)."""
     out: dict[str, bool] = {}
-    z_tau = float(z("knot", transform("knot", np.array([tau])), knn_fit)[0])
+    z_tau = float(fitted_z("knot", transform("knot", np.array([tau])), knn_fit)[0])
 
     def prove(name, pool, exact_value, bound):
         def need():
@@ -53,8 +53,8 @@ def certify_lists(run: Search, knn_fit, tau: float, groups: dict[str, np.ndarray
         other = np.nan_to_num(np.asarray(other_scores, dtype=np.float64), nan=-np.inf)
 
         def score():
-            kx, _ = values(run.sims)
-            return np.maximum(other, z("knot", kx, knn_fit))
+            kx, _ = knot_and_isolation(run.sims)
+            return np.maximum(other, fitted_z("knot", kx, knn_fit))
 
         def score_bound():
             return np.maximum(other, z_tau)

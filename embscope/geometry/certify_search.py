@@ -1,6 +1,6 @@
 """The graph under certification (:mod:`embscope.geometry.certify`): its rows searched exactly on
 demand, each search offering every other row its cosines to them (:class:`Search`), rows searched
-in batches until a condition holds (:func:`settle`), and the two values the cuts read (:func:`values`).
+in batches until a condition holds (:func:`settle`), and the two values the cuts read (:func:`knot_and_isolation`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 from embscope.geometry.indicators import transform
 
 
-def values(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def knot_and_isolation(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(−log(1 − knot), isolation) per row of a (r, k) similarity block."""
     s = np.asarray(sims, dtype=np.float64)
     return transform("knot", s.mean(axis=1)), 1.0 - s[:, 0]

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
-
 import numpy as np
 
 from embscope.geometry.records import LayoutRecord
@@ -55,43 +53,13 @@ RANDOM_INIT_ABOVE = 20_000
 PRESERVE_SAMPLE = 5000
 
 
-@dataclass
-class Layout:
-    """2-D coordinates per row."""
-
-    #: (n,) float32 x coordinate (arbitrary units)
-    x: np.ndarray
-    #: (n,) float32 y coordinate
-    y: np.ndarray
-    #: seconds spent
-    seconds: float
-    #: epochs UMAP ran
-    n_epochs: int
-    #: neighbour preservation (see the module docstring), NaN when not measured
-    preservation: float = float("nan")
-    #: UMAP's initial layout: ``spectral`` or ``random``
-    init: str = "spectral"
-    #: rows preservation was measured on
-    preservation_rows: int = 0
-    #: graph entries that were not neighbours (id −1, out of range, self, non-finite similarity)
-    missing_edges: int = 0
-    #: rows UMAP left non-finite that were put at their placed neighbours' mean
-    placed_by_neighbours: int = 0
-    #: rows left off the map (non-finite, no placed neighbour): NaN coordinates
-    unplaced: int = 0
-    #: why the map is missing or what limited it (null: nothing to say)
-    note: str | None = None
-    #: peak RSS of the process that laid it out (bytes; 0 when laid out in the caller's process)
-    peak_rss: int = 0
-
-    def record(self) -> LayoutRecord:
-        """The summary's record (no arrays; fields documented on
-        :class:`~embscope.geometry.records.LayoutRecord`)."""
-        return LayoutRecord(seconds=round(float(self.seconds), 3), n_epochs=int(self.n_epochs), init=self.init,
-                            neighbor_preservation=None if self.preservation != self.preservation
-                            else round(float(self.preservation), 4), preservation_rows=int(self.preservation_rows),
-                            missing_edges=int(self.missing_edges), placed_by_neighbours=int(self.placed_by_neighbours),
-                            unplaced=int(self.unplaced), note=self.note, peak_rss=int(self.peak_rss))
+def layout_record(seconds: float, n_epochs: int, init: str, preservation: float = float("nan"),
+                  preservation_rows: int = 0, **counts) -> LayoutRecord:
+    """The map's record (fields documented on :class:`~embscope.geometry.records.LayoutRecord`):
+    seconds to the millisecond, the preservation to 4 digits (null when not measured)."""
+    return LayoutRecord(seconds=round(float(seconds), 3), n_epochs=int(n_epochs), init=init,
+                        neighbor_preservation=None if preservation != preservation else round(float(preservation), 4),
+                        preservation_rows=int(preservation_rows), **counts)
 
 
 def neighbor_preservation(neighbors: np.ndarray, xy: np.ndarray, *, sample: int = PRESERVE_SAMPLE,
@@ -196,7 +164,8 @@ def cache_umap_kernels() -> int:
 
 
 def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
-                n_epochs: int | None = None, data: np.ndarray | None = None, init: str | None = None) -> Layout:
+                n_epochs: int | None = None, data: np.ndarray | None = None,
+                init: str | None = None) -> tuple[np.ndarray, LayoutRecord]:
     """UMAP coordinates from a cosine kNN graph.
 
     Args:
@@ -209,7 +178,8 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
         init: UMAP's initial layout, ``spectral`` (Laplacian eigenvectors of the graph) or ``random``
             (default: spectral up to :data:`RANDOM_INIT_ABOVE` rows, random above).
     Returns:
-        :class:`Layout`, with its neighbour preservation measured.
+        ``(xy, record)``: (n, 2) float32 coordinates (arbitrary units; NaN for a row left off the
+        map) and the :class:`~embscope.geometry.records.LayoutRecord`, preservation measured.
     """
     import umap
 
@@ -233,16 +203,15 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
     placed, left = place_unplaced(xy, neighbors)
     seconds = time.perf_counter() - t0
     share, rows = neighbor_preservation(neighbors, xy, seed=seed)
-    return Layout(x=xy[:, 0].copy(), y=xy[:, 1].copy(), seconds=seconds,
-                  n_epochs=int(n_epochs if n_epochs is not None else (500 if n <= 10_000 else 200)),  # UMAP's
-                  preservation=share, preservation_rows=rows, init=init, missing_edges=missing,
-                  placed_by_neighbours=placed, unplaced=left)
+    epochs = n_epochs if n_epochs is not None else (500 if n <= 10_000 else 200)  # UMAP's default
+    return xy, layout_record(seconds, epochs, init, share, rows, missing_edges=missing, placed_by_neighbours=placed,
+                             unplaced=left)
 
 
 def _layout_child(folder: str) -> int:
     """``python -m embscope.geometry.layout FOLDER``: :class:`LayoutJob`'s process. Reads
     ``graph.npz`` (neighbours, similarities, seed, epochs) from FOLDER, writes ``xy.npy`` and
-    ``record.json`` (the :class:`Layout` less its arrays, or ``{"error": …}``)."""
+    ``record.json`` (the :class:`~embscope.geometry.records.LayoutRecord`, or ``{"error": …}``)."""
     import json
     from pathlib import Path
 
@@ -250,16 +219,15 @@ def _layout_child(folder: str) -> int:
     try:
         with np.load(out / "graph.npz", allow_pickle=False) as z:
             epochs = int(z["n_epochs"])
-            lay = umap_layout(z["neighbors"], z["sims"], seed=int(z["seed"]), n_epochs=epochs if epochs > 0 else None)
+            xy, rec = umap_layout(z["neighbors"], z["sims"], seed=int(z["seed"]), n_epochs=epochs if epochs > 0 else None)
         try:
             import resource
 
-            lay.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+            rec.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
         except ImportError:  # pragma: no cover - not a Unix
             pass
-        np.save(out / "xy.npy", np.stack([lay.x, lay.y], axis=1), allow_pickle=False)
-        fields = {k: v for k, v in vars(lay).items() if k not in ("x", "y")}
-        (out / "record.json").write_text(json.dumps(fields), encoding="utf-8")
+        np.save(out / "xy.npy", xy, allow_pickle=False)
+        (out / "record.json").write_text(json.dumps(rec.to_dict()), encoding="utf-8")
     except BaseException as exc:  # noqa: BLE001 - the parent decides what a failed map means
         (out / "record.json").write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), encoding="utf-8")
         return 1
@@ -302,8 +270,9 @@ class LayoutJob:
         except Exception:  # noqa: BLE001 - no process: lay it out here when asked
             self._proc = None
 
-    def result(self) -> Layout:
-        """The layout (waiting for the process); a failure is a :class:`Layout` of NaN with a note."""
+    def result(self) -> tuple[np.ndarray, LayoutRecord]:
+        """:func:`umap_layout`'s ``(xy, record)`` (waiting for the process); a failure is a map of
+        NaN whose record says why."""
         import json
         from pathlib import Path
 
@@ -319,8 +288,7 @@ class LayoutJob:
                 if "error" in rec:
                     value = rec["error"]
                 else:
-                    xy = np.load(folder / "xy.npy", allow_pickle=False)
-                    return Layout(x=xy[:, 0].copy(), y=xy[:, 1].copy(), **rec)
+                    return np.load(folder / "xy.npy", allow_pickle=False), LayoutRecord.from_dict(rec)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 value = f"{value} ({type(exc).__name__}: {exc})"
             finally:
@@ -331,9 +299,8 @@ class LayoutJob:
             except Exception as exc:  # noqa: BLE001 - the map is a picture: its failure is a note
                 value = f"{type(exc).__name__}: {exc}"
         n = len(self._args[0])
-        nan = np.full(n, np.nan, np.float32)
-        return Layout(x=nan, y=nan.copy(), seconds=time.perf_counter() - self.started, n_epochs=0,
-                      init="none", unplaced=n, note=f"no map: {str(value).splitlines()[0][:300]}")
+        return np.full((n, 2), np.nan, np.float32), layout_record(
+            time.perf_counter() - self.started, 0, "none", unplaced=n, note=f"no map: {str(value).splitlines()[0][:300]}")
 
     def cancel(self) -> None:
         """End the process without waiting for its result."""

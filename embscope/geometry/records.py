@@ -3,7 +3,7 @@
 Each record here is what one part of :func:`embscope.geometry.scan.scan` reports, built by that
 part (the verification's by :func:`~embscope.geometry.verify.verify_rows`, the usage's by
 :func:`~embscope.geometry.usage.flagged_usage`, the map's by
-:meth:`~embscope.geometry.layout.Layout.record`); the live objects beside them hold only what the
+:func:`~embscope.geometry.layout.umap_layout`); the live objects beside them hold only what the
 columns need; the kNN graph's records are in :mod:`embscope.geometry.knn_record`. The field docs
 here are the only ones (``docs/schema.md`` lists them). Formulas: :mod:`embscope.geometry.indicators`.
 """
@@ -118,7 +118,7 @@ class SpecialRow(Record):
 
 
 @dataclass
-class SpecialsRecord(Record):
+class SpecialsInContext(Record):
     """Special and template tokens checked in context (the repetition prompts cannot apply)."""
 
     #: where the text came from: ``template``, ``data`` or ``template+data``
@@ -198,7 +198,7 @@ class VerificationRecord(Record):
     family_checked: int | None = None
     family_verified: int | None = None
     #: special and template tokens checked in context; null when the template and data use none
-    specials: SpecialsRecord | None = None
+    specials: SpecialsInContext | None = None
     #: precision of the model's body in the forward passes (``float32``, or ``bfloat16`` where this
     #: CPU multiplies it faster; the LM head stays float32); null when not run
     forward_dtype: str | None = None

@@ -42,6 +42,7 @@ from embscope.geometry.records import (TOP_N, FlaggedCounts, GeometryRecord, Iso
                                        VerdictList, VerdictRow)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from embscope.geometry.layout import LayoutJob
     from embscope.geometry.usage import Usage
     from embscope.geometry.verify import Verification
     from embscope.models.model import LoadedModel
@@ -54,8 +55,8 @@ LIST_MAX = 500
 class ScanResult:
     """Per-row columns and the summary's record."""
 
-    #: column name -> list/array of length n_rows
-    columns: dict[str, Any]
+    #: column name -> array (or list, for list and nullable columns) of length n_rows
+    columns: "dict[str, np.ndarray | list]"
     #: the summary (``summary.json`` ``geometry``)
     summary: GeometryRecord
     #: step name -> seconds
@@ -65,7 +66,7 @@ class ScanResult:
     #: corpus/template counts (None without ``corpus_texts``); ``usage.used_ids()`` feeds repair
     usage: "Usage | None" = None
     #: the map still being laid out (``scan(defer_layout=True)``); :meth:`finish_layout` collects it
-    layout_job: Any = None
+    layout_job: "LayoutJob | None" = None
 
     def finish_layout(self) -> None:
         """Wait for the map a deferred scan started, then fill ``x``, ``y``, ``summary.layout``
@@ -74,10 +75,10 @@ class ScanResult:
         if self.layout_job is None:
             return
         t = time.perf_counter()
-        lay, self.layout_job = self.layout_job.result(), None
-        self.columns["x"], self.columns["y"] = lay.x, lay.y
-        self.timings.update(layout=lay.seconds, layout_wait=time.perf_counter() - t)
-        self.summary.layout = lay.record()
+        (xy, record), self.layout_job = self.layout_job.result(), None
+        self.columns["x"], self.columns["y"] = xy[:, 0].copy(), xy[:, 1].copy()
+        self.timings.update(layout=record.seconds, layout_wait=time.perf_counter() - t)
+        self.summary.layout = record
         self.summary.timings = _rounded(self.timings)
 
     def repair_rows(self, categories: Sequence[str], *, include_special: bool = False) -> list[int]:

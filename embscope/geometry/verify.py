@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embscope.geometry.records import SAMPLES, SpecialRow, SpecialsRecord, VerificationRecord
+from embscope.geometry.records import SAMPLES, SpecialRow, SpecialsInContext, VerificationRecord
 from embscope.geometry.token_probs import (CONTEXT_TOKENS, GEN_STEPS, MAX_PROB_CUT, RECHECK_FACTOR,
                                            in_context_probs, prompt_probs)
 
@@ -335,7 +335,7 @@ def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, groups, dev: s
 
 
 def _check_specials(model: "LoadedModel", ind: "Indicators", lm, low, device: str,
-                    texts: Sequence[str] | None) -> tuple[SpecialsRecord | None, int]:
+                    texts: Sequence[str] | None) -> tuple[SpecialsInContext | None, int]:
     """The ``specials`` block of :class:`~embscope.geometry.records.VerificationRecord` and how many
     of them the float32 re-check decided: every special token the rendered chat template or the
     corpus uses, checked where it is used (flagged or not: a template token appears in every chat example, so its state matters
@@ -358,5 +358,5 @@ def _check_specials(model: "LoadedModel", ind: "Indicators", lm, low, device: st
     strings = model.token_strings()
     rows = [SpecialRow(id=int(i), token=strings[i], max_prob=float(round(p, 6)), verified=bool(p < MAX_PROB_CUT),
                        flagged=bool(ind.flagged[i])) for i, p in sorted(probs.items())]
-    record = SpecialsRecord(source=source, checked=len(rows), verified=sum(r.verified for r in rows), rows=rows)
+    record = SpecialsInContext(source=source, checked=len(rows), verified=sum(r.verified for r in rows), rows=rows)
     return record, len(band)

@@ -53,6 +53,9 @@ from embscope.text.script import label as script_label
 from embscope.tokenizer.base import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import polars as pl
+
     from embscope.corpus.engine import Engine
     from embscope.corpus.readers import ReadOptions
 
@@ -61,9 +64,12 @@ if TYPE_CHECKING:  # pragma: no cover
 class LanguageResult:
     """Output of :func:`measure`."""
 
-    table: object  # polars DataFrame, one row per (tokenizer, language); columns in the module doc
-    summary: CorpusMeasure  # tokenizers, reference, segmentation note, what was read
-    token_counts: dict = field(default_factory=dict, repr=False)  # (tokenizer, lang) → counts array
+    #: one row per (tokenizer, language); columns in the module doc
+    table: "pl.DataFrame"
+    #: tokenizers, reference, segmentation note, what was read
+    summary: CorpusMeasure
+    #: (tokenizer, language) → (V,) token counts
+    token_counts: "dict[tuple[str, str], np.ndarray]" = field(default_factory=dict, repr=False)
 
 
 def space_prefix(vocab: Vocabulary) -> bool:

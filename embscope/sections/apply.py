@@ -72,4 +72,4 @@ def apply_section(inputs: Inputs) -> SectionOutput:
         manifest = apply(inputs.model, inputs.extension, opts.apply_to, init=opts.apply_init,
                          mode=opts.apply_mode, tokens=inputs.tokens, force=inputs.force)
     fields = {k: v for k, v in manifest.items() if k != "embscope"}  # the stamp is summary.json's own
-    return SectionOutput(record=ApplyRecord(folder=str(opts.apply_to), **fields), live=manifest)
+    return SectionOutput(record=ApplyRecord(folder=str(opts.apply_to), **fields), result=manifest)

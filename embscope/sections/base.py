@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from embscope.progress import Steps
 from embscope.records import Record
@@ -82,18 +82,29 @@ class SectionOutput:
 
     record: Record | None = None
     #: file stem (``tokens``, ``languages``, ``candidates``) → polars DataFrame
-    tables: dict[str, Any] = field(default_factory=dict)
+    tables: "dict[str, pl.DataFrame]" = field(default_factory=dict)
     #: why the section has nothing to report (the run goes on)
     skipped: str | None = None
     #: things the user should know, listed at the end of the run
     warnings: list[str] = field(default_factory=list)
-    #: live objects a caller may need after the run (never written), e.g. the :class:`Scanned` scan
-    live: Any = None
+    #: the analysis's own result, for a caller after the run (never written): the :class:`Scanned`
+    #: scan, the extension's result, the manifest ``apply`` or ``repair`` wrote, the diff's result
+    result: Any = None
     #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
     gives: dict[str, Any] = field(default_factory=dict)
-    #: work the section started and left running (the map): ``finish()`` completes the record and
-    #: tables before they are written, ``cancel()`` abandons it when the run fails
-    pending: Any = None
+    #: work the section started and left running in the background (the map), finished before
+    #: the tables are written, cancelled when the run fails
+    background: "Background | None" = None
+
+
+class Background(Protocol):
+    """Work a section left running while the later sections run (the map's layout process)."""
+
+    def finish(self) -> None:
+        """Complete the section's record and tables (waits for the work)."""
+
+    def cancel(self) -> None:
+        """Abandon the work (the run failed)."""
 
 
 def _always(options: RunOptions) -> bool:

@@ -33,7 +33,7 @@ def diff_section(inputs: Inputs) -> SectionOutput:
                           read_options=opts.read_options())
     out.record = res.record
     out.tables["diff"] = res.frame
-    out.live = res
+    out.result = res
     adapter = res.record.tuned.adapter
     if adapter is not None and adapter.base_model and not same_model(adapter.base_model, model):
         out.warnings.append(f"diff: the adapter says it was trained on {adapter.base_model!r}, but BASE is "

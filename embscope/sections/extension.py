@@ -43,4 +43,4 @@ def extension_section(inputs: Inputs) -> SectionOutput:
         finally:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
     return SectionOutput(record=ext.summary, tables={"candidates": ext.table, "new_tokens": ext.new_tokens},
-                         live=ext, gives={"extension": ext})
+                         result=ext, gives={"extension": ext})

@@ -52,6 +52,6 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
     out.gives["repair_rows"] = sorted({i for f in record.findings if f.code in fixable and f.severity == "error"
                                        for i in f.ids if 0 <= i < model.n_rows})
-    out.live = record
+    out.result = record
     return out
 

@@ -64,4 +64,4 @@ def repair_section(inputs: Inputs) -> SectionOutput:
                           tokens=manifest["tokens"], kl_note=manifest["kl_note"],
                           # the writer's manifest is plain JSON (NaN as null): checked field by field
                           diagnostics=RowDiagnostics.from_dict(to_json(manifest["diagnostics"]), strict=True))
-    return SectionOutput(record=record, live=manifest)
+    return SectionOutput(record=record, result=manifest)

@@ -87,9 +87,9 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         columns.update(result.columns)
         geometry = result.summary
         if result.layout_job is not None:
-            out.pending = _PendingMap(result, columns, out, inputs.steps)
-        out.live = Scanned(model, result)
-        out.gives["scan"] = out.live
+            out.background = _MapInBackground(result, columns, out, inputs.steps)
+        out.result = Scanned(model, result)
+        out.gives["scan"] = out.result
         if geometry.reference.size == 0:
             out.warnings.append(f"{model.name}: {geometry.reference.note}")
         note = geometry.verification.note if geometry.verification is not None else None
@@ -102,7 +102,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
     return out
 
 
-class _PendingMap:
+class _MapInBackground:
     """The map the scan left laying out in its own process while the later sections run: collected
     (``finish``) when the tables are about to be written, into the tokens table and the record."""
 
