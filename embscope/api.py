@@ -104,7 +104,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # load
           device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
           # scan (verify: automatic) and repair
-          scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = True, threshold: float = 4.0,
+          scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = True, threshold: float = 4.0,
           unused_ids: Sequence[int] | None = None, verify: int | None = None, verify_sample: str = "top",
           verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
           repair_to: str | Path | None = None, repair_init: str = "subword-mean",
@@ -156,7 +156,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
 @api_function
 def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = False, verbose: bool | None = None,
          device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
-         scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = True, threshold: float = 4.0,
+         scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = True, threshold: float = 4.0,
          unused_ids: Sequence[int] | None = None, verify: int | None = 0, verify_sample: str = "top",
          verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
          repair_to: str | Path | None = None, repair_init: str = "subword-mean",
@@ -169,7 +169,7 @@ def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = Fals
             template) produces; ``repair_to`` then writes the model with those rows re-initialised.
         out, force, verbose: as :func:`audit`'s.
     Example:
-        >>> res = scan("minilm-l6", layout=False, knn_method="exact")
+        >>> res = scan("minilm-l6", map=False, knn_method="exact")
         >>> res.summary.sections.tokens.geometry.knn.method
         'exact'
     """
@@ -181,7 +181,7 @@ def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = Fals
 def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool = False,
           verbose: bool | None = None,
           device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
-          scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = False, threshold: float = 4.0,
+          scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = False, threshold: float = 4.0,
           unused_ids: Sequence[int] | None = None, verify: int | None = 0, verify_sample: str = "top",
           verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
           repair_to: str | Path | None = None, repair_init: str = "subword-mean",
@@ -196,7 +196,7 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
     ``apply_chat_template`` does (plain texts as ``tokenizer(text)``), and labelled as the trainer
     labels it (:mod:`embscope.finetune.trainers`); the findings carry stable codes
     (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer; the map is
-    off by default (``layout=True`` draws it).
+    off by default (``map=True`` draws it).
 
     Args:
         model: model spec.
@@ -222,7 +222,7 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
          languages: str | Path | None = DEFAULT_LANGUAGES, tokens: str | Path | None = None, out: Out = None,
          force: bool = False, verbose: bool | None = None,
          device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
-         scan: bool = True, k: int = 10, knn_method: str = "auto", layout: bool = False, threshold: float = 4.0,
+         scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = False, threshold: float = 4.0,
          unused_ids: Sequence[int] | None = None, cache_dir: str | Path | None = None,
          text_field: str = "text", limits: Sequence[str] = (), data_format: str | None = None) -> RunResult:
     """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.

@@ -24,8 +24,9 @@ from embscope.sections.options import RunOptions
 from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
 
-#: bumped when a field changes meaning or type; the report refuses folders of another version
-SCHEMA_VERSION = 3
+#: bumped when a field changes meaning or type; the report refuses folders of another version.
+#: 4: ``parameters.layout`` is ``parameters.map`` (the option ``--no-map`` sets)
+SCHEMA_VERSION = 4
 
 
 @dataclass

@@ -16,7 +16,7 @@ from embscope.sections.options import RunOptions
 COMMANDS = ("audit", "scan", "check", "diff", "fertility", "compare", "extend")
 #: API defaults that differ from the option's own, on purpose
 OWN_DEFAULTS = {("audit", "verify"): None,  # automatic: a capped random sample when the model fits
-                ("check", "layout"): False, ("diff", "layout"): False}  # no map unless asked
+                ("check", "map"): False, ("diff", "map"): False}  # no map unless asked
 
 
 def _field_defaults() -> dict:

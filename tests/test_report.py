@@ -79,7 +79,7 @@ def build_hostile_run(root: Path, *, scan: bool = True, languages: bool = True) 
         "max_position_embeddings": 8192, "torch_dtype": "float32"}))
     out = root / "report"
     run(str(model), languages=[corpus] if languages else [], domain=corpus / "eng.txt" if languages else None,
-        out=out, scan=scan, options=RunOptions(layout=scan, top=5, diagnostics=False))
+        out=out, scan=scan, options=RunOptions(map=scan, top=5, diagnostics=False))
     return out
 
 

@@ -92,7 +92,7 @@ RUN_OPTS: dict[str, RunOpt] = {
                   to_field=_value, from_field=KnnMethod),
     "no_scan": RunOpt("scan", Annotated[bool, _opt("--no-scan", help="skip indicators and the kNN graph")],
                       to_field=lambda v: not v, from_field=lambda v: not v),
-    "no_map": RunOpt("layout", Annotated[bool, _opt("--no-map", help="skip the 2-D UMAP map")],
+    "no_map": RunOpt("map", Annotated[bool, _opt("--no-map", help="skip the 2-D UMAP map")],
                      to_field=lambda v: not v, from_field=lambda v: not v),
     "unused_ids": RunOpt("unused_ids", Annotated[Optional[str], _opt("--unused-ids", help="comma-separated rows known to be unused (default: found automatically)")],
                          to_field=lambda v: parse_ids(v), from_field=lambda v: None if v is None else ",".join(map(str, v))),
@@ -193,7 +193,7 @@ def run_command(api: Callable, *names: str, writes: bool = True) -> Callable:
     ... def cmd(model: str, options=None, common=None):
     ...     return options, common.out
     >>> cmd(model="m", k=3, no_map=False)
-    ({'k': 3, 'layout': True}, None)
+    ({'k': 3, 'map': True}, None)
     >>> inspect.signature(cmd).parameters["no_map"].default  # check draws no map unless asked
     True
     """

@@ -103,8 +103,9 @@ class ScanOptions(Record):
     k: int = 10
     #: kNN method (:data:`embscope.geometry.knn_record.METHODS`; embscope.geometry.knn)
     knn_method: str = "auto"
-    #: compute the 2-D UMAP map (the slowest part of the scan on large vocabularies)
-    layout: bool = True
+    #: draw the 2-D UMAP map of the kNN graph (``--no-map``: off; the slowest part of the scan on
+    #: large vocabularies)
+    map: bool = True
     #: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row is
     #: flagged (see embscope.geometry.indicators)
     threshold: float = 4.0

@@ -81,7 +81,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
             verify, sample, cap = (AUTO_VERIFY, "random", cap or AUTO_TIME_CAP) if loadable else (0, sample, cap)
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
-                              cache_dir=opts.cache_dir, layout=opts.layout, knn_method=opts.knn_method,
+                              cache_dir=opts.cache_dir, layout=opts.map, knn_method=opts.knn_method,
                               verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts,
                               defer_layout=True)
         columns.update(result.columns)
