@@ -37,7 +37,7 @@ def _model_folder() -> Path:
 
 
 def _texts(n: int) -> list[str]:
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     return [t for _, t in zip(range(n), read_texts(ROOT / "corpora" / "medical"))]
 

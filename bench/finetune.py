@@ -88,7 +88,7 @@ def extend(base: Path, out: Path, *, top: int = 20) -> dict:
 def training_texts(folder: Path, ids: list[int], *, extra: int = 16, scan: int = 20_000) -> list[str]:
     """For each added token id, the first medical-corpus line that ``folder``'s tokenizer turns into
     it (of the first ``scan`` lines), then ``extra`` more lines: every new token is in the data."""
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
     from embscope.tokenizer.load import load_folder_vocabulary
 
     vocab = load_folder_vocabulary(Path(folder), name="extended")

@@ -88,7 +88,7 @@ def main() -> None:
     import torch
 
     import embscope
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
     from embscope.extension import suggest
     from embscope.extension.bpb import summarize, text_losses
     from embscope.extension.contexts import is_held_out, spread, start_ids

@@ -211,7 +211,7 @@ def _context(meta: dict) -> str:
 
 
 def rows(vocab_dir: Path, gemma3: Path | None, only: set[str] | None) -> list[list[str]]:
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
     from embscope.formats.gguf import open_gguf
 
     texts = read_texts(ROOT / "corpora" / "medical")

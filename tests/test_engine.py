@@ -41,7 +41,7 @@ def udhr_one(gpt2):
 @pytest.fixture(scope="module")
 def medical_ref(llama3):
     """find_candidates over the texts in memory: the single-process reference."""
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     return C.find_candidates(llama3, read_texts(MEDICAL), max_ngram=2, min_freq=5)
 
@@ -165,7 +165,7 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
     assert report.texts == 26084
     saved = C.corpus_savings(llama3, llama3, MEDICAL, engine=Engine(workers=2))
     total, counts = saved.before, saved.counts
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     ref_total, ref_counts = C.token_counts(llama3, read_texts(MEDICAL))
     assert total == ref_total and np.array_equal(counts, ref_counts)

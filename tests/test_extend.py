@@ -25,7 +25,7 @@ def smol(smollm2_model):
 
 @pytest.fixture(scope="module")
 def texts():
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     return read_texts(CORPUS)
 

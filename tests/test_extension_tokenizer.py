@@ -20,7 +20,7 @@ TOP = 200
 
 @pytest.fixture(scope="module")
 def texts():
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     med = read_texts(MEDICAL)
     held = [t for t in med if zlib.crc32(t.encode("utf-8")) % 4 == 0]
@@ -144,7 +144,7 @@ def test_written_tokenizer_loads_in_tokenizers_and_transformers(smol, smollm2_mo
 def test_sentencepiece_bpe_merges_never_cut_a_word():
     """Llama 2's SentencePiece BPE (no pre-tokenizer: a line is one word to the model): new merges
     join only runs of old pieces inside one ▁-word."""
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
     from embscope.tokenizer.changes import changes
     from embscope.tokenizer.load import load_tokenizer_file
 
@@ -164,7 +164,7 @@ def test_sentencepiece_bpe_merges_never_cut_a_word():
 def test_unigram_pieces_change_only_their_own_runs():
     """XLM-R's Unigram (nomic's GGUF): each new piece scores its pieces' sum plus (k − 1)·ε, so
     Viterbi takes it exactly where the old best segmentation held its pieces."""
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
     from embscope.tokenizer.changes import changes
     from embscope.tokenizer.load import load_tokenizer_file
 

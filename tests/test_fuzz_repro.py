@@ -245,7 +245,7 @@ def test_language_fold_bounds_every_shard_and_the_merge():
 
 def test_scan_texts_are_bounded_in_total(tmp_path):
     """Before: up to 256 MiB per language (8 languages in a 186 KB .zst: 2 GB). Now a total."""
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     path = jsonl_lines(tmp_path, [{"text": "x" * 1000 + f" {i}", "lang": f"l{i % 8}"} for i in range(4000)])
     cut: list = []

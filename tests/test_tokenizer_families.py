@@ -251,7 +251,7 @@ def test_gguf_equals_independent_reference_on_hard_strings(family):
 def test_hf_rebuild_encodes_as_the_vocabulary(spec):
     """``hf_tokenizer`` gives the ids of the tiktoken / sentencepiece vocabulary it rebuilds, on the
     hard strings and on the medical corpus (cl100k: its possessive ``\\p{N}{1,3}+`` digit triples)."""
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
     from embscope.tokenizer.convert import hf_tokenizer
 
     vocab = load_vocabulary(spec) if spec == "cl100k_base" else load_tokenizer_file(_pkg("mistral_common") / "data" / spec)
@@ -343,7 +343,7 @@ def test_gemma3_equals_sentencepiece_on_its_pieces(gemma3):
 @pytest.mark.slow
 def test_gemma3_candidates_are_medical_terms_with_measured_savings(gemma3):
     from embscope.extension.candidates import count_tokens, extended_tokenizer, find_candidates, space_twins
-    from embscope.corpus.texts import read_texts
+    from embscope.corpus.stream import read_texts
 
     _, vocab = gemma3
     tok = vocab.tok

@@ -46,6 +46,9 @@ Bad input never crashes the reader and is never dropped silently: it is counted 
 :class:`CorpusWarning` at the end. A path that yields no text at all raises
 :class:`~embscope.errors.CorpusError`.
 
+:func:`read_texts` holds a bounded list of a corpus's texts, for the steps that need them in memory
+(the flagged rows a corpus uses, tokenizer conformance tables), not for the streaming passes.
+
 >>> from pathlib import Path
 >>> for batch in iter_corpus(Path("corpora/udhr/eng.jsonl")):  # doctest: +SKIP
 ...     print(batch.lang, len(batch.texts), batch.units[:3])
@@ -71,7 +74,7 @@ from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadO
 
 __all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusRead", "CorpusReport", "CorpusWarning", "ReadOptions",
            "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang",
-           "past_corpus_limit"]
+           "past_corpus_limit", "read_texts", "MAX_CORPUS_BYTES"]
 
 #: a batch is flushed when its texts reach this many bytes (bounds memory with long lines)
 BATCH_BYTES = 4 << 20
@@ -400,3 +403,38 @@ def iter_corpus(path, *, sample_bytes: int | None = None, batch_size: int = 512,
         yield from iter_file(file, options=options, batch_size=batch_size, report=report,
                              sample_bytes=sample_bytes, used=used)
     finish(path, report)
+
+
+#: bytes of corpus text :func:`read_texts` holds at most (per language): a 1 GB corpus is sampled,
+#: not held whole (the passes of :mod:`embscope.corpus.engine` stream the corpus instead)
+MAX_CORPUS_BYTES = 256 * 2**20
+
+
+def read_texts(corpus_path: str | Path, max_bytes: int = MAX_CORPUS_BYTES, *,
+               options: "ReadOptions | None" = None, total_bytes: int | None = None,
+               cut: list | None = None) -> list[str]:
+    """All texts of a corpus (file or folder), through :func:`embscope.corpus.stream.iter_corpus`,
+    read with ``options`` (``--text-field``, ``--lang-field``, ...).
+
+    At most ``max_bytes`` per language and ``total_bytes`` (default ``max_bytes``) in all: the
+    total bounds the memory whatever the number of languages. When the total stops the reading,
+    ``cut`` (a list) gets the corpus path appended, so the caller can say so.
+    """
+    total = max_bytes if total_bytes is None else total_bytes
+    texts: list[str] = []
+    size = 0
+    stream = iter_corpus(corpus_path, sample_bytes=max_bytes, options=options)
+    for batch in stream:
+        for t in batch.texts:
+            size += len(t.encode("utf-8"))
+            if size > total:
+                break
+            texts.append(t)
+        if size > total:
+            stream.close()  # the corpus is not read further
+            if cut is not None:
+                cut.append(str(corpus_path))
+            break
+    if not texts:
+        raise CorpusError(f"{corpus_path} holds no text; pass a folder of .txt/.jsonl/.parquet files")
+    return texts

@@ -122,7 +122,7 @@ def general_texts() -> tuple[list[str], str]:
 
     path = corpora_root() / "udhr" / "eng.jsonl"
     if path.is_file():
-        from embscope.corpus.texts import read_texts
+        from embscope.corpus.stream import read_texts
 
         try:
             return read_texts(path), GENERAL_SOURCE

@@ -51,7 +51,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
             import warnings
 
             from embscope.corpus.stream import CorpusWarning
-            from embscope.corpus.texts import read_texts
+            from embscope.corpus.stream import read_texts
 
             # all corpora together hold at most scan_bytes of text, whatever their languages
             budget, texts, cut = opts.bounds().scan_bytes, [], []
