@@ -28,6 +28,7 @@ embscope.records.RecordError: x must be a number, got 'far'
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import types
@@ -209,30 +210,51 @@ class Record:
         return cls(**kwargs)
 
 
+@lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
     """``{field: doc}`` from the ``#:`` comment lines directly above each field of ``cls`` (and of
     the dataclasses it derives from)."""
-    import ast
-    import inspect
-    import textwrap
-
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if "__dataclass_fields__" not in vars(klass):
             continue
-        try:
-            source = textwrap.dedent(inspect.getsource(klass))
-        except (OSError, TypeError):
+        found = _class_node(klass)
+        if found is None:
             continue
-        lines = source.splitlines()
-        for node in ast.parse(source).body[0].body:
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                i, doc = node.lineno - 2, []
+        node, lines = found
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                i, doc = item.lineno - 2, []
                 while i >= 0 and lines[i].strip().startswith("#:"):
                     doc.insert(0, lines[i].strip()[2:].strip())
                     i -= 1
-                docs[node.target.id] = " ".join(doc)
+                docs[item.target.id] = " ".join(doc)
     return docs
+
+
+def _class_node(klass: type) -> "tuple[ast.ClassDef, list[str]] | None":
+    """The class statement of ``klass`` in its module's source, and the source's lines (each
+    module read and parsed once)."""
+    import sys
+
+    path = getattr(sys.modules.get(klass.__module__), "__file__", None)
+    parsed = _parsed(path) if path else None
+    if parsed is None:
+        return None
+    tree, lines = parsed
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == klass.__name__:
+            return node, lines
+    return None
+
+
+@lru_cache(maxsize=None)
+def _parsed(path: str) -> "tuple[ast.Module, list[str]] | None":
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return ast.parse(source), source.splitlines()
 
 
 def type_name(tp: Any) -> str:
