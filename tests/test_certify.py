@@ -31,12 +31,12 @@ def _exact_indicators(x: np.ndarray, threshold: float):
 
 
 def _certified_indicators(x: np.ndarray, threshold: float, draws: int = 2000):
-    from embscope.geometry.certify import Context, context_for
+    from embscope.geometry.certify import CertificateScope, context_for
 
     xt = torch.from_numpy(x)
     cats, strings = ["normal"] * len(x), [""] * len(x)
     prep = prepare(xt, None, cats, strings)
-    ctx: Context = context_for(prep, cats, threshold)
+    ctx: CertificateScope = context_for(prep, cats, threshold)
     cert = certified_graph(xt, 10, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
                            groups=ctx.groups, other_scores=ctx.other_scores, threshold=threshold,
                            draws=draws, progress=False)

@@ -332,3 +332,14 @@ def test_no_long_function_or_module_without_a_reason():
                 if len(body) > MAX_FUNCTION_LINES and not any(b.strip().startswith("# long:") for b in body):
                     bad.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name}: {len(body)} lines")
     assert bad == [], "split these, or give the reason in a '# long:' comment:\n" + "\n".join(bad)
+
+
+def test_public_class_names_are_unique():
+    """One class per name across the package: a reader (and a caller's import) never meets two
+    ``Facts`` or two ``SpecialsRecord``; a name kept for older callers is an alias, not a class."""
+    seen: dict[str, list[str]] = {}
+    for f in sorted(PKG.rglob("*.py")):
+        for node in ast.parse(f.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                seen.setdefault(node.name, []).append(str(f.relative_to(PKG)))
+    assert {n: fs for n, fs in seen.items() if len(fs) > 1} == {}

@@ -129,13 +129,6 @@ class ContextSummary(Record):
     #: neither the loaded matrix nor the config says (bf16 assumed, a note says so)
     weight_dtype: str | None = None
 
-    @property
-    def params_estimate(self) -> int | None:
-        """Total parameters (``params.total``)."""
-        return self.params.total if self.params else None
-
-
-
 
 # ------------------------------------------------------------------------------------------ KV
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.delta.findings import EXPLODE, Facts, MatrixFacts, find
+from embscope.delta.findings import EXPLODE, DiffFacts, MatrixFacts, find
 from embscope.delta.record import BaseSide, DataUse, DiffRecord, Formats, MapInfo, MatrixDiff, Mover, TunedSide
 from embscope.finetune.record import worst
 
@@ -181,7 +181,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     special = np.zeros(n, dtype=bool)
     cats = base.categories
     special[:min(n, len(cats))] = [c == "special" for c in cats[:n]]
-    findings = find(Facts(
+    findings = find(DiffFacts(
         strings=strings, matrices=facts, new=rows.new & (np.arange(n) < rows.tuned_tokens), counts=counts,
         where=where, flagged=fl_base, shared=rows.shared, mismatches=mismatches, n_mismatches=n_mis,
         lost_rows=max(0, rows.base_tokens - rows.tuned_tokens), manifest_mismatches=rows.manifest_mismatches,
@@ -460,7 +460,7 @@ def _data_use(model: "LoadedModel", data, fmt, text_field, new: np.ndarray, flag
     """``(counts, where, DataUse)``: the training data's token counts as the trainer makes them
     (TUNED's tokenizer and template), the example indices of the new and flagged rows, and the rows it
     uses against the rows that moved."""
-    from embscope.corpus.conversations import DataReport, iter_examples
+    from embscope.corpus.conversations import DataRead, iter_examples
     from embscope.errors import CorpusError, VocabError
     from embscope.finetune import make_context
     from embscope.finetune.encode import encode_examples
@@ -475,7 +475,7 @@ def _data_use(model: "LoadedModel", data, fmt, text_field, new: np.ndarray, flag
     ctx = make_context(model)[0]  # the default trainer's sequences, TUNED's own template
     wanted = np.zeros(model.n_rows, dtype=bool)
     wanted[:min(n, model.n_rows)] = watch[:model.n_rows]
-    examples = iter_examples(list(data), fmt=fmt, text_field=text_field, report=DataReport())
+    examples = iter_examples(list(data), fmt=fmt, text_field=text_field, report=DataRead())
     enc = encode_examples(examples, ctx, wanted, by_split=False).get(None)
     if enc is None or enc.examples == 0:
         raise CorpusError(f"{', '.join(map(str, data))} holds no training example; pass jsonl/json/Parquet/Arrow "

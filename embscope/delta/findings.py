@@ -67,8 +67,8 @@ class MatrixFacts:
 
 
 @dataclass
-class Facts:
-    """What the rules read."""
+class DiffFacts:
+    """What the diff's rules read: TUNED's token strings and what training did to each matrix."""
 
     #: token strings of TUNED's rows
     strings: Sequence[str]
@@ -106,6 +106,10 @@ class Facts:
     adapter: "AdapterInfo | None" = None
 
 
+#: its name before the check's and the diff's rules had one each (for code written against it)
+Facts = DiffFacts
+
+
 def _examples(where: dict[int, list[int]], ids) -> list[int]:
     out: set[int] = set()
     for i in ids:
@@ -113,7 +117,7 @@ def _examples(where: dict[int, list[int]], ids) -> list[int]:
     return sorted(out)[:5]
 
 
-def find(f: Facts) -> list[Finding]:
+def find(f: DiffFacts) -> list[Finding]:
     """Every finding for these facts, errors first."""
     out: list[Finding] = []
     s = f.strings
@@ -153,7 +157,7 @@ def find(f: Facts) -> list[Finding]:
     return out
 
 
-def _vocab_mismatch(f: Facts, add) -> None:
+def _vocab_mismatch(f: DiffFacts, add) -> None:
     """The rows compared are not the same tokens (other tokens at shared ids, lost rows, manifest terms)."""
     if f.n_mismatches or f.lost_rows or f.manifest_mismatches or f.tokens_past_rows:
         bits = []
@@ -175,7 +179,7 @@ def _vocab_mismatch(f: Facts, add) -> None:
             "diff against the BASE (and --manifest) TUNED was trained from: the same tokenizer, tokens only added at the end")
 
 
-def _exploded(f: Facts, add) -> None:
+def _exploded(f: DiffFacts, add) -> None:
     """Rows that hold NaN/Inf or grew past EXPLODE× their base norm."""
     for m in f.matrices:
         bad = np.flatnonzero(~m.finite | m.exploded)
@@ -189,7 +193,7 @@ def _exploded(f: Facts, add) -> None:
                 "training (embscope scan --repair), and check for a NaN loss")
 
 
-def _new_unmoved(f: Facts, add, used, by_use) -> None:
+def _new_unmoved(f: DiffFacts, add, used, by_use) -> None:
     """New tokens whose rows stayed where they were initialised (split by whether the data uses them)."""
     n = len(f.new)
     new_ids = np.flatnonzero(f.new)
@@ -228,7 +232,7 @@ def _new_unmoved(f: Facts, add, used, by_use) -> None:
                     ids, len(ids), fix + "; pass --data to see whether the data produces them")
 
 
-def _used_frozen(f: Facts, add, used, by_use) -> None:
+def _used_frozen(f: DiffFacts, add, used, by_use) -> None:
     """Old rows the data uses that did not move, per matrix (a frozen embedding or head, or updates lost to bf16)."""
     old_used = used.copy()
     old_used[f.new] = False
@@ -252,7 +256,7 @@ def _used_frozen(f: Facts, add, used, by_use) -> None:
             "for them or fp32 master weights")
 
 
-def _untrained_still(f: Facts, add, used, by_use) -> None:
+def _untrained_still(f: DiffFacts, add, used, by_use) -> None:
     """Rows BASE's scan flags that the data uses and training did not move."""
     n, counts = len(f.new), f.counts
     k = min(len(f.flagged), f.shared)
@@ -280,7 +284,7 @@ def _untrained_still(f: Facts, add, used, by_use) -> None:
             "(re-initialising a trained chat-template row breaks the model)")
 
 
-def _tie_broken(f: Facts, add) -> None:
+def _tie_broken(f: DiffFacts, add) -> None:
     """BASE ties the head to the embedding and TUNED's two differ."""
     if f.config_tie:
         add("tie-broken", "error",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.finetune.encode import length_stats
-from embscope.finetune.findings import Facts, find
+from embscope.finetune.findings import CheckFacts, find
 from embscope.finetune.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,7 +137,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     Returns:
         :class:`CheckRecord`.
     """
-    from embscope.corpus.conversations import FORMATS, DataReport, iter_examples
+    from embscope.corpus.conversations import FORMATS, DataRead, iter_examples
     from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
     from embscope.finetune.engine import encode_all
 
@@ -152,7 +152,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
                                                          train_on_prompt=train_on_prompt, mask_history=mask_history)
     flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
     zero = zero_rows(model)
-    report = DataReport()
+    report = DataRead()
     parts = encode_all(iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=split), ctx,
                        _watched(model, sp, pad, flagged, status) | zero, engine=engine)
     if sum(p.examples for p in parts.values()) == 0:
@@ -162,7 +162,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
                           "prompt/completion, preference (chosen/rejected) or text shape")
 
     def facts(enc, name):
-        return Facts(model=model, specials=sp, encoded=enc, data=report, flagged=flagged, zero_row=zero,
+        return CheckFacts(model=model, specials=sp, encoded=enc, data=report, flagged=flagged, zero_row=zero,
                      context=context, context_from=context_from, template=ctx.template, trainer=ctx.trainer,
                      pad=pad, status=status, split=name)
 

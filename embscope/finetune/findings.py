@@ -60,13 +60,13 @@ import numpy as np
 from embscope.finetune.record import CODES, MAX_IDS, SEVERITIES, Finding, severity_rank
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.corpus.conversations import DataReport
+    from embscope.corpus.conversations import DataRead
     from embscope.finetune.encode import Encoded
     from embscope.finetune.specials import SpecialIds
     from embscope.finetune.trainers import PadChoice, Trainer
     from embscope.models.model import LoadedModel
 
-__all__ = ["BYTE_FALLBACK_SHARE", "CODES", "MAX_IDS", "SEVERITIES", "Facts", "Finding", "data_findings", "find",
+__all__ = ["BYTE_FALLBACK_SHARE", "CODES", "MAX_IDS", "SEVERITIES", "CheckFacts", "Finding", "data_findings", "find",
            "findings_frame", "merge_splits", "severity_rank"]
 
 #: byte-fallback tokens above this share of all tokens are worth an info line (text the vocabulary
@@ -75,13 +75,14 @@ BYTE_FALLBACK_SHARE = 0.01
 
 
 @dataclass
-class Facts:
-    """What the rules read."""
+class CheckFacts:
+    """What the pre-fine-tune check's rules read: the model, its special ids, the data as the
+    trainer encodes it, and the scan's flags."""
 
     model: "LoadedModel"
     specials: "SpecialIds"
     encoded: "Encoded"
-    data: "DataReport"
+    data: "DataRead"
     #: per row: flagged by the scan (None: no scan)
     flagged: np.ndarray | None
     #: per row: all zeros
@@ -100,6 +101,10 @@ class Facts:
     status: Sequence[str | None] | None = None
     #: the split checked (None: all the data)
     split: str | None = None
+
+
+#: its name before the check's and the diff's rules had one each (for code written against it)
+Facts = CheckFacts
 
 
 def _tok(strings: Sequence[str], i: int) -> str:
@@ -124,7 +129,7 @@ def _sides(model: "LoadedModel", enc: "Encoded", ids: Sequence[int]) -> str:
     return f"{i_n} times as an input, {l_n} as a label ({where})"
 
 
-def find(f: Facts) -> list[Finding]:
+def find(f: CheckFacts) -> list[Finding]:
     """Every finding for these facts, errors first."""
     from embscope.finetune.rules import data_rules, drop_rules, length_rules, pad_rules, template_rules
     from embscope.finetune.trainers import TRAINERS, eos_id
@@ -160,12 +165,12 @@ def find(f: Facts) -> list[Finding]:
     return out
 
 
-def _state(f: Facts, i: int) -> str | None:
+def _state(f: CheckFacts, i: int) -> str | None:
     """Row ``i``'s verification status (``verified``, ``cleared``, …), None when unknown."""
     return f.status[i] if f.status is not None and i < len(f.status) else None
 
 
-def _flagged(f: Facts) -> "np.ndarray | None":
+def _flagged(f: CheckFacts) -> "np.ndarray | None":
     """(n,) the flagged rows that prompting did not clear; a verified row counts even if the
     indicators missed it. None without a scan."""
     n, status = f.model.n_rows, f.status
@@ -181,7 +186,7 @@ def _flagged(f: Facts) -> "np.ndarray | None":
     return flagged
 
 
-def _beyond_matrix(f: Facts, add) -> None:
+def _beyond_matrix(f: CheckFacts, add) -> None:
     """Ids at or past the matrix: in the data, or declared."""
     n, sp, enc, counts = f.model.n_rows, f.specials, f.encoded, f.encoded.counts
     beyond = np.flatnonzero(counts[n:]) + n if len(counts) > n else np.zeros(0, np.int64)
@@ -195,7 +200,7 @@ def _beyond_matrix(f: Facts, add) -> None:
             "resize the embedding (model.resize_token_embeddings(len(tokenizer))) or fix the declared ids")
 
 
-def _special_rows(f: Facts, add, flagged) -> list[int]:
+def _special_rows(f: CheckFacts, add, flagged) -> list[int]:
     """The special rows the trainer uses (BOS, EOS, PAD) that are zero or under-trained; returns them all."""
     n, sp, enc, counts = f.model.n_rows, f.specials, f.encoded, f.encoded.counts
     role_ids = {r: [i for i in sp.ids(r) if 0 <= i < n] for r in ("bos", "eos", "pad")}
@@ -227,7 +232,7 @@ def _special_rows(f: Facts, add, flagged) -> list[int]:
     return specials_all
 
 
-def _double_bos(f: Facts, trainer, add, strings: Sequence[str]) -> None:
+def _double_bos(f: CheckFacts, trainer, add, strings: Sequence[str]) -> None:
     """Texts (or rendered conversations) that start with the BOS the tokenizer adds again."""
     sp, enc = f.specials, f.encoded
     bos_name = _tok(strings, sp.prefix[0]) if sp.prefix else ""
@@ -246,7 +251,7 @@ def _double_bos(f: Facts, trainer, add, strings: Sequence[str]) -> None:
             "bos_token from the template")
 
 
-def _added_in_padding(f: Facts, add, flagged) -> list[int]:
+def _added_in_padding(f: CheckFacts, add, flagged) -> list[int]:
     """Added tokens in padding rows (zero or untrained rows past the base vocabulary); returns those rows."""
     n, sp, enc, counts = f.model.n_rows, f.specials, f.encoded, f.encoded.counts
     pad_rows: list[int] = []
@@ -263,7 +268,7 @@ def _added_in_padding(f: Facts, add, flagged) -> list[int]:
     return pad_rows
 
 
-def _untrained_used(f: Facts, add, flagged, skip: set[int]) -> None:
+def _untrained_used(f: CheckFacts, add, flagged, skip: set[int]) -> None:
     """Rows the data uses that training barely touched: zero rows always, flagged rows with a scan
     (the special and padding rows in ``skip`` have their own findings)."""
     model, enc, counts, cats = f.model, f.encoded, f.encoded.counts, f.model.categories
@@ -291,7 +296,7 @@ def _untrained_used(f: Facts, add, flagged, skip: set[int]) -> None:
             int(counts[special].sum()), _examples(enc, special), "check with --verify; then --repair OUT")
 
 
-def _unknown_tokens(f: Facts, add, specials_all: list[int]) -> None:
+def _unknown_tokens(f: CheckFacts, add, specials_all: list[int]) -> None:
     """Unknown and byte-fallback tokens."""
     model, sp, enc, counts = f.model, f.specials, f.encoded, f.encoded.counts
     unk = [i for i in ({model.vocab.unk_id} if model.vocab is not None and model.vocab.unk_id is not None else set())
@@ -313,7 +318,7 @@ def _unknown_tokens(f: Facts, add, specials_all: list[int]) -> None:
             "by byte", top, n_bytes, (), "consider extending the vocabulary (embscope extend)")
 
 
-def data_findings(f: Facts) -> list[Finding]:
+def data_findings(f: CheckFacts) -> list[Finding]:
     """The findings about the reading itself (one data report for all splits: no split)."""
     out: list[Finding] = []
 

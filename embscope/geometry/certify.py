@@ -380,7 +380,7 @@ def _measured(base_sims: np.ndarray, sims: np.ndarray, rows: np.ndarray, knn_fit
 
 
 @dataclass
-class Context:
+class CertificateScope:
     """What the certificate is for: the indicators' rows and flags that do not depend on the graph
     (:func:`embscope.geometry.indicators.prepare`). Default: every row fits the cuts, none is
     flagged otherwise, no list."""
@@ -407,8 +407,8 @@ class Context:
         return h.hexdigest()
 
 
-def context_for(prep, categories, threshold: float) -> Context:
-    """The :class:`Context` of a scan: its fit rows, graph-free flags, norms, the report's two
+def context_for(prep, categories, threshold: float) -> CertificateScope:
+    """The :class:`CertificateScope` of a scan: its fit rows, graph-free flags, norms, the report's two
     score groups (normal and other rows) and each row's score without the knot."""
     from embscope.geometry.indicators import SCORED, _raw, evidence, graph_free_flags
 
@@ -416,11 +416,11 @@ def context_for(prep, categories, threshold: float) -> Context:
     zs, _ = evidence(_raw(prep), prep.fit_rows)
     other = np.vstack([np.nan_to_num(zs[n_], nan=-np.inf) for n_ in SCORED if n_ in zs]).max(axis=0)
     normal = cats == "normal"
-    return Context(fit_rows=prep.fit_rows, graph_free=graph_free_flags(prep, threshold), norms=prep.in_norm,
+    return CertificateScope(fit_rows=prep.fit_rows, graph_free=graph_free_flags(prep, threshold), norms=prep.in_norm,
                    groups={"normal": normal, "other": ~normal}, other_scores=other, threshold=threshold)
 
 
-def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int = 0, progress: bool = True,
+def certified_knn(x, k: int = 10, *, context: CertificateScope | None = None, seed: int = 0, progress: bool = True,
                   cache_dir=None, use_cache: bool = True, weighed: dict[str, dict[str, float]] | None = None):
     """:func:`certified_graph` as a :class:`~embscope.geometry.knn.KnnGraph`, cached (the key holds
     the matrix, k and the context's digest). ``graph.exact`` marks the rows searched exactly;
@@ -434,7 +434,7 @@ def certified_knn(x, k: int = 10, *, context: Context | None = None, seed: int =
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
     x = x.cpu()
-    ctx = context or Context()
+    ctx = context or CertificateScope()
     n = x.shape[0]
     key_path = None
     if use_cache:

@@ -151,7 +151,7 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
     from embscope.config import max_positions
     from embscope.corpus.conversations import DataRead
     from embscope.finetune.check import zero_rows
-    from embscope.finetune.findings import Facts, find
+    from embscope.finetune.findings import CheckFacts, find
     from embscope.finetune.record import PadChoice
     from embscope.finetune.specials import special_ids
     from embscope.finetune.trainers import TRAINERS
@@ -166,7 +166,7 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
     pad = PadChoice(id=pad_id, token=strings[pad_id] if pad_id is not None and 0 <= pad_id < len(strings) else None,
                     how=pad_how)
     context, key = max_positions(model.config)
-    facts = Facts(model=model, specials=special_ids(model), encoded=enc, data=DataRead(), flagged=flagged,
+    facts = CheckFacts(model=model, specials=special_ids(model), encoded=enc, data=DataRead(), flagged=flagged,
                   zero_row=zero_rows(model), context=context, context_from=f"config {key}" if key else "unknown",
                   template=None, trainer=profile, pad=pad, status=status)
     out = find(facts)
