@@ -26,12 +26,13 @@ from typing import Any, TypeVar
 
 from embscope.models.registry import DEFAULT_MODEL
 from embscope.output import DEFAULT_OUT, DefaultFolder
-from embscope.runner import DEFAULT_LANGUAGES, RunResult, corpus_path, run
+from embscope.runner import DEFAULT_LANGUAGES, SHIPPED_CORPORA, RunResult, corpus_path, run
 from embscope.sections.options import RunOptions
 from embscope.sections.options import choices as option_choices
 
 __all__ = ["audit", "scan", "check", "diff", "fertility", "compare", "extend", "rope", "export_atlas",
-           "export_projector", "read_tokens_table", "option_choices", "DEFAULT_OUT", "RunOptions", "RunResult"]
+           "export_projector", "read_tokens_table", "option_choices", "DEFAULT_OUT", "SHIPPED_CORPORA", "RunOptions",
+           "RunResult"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: where an API function writes: a folder, ``DEFAULT_OUT``, or None (nothing is written)

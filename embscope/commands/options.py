@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from embscope.api import SHIPPED_CORPORA
 from embscope.errors import SpecError
 
 
@@ -40,7 +41,7 @@ Device, Download, KnnMethod, EngineKind, DataFormat, TrainerKind, VerifySample, 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")]
 Json = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")]
 DownloadOpt = Annotated[Download, typer.Option("--download", help="a hub model's weights: ranges (only the embedding and head tensors' bytes, cached under the embscope cache) or full (the whole shards holding them, into the HF cache)")]
-Corpus = Annotated[Path, typer.Option("--corpus", "-c", help="corpus: a folder or .txt/.md/.jsonl/.parquet file, or a shipped name (medical, udhr)")]
+Corpus = Annotated[Path, typer.Option("--corpus", "-c", help=f"corpus: a folder or .txt/.md/.jsonl/.parquet file, or a shipped name ({', '.join(SHIPPED_CORPORA)})")]
 Force = Annotated[bool, typer.Option("--force", help="replace the output folder if an earlier embscope run wrote it")]
 
 
