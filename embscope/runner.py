@@ -154,16 +154,15 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         >>> res.summary.sections.tokens.categories["normal"], res.summary.sections.context.layers, list(res.tables)
         (30517, 6, ['tokens'])
     """
-    from embscope.allocator import reuse_freed_blocks
     from contextlib import nullcontext
 
+    from embscope.allocator import reuse_freed_blocks
     from embscope.output import DEFAULT_OUT, claim, default_out
 
     opts = RunOptions.build(options, **fields)
     given = _Given(languages=[corpus_path(c) for c in languages],
                    domain=corpus_path(domain) if domain is not None else None,
                    corpora=[corpus_path(c) for c in corpora], data=[_training_path(c) for c in data])
-    given.check_readable()  # a .csv or an empty file is named before the model loads
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
              and all(getattr(given, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
     if given.domain is None and any(s.name == "extension" for s in specs):
@@ -234,13 +233,16 @@ def domain_corpus(corpora: Sequence[Path], opts: RunOptions) -> Path | None:
 
 
 def _check_before_work(opts: RunOptions, names: list[str], given: "_Given", out, force: bool) -> None:
-    """What the options name, refused before the model loads (``out``: the folder named, if any)."""
-    if "languages" in names:
-        _check_reference(opts, given.languages)
+    """What the run is given, refused before the model loads (``out``: the folder named, if any): the
+    folders it would write, then the inputs it would read (a .csv or an empty file is named), then
+    the values that depend on them."""
     if opts.repair_to is not None:
         _check_repair(opts, given, out, force)
     if opts.apply_to is not None and "apply" in names:
         _check_apply(opts, given, out, force)
+    given.check_readable()
+    if "languages" in names:
+        _check_reference(opts, given.languages)
 
 
 def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:

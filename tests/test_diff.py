@@ -31,7 +31,7 @@ def trained(run):
 
     res = embscope.diff(str(run["base"]), str(run["tuned"]), manifest=str(run["ext"]), data=str(run["data"]),
                         scan=False, languages="none")
-    return res.summary.sections.diff, res.outputs["diff"].live.frame
+    return res.summary.sections.diff, res.outputs["diff"].result.frame
 
 
 @pytest.fixture(scope="module")
