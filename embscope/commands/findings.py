@@ -64,7 +64,8 @@ def print_findings(con, findings) -> None:
             uses = (zip(f.input_counts, f.label_counts) if f.input_counts else [None] * len(f.ids))
             shown = ", ".join(f"{i} {display_token(t)}" + (f" (input {u[0]}, label {u[1]})" if u else "")
                               for i, t, u in list(zip(f.ids, f.tokens, uses))[:SHOWN_IDS])
-            more = f" (+{len(f.ids) - SHOWN_IDS})" if len(f.ids) > SHOWN_IDS else ""
+            rows = max(f.rows or 0, len(f.ids))
+            more = f" (+{rows - SHOWN_IDS:,} more: {rows:,} rows in all)" if rows > SHOWN_IDS else ""
             con.print(Text(f"         ids: {shown}{more}"))
         if f.examples:
             con.print(Text(f"         examples: {', '.join(map(str, f.examples))}"))

@@ -141,8 +141,9 @@ def find(f: CheckFacts) -> list[Finding]:
     out: list[Finding] = []
 
     def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
-        ids = [int(i) for i in ids][:MAX_IDS]
-        out.append(Finding(code=code, severity=severity, message=message, ids=ids,
+        ids = [int(i) for i in ids]
+        rows, ids = len(ids) or None, ids[:MAX_IDS]
+        out.append(Finding(code=code, severity=severity, message=message, ids=ids, rows=rows,
                            tokens=[_tok(strings, i) for i in ids], count=int(count),
                            examples=[int(e) for e in examples][:5], fix=fix,
                            input_counts=[int(counts[i]) if i < len(counts) else 0 for i in ids],
@@ -225,10 +226,14 @@ def _special_rows(f: CheckFacts, add, flagged) -> list[int]:
                 "produce them)", verified, int(counts[verified].sum()), _examples(enc, verified),
                 "re-initialise them before training (--repair OUT)")
         if weak:
+            pad_only = all(i in role_ids["pad"] and i not in role_ids["bos"] + role_ids["eos"] for i in weak)
             add("special-row-untrained", "warning",
-                f"special row(s) flagged as under-trained by the scan: {roles(weak)} (special rows often look "
-                "untrained; --verify N prompts the model to settle it)", weak, int(counts[weak].sum()),
-                _examples(enc, weak), "check with --verify; if confirmed, --repair OUT re-initialises them")
+                f"special row(s) flagged as under-trained by the scan and not settled by prompting: {roles(weak)} "
+                "(special rows often look untrained; prompting checks a special row where the chat template "
+                "uses it)", weak, int(counts[weak].sum()), _examples(enc, weak),
+                "nothing to do while it only pads (the collator keeps it out of attention and the loss)" if pad_only
+                else "use a token the model was trained on for that role, or confirm it first where a chat template "
+                "uses it; --repair OUT re-initialises only rows prompting verified")
     return specials_all
 
 
@@ -291,9 +296,12 @@ def _untrained_used(f: CheckFacts, add, flagged, skip: set[int]) -> None:
             "re-initialise them before training (--repair OUT)")
     if special:
         add("untrained-used", "warning",
-            f"the data (or the template) uses {len(special)} special row(s) flagged as under-trained, "
-            f"{_sides(model, enc, special)} (special rows often look untrained; --verify N settles it)", special,
-            int(counts[special].sum()), _examples(enc, special), "check with --verify; then --repair OUT")
+            f"the data (or the template) uses {len(special)} special row(s) flagged as under-trained and not "
+            f"settled by prompting, {_sides(model, enc, special)} (special rows often look untrained; prompting "
+            "checks them where the chat template uses them)", special,
+            int(counts[special].sum()), _examples(enc, special),
+            "confirm them where a chat template uses them (--chat-template FILE); --repair OUT re-initialises only "
+            "rows prompting verified")
 
 
 def _unknown_tokens(f: CheckFacts, add, specials_all: list[int]) -> None:
@@ -367,6 +375,7 @@ def findings_frame(findings: Sequence[Finding]):
         "ids": pl.Series([x.ids for x in findings], dtype=pl.List(pl.Int64)),
         "tokens": pl.Series([x.tokens for x in findings], dtype=pl.List(pl.Utf8)),
         "count": pl.Series([x.count for x in findings], dtype=pl.Int64),
+        "rows": pl.Series([x.rows for x in findings], dtype=pl.Int64),
         "examples": pl.Series([x.examples for x in findings], dtype=pl.List(pl.Int64)),
         "fix": [x.fix for x in findings],
         "input_counts": pl.Series([x.input_counts for x in findings], dtype=pl.List(pl.Int64)),

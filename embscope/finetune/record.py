@@ -24,6 +24,9 @@ CODES = ("untrained-used", "special-row-untrained", "pad-is-eos", "pad-in-labels
          "trainer-drops", "unreadable-records", "ignored-fields")
 #: ids listed per finding
 MAX_IDS = 50
+#: the findings about under-trained (or zero) rows the data uses: what ``--repair`` re-initialises
+#: when they are errors
+ROW_CODES = ("untrained-used", "special-row-untrained", "added-in-padding")
 
 
 @dataclass
@@ -52,6 +55,9 @@ class Finding(Record):
     label_counts: list[int] = field(default_factory=list)
     #: the split it was found in (null: the data has no splits, or it holds for every split)
     split: str | None = None
+    #: rows (token ids) it concerns, all of them (``ids`` lists the first 50); null for a finding
+    #: about records, sequences or the template rather than rows
+    rows: int | None = None
 
 
 def severity_rank(s: str) -> int:

@@ -274,8 +274,8 @@ def threshold_note(zs: dict[str, np.ndarray], fit_rows: np.ndarray, flagged: np.
     per = ", ".join(f"{k} {100 * shares[k]:.2f} %" for k in scored)
     iso = f"; isolation (own flag) {100 * shares['isolation']:.2f} %" if "isolation" in shares else ""
     note = (f"score ≥ {threshold:g}: at least one of {', '.join(scored)} lies {threshold:g} robust sigmas "
-            f"(1.4826·MAD of the {n_fit} trained rows, floored) beyond the trained median on its side. "
-            f"On this run it flags {int(flagged[fit_rows].sum())} of {n_fit} trained rows "
+            f"(1.4826·MAD of the {n_fit:,} trained rows, floored) beyond the trained median on its side. "
+            f"On this run the indicators flag {int(flagged[fit_rows].sum()):,} of {n_fit:,} trained rows "
             f"({100 * share:.2f} %; per indicator: {per}{iso}); a Gaussian would put "
             f"{100 * gauss:.3f} % beyond {threshold:g} sigmas per indicator")
     return note, {"trained_rows": n_fit, "trained_flagged_share": round(share, 5),

@@ -35,7 +35,8 @@ class FlaggedCounts(Record):
     normal_share: float
     #: {category: flagged rows}
     by_category: dict[str, int]
-    #: {indicator or ``zero``: rows it fired on} (a row may count under several)
+    #: {indicator or ``zero``: flagged normal rows it fired on} (a row may count under several;
+    #: ``verified``: prompting alone flagged it)
     by_reason: dict[str, int]
     #: rows that are exactly zero (or denormal dust)
     zero_rows: int
@@ -45,6 +46,20 @@ class FlaggedCounts(Record):
     family: int = 0
     #: normal rows whose Magikarp similarity stops short of the unused rows (not flagged)
     drift: int = 0
+    #: flagged rows of every category (``flagged`` in tokens.parquet; the rows the map outlines):
+    #: ``verified + cleared + candidates``
+    total: int = 0
+    #: flagged rows prompting confirmed as under-trained (``undertrained_status`` = verified)
+    verified: int = 0
+    #: flagged rows prompting cleared: the model predicts them, so they are trained (``cleared``)
+    cleared: int = 0
+    #: flagged rows prompting did not check: indicators only (``candidate``)
+    candidates: int = 0
+    #: normal rows the indicators flag (the threshold note's count); ``normal`` is this plus the rows
+    #: prompting alone flagged (gated rows or special tokens the model cannot produce)
+    by_indicators: int = 0
+    #: {category: {verified, cleared, candidate: flagged rows}}
+    status_by_category: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -99,7 +99,7 @@ def _nullable(v: np.ndarray) -> Any:
 def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = None,
          threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
          seed: int = 0, knn_method: str = "auto", verify: int = 0, verify_sample: str = "top",
-         verify_time_cap: float | None = None,
+         verify_time_cap: float | None = None, verify_specials: bool = False,
          corpus_texts: Sequence[str] | None = None, chat_template: bool = True,
          defer_layout: bool = False) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
@@ -118,6 +118,9 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
         verify_sample: ``top`` (the highest scores) or ``random`` (a seeded sample of all flags,
             whose verified share estimates the precision of every flag).
         verify_time_cap: seconds after which the prompting stops (whole batches; the record says so).
+        verify_specials: with ``verify`` 0, still check the special tokens the chat template (and
+            ``corpus_texts``) use, in context (:func:`~embscope.geometry.verify.verify_specials`):
+            ``check`` and ``diff`` do, so a special row prompting clears is never a warning there.
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
         defer_layout: return while the map (laid out in its own process from the moment the graph
@@ -149,8 +152,9 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     timings["indicators"] = timings.get("indicators", 0.0) + time.perf_counter() - t
     release_free_blocks()
 
+    indicator_flags = ind.flagged.copy()  # before prompting adds the rows it confirms
     verification = None
-    if verify:
+    if verify or verify_specials:
         t = time.perf_counter()
         verification = _verify(model, ind, verify, verify_sample, seed, corpus_texts, verify_time_cap)
         timings["verify"] = time.perf_counter() - t
@@ -163,7 +167,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
     columns = _columns(model.n_rows, ind, graph, scripts, status, verification, usage)
     tied = model.output is None
-    summary = _summary(cats, strings, scripts, ind, graph, threshold, tied,
+    summary = _summary(cats, strings, scripts, ind, graph, threshold, tied, status, indicator_flags,
                        verification=verification.record if verification is not None else None,
                        usage=usage.record if usage is not None else None, timings=_rounded(timings),
                        **verdict_lists(status, strings, ind, verification))
@@ -179,12 +183,14 @@ def _rounded(timings: dict[str, float]) -> dict[str, float]:
 
 
 def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, time_cap_s) -> "Verification":
-    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`) and flag the
-    rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
-    from embscope.geometry.verify import verify_rows
+    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`; ``n`` = 0:
+    only the special tokens in context, :func:`~embscope.geometry.verify.verify_specials`) and flag
+    the rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
+    from embscope.geometry.verify import verify_rows, verify_specials
 
-    verification = verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, time_cap_s=time_cap_s,
-                               device=model.device)
+    verification = (verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, time_cap_s=time_cap_s,
+                                device=model.device) if n else
+                    verify_specials(model, ind, device=model.device, texts=texts))
     confirm_flags(ind, verification)
     return verification
 
@@ -321,10 +327,11 @@ def verdict_lists(status: list[str | None], strings, ind,
             "cleared": listed("cleared", TOP_N) if checked else None}
 
 
-def _by_reason(ind) -> dict[str, int]:
+def _by_reason(ind, normal: np.ndarray) -> dict[str, int]:
+    """{indicator: flagged normal rows it fired on}: the rows the flagged count counts."""
     out: Counter = Counter()
-    for r, f in zip(ind.flag_reason, ind.flagged):
-        if r and f:
+    for r, f, n in zip(ind.flag_reason, ind.flagged, normal):
+        if r and f and n:
             out.update(p for p in r.split("+") if p != "isolated")
     return dict(out)
 
@@ -339,15 +346,27 @@ def _listable(graph, name: str, rows: np.ndarray) -> np.ndarray:
     return rows
 
 
-def _flagged(ind, normal: np.ndarray, cats_a: np.ndarray) -> FlaggedCounts:
+def _flagged(ind, normal: np.ndarray, cats_a: np.ndarray, status: list[str | None],
+             indicator_flags: np.ndarray) -> FlaggedCounts:
+    """The counts every card, caption and list shows, one definition each: a flagged row is
+    ``flagged`` in tokens.parquet, and is verified, cleared or a candidate (its
+    ``undertrained_status``)."""
     unflagged = np.flatnonzero(normal & ~ind.flagged)
     gated = {tag: sum(1 for i in unflagged if ind.flag_reason[i] is not None and tag in ind.flag_reason[i])
              for tag in ("family", "drift")}
+    flagged = np.flatnonzero(ind.flagged)
+    by_status: dict[str, Counter] = defaultdict(Counter)
+    for i in flagged:
+        by_status[str(cats_a[i])][status[i] or "candidate"] += 1
+    states = Counter(status[i] or "candidate" for i in flagged)
     return FlaggedCounts(normal=int(ind.flagged[normal].sum()),
                          normal_share=round(float(ind.flagged[normal].mean()) if normal.any() else 0.0, 5),
                          by_category={str(c): int(ind.flagged[cats_a == c].sum()) for c in dict.fromkeys(cats_a)},
-                         by_reason=_by_reason(ind), zero_rows=int(ind.zero_row.sum()),
-                         isolated=int(ind.isolated[normal].sum()), **gated)
+                         by_reason=_by_reason(ind, normal), zero_rows=int(ind.zero_row.sum()),
+                         isolated=int(ind.isolated[normal].sum()), **gated, total=len(flagged),
+                         verified=states["verified"], cleared=states["cleared"], candidates=states["candidate"],
+                         by_indicators=int(indicator_flags[normal].sum()),
+                         status_by_category={c: dict(v) for c, v in by_status.items()})
 
 
 def _per_script(ind, normal: np.ndarray, scripts: list[str], tied: bool) -> dict[str, ScriptRow]:
@@ -364,10 +383,16 @@ def _per_script(ind, normal: np.ndarray, scripts: list[str], tied: bool) -> dict
     return out
 
 
-def _summary(cats, strings, scripts, ind, graph, threshold, tied, **parts) -> GeometryRecord:
+def _summary(cats, strings, scripts, ind, graph, threshold, tied, status, indicator_flags, **parts) -> GeometryRecord:
     """The scan's record; ``parts``: the verification's, the usage's, the verdict lists, the timings."""
     cats_a = np.asarray(cats)
     normal = cats_a == "normal"
+    flagged = _flagged(ind, normal, cats_a, status, indicator_flags)
+    note = ind.note
+    if flagged.normal > flagged.by_indicators:
+        more = flagged.normal - flagged.by_indicators
+        note += (f"; prompting flagged {more:,} more normal row{'' if more == 1 else 's'} the model cannot produce "
+                 f"({flagged.normal:,} flagged normal rows in all)")
     score = ind.undertrained_score
     order = np.argsort(-np.nan_to_num(score, nan=-np.inf))
     listable = _listable(graph, "top_score:normal", normal)
@@ -378,8 +403,8 @@ def _summary(cats, strings, scripts, ind, graph, threshold, tied, **parts) -> Ge
     top_iso = [IsolatedRow(id=int(i), token=strings[i], z=round(float(iso[i]), 3))
                for i in np.argsort(-np.nan_to_num(iso, nan=-np.inf)) if listable[i]][:TOP_N]
     return GeometryRecord(
-        rows=len(cats), categories=dict(Counter(cats)), flagged=_flagged(ind, normal, cats_a),
-        threshold=float(threshold), threshold_note=ind.note, indicators=fit_record(ind.fit), top_undertrained=top,
+        rows=len(cats), categories=dict(Counter(cats)), flagged=flagged,
+        threshold=float(threshold), threshold_note=note, indicators=fit_record(ind.fit), top_undertrained=top,
         top_isolated=top_iso, per_script=_per_script(ind, normal, scripts, tied), knn=graph.info,
         reference=ind.reference.record(tied),
         tied=tied, **parts)

@@ -27,6 +27,7 @@ others get a note. Runs on the GPU when there is one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -241,7 +242,7 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
 
     import torch
 
-    from embscope.models.fullmodel import load_causal_lm, why_not_causal
+    from embscope.models.fullmodel import why_not_causal
 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]
@@ -260,12 +261,9 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     if not prompts:
         return Verification(VerificationRecord(**base, pool=pool, note="not verified: no placeholder token "
                                                 "survives tokenization in the prompts"))
-    try:
-        lm = load_causal_lm(model)
-    except Exception as exc:  # noqa: BLE001 - weights that do not load are a note
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-        return Verification(VerificationRecord(**base, pool=pool,
-                                               note=f"not verified: the weights did not load ({why})"))
+    lm, why = _load(model)
+    if lm is None:
+        return Verification(VerificationRecord(**base, pool=pool, note=f"not verified: {why}"))
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
     probs, specials, run = _prompt(model, ind, lm, prompts, (cands, controls, families), dev, deadline, texts)
@@ -277,7 +275,8 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
     sp_probs = {r.id: r.max_prob for r in specials.rows} if specials is not None else {}
     k = int(sum(ver))
-    what = "the highest-scoring flags" if sample == "top" else f"a random sample of all {pool} flagged normal rows"
+    what = (f"the highest-scoring of the {pool:,} normal rows the indicators flag" if sample == "top" else
+            f"a seeded random sample of the {pool:,} normal rows the indicators flag")
     record = VerificationRecord(
         **{**base, "prompts": [p[0] for p in prompts]},
         n_checked=len(checked), n_verified_undertrained=k,
@@ -289,11 +288,57 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         stopped_at_cap=stopped, specials=specials, forward_dtype=run["forward_dtype"], threads=run["threads"],
         rechecked_float32=run["rechecked_float32"],
         family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
-        note=(f"{len(checked)} rows of {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
+        note=(f"{len(checked)} rows, {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
               f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
               + (f"; stopped at the {time_cap_s:g} s cap" if stopped else "")))
     max_prob = {**{i: round(probs[i], 6) for i in checked + ctrl + fam}, **sp_probs}
     return Verification(record, max_prob=max_prob, control_ids=ctrl)
+
+
+def verify_specials(model: "LoadedModel", ind: "Indicators", *, device: str | None = None,
+                    texts: Sequence[str] | None = None) -> Verification:
+    """Check only the special tokens the chat template (and ``texts``) use, in context
+    (:func:`_check_specials`): what ``check`` and ``diff`` run before they warn about a special row,
+    so that a row prompting clears is trained for them as for ``audit`` (no flagged normal row, no
+    control is prompted: that is ``--verify N``). A model that cannot be loaded gets a note."""
+    import time
+
+    import torch
+
+    from embscope.models.fullmodel import fastest_threads, why_not_causal
+
+    t0 = time.perf_counter()
+    base = {"sample": "top", "prompts": [], "max_prob_cut": MAX_PROB_CUT}
+    reason = "ships no tokenizer" if model.vocab is None else why_not_causal(model)
+    if reason is not None:
+        return Verification(VerificationRecord(**base, note=f"special rows not verified: {reason}"))
+    lm, why = _load(model)
+    if lm is None:
+        return Verification(VerificationRecord(**base, note=f"special rows not verified: {why}"))
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    lm.to(dev)
+    try:
+        with fastest_threads() if dev == "cpu" else nullcontext():
+            specials, _ = _check_specials(model, ind, lm, None, dev, texts)
+    finally:
+        lm.to("cpu")
+    sp_probs = {r.id: r.max_prob for r in specials.rows} if specials is not None else {}
+    record = VerificationRecord(
+        **base, n_checked=0, n_verified_undertrained=0, device=dev, seconds=round(time.perf_counter() - t0, 2),
+        specials=specials, forward_dtype="float32",
+        note=("only the special tokens the chat template" + (" and the data use" if texts else " uses") + " were "
+              "checked, in context; --verify N also prompts N flagged rows"))
+    return Verification(record, max_prob=sp_probs)
+
+
+def _load(model: "LoadedModel"):
+    """``(the whole causal LM, None)``, or ``(None, why)`` when its weights do not load (a note, not an error)."""
+    from embscope.models.fullmodel import load_causal_lm
+
+    try:
+        return load_causal_lm(model), None
+    except Exception as exc:  # noqa: BLE001 - weights that do not load are a note
+        return None, f"the weights did not load ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
 
 
 def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, groups, dev: str, deadline, texts):
@@ -302,7 +347,6 @@ def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, groups, dev: s
     (``prompt_seconds``, ``forward_dtype``, ``threads``, ``rechecked_float32``). On a CPU the body
     runs in the fastest precision measured here, the band around the cut re-checked in float32."""
     import time
-    from contextlib import nullcontext
 
     import torch
 

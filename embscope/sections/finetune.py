@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embscope.finetune.record import CheckRecord
+from embscope.finetune.record import ROW_CODES, CheckRecord
 from embscope.sections.base import Inputs, SectionOutput, section
 
 
@@ -49,8 +49,7 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     # uses that prompting did not clear, verified special rows, added tokens in padding rows); a
     # special row the scan merely flags (a warning) is often trained, and re-initialising SmolLM2's
     # own <|im_start|> would break it
-    fixable = {"untrained-used", "special-row-untrained", "added-in-padding"}
-    out.gives["repair_rows"] = sorted({i for f in record.findings if f.code in fixable and f.severity == "error"
+    out.gives["repair_rows"] = sorted({i for f in record.findings if f.code in ROW_CODES and f.severity == "error"
                                        for i in f.ids if 0 <= i < model.n_rows})
     out.result = record
     return out

@@ -12,7 +12,7 @@ declares, and reads only those it declares (``tests/test_structure.py`` checks b
 section       reads                                    gives                       tables
 ============  =======================================  ==========================  ======================
 context       model                                    —                           —
-tokens        model, corpora                           tokens, scan                tokens
+tokens        model, corpora, data                     tokens, scan                tokens
 languages     vocabs, model, languages, tokens         —                           languages
 extension     model, domain, tokens                    extension                   candidates, new_tokens
 apply         model, extension, tokens, force          —                           —

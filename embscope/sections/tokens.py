@@ -28,9 +28,11 @@ class TokensRecord(Record):
     geometry: GeometryRecord | None = None
 
 
-@section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "corpora"), gives=("tokens", "scan"))
+@section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "corpora", "data"), gives=("tokens", "scan"))
 def tokens_section(inputs: Inputs) -> SectionOutput:
-    """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map."""
+    """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map.
+    With training data (``check``, ``diff``), the special tokens its chat template uses are checked
+    in context even without ``verify``: the rules that warn about special rows read their state."""
     from collections import Counter
 
     from embscope.tables import base_columns, tokens_frame
@@ -83,7 +85,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
                               cache_dir=opts.cache_dir, layout=opts.map, knn_method=opts.knn_method,
                               verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts,
-                              defer_layout=True)
+                              verify_specials=bool(inputs.data), defer_layout=True)
         columns.update(result.columns)
         geometry = result.summary
         if result.layout_job is not None:
@@ -92,9 +94,9 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         out.gives["scan"] = out.result
         if geometry.reference.size == 0:
             out.warnings.append(f"{model.name}: {geometry.reference.note}")
-        note = geometry.verification.note if geometry.verification is not None else None
-        if note:
-            out.warnings.append(f"verification: {note}")
+        vf = geometry.verification
+        if vf is not None and vf.note and (vf.n_checked or vf.n_checked is None):  # a special-row check is no news
+            out.warnings.append(f"verification: {vf.note}")
     out.record = TokensRecord(rows=model.n_rows, n_tokens=model.n_tokens,
                               categories=dict(Counter(model.categories)), geometry=geometry)
     out.tables["tokens"] = tokens_frame(columns)
