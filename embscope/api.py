@@ -237,8 +237,8 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
         data: the training data (any format :func:`check` reads): the rows it uses; with it BASE is
             scanned (``scan=False`` to skip) for ``untrained-still``.
         manifest: ``extend --apply``'s manifest (or its folder): the initial rows of the added
-            tokens (default: the one in BASE's folder, else the one in TUNED's folder while its
-            rows are still the ones ``extend`` wrote, else BASE's mean row).
+            tokens (default: one found in BASE's folder, TUNED's, or next to them, whose terms are
+            TUNED's tokens and whose initial rows are intact; else BASE's mean row).
         languages: the multilingual corpus for per-language drift (default the shipped ``udhr``;
             ``None``/``"none"`` for none).
         tokens: a ``tokens.parquet`` of an earlier scan of BASE: its ``flagged`` rows instead of a scan.

@@ -314,9 +314,10 @@ def test_new_rows_line_says_what_they_are_compared_with():
 
 def test_untouched_extension_folder_is_never_green(run, tmp_path):
     """TUNED is the `extend --apply` folder itself, never trained: its own manifest is read (TUNED's
-    folder), its rows are the initial rows, and every new row is `new-row-unmoved`. A trained folder
-    that carries a copy of the manifest is not mistaken for one: its rows no longer match the
-    manifest's `rows_digest`."""
+    folder), its rows are the initial rows, and every new row is `new-row-unmoved` (one finding,
+    which says no row moved at all: no `nothing-moved` beside it). A trained folder that carries a
+    copy of the manifest alone is not mistaken for one: its rows no longer match the manifest's
+    `rows_digest`, so the manifest beside it (the `extend --apply` folder) is the one read."""
     import shutil
 
     from embscope.delta.manifest import MANIFEST, untouched
@@ -325,7 +326,9 @@ def test_untouched_extension_folder_is_never_green(run, tmp_path):
     assert untouched(run["ext"] / MANIFEST) is True
     rec = _diff(run["base"], run["ext"])
     assert rec.manifest == str(run["ext"] / MANIFEST) and rec.new_reference == "manifest"
-    assert ("new-row-unmoved", "error") in _codes(rec)
+    assert _codes(rec) == {("new-row-unmoved", "error")}
+    unmoved = rec.findings[0]
+    assert unmoved.count == unmoved.rows == n_new and "no row moved at all" in unmoved.message
     assert rec.matrices["input"].new_moved == 0 and rec.new_rows == n_new
 
     trained = tmp_path / "trained"
@@ -333,8 +336,43 @@ def test_untouched_extension_folder_is_never_green(run, tmp_path):
     shutil.copy(run["ext"] / MANIFEST, trained / MANIFEST)
     assert untouched(trained / MANIFEST) is False
     rec = _diff(run["base"], trained)
-    assert rec.manifest is None and ("new-row-unmoved", "error") not in _codes(rec)
+    assert rec.manifest == str(run["ext"] / MANIFEST) and ("new-row-unmoved", "error") not in _codes(rec)
     assert rec.matrices["input"].new_moved == n_new
+
+
+def test_the_manifest_is_found_and_read_after_training(run, tmp_path):
+    """The unread manifest: TUNED is the training run's own folder beside the `extend --apply`
+    folder (no manifest in it), and an `extend --apply` folder trained in place (its rows no longer
+    the initial ones, half of the new rows untouched). Both are measured against the rows
+    `extend --apply` wrote: the one beside TUNED, and the initial rows kept in the folder
+    (`embscope_extension/initial_rows.safetensors`). Before, neither manifest was read, the new rows
+    were compared with BASE's mean row, and the untouched ones passed as moved."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from embscope.delta.manifest import MANIFEST
+    from embscope.extension.apply import INITIAL_ROWS
+
+    ids = run["manifest"]["token_ids"]
+    rec = _diff(run["base"], run["tuned"])
+    assert rec.manifest == str(run["ext"] / MANIFEST) and rec.new_reference == "manifest"
+    assert rec.matrices["input"].new_moved == len(ids) and "new-row-unmoved" not in {f.code for f in rec.findings}
+
+    inplace = tmp_path / "ext-trained-in-place"
+    shutil.copytree(run["ext"], inplace)
+    assert (inplace / INITIAL_ROWS).is_file()
+    key = "model.embed_tokens.weight"
+    rows = load_file(str(run["tuned"] / "model.safetensors"))
+    first = load_file(str(run["ext"] / "model.safetensors"))[key]
+    kept = ids[: len(ids) // 2]
+    rows[key][kept] = first[kept]  # training left these new rows where extend --apply put them
+    save_file(rows, str(inplace / "model.safetensors"), metadata={"format": "pt"})
+    rec = _diff(run["base"], inplace)
+    assert rec.manifest == str(inplace / MANIFEST) and rec.new_reference == "manifest"
+    unmoved = next(f for f in rec.findings if f.code == "new-row-unmoved")
+    assert unmoved.severity == "error" and sorted(unmoved.ids) == sorted(kept) and unmoved.count == len(kept)
+    assert rec.matrices["input"].new_moved == len(ids) - len(kept)
 
 
 def test_untrained_still_follows_the_rows_verification(run, frozen, tmp_path):
@@ -357,7 +395,7 @@ def test_untrained_still_follows_the_rows_verification(run, frozen, tmp_path):
     r = _diff(run["ext"], run["lora"], data=run["data"], tokens=table)
     still = {f.severity: f for f in r.findings if f.code == "untrained-still"}
     assert sorted(still["error"].ids) == sorted(used[1:]) and still["error"].count == 2
-    assert still["warning"].ids == [eos] and still["warning"].count == 1 and "--verify" in still["warning"].fix
+    assert still["warning"].ids == [eos] and still["warning"].count == 1 and "--repair" not in still["warning"].fix
     status[eos] = "verified"
     pl.DataFrame({"token_id": np.arange(n, dtype=np.int32), "flagged": flagged,
                   "undertrained_status": pl.Series(status, dtype=pl.Utf8)}).write_parquet(table)

@@ -131,8 +131,8 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         base: the loaded BASE model.
         tuned_spec: TUNED: alias, hub id, folder, ``.gguf``, or a PEFT adapter folder.
         manifest: ``extend --apply``'s manifest (file or folder): the initial rows of the new tokens
-            (default: the one in BASE's folder, else TUNED's while its rows match the manifest's
-            ``rows_digest``, else BASE's mean row).
+            (default: the one :func:`embscope.delta.manifest.find` finds in BASE's folder, TUNED's or
+            next to them, whose terms are TUNED's tokens and whose rows are intact; else BASE's mean row).
         data: training data (any format ``check`` reads): which rows it uses.
         flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
         status: per BASE row, the scan's ``undertrained_status``: a row prompting ``cleared`` is
@@ -238,11 +238,14 @@ def _which_rows(base: "LoadedModel", tuned, manifest) -> _Rows:
     base_tokens = base.n_tokens if base.vocab is not None else base.n_rows
     tuned_tokens = tm.n_tokens if tm.vocab is not None else n
     tuned_dir = Path(str(tuned.spec)).expanduser()
+
+    def fits(ids: list[int], terms: list[str]) -> bool:
+        """A manifest found by looking (not named): TUNED's tokenizer has its terms at its ids."""
+        return tm.vocab is not None and all(i < min(n, tuned_tokens) and tm.vocab.decode([i]) == t
+                                            for i, t in zip(ids, terms))
+
     mpath = manifests.find(manifest, base.path if Path(base.path).is_dir() else None,
-                           tuned_dir if tuned.kind == "model" and tuned_dir.is_dir() else None)
-    if manifest is None and mpath is not None and mpath.parent.resolve() == tuned_dir.resolve() \
-            and manifests.untouched(mpath) is False:
-        mpath = None  # TUNED is an extend --apply folder trained since: its rows are not the initial rows
+                           tuned_dir if tuned_dir.is_dir() else None, fits=fits)
     is_base = mpath is not None and mpath.parent.resolve() == Path(base.path).resolve()
     initial = manifests.read(mpath, dim=base.dim, verify=not is_base) if mpath is not None else None
     base_is_ext = initial is not None and initial.folder is not None and \
@@ -406,7 +409,8 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
         median_moved_change=float(np.nanmedian(change[mv])) if len(mv) and np.isfinite(change[mv]).any() else None,
         max_change=float(np.nanmax(change)) if np.isfinite(change).any() else None, base_median_norm=median)
     return record, MatrixFacts(name=name, moved=moved, change=change, finite=finite, exploded=exploded,
-                               tuned_norm=st.tuned_norm, floor=fl.floor)
+                               tuned_norm=st.tuned_norm, floor=fl.floor,
+                               formats=(fl.base_format, fl.tuned_format, fl.lineage))
 
 
 def _base_flags(flagged, status, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -23,12 +23,16 @@ code                    severity         when
 ``tie-broken``          error / warning  BASE ties the head to the embedding, TUNED's differ: error when
                                          TUNED's config still says ``tie_word_embeddings`` (loading it
                                          re-ties them and drops one trained matrix), else a warning
-``nothing-moved``       warning          no row of either matrix moved (without --data; with it,
-                                         ``used-row-frozen`` says so)
+``nothing-moved``       warning          no row of either matrix moved and no other finding says so
+                                         (``new-row-unmoved`` and ``used-row-frozen`` name it when TUNED
+                                         has new rows or --data uses rows)
 ======================  ===============  ===================================================================
 
 The finding record is the check's (:class:`embscope.finetune.record.Finding`): ``examples`` are
-0-based positions of training records holding the ids, as there.
+0-based positions of training records holding the ids, as there. Every ``count`` is a number of rows:
+the rows the finding concerns (``tie-broken``: the rows that moved in either matrix, where the two
+can differ; ``vocab-mismatch``: the ids that are not the same token, the rows lost or past the
+tokenizer).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class MatrixFacts:
     exploded: np.ndarray
     tuned_norm: np.ndarray
     floor: float
+    #: (BASE's stored format, TUNED's, their lineage) as the floor was measured
+    formats: tuple[str, str, str] = ("?", "?", "")
 
 
 @dataclass
@@ -126,16 +132,18 @@ def find(f: DiffFacts) -> list[Finding]:
         return s[i] if 0 <= i < len(s) else f"<id {i}>"
 
     def add(code, severity, message, ids=(), count=0, fix=""):
-        ids = [int(i) for i in ids][:MAX_IDS]
+        ids = [int(i) for i in ids]
+        rows, ids = len(ids) or None, ids[:MAX_IDS]
         out.append(Finding(code=code, severity=severity, message=message, ids=ids, tokens=[tok(i) for i in ids],
-                           count=int(count), examples=_examples(f.where, ids), fix=fix))
+                           count=int(count), examples=_examples(f.where, ids), fix=fix, rows=rows))
 
     counts = f.counts
     used = (counts[:len(f.new)] > 0) if counts is not None else None
     by_use = (lambda ids: sorted(ids, key=lambda i: -int(counts[i]))) if counts is not None else (lambda ids: list(ids))
     _vocab_mismatch(f, add)
     _exploded(f, add)
-    _new_unmoved(f, add, used, by_use)
+    nothing = bool(f.matrices) and not any(m.moved.any() for m in f.matrices)
+    _new_unmoved(f, add, used, by_use, nothing)
     if f.random_like:
         add("new-row-unmoved", "warning",
             f"{len(f.random_like)} new token row(s) look like a fresh random initialisation (norms alike, no "
@@ -144,15 +152,16 @@ def find(f: DiffFacts) -> list[Finding]:
             "pass --manifest (the embscope_extension.json of extend --apply), or diff against a checkpoint saved "
             "right after the tokens were added")
     if used is not None:
-        _used_frozen(f, add, used, by_use)
+        _used_frozen(f, add, used, by_use, nothing)
     if used is not None and f.flagged is not None:
         _untrained_still(f, add, used, by_use)
     if f.base_tied and not f.tuned_tied:
         _tie_broken(f, add)
-    if used is None and f.matrices and not any(m.moved.any() for m in f.matrices):
-        add("nothing-moved", "warning", "no row of the embedding" + (" or the head" if len(f.matrices) > 1 else "")
-            + " moved past the noise floor: the embedding was frozen, or TUNED is BASE", (), 0,
-            "pass the checkpoint training wrote (or the adapter folder), and --data to see which rows it used")
+    if nothing and not any(x.code in ("new-row-unmoved", "used-row-frozen") for x in out):
+        add("nothing-moved", "warning", f"no row of the embedding{' or the head' if len(f.matrices) > 1 else ''} "
+            f"moved past the noise floor ({_formats(f.matrices[0])}): {STILL}", (), 0,
+            "pass the checkpoint training wrote (or the adapter folder)"
+            + ("" if used is not None else ", and --data to see which rows it used"))
     out.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
     return out
 
@@ -193,8 +202,9 @@ def _exploded(f: DiffFacts, add) -> None:
                 "training (embscope scan --repair), and check for a NaN loss")
 
 
-def _new_unmoved(f: DiffFacts, add, used, by_use) -> None:
-    """New tokens whose rows stayed where they were initialised (split by whether the data uses them)."""
+def _new_unmoved(f: DiffFacts, add, used, by_use, nothing: bool = False) -> None:
+    """New tokens whose rows stayed where they were initialised (split by whether the data uses them);
+    ``nothing``: no row moved at all, which the message says (one finding, not two)."""
     n = len(f.new)
     new_ids = np.flatnonzero(f.new)
     if len(new_ids):
@@ -214,26 +224,39 @@ def _new_unmoved(f: DiffFacts, add, used, by_use) -> None:
         if len(ids):
             fix = ("make the embedding and head trainable for them (PEFT: modules_to_save=['embed_tokens', "
                    "'lm_head'] or trainable_token_indices=[their ids]; a full fine-tune trains them)")
+            tail = f"; no row moved at all ({_formats(f.matrices[0])}): {STILL}" if nothing else ""
+            if nothing:
+                fix = "pass the checkpoint training wrote (or the adapter folder); if it is that one, " + fix
             if used is not None:
                 used_ids = np.asarray([i for i in ids if used[i]], dtype=np.int64)
                 unused = np.asarray([i for i in ids if not used[i]], dtype=np.int64)
                 if len(used_ids):
                     add("new-row-unmoved", "error",
                         f"{len(used_ids)} of {len(new_ids)} new token(s) the data uses stayed at their initial rows "
-                        f"{where(used_ids)}: the model never learnt them", by_use(used_ids), len(used_ids), fix)
+                        f"{where(used_ids)}: the model never learnt them{tail}", by_use(used_ids), len(used_ids), fix)
                 if len(unused):
                     add("new-row-unmoved", "warning",
                         f"{len(unused)} of {len(new_ids)} new token(s) stayed at their initial rows {where(unused)} and "
-                        "the data never produces them: nothing could train them", unused, len(unused),
+                        f"the data never produces them: nothing could train them{tail}", unused, len(unused),
                         "tokenize the data with TUNED's tokenizer (the one with the new tokens), or drop the tokens")
             else:
                 add("new-row-unmoved", "error",
-                    f"{len(ids)} of {len(new_ids)} new token(s) stayed at their initial rows {where(ids)}",
+                    f"{len(ids)} of {len(new_ids)} new token(s) stayed at their initial rows {where(ids)}{tail}",
                     ids, len(ids), fix + "; pass --data to see whether the data produces them")
 
 
-def _used_frozen(f: DiffFacts, add, used, by_use) -> None:
-    """Old rows the data uses that did not move, per matrix (a frozen embedding or head, or updates lost to bf16)."""
+#: what a TUNED in which no row moved is (the end of ``nothing-moved`` and of the findings it explains)
+STILL = "TUNED holds BASE's rows (re-saved, or not the checkpoint training wrote), or the embedding was frozen"
+
+
+def _formats(m: MatrixFacts) -> str:
+    """``Q8_0 → BF16, floor 0.00248``: what the noise floor of a matrix was measured between."""
+    return f"{m.formats[0]} → {m.formats[1]}, floor {m.floor:.3g}"
+
+
+def _used_frozen(f: DiffFacts, add, used, by_use, nothing: bool = False) -> None:
+    """Old rows the data uses that did not move, per matrix (a frozen embedding or head, updates below
+    the formats' rounding, or no gradient); ``nothing``: no row moved at all."""
     old_used = used.copy()
     old_used[f.new] = False
     old_used[f.shared:] = False
@@ -246,14 +269,24 @@ def _used_frozen(f: DiffFacts, add, used, by_use) -> None:
         head = m.name == "output"
         severity = "error" if share >= FROZEN_SHARE and not head else "warning"
         what = "the head" if head else "the embedding"
-        why = (f"{what} looks frozen (LoRA without modules_to_save?)" if share >= FROZEN_SHARE else
-               "their updates were below the noise floor (a small learning rate on bf16 weights rounds them away)")
+        sixteen = m.formats[1] in ("BF16", "F16")
+        if nothing:
+            why = f"no row moved at all ({_formats(m)}): {STILL}"
+        elif share >= FROZEN_SHARE:
+            why = f"{what} looks frozen (LoRA without modules_to_save?)"
+        elif m.floor > 0:  # the two formats' rounding hides a change below the floor
+            why = (f"their change stayed below the noise floor ({_formats(m)})"
+                   + (": a small learning rate on 16-bit weights rounds updates away" if sixteen else
+                      f": a change smaller than {m.formats[0]}'s rounding cannot be told from it"))
+        else:  # the formats add no noise: the rows did not change at all
+            why = ("their rows are bit for bit BASE's: they got no gradient (a token that only ends a sequence feeds "
+                   "no prediction; one outside the loss mask gets none as a label)")
         add("used-row-frozen", severity,
             f"{len(frozen)} of the {n_used} rows the data uses ({share:.0%}) did not move in the {m.name}: {why}",
             by_use(frozen), len(frozen),
             "train the embedding" + (" and head" if not head else "") + " (PEFT: modules_to_save=['embed_tokens', "
-            "'lm_head'], or trainable_token_indices for the rows that matter); in bf16, a larger learning rate "
-            "for them or fp32 master weights")
+            "'lm_head'], or trainable_token_indices for the rows that matter)"
+            + ("; in 16-bit weights, a larger learning rate for them or fp32 master weights" if sixteen else ""))
 
 
 def _untrained_still(f: DiffFacts, add, used, by_use) -> None:
@@ -279,9 +312,9 @@ def _untrained_still(f: DiffFacts, add, used, by_use) -> None:
         add("untrained-still", "warning",
             f"{len(weak)} special row(s) BASE's scan flags are used by the data and did not move "
             f"({int(counts[weak].sum())} uses); special rows often look untrained when they are not, and prompting "
-            "has not checked these", by_use(weak), len(weak),
-            "settle it first: embscope scan BASE --verify N prompts the model; re-initialise only rows it verifies "
-            "(re-initialising a trained chat-template row breaks the model)")
+            "could not settle these (it checks a special row where BASE's chat template uses it)", by_use(weak),
+            len(weak), "leave them unless prompting verifies them (embscope audit --model BASE checks the chat "
+            "template's rows): re-initialising a trained chat-template row breaks the model")
 
 
 def _tie_broken(f: DiffFacts, add) -> None:
@@ -289,14 +322,37 @@ def _tie_broken(f: DiffFacts, add) -> None:
     if f.config_tie:
         add("tie-broken", "error",
             "BASE ties the head to the embedding; TUNED's two differ, but its config still says "
-            "tie_word_embeddings=true: loading it re-ties them and one trained matrix is lost", (), 0,
+            "tie_word_embeddings=true: loading it re-ties them and one trained matrix is lost" + _tie_detail(f), (),
+            _either_moved(f),
             "save with tie_word_embeddings=false, or train embed_tokens with ensure_weight_tying=True (PEFT)")
     else:
-        add("tie-broken", "warning",
-            "BASE ties the head to the embedding; in TUNED they differ"
-            + (" (modules_to_save copied the embedding, the head kept BASE's rows)"
-               if f.adapter and any("modules_to_save" in p for p in f.adapter.embed) else ""),
-            (), 0, "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them before saving")
+        add("tie-broken", "warning", "BASE ties the head to the embedding; in TUNED they differ" + _tie_detail(f),
+            (), _either_moved(f), "intended? otherwise train with ensure_weight_tying=True (PEFT) or tie them "
+            "before saving")
+
+
+def _either_moved(f: DiffFacts) -> int:
+    """Rows that moved in the embedding or the head: where a broken tie can make the two differ."""
+    moved = np.zeros(len(f.new), dtype=bool)
+    for m in f.matrices:
+        moved |= m.moved
+    return int(moved.sum())
+
+
+def _tie_detail(f: DiffFacts) -> str:
+    """What each matrix did, from the record: ``: the embedding moved in 12 rows, the head in all 49,345``."""
+    per = {m.name: int(m.moved.sum()) for m in f.matrices}
+    n = len(f.new)
+
+    def rows(k: int) -> str:
+        return "kept BASE's rows" if k == 0 else f"moved in all {n:,} rows" if k == n else f"moved in {k:,} of {n:,} rows"
+
+    parts = [f"the {'head' if name == 'output' else 'embedding'} {rows(k)}" for name, k in per.items()]
+    how = ""
+    if f.adapter is not None:
+        saved = [p for p in [*f.adapter.embed, *f.adapter.output] if "modules_to_save" in p]
+        how = " (the adapter saves its own copy: " + "; ".join(saved) + ")" if saved else ""
+    return (": " + ", ".join(parts) if parts else "") + how
 
 
 def random_like(rows: np.ndarray, mean: np.ndarray) -> bool:

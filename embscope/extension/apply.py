@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING
 from embscope.errors import SpecError
 from embscope.models.writer import MODES, drop_auto_map, hf_tokenizer, make_readable
 
+#: the initial rows of a model folder, beside its manifest (read by ``diff``: embscope.delta.manifest)
+INITIAL_ROWS = "embscope_extension/initial_rows.safetensors"
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
     from embscope.extension.extension import ExtensionResult
@@ -127,7 +130,9 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         if full:
             from embscope.models.load import load_model
 
-            manifest["rows_digest"] = rows_digest(load_model(str(tmp), device="cpu").embed, ids)
+            written = load_model(str(tmp), device="cpu")
+            manifest["rows_digest"] = rows_digest(written.embed, ids)
+            _write_initial(written, ids, tmp)
         elif "embed" in rows:
             manifest["rows_digest"] = rows_digest(rows["embed"], range(len(ids)))
         write_json(tmp / "embscope_extension.json", manifest)
@@ -156,6 +161,22 @@ def _write_full(model: "LoadedModel", ext, ids, rows, tmp: Path) -> None:
     lm.save_pretrained(str(tmp))
     hf_tokenizer(model, ext, {**model.config, **lm.config.to_dict()}).save_pretrained(str(tmp))
     drop_auto_map(tmp)
+
+
+def _write_initial(written: "LoadedModel", ids, tmp: Path) -> None:
+    """The new rows as the folder stores them, beside its manifest (``INITIAL_ROWS``: ``token_ids``,
+    ``embed``, ``output`` when untied; float32): a folder trained in place keeps its initial rows
+    for ``diff``. In a subfolder, so that loaders reading every ``*.safetensors`` of the folder never
+    meet it."""
+    import torch
+    from safetensors.torch import save_file
+
+    index = torch.as_tensor(list(ids), dtype=torch.int64)
+    tensors = {"token_ids": index.clone(), "embed": written.embed[index].float().contiguous()}
+    if written.output is not None:
+        tensors["output"] = written.output[index].float().contiguous()
+    (tmp / INITIAL_ROWS).parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(tmp / INITIAL_ROWS))
 
 
 def _write_rows(model: "LoadedModel", extension, rows, tmp: Path, init: str, out_dir) -> None:
