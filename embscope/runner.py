@@ -382,6 +382,7 @@ def _run_section(spec: Section, state: Inputs, steps: Steps, required: bool) -> 
 def _summary(command, opts, steps, loaded, resolved, model, outputs, state, tokenizers, warnings) -> Summary:
     from embscope.provenance import library_versions, stamp, tensor_digest, tree_digest
     from embscope.summary import Fingerprints, ModelInputs, TensorDigests
+    from embscope.verdict import RunFacts, bottom_line
 
     inputs = Fingerprints(corpora={str(p): tree_digest(p) for p in dict.fromkeys(
         [*state.languages, *([state.domain] if state.domain else []), *state.corpora])}, tokenizers=list(tokenizers))
@@ -397,6 +398,9 @@ def _summary(command, opts, steps, loaded, resolved, model, outputs, state, toke
         model=_model_record(loaded) if loaded is not None else None,
         sections=Sections(**{n: r.record for n, r in outputs.items() if r.record is not None}),
         skipped={n: r.skipped for n, r in outputs.items() if r.skipped}, warnings=list(warnings))
+    summary.bottom_line = bottom_line(summary.sections, RunFacts(
+        command=command, model=model, corpora=[str(p) for p in state.corpora], data=[str(p) for p in state.data],
+        options=opts))
     Summary.from_dict(summary.to_dict())  # what the report will read back must check out now
     return summary
 

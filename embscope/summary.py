@@ -23,10 +23,12 @@ from embscope.sections.languages import LanguagesRecord
 from embscope.sections.options import RunOptions
 from embscope.sections.repair import RepairRecord
 from embscope.sections.tokens import TokensRecord
+from embscope.verdict import BottomLine
 
 #: bumped when a field changes meaning or type; the report refuses folders of another version.
 #: 4: ``parameters.layout`` is ``parameters.map`` (the option ``--no-map`` sets)
-SCHEMA_VERSION = 4
+#: 5: ``bottom_line``; ``sections.tokens.geometry.flagged.by_reason`` counts the flagged normal rows
+SCHEMA_VERSION = 5
 
 
 @dataclass
@@ -148,6 +150,9 @@ class Summary(Record):
     skipped: dict[str, str] = field(default_factory=dict)
     #: what the user should know about this run
     warnings: list[str] = field(default_factory=list)
+    #: one short verdict per section with its number and the next command (embscope.verdict); the
+    #: terminal's last lines and the report's first screen show it
+    bottom_line: BottomLine | None = None
 
 
 def read_summary(data: Any, *, where: str = "summary.json") -> Summary:

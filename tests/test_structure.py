@@ -28,6 +28,7 @@ LAYERS = [
     ("tables", "schema", "context", "geometry", "languages", "extension", "finetune"),
     ("delta",),  # after the fine-tune: builds on the check's findings and its tokenization
     ("sections",),
+    ("verdict",),  # the bottom line, built from the section records
     ("summary",),
     ("report",),
     ("runner",),

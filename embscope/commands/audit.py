@@ -29,8 +29,11 @@ def audit(
     if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
     else:
+        from embscope.commands.bottom import print_bottom_line
+
         typer.echo(f"report: {res.folder / 'index.html'}")
         print_repair(res)
+        print_bottom_line(res.summary)
 
 
 def register(app: typer.Typer) -> None:

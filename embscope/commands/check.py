@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from embscope.api import check as run_check
+from embscope.commands.bottom import print_bottom_line
 from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
 from embscope.commands.options import CHECK, LOAD, SCAN, ModelOpt, print_repair, run_command
 
@@ -52,6 +53,7 @@ def _print(res) -> None:
     if res.folder is not None:
         typer.echo(f"wrote {res.folder}/findings.parquet, summary.json, index.html")
     print_repair(res)
+    print_bottom_line(res.summary)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.api import diff as run_diff
+from embscope.commands.bottom import print_bottom_line
 from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
 from embscope.commands.options import LOAD, run_command
 
@@ -21,7 +22,7 @@ def diff(
     base: Annotated[str, typer.Argument(help="the model training started from: alias, HF hub id, model folder or .gguf file")],
     tuned: Annotated[str, typer.Argument(help="the fine-tuned model (any model spec) or a PEFT adapter folder on BASE")],
     data: Annotated[Optional[list[Path]], typer.Option("--data", "-d", help="the training data (any format check reads): which rows it uses, and BASE's scan for untrained-still; repeat for several")] = None,
-    manifest: Annotated[Optional[Path], typer.Option("--manifest", help="embscope_extension.json of `extend --apply` (or its folder): the initial rows of the added tokens (default: the one in BASE's folder, else BASE's mean row)")] = None,
+    manifest: Annotated[Optional[Path], typer.Option("--manifest", help="embscope_extension.json of `extend --apply` (or its folder): the initial rows of the added tokens (default: one found in BASE's folder, TUNED's or next to them whose terms are TUNED's tokens; else BASE's mean row)")] = None,
     languages: Annotated[str, typer.Option("--languages", help="per-language drift on this corpus: udhr (shipped), none, or a PATH")] = "udhr",
     tokens: Annotated[Optional[Path], typer.Option("--tokens", help="tokens.parquet of an earlier scan of BASE: its flagged rows instead of a new scan")] = None,
     fail_on: FailOnOpt = FailOn.error,
@@ -77,6 +78,7 @@ def _print(record, res) -> None:
     print_findings(con, record.findings)
     if res.folder is not None:
         typer.echo(f"wrote {res.folder}/diff.parquet, summary.json, index.html")
+    print_bottom_line(res.summary)
 
 
 def register(app: typer.Typer) -> None:

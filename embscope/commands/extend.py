@@ -34,9 +34,11 @@ def extend(
     if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary, "applied": manifest})
         return
+    from embscope.commands.bottom import print_bottom_line
     from embscope.commands.tables import extension_table
 
     extension_table(res)
+    print_bottom_line(res.summary)
 
 
 def register(app: typer.Typer) -> None:

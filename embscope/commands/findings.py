@@ -35,7 +35,8 @@ def finish(res, record, fail_on, as_json: bool, show: Callable[[], None]) -> Non
         body = record.to_dict()
         body.pop("findings")
         print_json({"findings": findings_json(record.findings), "data": body,
-                    "folder": str(res.folder) if res.folder else None, "exit": 1 if failed else 0})
+                    "folder": str(res.folder) if res.folder else None, "exit": 1 if failed else 0,
+                    "bottom_line": res.summary.bottom_line})
     else:
         show()
     if failed:

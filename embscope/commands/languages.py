@@ -20,11 +20,13 @@ def _show(res, common) -> None:
     if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
         return
+    from embscope.commands.bottom import print_bottom_line
     from embscope.commands.tables import languages_table
 
     record = res.summary.sections.languages
     languages_table(res.tables["languages"], record.tokenizers, record.reference, res.summary)
     typer.echo(f"wrote {res.folder}/languages.parquet, summary.json, index.html")
+    print_bottom_line(res.summary)
 
 
 @run_command(run_fertility, "reference", *CORPUS)

@@ -29,9 +29,12 @@ def scan(
         return
     from rich.console import Console
 
+    from embscope.commands.bottom import print_bottom_line
+
     Console().print(scan_tables(res.summary.sections.tokens.geometry))
     typer.echo(f"wrote {res.folder}/tokens.parquet, summary.json, index.html")
     print_repair(res)
+    print_bottom_line(res.summary)
 
 
 def scan_tables(g: "GeometryRecord"):

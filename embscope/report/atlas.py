@@ -42,7 +42,7 @@ def atlas_table(tokens):
     """``tokens.parquet`` (a polars DataFrame) → the Atlas table (see the module docstring).
 
     Raises:
-        SpecError: no map (``x``/``y`` all NaN: the scan ran with ``--no-map``), no kNN graph, rows
+        SpecError: no map (``x``/``y`` all NaN: the run laid none out), no kNN graph, rows
             not in token-id order, or a column whose type is not the documented one (a report
             edited since: :func:`embscope.report.token_table.check_columns`).
     """
@@ -59,8 +59,9 @@ def atlas_table(tokens):
     check_columns(tokens, [*REQUIRED, *KEEP, "verify_max_prob"])
     n = tokens.height
     if tokens["x"].is_nan().all() or tokens["x"].null_count() == n:
-        raise SpecError("tokens.parquet has no 2-D map (the scan ran with --no-map); run the scan again "
-                        "without --no-map")
+        raise SpecError("tokens.parquet has no 2-D map (the run that wrote it laid none out: `check` and `diff` "
+                        "never do, `scan --no-map` and `audit --no-map` skip it); run `embscope scan --model M` "
+                        "and export that folder")
     ids = tokens["token_id"].cast(pl.Int64)
     if not ids.equals(pl.Series("token_id", range(n), dtype=pl.Int64)):
         raise SpecError("tokens.parquet rows are not in token-id order 0..n-1; re-run the scan")

@@ -18,6 +18,7 @@ from typing import Any
 
 from embscope.errors import OutputError
 from embscope.report.views import summary_view
+from embscope.sections.languages import DOUBLE_COST
 from embscope.summary import Summary, read_summary
 
 # A 2-D canvas scatter of ~30k points draws in well under 100 ms and keeps the page at a few MB;
@@ -32,9 +33,6 @@ TOP_NEIGHBOURS = 5
 HIST_BINS = 60
 # Rows of the extension-candidate table.
 CANDIDATES_N = 200
-# A (tokenizer, language) pair pays "double" when its parity (tokens relative to the reference
-# language on parallel text, Petrov et al. 2023) is at least this.
-DOUBLE_COST = 2.0
 
 #: no run writes a summary this large; a larger file is not ours
 MAX_SUMMARY_BYTES = 64 * 2**20
@@ -217,7 +215,7 @@ def tokens_payload(out_dir: Path, summary: Summary, lookup: list[int] | None = N
     tokens = df["token"].fill_null("").to_list()
 
     out["top"] = _top_table(df, cols, tokens, n) if "undertrained_score" in cols else {"reason": scan_reason}
-    out["map"] = _map_sample(df, cols, flagged, scan_reason)
+    out["map"] = _map_sample(df, cols, flagged, scan_reason, no_map(summary))
     return out
 
 
@@ -260,7 +258,16 @@ def _top_table(df, cols: set[str], tokens: list[str], n: int) -> dict[str, Any]:
             "default": "normal" if "normal" in cats_in_top else "all", "per_group": TOP_N}
 
 
-def _map_sample(df, cols: set[str], flagged, scan_reason: str) -> dict[str, Any]:
+def no_map(summary: Summary) -> str:
+    """Why a folder with a scan has no map, from what its run asked for."""
+    command, laid = summary.embscope.command, summary.parameters.layout
+    if laid:
+        return "the layout placed no row (summary.json → geometry.layout says why)"
+    how = "--no-map skipped the map" if command in ("audit", "scan", "run") else f"`{command}` does not lay out the map"
+    return f"{how}; `embscope scan --model M` draws it"
+
+
+def _map_sample(df, cols: set[str], flagged, scan_reason: str, no_map_reason: str = "") -> dict[str, Any]:
     """The map's points, or why there is no map."""
     import numpy as np
     import polars as pl
@@ -303,7 +310,7 @@ def _map_sample(df, cols: set[str], flagged, scan_reason: str) -> dict[str, Any]
             m["flag"] = [int(b) for b in flagged[idx]]
         return m
     has_scan = "undertrained_score" in cols
-    return {"reason": "the 2-D layout was not computed (no x, y columns)" if has_scan else scan_reason}
+    return {"reason": no_map_reason if has_scan else scan_reason}
 
 
 def _by_count(values: list[str]) -> list[tuple[str, int]]:

@@ -147,6 +147,7 @@ def render_html(out_dir: Path) -> str:
         model=v["model"], prov=v["prov"], params=v["parameters"], timings=v["timings"],
         categories=v["categories"], ctx=v["ctx"], geo=v["geo"], ext=v["ext"], langs=v["langs"], ft=v.get("ft") or {}, df=v.get("df") or {},
         skipped=v["skipped"], warnings=v["warnings"], versions=v["versions"],
+        order=v["order"], titles=v["titles"], marks=v["marks"], bottom=v["bottom"],
         tokens=payload["tokens"],
         languages=payload["languages"],
         candidates=payload["candidates"],

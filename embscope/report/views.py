@@ -110,7 +110,17 @@ def geometry_view(geo, categories: dict[str, int]) -> dict[str, Any]:
         "others": [{"category": c, "flagged": n, "rows": categories.get(c)} for c, n in by_cat.items()
                    if c != "normal"],
         "zero_rows": f.get("zero_rows"), "by_reason": f.get("by_reason") or {}, "isolated": f.get("isolated"),
-        "family": f.get("family") or 0, "drift": f.get("drift") or 0}
+        "family": f.get("family") or 0, "drift": f.get("drift") or 0,
+        **{k: f.get(k) for k in ("total", "verified", "cleared", "candidates", "by_indicators")}}
+    vf = view.get("verification")
+    if vf is not None:  # every row prompting checked, by kind: the sampled flags, the gated rows, the specials
+        sp = vf.get("specials") or {}
+        vf["kinds"] = [(what, got, of) for what, got, of in (
+            ("sampled flags", vf.get("n_verified_undertrained"), vf.get("n_checked")),
+            ("gated family rows", vf.get("family_verified"), vf.get("family_checked")),
+            ("special tokens in context", sp.get("verified"), sp.get("checked"))) if of]
+        vf["all_checked"] = sum(of for _, _, of in vf["kinds"])
+        vf["all_verified"] = sum(got or 0 for _, got, _ in vf["kinds"])
     rows = [{"script": k, **{kk: v.get(kk) for kk in ("rows", "flagged", "flagged_share", "mean_norm")}}
             for k, v in view["per_script"].items()]
     rows.sort(key=lambda r: -(r["rows"] if isinstance(r["rows"], (int, float)) else 0))
@@ -145,15 +155,60 @@ def diff_view(d) -> dict[str, Any]:
     return view
 
 
+#: the page's sections, in the order an audit shows them, with their titles
+PAGE = {"overview": "Overview", "finetune": "Ready to fine-tune?", "diff": "What training changed",
+        "tokens": "Under-trained tokens", "languages": "Languages", "extension": "Extension", "context": "Context"}
+#: the section a single-purpose command's report leads with
+LEADS = {"check": "finetune", "diff": "diff", "extend": "extension", "scan": "tokens", "fertility": "languages",
+         "compare": "languages"}
+#: the mark of each verdict level on the page (as in the terminal)
+MARKS = {"ok": "✓", "note": "•", "act": "✗"}
+
+
+def page_order(s: Summary) -> list[str]:
+    """The sections the page shows, in order: the command's own first (``check`` leads with
+    "Ready to fine-tune?"), then the overview and the rest in audit order. A section the run did not
+    attempt is absent; one it attempted and skipped stays, with its reason.
+
+    >>> from embscope.summary import Sections
+    >>> from types import SimpleNamespace as N
+    >>> page_order(N(embscope=N(command="fertility"), sections=Sections(), skipped={"languages": "no corpus"}))
+    ['languages', 'overview']
+    """
+    sec, skipped = s.sections, s.skipped
+    ran = {name for name in PAGE if name == "overview" or getattr(sec, name, None) is not None or name in skipped}
+    lead = LEADS.get(s.embscope.command)
+    first = [lead] if lead in ran else []
+    return first + [name for name in PAGE if name in ran and name not in first]
+
+
+def parameters_view(s: Summary) -> dict[str, Any]:
+    """The run's options as the page lists them, ``verify`` in words where its value means more than
+    a number: ``null`` is the automatic sample, and 0 with a record is the special rows alone."""
+    from embscope.geometry.verify import AUTO_TIME_CAP, AUTO_VERIFY
+
+    params = s.parameters.to_dict()
+    tokens = s.sections.tokens
+    vf = tokens.geometry.verification if tokens is not None and tokens.geometry is not None else None
+    if params.get("verify") is None:
+        params["verify"] = (f"auto: {AUTO_VERIFY} random flagged rows within {AUTO_TIME_CAP:g} s, when the whole "
+                            "model loads" + ("" if vf is not None else " (it did not: no prompting)"))
+    elif params.get("verify") == 0 and vf is not None and vf.specials is not None:
+        params["verify"] = "0: only the special tokens the chat template uses, checked in context"
+    return params
+
+
 def summary_view(s: Summary) -> dict[str, Any]:
     """Blocks the template reads (see the ``*_view`` helpers)."""
     tokens = s.sections.tokens
     categories = tokens.categories if tokens is not None else {}
     prov = s.embscope.to_dict()
     return {
+        "order": page_order(s), "titles": PAGE, "marks": MARKS,
+        "bottom": s.bottom_line.to_dict() if s.bottom_line is not None and s.bottom_line.verdicts else None,
         "model": s.model.to_dict() if s.model is not None else {"name": "tokenizers only"},
         "prov": prov,
-        "parameters": s.parameters.to_dict(),
+        "parameters": parameters_view(s),
         "timings": s.timings,
         "categories": categories,
         "ctx": context_view(s.sections.context),

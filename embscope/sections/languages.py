@@ -14,6 +14,34 @@ from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput, section
 
 
+#: a (tokenizer, language) pair pays "double" when its parity (tokens relative to the reference
+#: language on parallel text, Petrov et al. 2023) is at least this
+DOUBLE_COST = 2.0
+
+
+@dataclass
+class LanguageCost(Record):
+    """What one tokenizer charges the languages of one corpus, in one line: its costliest language by
+    parity (tokens for the same content relative to the reference language; the unit a language's
+    words are counted in does not enter it)."""
+
+    #: the corpus path
+    corpus: str
+    #: the tokenizer
+    tokenizer: str
+    #: languages with a parity besides the reference (those whose text is aligned with the reference's)
+    languages: int
+    #: the costliest one: its code, and its name where the corpus's ``languages.json`` gives one
+    language: str
+    name: str | None
+    #: its parity (×: tokens relative to the reference language; higher costs more)
+    parity: float
+    #: languages with a parity of at least :data:`DOUBLE_COST` (pay double or more)
+    double: int
+    #: the reference language's name where the corpus's ``languages.json`` gives one
+    reference_name: str | None = None
+
+
 @dataclass
 class LanguagesRecord(Record):
     """Per-corpus summaries of the language measurements."""
@@ -24,6 +52,8 @@ class LanguagesRecord(Record):
     reference: str
     #: {corpus path: how it was measured and what was read}
     corpora: dict[str, CorpusMeasure] = field(default_factory=dict)
+    #: per corpus with parallel text and tokenizer: its costliest language (:class:`LanguageCost`)
+    costs: list[LanguageCost] = field(default_factory=list)
 
 
 @section("languages", record=LanguagesRecord, tables=("languages",),
@@ -58,10 +88,47 @@ def languages_section(inputs: Inputs) -> SectionOutput:
         if res.table.height > 1 and not res.summary.reference_present:
             warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")
-    record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
-                             corpora=per_corpus)
     table = pl.concat(tables, how="diagonal_relaxed")
+    record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
+                             corpora=per_corpus, costs=language_costs(table, opts.reference))
     return SectionOutput(record=record, tables={"languages": table}, warnings=warnings)
+
+
+def language_costs(table, reference: str) -> list[LanguageCost]:
+    """Per (corpus, tokenizer) with a parity: the costliest language and how many of the others pay
+    double (:class:`LanguageCost`), from the languages table (``corpus``, ``tokenizer``,
+    ``language``, ``parity``); ``reference`` (parity 1 by definition) is not counted."""
+    import polars as pl
+
+    if "parity" not in table.columns:
+        return []
+    out = []
+    rows = table.filter(pl.col("parity").is_not_null() & pl.col("parity").is_finite() & (pl.col("language") != reference))
+    for (corpus, tok), part in rows.group_by(["corpus", "tokenizer"], maintain_order=True):
+        top = part.sort("parity", descending=True).row(0, named=True)
+        names = language_names(str(corpus))
+        out.append(LanguageCost(corpus=str(corpus), tokenizer=str(tok), languages=part.height,
+                                language=str(top["language"]), name=names.get(str(top["language"])),
+                                parity=round(float(top["parity"]), 3),
+                                double=int((part["parity"] >= DOUBLE_COST).sum()), reference_name=names.get(reference)))
+    return out
+
+
+def language_names(corpus: str) -> dict[str, str]:
+    """``{code: name}`` from a corpus folder's ``languages.json`` (the shipped UDHR has one: a list
+    of ``{"code", "name"}``); empty when there is none or it is not that shape."""
+    import json
+    from pathlib import Path
+
+    path = Path(corpus) / "languages.json"
+    try:
+        if not path.is_file() or path.stat().st_size > 1 << 20:
+            return {}
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(d["code"]): str(d["name"]) for d in doc if isinstance(d, dict) and "code" in d and "name" in d} \
+        if isinstance(doc, list) else {}
 
 
 def _exact_isolation(embed):

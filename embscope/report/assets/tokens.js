@@ -102,7 +102,7 @@
     var n = m.x.length, sel = document.getElementById("map-colour"), tip = document.getElementById("map-tip");
     var note = document.getElementById("map-note"), legend = document.getElementById("map-legend");
     note.textContent = m.n_shown < m.n_total
-      ? "Showing " + m.n_shown.toLocaleString("en-US") + " of " + m.n_total.toLocaleString("en-US") + " tokens: every flagged token (" + (m.n_flagged || 0).toLocaleString("en-US") + ") plus a uniform random sample of the rest. Hover a point to see its token."
+      ? "Showing " + m.n_shown.toLocaleString("en-US") + " of " + m.n_total.toLocaleString("en-US") + " tokens: every flagged row (" + (m.n_flagged || 0).toLocaleString("en-US") + ") plus a uniform random sample of the rest. Hover a point to see its token."
       : "All " + m.n_total.toLocaleString("en-US") + " tokens. Hover a point to see its token.";
     [["score", "under-trained score"], ["cat", "category"], ["script", "script"], ["flag", "flagged"]].forEach(function (o) {
       if (m[o[0]]) { var opt = el("option", null, o[1]); opt.value = o[0]; sel.appendChild(opt); }
