@@ -66,8 +66,9 @@ def bf16_copy(folder: Path, out: Path) -> Path:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True)
-    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(folder / f, out / f)
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (folder / f).is_file():
+            shutil.copy(folder / f, out / f)
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         w = f.get_tensor("model.embed_tokens.weight")
     save_file({"model.embed_tokens.weight": w.to(torch.bfloat16).contiguous()}, str(out / "model.safetensors"))

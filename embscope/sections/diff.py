@@ -39,6 +39,11 @@ def diff_section(inputs: Inputs) -> SectionOutput:
         out.warnings.append(f"diff: the adapter says it was trained on {adapter.base_model!r}, but BASE is "
                             f"{model.spec!r}; its changes are laid over BASE's rows as they are: pass the base it "
                             "names if that is another model")
+    use = res.record.data
+    if use is not None and use.examples and not use.tokens:  # nothing to count: the rows it uses are unknown
+        out.warnings.append(f"diff: TUNED's tokenizer gives no token for the {use.examples:,} training examples "
+                            f"(chat template: {use.template}): which rows the data uses is unknown; save TUNED with "
+                            "its tokenizer files and chat template")
     if res.record.new_reference == "mean":
         out.warnings.append("diff: no extension manifest, so the new rows are compared with BASE's mean row "
                             "(transformers' mean_resizing); pass --manifest for rows initialised otherwise")
