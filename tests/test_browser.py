@@ -207,3 +207,142 @@ def test_real_demo_audit(browser, tmp_path, smollm2_audit):
     note = js("return document.getElementById('map-note').textContent")
     assert note.startswith("Showing 30,000 of 49,152 tokens")
     assert html.stat().st_size < 8_000_000 and open_s < 20
+
+
+# ------------------------------------------------------------------------------------------------
+# Every command's report: the bottom line on the first screen, its own section first, the sections
+# it did not run absent, and every count the same on each card, caption and list.
+
+
+def _summary(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "summary.json").read_text("utf-8"))
+
+
+def check_bottom_line(drv, folder: Path, tmp_path: Path, name: str, order: list[str]) -> dict:
+    """Open ``folder``'s report: the bottom line is the page's first section, on the first screen,
+    with summary.json's verdicts word for word; then exactly ``order``'s sections, in that order
+    (the nav too)."""
+    s = _summary(folder)
+    check_page(drv, folder / "index.html", tmp_path, name)
+    js = drv.execute_script
+    assert js("return document.querySelector('main > section').id") == "bottom-line"
+    assert js("return document.getElementById('bottom-line').getBoundingClientRect().top") < 400
+    shown = js("return Array.from(document.querySelectorAll('#bottom-line li.verdict')).map(li => "
+               "[li.querySelector('.text').textContent, (li.querySelector('.next code') || {}).textContent || null])")
+    want = [[v["text"], v["next"]] for v in s["bottom_line"]["verdicts"]]
+    assert shown == want and want
+    assert js("return Array.from(document.querySelectorAll('main > section')).map(e => e.id)") == ["bottom-line", *order]
+    assert js("return Array.from(document.querySelectorAll('header nav a')).map(a => a.getAttribute('href'))") == \
+        ["#bottom-line", *(f"#{o}" for o in order)]
+    return s
+
+
+def check_token_counts(drv, s: dict) -> None:
+    """The scan's counts on the overview cards, the flagged card, the verification card, the lists,
+    the map caption and the per-script table: the record's numbers, adding up."""
+    js = drv.execute_script
+    geo = s["sections"]["tokens"]["geometry"]
+    f = geo["flagged"]
+    assert f["total"] == f["verified"] + f["cleared"] + f["candidates"]
+
+    def text(sel):
+        return js(f"return document.querySelector({sel!r}).textContent")
+
+    assert text("#overview-flagged .v") == f"{f['normal']:,}"
+    assert f"({f['total']:,} flagged rows in all)" in text("#overview-flagged .h") or f["total"] == f["normal"]
+    states = text("#flag-states")
+    assert states.startswith(f"{f['total']:,} flagged rows in all: {f['verified']:,} verified under-trained · "
+                             f"{f['cleared']:,} cleared by prompting · {f['candidates']:,} not checked")
+    pills = js("return Array.from(document.querySelectorAll('#fired-on .pill')).map(p => p.textContent)")
+    fired = {k: int(v.replace(",", "")) for k, v in (p.rsplit(" ", 1) for p in pills)}
+    assert fired == f["by_reason"] and max(fired.values()) <= f["normal"]
+    assert sum(int(r) for r in js("return Array.from(document.querySelectorAll('#script-table tbody tr'))"
+                                  ".map(r => r.cells[2].textContent.replace(/,/g, ''))")) == f["normal"]
+    vf = geo["verification"]
+    if vf and vf["n_checked"]:
+        assert text("#overview-verified .v") == f"{f['verified']:,}"
+        kinds = [(vf["n_verified_undertrained"], vf["n_checked"]), (vf["family_verified"], vf["family_checked"]),
+                 ((vf["specials"] or {}).get("verified"), (vf["specials"] or {}).get("checked"))]
+        got, of = sum(g or 0 for g, o in kinds if o), sum(o for _, o in kinds if o)
+        assert got == f["verified"] and text("#verify-card .v") == f"{got:,} of {of:,} checked"
+        assert js("return document.querySelectorAll('#verified-undertrained .chip').length") == \
+            min(geo["verified_undertrained"]["count"], 500) == f["verified"]
+    assert js("return document.querySelectorAll('#candidates .chip, #top-undertrained .chip').length") == \
+        min(f["candidates"], 30) or geo["verification"] is None
+    note = text("#map-note") if js("return !!document.getElementById('map-note')") else ""
+    if "Showing" in note:
+        assert f"every flagged row ({f['total']:,})" in note
+
+
+@pytest.fixture(scope="module")
+def demo_reports(tmp_path_factory, smollm2_graph):
+    """scan, check, extend and compare run on the demo model (and tokenizers) as a user runs them."""
+    from embscope.cli import main
+
+    root = tmp_path_factory.mktemp("commands")
+    runs = {
+        "scan": ["scan", "--model", "smollm2-135m", "--no-map", "--verify", "4"],
+        "check": ["check", "--model", "smollm2-135m", "--data", str(ROOT / "corpora/chat/medical-chat.jsonl")],
+        "extend": ["extend", "--model", "smollm2-135m", "--corpus", "medical", "--top", "20", "--init", "subword-mean",
+                   "--no-diagnostics"],
+        "fertility": ["fertility", "--tokenizer", "gpt2"],
+        "compare": ["compare", "--tokenizer", "gpt2", "--tokenizer", "o200k_base"],
+    }
+    for name, argv in runs.items():
+        assert main([*argv, "--out", str(root / name), "-q"]) == 0, name
+    return root
+
+
+@pytest.mark.slow
+def test_every_command_report_leads_with_its_bottom_line(browser, tmp_path, smollm2_audit, demo_reports):
+    """audit, scan, check, extend, fertility and compare: the bottom line first, then the command's
+    own section, the overview, and only the sections the command ran."""
+    js = browser.execute_script
+    s = check_bottom_line(browser, smollm2_audit, tmp_path, "bl-audit",
+                          ["overview", "tokens", "languages", "extension", "context"])
+    check_token_counts(browser, s)
+    assert [v["section"] for v in s["bottom_line"]["verdicts"]] == ["tokens", "languages", "extension", "context"]
+
+    s = check_bottom_line(browser, demo_reports / "scan", tmp_path, "bl-scan", ["tokens", "overview"])
+    check_token_counts(browser, s)
+    assert "--no-map skipped the map" in js("return document.getElementById('map-panel').textContent")
+    assert not js("return !!document.getElementById('atlas-hint')")
+
+    s = check_bottom_line(browser, demo_reports / "check", tmp_path, "bl-check", ["finetune", "overview", "tokens"])
+    check_token_counts(browser, s)
+    findings = s["sections"]["finetune"]["findings"]
+    assert js("return document.querySelectorAll('#findings-table tbody tr').length") == len(findings)
+    assert "special-row-untrained" not in js("return document.body.innerText")
+    assert "`check` does not lay out the map" in js("return document.getElementById('map-panel').textContent")
+
+    s = check_bottom_line(browser, demo_reports / "extend", tmp_path, "bl-extend", ["extension", "overview"])
+    ext = s["sections"]["extension"]
+    assert js("return document.querySelector('#saved-card .v').textContent") == f"{ext['tokens_saved']:,}"
+    assert f"save {100 * ext['saved_fraction']:.1f} %" in s["bottom_line"]["verdicts"][0]["text"]
+
+    for name, tokenizers in (("fertility", 1), ("compare", 2)):
+        s = check_bottom_line(browser, demo_reports / name, tmp_path, f"bl-{name}", ["languages", "overview"])
+        assert not js("return !!document.querySelector('#overview .card')")  # no model: no matrix cards
+        costs = s["sections"]["languages"]["costs"]
+        assert len(costs) == tokenizers == len(s["bottom_line"]["verdicts"])
+        note = js("return document.getElementById('double-note').textContent")
+        assert note.startswith(f"{sum(c['double'] for c in costs):,} of ")
+
+
+def test_diff_report_leads_with_what_training_changed(browser, tmp_path, finetune_run):
+    from embscope.cli import main
+
+    out = tmp_path / "diff"
+    assert main(["diff", str(finetune_run["ext"]), str(finetune_run["lora"]), "--languages", "none", "--out",
+                 str(out), "-q"]) == 1
+    s = check_bottom_line(browser, out, tmp_path, "bl-diff", ["diff", "overview"])
+    d = s["sections"]["diff"]
+    js = browser.execute_script
+    assert js("return document.querySelectorAll('#diff-findings tbody tr').length") == len(d["findings"])
+    assert js("return document.querySelector('#diff-card-new .v').textContent") == \
+        f"{d['matrices']['input']['new_moved']:,} / {d['new_rows']:,}"
+    verdict = s["bottom_line"]["verdicts"][0]
+    assert verdict["section"] == "diff" and verdict["level"] == "act"
+    assert f"{d['matrices']['input']['new_moved']:,} of {d['new_rows']:,} new rows learnt" in verdict["text"]
