@@ -56,7 +56,7 @@ def test_audit_writes_every_table(smollm2_audit):
     assert (status == "candidate").sum() == geo.candidates.count
     assert {r.id for r in geo.verified_undertrained.rows}.isdisjoint(r.id for r in geo.candidates.rows)
     html = (out / "index.html").read_text()
-    assert 'id="overview-verified"' in html and "verified precision" in html and 'id="candidates"' in html
+    assert 'id="overview-verified"' in html and "flags hold (precision" in html and 'id="candidates"' in html
     # the medical corpus is the user's data: the flagged rows it produces are counted
     usage = s.sections.tokens.geometry.usage
     assert usage is not None and usage.texts > 0

@@ -46,7 +46,7 @@ def test_smollm2_flags_some_rows(knn_cache, smollm2_model, smollm2_graph):
     assert len(s["top_undertrained"]) == 30
     top = {r["token"] for r in s["top_undertrained"][:20]}
     assert {"MetaInfoClass", "swigfaiss"} <= top  # code-artifact merges whose rows collapsed together
-    assert f"flags {s['flagged']['normal']} of 48822 trained rows" in s["threshold_note"]
+    assert f"indicators flag {s['flagged']['by_indicators']:,} of 48,822 trained rows" in s["threshold_note"]
     json.dumps(s)  # JSON-able
     for name, col in res.columns.items():
         assert len(col) == m.n_rows, name
