@@ -42,7 +42,7 @@ def test_atlas_refuses_a_table_without_map():
     from embscope.report.atlas import atlas_table
 
     t = _tokens().with_columns(pl.lit(float("nan"), dtype=pl.Float32).alias("x"))
-    with pytest.raises(SpecError, match="without --no-map"):
+    with pytest.raises(SpecError, match="has no 2-D map"):
         atlas_table(t)
     with pytest.raises(SpecError, match="not in token-id order"):
         atlas_table(_tokens().reverse())

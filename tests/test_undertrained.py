@@ -112,7 +112,7 @@ def test_minilm_unused_auc_held_out(minilm, minilm_graph):
     # in the last run, so every normal row is a trained row).
     fit = cats == "normal"
     share = ind.flagged[fit].mean()
-    assert f"({100 * share:.2f} %" in ind.note and f"of {fit.sum()} trained rows" in ind.note
+    assert f"({100 * share:.2f} %" in ind.note and f"of {fit.sum():,} trained rows" in ind.note
 
 
 def _untied_fixture(minilm, n_plant=150, seed=0):
