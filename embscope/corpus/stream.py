@@ -50,7 +50,7 @@ Bad input never crashes the reader and is never dropped silently: it is counted 
 (the flagged rows a corpus uses, tokenizer conformance tables), not for the streaming passes.
 
 >>> from pathlib import Path
->>> for batch in iter_corpus(Path("corpora/udhr/eng.jsonl")):  # doctest: +SKIP
+>>> for batch in iter_corpus(Path("corpora/udhr/eng.jsonl")):
 ...     print(batch.lang, len(batch.texts), batch.units[:3])
 eng 31 [0, 1, 2]
 """
