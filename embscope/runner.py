@@ -178,7 +178,7 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     # The folder is claimed before the heavy work, so a bad --out fails in a second.
     with (claim(target, force=force, inputs=given.paths(resolved, tokenizers), kind=kind or "audit")
           if target is not None else nullcontext()) as tmp:
-        loaded = _load(resolved, opts, steps, tokens_past_rows=any(s.name == "finetune" for s in specs))
+        loaded = _load(resolved, opts, steps, finetune=any(s.name == "finetune" for s in specs))
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, languages=given.languages,
                        domain=given.domain, tokens=tokens, corpora=given.corpora, data=given.data, force=force)
@@ -243,6 +243,10 @@ def _check_before_work(opts: RunOptions, names: list[str], given: "_Given", out,
     given.check_readable()
     if "languages" in names:
         _check_reference(opts, given.languages)
+    if "finetune" in names and opts.split is not None:
+        from embscope.corpus.conversations import check_split
+
+        check_split(given.data, opts.split)
 
 
 def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
@@ -322,19 +326,25 @@ def _run_sections(specs, state: Inputs, steps: Steps, required) -> "tuple[dict[s
     return outputs, state
 
 
-def _load(resolved, opts: RunOptions, steps: Steps, *, tokens_past_rows: bool):
-    """The model's matrices and tokenizer (None for tokenizer-only runs); ``--unused-ids`` checked."""
+def _load(resolved, opts: RunOptions, steps: Steps, *, finetune: bool):
+    """The model's matrices and tokenizer (None for tokenizer-only runs); the values that need them
+    (``--unused-ids``, ``--pad-token``) checked before any analysis; ``finetune``: the check runs
+    (it reads the tokenizer's ids past the matrix's rows too)."""
     from embscope.models.load import load_model
 
     if resolved is None:
         return None
     with steps.step("load", f"load {resolved.spec}"):
         loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
-                            tokens_past_rows=tokens_past_rows)
+                            tokens_past_rows=finetune)
     bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
     if bad:
         raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
                         f"({loaded.n_rows - 1}); pass row ids of this model")
+    if finetune and opts.pad_token is not None:  # the check's pad token, before the scan
+        from embscope.finetune.trainers import pad_token_id
+
+        pad_token_id(loaded, opts.pad_token)
     return loaded
 
 

@@ -121,6 +121,7 @@ def test_common_options_are_declared_once():
     (["extend", "-m", "smollm2-135m", "-c", "medical", "--apply-init", "x", "--apply", "a"], "unknown --init strategy 'x'"),
     (["check", "-m", "smollm2-135m", "-d", "medical", "--chat-template", "nope.jinja"], "--chat-template nope.jinja: no such file"),
     (["check", "-m", "smollm2-135m", "-d", "medical", "--pad-token", ""], "--pad-token must name a token"),
+    (["check", "-m", "smollm2-135m", "-d", "medical", "--split", "train"], "(splits: none: it has no splits)"),
     (["diff", "smollm2-135m", "smollm2-135m", "--manifest", "nope.json"], "--manifest nope.json: no such file"),
     (["audit", "--limit", "file-byte=1G"], "(did you mean 'file-bytes'?)"),
     (["audit", "--top", "10", "--limit", "top=5"], "--top 10 is above the limit"),
@@ -135,3 +136,36 @@ def test_every_option_value_is_checked_before_the_model_loads(argv, message, mon
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_split_the_data_lacks_is_named_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """``--split`` against hub-style split files: refused from the file names alone, with the splits
+    the data has and the closest one."""
+    import embscope.runner
+    from embscope.cli import main
+
+    line = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+    for name in ("train-00000-of-00001.jsonl", "test-00000-of-00001.jsonl"):
+        (tmp_path / name).write_text(line, encoding="utf-8")
+    monkeypatch.setattr(embscope.runner, "_resolve", lambda *a: pytest.fail("the model was resolved"))
+    assert main(["check", "-m", "smollm2-135m", "-d", str(tmp_path), "--split", "tarin"]) == 2
+    err = capsys.readouterr().err
+    assert "--split 'tarin' is not in the data (did you mean 'train'?) (splits: test, train)" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "-m", "smollm2-135m", "-d", "medical", "--pad-token", "<nope>"], "--pad-token '<nope>' is not a token"),
+    (["scan", "-m", "smollm2-135m", "--unused-ids", "0,60000"], "--unused-ids 60000 is past the last row"),
+])
+def test_values_the_tokenizer_decides_are_checked_before_any_analysis(argv, message, tmp_path, monkeypatch, capsys):
+    """A pad token the tokenizer lacks, a row past the matrix: one line as soon as the model is
+    loaded, before the scan or the check runs, and no folder written."""
+    import embscope.runner
+    from embscope.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(embscope.runner, "_run_sections", lambda *a: pytest.fail("an analysis ran"))
+    assert main([*argv, "--out", "o"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []

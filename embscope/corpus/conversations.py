@@ -163,6 +163,21 @@ def file_split(file: SourceFile) -> str | None:
     return m.group(1).lower() if m else None
 
 
+def check_split(paths, split: str | None) -> None:
+    """``--split`` before any work: refused, with the data's splits and a "did you mean", when no
+    file of ``paths`` belongs to it (the file listing only: nothing is read but ``dataset_dict.json``)."""
+    if split is not None:
+        _check_split(split, {s for f in data_files(paths) if (s := file_split(f)) is not None})
+
+
+def _check_split(split: str | None, named: set[str]) -> None:
+    if split is not None and split not in named:
+        from embscope.errors import SpecError, did_you_mean
+
+        raise SpecError(f"--split {split!r} is not in the data{did_you_mean(split, named)} (splits: "
+                        f"{', '.join(sorted(named)) or 'none: it has no splits'}); pass one of them, or leave --split out")
+
+
 def iter_examples(paths, *, fmt: str | None = None, text_field: str = "text",
                   report: DataReport | None = None, split: str | None = None) -> Iterator[Example]:
     """Every good example of the training data at ``paths``, in reading order; rejected records,
@@ -176,11 +191,7 @@ def iter_examples(paths, *, fmt: str | None = None, text_field: str = "text",
     named = {s for s in splits if s is not None}
     if len(named) < 2 and split is None:
         splits = [None] * len(files)
-    if split is not None and split not in named:
-        from embscope.errors import SpecError
-
-        raise SpecError(f"--split {split!r} is not in the data (splits: {', '.join(sorted(named)) or 'none'}); "
-                        "pass one of them, or leave --split out")
+    _check_split(split, named)
     for file, file_split_name in zip(files, splits):
         if split is not None and file_split_name != split:
             continue

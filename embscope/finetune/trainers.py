@@ -229,24 +229,31 @@ def eos_id(sp: "SpecialIds") -> int | None:
     return ids[0] if ids else None
 
 
-def choose_pad(trainer: Trainer, model: "LoadedModel", sp: "SpecialIds", pad_token: str | None) -> PadChoice:
-    """The PAD ``trainer`` pads with: ``pad_token`` when the user declares one (``--pad-token``),
-    else the trainer's own rule (see the module table)."""
+def pad_token_id(model: "LoadedModel", pad_token: str) -> int:
+    """The id of ``--pad-token`` in ``model``'s tokenizer; a token it does not have is one line
+    naming its special tokens (checked as soon as the tokenizer loads, before any analysis)."""
     from embscope.errors import SpecError
     from embscope.finetune.specials import token_id
 
+    i = token_id(model, pad_token)
+    if i is None:
+        strings = model.token_strings()
+        specials = ", ".join(repr(strings[j]) for j in sorted(model.vocab.special_ids)[:8]) if model.vocab else ""
+        raise SpecError(f"--pad-token {pad_token!r} is not a token of {model.name}; pass one of its tokens "
+                        f"(special ones: {specials or 'none'})")
+    return i
+
+
+def choose_pad(trainer: Trainer, model: "LoadedModel", sp: "SpecialIds", pad_token: str | None) -> PadChoice:
+    """The PAD ``trainer`` pads with: ``pad_token`` when the user declares one (``--pad-token``),
+    else the trainer's own rule (see the module table)."""
     strings = model.token_strings()
 
     def name(i):
         return strings[i] if i is not None and 0 <= i < len(strings) else None
 
     if pad_token is not None:
-        i = token_id(model, pad_token)
-        if i is None:
-            specials = ", ".join(repr(strings[j]) for j in sorted(model.vocab.special_ids)[:8]) if model.vocab else ""
-            raise SpecError(f"--pad-token {pad_token!r} is not a token of {model.name}; pass one of its tokens "
-                            f"(special ones: {specials or 'none'})")
-        return PadChoice(i, pad_token, "--pad-token")
+        return PadChoice(pad_token_id(model, pad_token), pad_token, "--pad-token")
     declared, src = tokenizer_role(sp, "pad")
     eos = eos_id(sp)
     if trainer.pad_rule == "unsloth":
