@@ -50,7 +50,12 @@ def write_shard(path_base: Path, kind: str, records: list[dict]) -> None:
 
 def sharded_copy(src: Path, dst: Path, parts: int = 3, kinds=KINDS) -> Path:
     """Each ``src/*.jsonl`` → ``dst/<stem>/<NN>.<kind>``: ``parts`` consecutive slices of its
-    records, written in turn as the formats in ``kinds``. Records and their order are unchanged."""
+    records, written in turn as the formats in ``kinds``. Records and their order are unchanged;
+    the corpus's ``languages.json`` (its language names) is copied as it is."""
+    names = src / "languages.json"
+    if names.is_file():
+        dst.mkdir(parents=True, exist_ok=True)
+        (dst / names.name).write_bytes(names.read_bytes())
     k = 0
     for f in sorted(src.glob("*.jsonl")):
         records = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -97,7 +97,9 @@ def test_measured_savings_equal_a_recount(smol, result, applied, texts):
     # merges only join runs of old tokens: the saving is exactly Σ count × (pieces − 1) over new tokens
     assert int(result.new_tokens["tokens_saved"].sum()) == s.tokens_saved
     added = result.table.filter(result.table["added"])
-    assert added.height == TOP and int(added["tokens_saved"].sum()) <= s.tokens_saved
+    terms_saved = int((added["count_as_token"] * (added["n_pieces"] - 1)).sum())
+    assert added.height == TOP and terms_saved <= s.tokens_saved
+    assert "tokens_saved" not in result.table.columns  # one saving column: savings_tokens
 
 
 @pytest.mark.slow
@@ -270,7 +272,7 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
                  "--max-ngram", "2", "--no-diagnostics", "--workers", "2", "--out", str(out), "--as", "added"])
     assert code == 0
     table = pl.read_parquet(out / "candidates.parquet")
-    assert {"term", "frequency", "pieces", "n_pieces", "savings_tokens", "added", "tokens_saved"} <= set(table.columns)
+    assert {"term", "frequency", "pieces", "n_pieces", "savings_tokens", "added", "count_as_token"} <= set(table.columns)
     assert (table["n_words"] == 2).any() and table.filter(pl.col("n_words") == 2)["added"].any()  # added tokens join words
     from embscope.corpus.backend import EngineRecord
     from embscope.summary import read_summary

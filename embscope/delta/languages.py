@@ -29,7 +29,8 @@ TOP = 5
 
 
 def count_languages(vocab: "Vocabulary", corpus: str | Path, *, n_rows: int, options=None) -> dict[str, dict[str, Any]]:
-    """``{language: {ids, counts, script}}``: the distinct ids each language's text tokenizes to."""
+    """``{language: {ids, counts, script, name}}``: the distinct ids each language's text tokenizes to
+    (``name`` from the corpus's ``languages.json``, :mod:`embscope.corpus.names`)."""
     from embscope.corpus.stream import iter_corpus
     from embscope.text.script import dominant_script
 
@@ -43,10 +44,14 @@ def count_languages(vocab: "Vocabulary", corpus: str | Path, *, n_rows: int, opt
             a["counts"] += np.bincount(arr, minlength=n_rows)
         if len(a["sample"]) < 2000:
             a["sample"] += " ".join(batch.texts)[:2000]
+    from embscope.corpus.names import language_names
+
+    names = language_names(corpus) if Path(corpus).is_dir() else {}
     out = {}
     for lang, a in acc.items():
         nz = np.flatnonzero(a["counts"])
-        out[lang] = {"ids": nz, "counts": a["counts"][nz], "script": dominant_script(a["sample"])}
+        out[lang] = {"ids": nz, "counts": a["counts"][nz], "script": dominant_script(a["sample"]),
+                     "name": names.get(lang)}
     return out
 
 
@@ -64,6 +69,6 @@ def language_drift(per_lang: dict[str, dict[str, Any]], moved: np.ndarray, chang
         top = ids[m][np.argsort(-c[m], kind="stable")][:TOP]
         rows.append(LanguageDrift(language=lang, script=a["script"], tokens=total, distinct=int(len(ids)),
                                   moved_share=round(float((w * m).sum()), 5), mean_change=float((w * ch[ids]).sum()),
-                                  top=[strings[i] for i in top]))
+                                  top=[strings[i] for i in top], name=a.get("name")))
     rows.sort(key=lambda r: (-r.moved_share, -r.mean_change, r.language))
     return rows

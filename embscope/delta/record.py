@@ -214,6 +214,8 @@ class LanguageDrift(Record):
     mean_change: float
     #: its most used rows that moved, most used first
     top: list[str] = field(default_factory=list)
+    #: its name from the corpus folder's ``languages.json`` (``Vietnamese``); null when it names none
+    name: str | None = None
 
 
 @dataclass

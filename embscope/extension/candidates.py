@@ -199,7 +199,9 @@ def candidates_table(cands: Sequence[Candidate], measured: dict[str, int] | None
     """The ``candidates.parquet`` table, one row per candidate, best first (``rank`` 1 = best).
 
     ``measured``: for the terms added, their occurrences as one token in the corpus under the
-    written tokenizer; ``tokens_saved`` is that count × (pieces − 1), null for terms not added.
+    written tokenizer (``count_as_token``, null for terms not added); the measured saving of a term
+    is that count × (pieces − 1), summed in ``new_tokens.parquet`` → ``tokens_saved`` (not
+    repeated here: it equals ``savings_tokens`` wherever every occurrence became the new token).
     """
     import polars as pl
 
@@ -216,11 +218,9 @@ def candidates_table(cands: Sequence[Candidate], measured: dict[str, int] | None
         "savings_tokens": [c.savings_tokens for c in cands],
         "added": [c.term in measured for c in cands],
         "count_as_token": counts,
-        "tokens_saved": [None if n is None else n * (c.n_pieces - 1) for n, c in zip(counts, cands)],
     }, schema={"rank": pl.Int32, "term": pl.Utf8, "frequency": pl.Int64, "pieces": pl.List(pl.Utf8),
                "piece_ids": pl.List(pl.Int64), "n_pieces": pl.Int32, "n_words": pl.Int32,
-               "savings_tokens": pl.Int64, "added": pl.Boolean, "count_as_token": pl.Int64,
-               "tokens_saved": pl.Int64})
+               "savings_tokens": pl.Int64, "added": pl.Boolean, "count_as_token": pl.Int64})
 
 
 def new_tokens_table(ext, counts_extended=None) -> "pl.DataFrame":

@@ -126,7 +126,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
                               options=options, description="tokenising corpus")
     acc, langs = counts.acc, counts.langs
 
-    rows = _rows(vocabs, acc, langs, reference)
+    rows = _rows(vocabs, acc, langs, reference, _names(corpus_path))
     if tokens is not None or embed is not None:
         from embscope.languages.density import add_density
 
@@ -167,7 +167,15 @@ def _word_rates(vocab: Vocabulary, freq: Counter, prefix: bool) -> tuple[float |
     return cont / total, single / total
 
 
-def _rows(vocabs, acc, langs, reference) -> list[dict]:
+def _names(corpus_path) -> dict[str, str]:
+    """The corpus's language names (:func:`embscope.corpus.names.language_names`); folders only."""
+    from embscope.corpus.names import language_names
+
+    paths = [corpus_path] if isinstance(corpus_path, (str, Path)) else list(corpus_path)
+    return language_names(*(p for p in paths if Path(p).is_dir()))
+
+
+def _rows(vocabs, acc, langs, reference, names: dict[str, str]) -> list[dict]:
     import numpy as np
 
     rows = []
@@ -194,6 +202,7 @@ def _rows(vocabs, acc, langs, reference) -> list[dict]:
             rows.append({
                 "tokenizer": vocab.name,
                 "language": lang,
+                "language_name": names.get(lang),
                 "script": script,
                 "segmentation": "characters" if script in CHAR_SCRIPTS else "words",
                 "unit": unit_of(script),
