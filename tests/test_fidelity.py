@@ -84,7 +84,7 @@ def test_recommend_takes_the_lowest_score_within_the_disturbance_bound():
     assert general_note(figures, "UDHR") is None  # two strategies leave it as it was
     worse = {"a": _strategy(general_bits_per_byte_change=1e-5), "b": _strategy(general_bits_per_byte_change=2e-3)}
     assert general_note(worse, "UDHR") == ("every strategy makes bits per byte on general text (UDHR) worse "
-                                           "than the original model: +1e-05 to +0.002")
+                                           "than the original model: +0.00001 to +0.002 bits per byte")
 
 
 def test_auto_is_the_default_and_unknown_names_still_fail():

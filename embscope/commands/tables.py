@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from embscope.text.numbers import plain
+
 
 def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
     """Languages sorted by the first tokenizer's parity, one parity/fertility column pair per tokenizer."""
@@ -19,7 +21,7 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
     by = {(r["tokenizer"], r["language"]): r for r in t.iter_rows(named=True)}
     table = Table(title=Text(f"Tokens per language (parity: tokens / tokens of {reference!r} on the same "
                              "text; fertility: tokens per word unit)"), title_justify="left")
-    table.add_column("language", no_wrap=True)
+    table.add_column("language", no_wrap=True, max_width=26, overflow="ellipsis")
     table.add_column("script", no_wrap=True, max_width=10)
     for name in names:
         table.add_column(Text(f"{name}\nparity"), justify="right", no_wrap=True, min_width=len(name))
@@ -30,19 +32,21 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
 
     for lang in order:
         first = by[(names[0], lang)]
-        seg = "*" if first.get("segmentation") == "characters" else ""
+        seg = "*" if first.get("unit") not in (None, "word") else ""
+        name = f" {first['language_name']}" if first.get("language_name") else ""
         # untrusted text: no markup, and control characters (ESC, OSC) shown escaped, never sent
-        cells = [Text(display_token(lang) + seg), Text(display_token(str(first["script"])))]
+        cells = [Text(display_token(lang) + seg + display_token(name)), Text(display_token(str(first["script"])))]
         for name in names:
             r = by.get((name, lang), {})
             cells += [fmt(r.get("parity"), ".2f"), fmt(r.get("fertility"), ".2f")]
         table.add_row(*cells)
     console = Console()
     # never squeeze numbers into ellipses: widen past the terminal when needed (pipes get 80)
-    console = Console(width=max(console.width, 30 + sum(max(len(n), 6) + 12 for n in names)))
+    console = Console(width=max(console.width, 44 + sum(max(len(n), 6) + 12 for n in names)))
     console.print(table)
-    console.print("* word units are characters for scripts written without spaces (see summary.json "
-                  "→ sections.languages → segmentation)")
+    console.print("* fertility counts characters, clusters or syllables there, not words (scripts written "
+                  "without spaces, Tibetan): not comparable with the others' (summary.json → sections.languages "
+                  "→ segmentation)")
     lang_rec = summary.sections.languages
     for path, s in lang_rec.corpora.items():
         skipped = s.corpus.skipped
@@ -84,10 +88,10 @@ def extension_table(res: Any) -> None:
                       f"{d.bits_per_byte_change:+.4f} ± {num(d.bits_per_byte_change_se, '.4f')}"
                       f" ({num(d.score_bytes, ',')} B)")
             fid = "—" if d.fidelity_kl is None else f"{d.fidelity_kl:.3f} / {num(d.fidelity_kl_after, '.3f')}"
-            kl = "—" if d.kl is None else f"{d.kl:.2e} / {num(d.kl_max, '.2e')}"
+            kl = "—" if d.kl is None else f"{plain(d.kl)} / {'—' if d.kl_max is None else plain(d.kl_max)}"
             t.add_row(Text(name + mark), num(d.score, "+.4f"), corpus, num(d.general_bits_per_byte_change, "+.5f"),
                       num(d.score_reading, ".4f"), fid, num(d.fidelity_top1, ".0%"), kl,
-                      num(d.new_token_mass_max, ".2e"))
+                      "—" if d.new_token_mass_max is None else plain(d.new_token_mass_max))
         con.print(t)
         base = s.bits_per_byte_original
         if base is not None:

@@ -37,6 +37,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from embscope.text.numbers import plain
+
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.extension.diagnostics import StrategyRecord
 
@@ -123,7 +125,7 @@ def recommend(strategies: "dict[str, StrategyRecord]") -> tuple[str, str]:
     if rest:
         parts.append(f"{', '.join(rest)} scored on the screening sample only, behind these")
     if r.kl is not None:
-        parts.append(f"disturbance KL {r.kl:.2g} nats on general text (bound {KL_BOUND})")
+        parts.append(f"disturbance KL {plain(r.kl)} nats on general text (bound {KL_BOUND})")
     left = sorted(set(measured) - set(ok))
     if ok and left:
         parts.append(f"over the disturbance bound: {', '.join(left)}")
@@ -139,7 +141,7 @@ def general_note(strategies: "dict[str, StrategyRecord]", source: str) -> str | 
     if vals and all(v > 0 for v in vals.values()):
         lo, hi = min(vals.values()), max(vals.values())
         return (f"every strategy makes bits per byte on general text ({source}) worse than the original model: "
-                f"+{lo:.2g} to +{hi:.2g}")
+                f"{plain(lo, sign=True)} to {plain(hi, sign=True)} bits per byte")
     return None
 
 
