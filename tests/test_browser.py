@@ -124,8 +124,11 @@ def test_hostile_report_in_browser(browser, tmp_path, hostile_report):
         assert js(f"return !!document.getElementById('{sid}')"), sid
     tokens = pl.read_parquet(out / "tokens.parquet")
     n_normal = tokens.filter(pl.col("category") == "normal").height
-    shown = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).length")
-    assert shown == min(n_normal, 300)
+    visible = "return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).length"
+    assert js(visible) == min(n_normal, 25)  # the first rows, no inner scroll box: a button shows the rest
+    js("document.getElementById('top-more').click()")
+    assert js(visible) == min(n_normal, 300)
+    js("document.getElementById('top-more').click()")
     assert js("return document.getElementById('top-category').value") == "=normal"
     assert js("return document.querySelectorAll('#hist-in_norm svg rect').length") > 10
     assert js("return document.querySelectorAll('#wavelength-chart svg circle').length") == 4  # head_dim 8
@@ -201,7 +204,27 @@ def test_real_demo_audit(browser, tmp_path, smollm2_audit):
         assert js("return document.querySelectorAll('#top-undertrained .chip').length") == len(geo.top_undertrained)
     shown = js("return Array.from(document.querySelectorAll('#top-table tbody tr')).filter(r => !r.hidden).map(r => r.cells[3].textContent)")
     assert shown and set(shown) == {"normal"}
-    assert "recall@k" in js("return document.getElementById('knn-card').innerText")
+    knn = js("return document.getElementById('knn-card').innerText")
+    assert "recall@k" in knn and ("exact search" in knn if geo.knn.method == "exact" else "decisions are exact" in knn)
+    # words for people: every figure's header says what it holds, the report's own words explained
+    assert js("return Array.from(document.querySelectorAll('#top-table th, #double-table th, #cand-table th'))"
+              ".filter(th => th.innerText.trim()).every(th => th.title.length > 5)")
+    assert js("return document.querySelectorAll('#glossary dt').length") >= 10
+    assert "what these words mean" in js("return document.getElementById('flagged-card').innerText")
+    # pairs named as what they are: one tokenizer, two corpora
+    assert "language × corpus pairs pay double" in js("return document.getElementById('double-note').innerText")
+    assert "Vietnamese (vie)" in text and "Thai (tha) · udhr *" in text
+    # the KV table stops one row past SmolLM2's 8,192, marked
+    rows = js("return Array.from(document.querySelectorAll('#kv-table tbody tr')).map(r => r.className)")
+    assert rows == ["", "", "past"]
+    # one saving column: measured for the added terms, ≈ estimates for the others
+    heads = js("return Array.from(document.querySelectorAll('#cand-table th')).map(th => th.innerText)")
+    assert heads.count("tokens saved") == 1 and "savings_tokens" not in heads
+    # the map finds a token, zooms, resets
+    box = browser.find_element("id", "map-search")
+    box.send_keys("Protection")
+    assert js("return document.getElementById('map-found').innerText").split(" ")[0] not in ("", "no")
+    assert no_inner_scroll(js) == []
     # The cost table: every language, most expensive first; the map is sampled.
     assert js("return document.querySelectorAll('#double-table tbody tr').length") >= 50
     note = js("return document.getElementById('map-note').textContent")
@@ -235,7 +258,7 @@ def check_bottom_line(drv, folder: Path, tmp_path: Path, name: str, order: list[
     assert shown == want and want
     assert js("return Array.from(document.querySelectorAll('main > section')).map(e => e.id)") == ["bottom-line", *order]
     assert js("return Array.from(document.querySelectorAll('header nav a')).map(a => a.getAttribute('href'))") == \
-        ["#bottom-line", *(f"#{o}" for o in order)]
+        ["#bottom-line", *(f"#{o}" for o in order), "#glossary"]  # the words the report uses, last
     return s
 
 
@@ -346,3 +369,81 @@ def test_diff_report_leads_with_what_training_changed(browser, tmp_path, finetun
     verdict = s["bottom_line"]["verdicts"][0]
     assert verdict["section"] == "diff" and verdict["level"] == "act"
     assert f"{d['matrices']['input']['new_moved']:,} of {d['new_rows']:,} new rows learnt" in verdict["text"]
+
+
+def no_inner_scroll(js) -> list[str]:
+    """Tables and their boxes that would need a scroll bar of their own (a hidden column), with
+    every folded part of the page opened."""
+    js("document.querySelectorAll('details').forEach(d => d.open = true)")
+    return js("""return Array.from(document.querySelectorAll('.tablewrap, table.data, table.heat'))
+        .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1
+                     || e.getBoundingClientRect().right > e.closest('section').getBoundingClientRect().right + 1)
+        .map(e => e.id || (e.querySelector('table') || {}).id || e.className)""")
+
+
+def test_compare_report_words_and_pairs(browser, tmp_path):
+    """Two tokenizers on UDHR (English, Thai, Vietnamese, Japanese, Amharic, with the corpus's
+    languages.json): names beside codes, Thai and Japanese ranked apart on fertility, the doubles
+    counted as language × tokenizer pairs, every header with a tooltip, every column in view."""
+    from embscope.cli import main
+
+    corpus = tmp_path / "udhr"
+    corpus.mkdir()
+    for name in ("eng.jsonl", "tha.jsonl", "vie.jsonl", "jpn.jsonl", "amh.jsonl", "languages.json"):
+        (corpus / name).write_bytes((ROOT / "corpora" / "udhr" / name).read_bytes())
+    out = tmp_path / "cmp"
+    assert main(["compare", "-t", "gpt2", "-t", "o200k_base", "--corpus", str(corpus), "--out", str(out)]) == 0
+    check_page(browser, out / "index.html", tmp_path, "report-compare")
+    js = browser.execute_script
+    heads = js("return Array.from(document.querySelectorAll('#lang-heat tbody tr')).map(r => r.innerText)")
+    sep = next(i for i, h in enumerate(heads) if h.startswith("* counted per character"))
+    words, apart = heads[:sep], heads[sep + 1:]
+    assert any(h.startswith("Vietnamese (vie)") for h in words) and any(h.startswith("English (eng)") for h in words)
+    assert {h.split(" (")[0] for h in apart} == {"Thai", "Japanese"} and all(" *" in h for h in apart)
+    note = js("return document.getElementById('double-note').innerText")
+    import polars as pl
+
+    t = pl.read_parquet(out / "languages.parquet")
+    n_double = t.filter(pl.col("parity") >= 2).height
+    langs = t.filter(pl.col("parity") >= 2)["language"].n_unique()
+    assert note.startswith(f"{n_double} of 10 language × tokenizer pairs pay double") and f"{langs} of 5 languages" in note
+    assert js("return Array.from(document.querySelectorAll('#double-table th')).every(th => th.title.length > 5)")
+    cells = js("return Array.from(document.querySelectorAll('#double-table tbody tr')).map(r => r.cells[1].innerText)")
+    assert "Thai (tha)" in cells and all(c != "tha" for c in cells)
+    assert no_inner_scroll(js) == []
+    # the metric switch keeps the per-character languages apart only where a word is the unit
+    js("var s = document.getElementById('lang-metric'); s.value = 'parity'; s.dispatchEvent(new Event('change'));")
+    heads = js("return Array.from(document.querySelectorAll('#lang-heat tbody tr')).map(r => r.innerText)")
+    assert not any(h.startswith("* counted per character") for h in heads)
+    # plain numbers: the page's formatter writes what embscope.report.render.fmt writes, never 2.43e-6
+    from embscope.report.render import fmt
+
+    values = [2.4257e-6, -4e-5, 0.00035, 1.4e-6, 3e-12, 0.28, 1234.6, 3.29441]
+    got = js(f"return {values}.map(v => window.embscopeFmt(v))")
+    assert got == [fmt(v) for v in values] and got[:2] == ["0.0000024", "-0.00004"]
+    assert not any("e" in g for g in got)
+
+
+def test_gemma_norms_all_equal_and_context_in_words(browser, tmp_path):
+    """Gemma-3-270M's input norms all lie in 1.028–1.035: the histogram says in words that they are
+    equal. Its GGUF config states no vocab_size: the context section counts the matrix's 262,144
+    rows (embedding 168 M of ~268 M parameters, as Google publishes 170 M of 270 M), sized in the
+    stored Q8_0, and the KV table stops one row past the model's 32,768."""
+    from embscope.runner import run
+
+    res = run("gemma3-270m", sections=["context", "tokens"], scan=False, out=tmp_path / "g")
+    ctx = res.summary.sections.context
+    assert ctx.vocab_size == 262_144 and ctx.weight_dtype == "Q8_0"
+    assert ctx.embedding_bytes == 262_144 * 640 * 34 // 32 and 0.6 < ctx.embedding_share < 0.65
+    assert list(ctx.kv_bytes["bf16"]) == [4096, 8192, 32768, 65536]
+    check_page(browser, res.folder / "index.html", tmp_path, "report-gemma-norms")
+    js = browser.execute_script
+    note = js("return document.querySelector('#hist-in_norm .equal-norms').innerText")
+    assert note.startswith("The norms are all about equal: every row lies between 1.028 and 1.035")
+    assert "flagged rows in orange" not in js("return document.getElementById('hist-in_norm').innerText")
+    rows = js("return Array.from(document.querySelectorAll('#kv-table tbody tr')).map(r => [r.className, r.innerText])")
+    assert [c for c, _ in rows] == ["", "", "", "past"] and "past the model's context (32,768)" in rows[-1][1]
+    assert "Q8_0" in js("return document.getElementById('share-note').innerText")
+    key = js("return document.querySelector('#wavelength-chart svg').textContent")
+    assert "orange" not in key  # no pair is drawn orange: the trained context is unknown
+    assert no_inner_scroll(js) == []

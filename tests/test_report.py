@@ -419,7 +419,7 @@ def test_numbers_have_fixed_precision_and_no_negative_zero():
     from embscope.report.render import fmt, pct
 
     assert fmt(3.0e-4) == "0.0003" and fmt(-0.0) == "0" and fmt(-1e-12 * 0) == "0"
-    assert fmt(-4e-5) == "-4.00e-5" and fmt(2.4257e-06) == "2.43e-6"
+    assert fmt(-4e-5) == "-0.00004" and fmt(2.4257e-06) == "0.0000024"  # plain decimals, never 2.43e-6
     assert fmt(3.29441) == "3.294" and fmt(12.3456) == "12.35" and fmt(2424.39) == "2,424"
     assert pct(0.00035) == "0.035 %" and pct(0.08946) == "8.95 %" and pct(0) == "0 %"
     assert _num(-1e-9) == -1e-9 and str(_num(-0.0)) == "0.0" and _num(float("nan")) is None
@@ -439,7 +439,9 @@ def test_cost_table_lists_every_language_most_expensive_first(smollm2_audit):
     for col in ("parity", "fertility", "mean_in_norm", "flagged_share", "mean_within_sim"):
         assert col in cost["columns"], col
     text = _text(smollm2_audit / "index.html")
-    assert f"{cost['n_double']} of {rows} pay double or more" in text
+    corpora = pl.read_parquet(smollm2_audit / "languages.parquet")["corpus"].n_unique()
+    assert cost["pairs"] == ("language × corpus pairs" if corpora > 1 else "languages")  # what a row is
+    assert f"{cost['n_double']} of {rows} {cost['pairs']} pay double or more" in text
 
 
 @pytest.mark.slow
@@ -453,7 +455,7 @@ def test_extension_cards_use_the_real_keys(smollm2_audit):
             f"tokens of their merge chains; written as merges; {check.cut} of {check.new_tokens:,} new-token "
             "occurrences in the corpus cut an old token") in text
     assert ext.form == "merges" and check.cut == 0 and ext.intermediates > 0
-    assert f"of {ext.corpus_tokens:,} corpus tokens" in text and f"(estimate {ext.estimated_savings:,})" in text
+    assert f"of {ext.corpus_tokens:,} corpus tokens" in text and f"estimated before re-tokenizing: {ext.estimated_savings:,}" in text
     assert "KL measured on:" in text
 
 
@@ -484,8 +486,10 @@ def test_strategy_table_leads_with_the_score_and_the_recommended(fake_out, tmp_p
     assert main(["report", str(out)]) == 0
     html = (out / "index.html").read_text(encoding="utf-8")
     table = html[html.index('id="strategy-table"'):]
+    heads = re.findall(r'<th class="n" data-col="([^"]+)" title="([^"]*)"', table[:table.index("Score (bits per byte, lower is better) =")])
+    assert all(len(tip) > 10 for _, tip in heads)  # every figure's header says what it is
+    heads = [k for k, _ in heads]  # the strategy tables, in page order
     table = table[:table.index("</table>")]
-    heads = re.findall(r'<th class="n" title="([^"]+)"', table)
     assert heads[:4] == ["score", "score_corpus", "score_general", "score_reading"]
     assert heads.index("score_reading") < heads.index("fidelity_kl") < heads.index("bits_per_byte_change")
     assert heads.index("bits_per_byte_change") < heads.index("kl") < heads.index("norm_percentile_median")

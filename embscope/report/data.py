@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from embscope.errors import OutputError
+from embscope.report.lang_tables import DOUBLE_COST, cost_table, measure_groups
 from embscope.report.views import summary_view
 from embscope.sections.languages import DOUBLE_COST
 from embscope.summary import Summary, read_summary
@@ -143,8 +144,19 @@ def _num(v: Any, digits: int = 4) -> Any:
     return v
 
 
+#: norms whose whole range (max − min) is within this share of their median are "all equal": the
+#: histogram says so in words (a normalised embedding, where the norm tells nothing about training)
+EQUAL_SPREAD = 0.02
+
+
 def _histogram(values, flagged, bins: int = HIST_BINS) -> dict[str, Any] | None:
-    """Equal-width bins over the finite values: edges (bins+1), counts, counts of flagged rows."""
+    """Equal-width bins over the finite values: edges (bins+1), counts, counts of flagged rows;
+    ``spread`` = (max − min) / median, and ``equal`` when that is under :data:`EQUAL_SPREAD`.
+
+    >>> h = _histogram([1.028, 1.031, 1.035], None)
+    >>> h["equal"], round(h["spread"], 4)
+    (True, 0.0068)
+    """
     import numpy as np
 
     v = np.asarray(values, dtype=np.float64)
@@ -152,11 +164,14 @@ def _histogram(values, flagged, bins: int = HIST_BINS) -> dict[str, Any] | None:
     if not ok.any():
         return None
     lo, hi = float(v[ok].min()), float(v[ok].max())
+    med = float(np.median(v[ok]))
+    spread = (hi - lo) / abs(med) if med else None
     if hi <= lo:
         hi = lo + 1e-6
     edges = np.linspace(lo, hi, bins + 1)
     counts, _ = np.histogram(v[ok], bins=edges)
-    out = {"edges": [_num(float(e), 5) for e in edges], "counts": counts.tolist()}
+    out = {"edges": [_num(float(e), 5) for e in edges], "counts": counts.tolist(), "min": _num(lo), "max": _num(float(v[ok].max())),
+           "spread": _num(spread), "equal": spread is not None and spread < EQUAL_SPREAD}
     if flagged is not None:
         f = np.asarray(flagged, dtype=bool) & ok
         out["flagged"] = np.histogram(v[f], bins=edges)[0].tolist()
@@ -328,37 +343,19 @@ def languages_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
             for r in df.iter_rows(named=True)]
     columns = [c for c in df.columns if rows and c in rows[0]]
     corpora = sorted({str(r.get("corpus")) for r in rows if r.get("corpus") is not None})
-    for r in rows:  # heatmap row label: the language, and the corpus when there are several
-        name = Path(str(r.get("corpus"))).name if r.get("corpus") is not None else ""
-        r["label"] = f"{r.get('language')} · {name}" if len(corpora) > 1 else str(r.get("language"))
+    names = {r["language"]: r["language_name"] for r in rows if r.get("language_name")}  # one corpus names all
+    for r in rows:  # row label: the language's name and code, and the corpus when there are several
+        corpus = Path(str(r.get("corpus"))).name if r.get("corpus") is not None else ""
+        lang = str(r.get("language"))
+        r["label"] = f"{lang} · {corpus}" if len(corpora) > 1 else lang  # the key rows are grouped by
+        r["language_display"] = f"{names[lang]} ({lang})" if lang in names else lang
+        r["display"] = r["language_display"] + (f" · {corpus}" if len(corpora) > 1 else "")
+        r["per_word"] = r.get("unit") in (None, "word")
+        r["corpus_name"] = corpus
     double = sorted((r for r in rows if isinstance(r.get("parity"), (int, float)) and r["parity"] >= DOUBLE_COST),
                     key=lambda r: -r["parity"])
     return {"columns": columns, "rows": rows, "double": double, "double_threshold": DOUBLE_COST,
-            "cost": cost_table(rows, corpora)}
-
-
-#: the cost table's columns, in order, when some row has a value: what a language pays in tokens
-#: (parity, fertility, ...) and where those tokens sit in the embedding space (the density columns)
-COST_COLUMNS = ("language", "script", "parity", "fertility", "tokens_per_char", "bytes_per_token",
-                "mean_in_norm", "mean_isolation", "flagged_share", "mean_within_sim")
-
-
-def cost_table(rows: list[dict[str, Any]], corpora: list[str]) -> dict[str, Any]:
-    """Every (tokenizer, language) row, most expensive first: by parity, then fertility.
-
-    The tokenizer (corpus) column is shown only when there are several tokenizers (corpora);
-    density columns only when a row has them. ``n_double`` counts rows with parity ≥ DOUBLE_COST.
-    """
-    def key(r):
-        p, f = r.get("parity"), r.get("fertility")
-        return (-(p if isinstance(p, (int, float)) else -1e9), -(f if isinstance(f, (int, float)) else -1e9))
-
-    toks = {r.get("tokenizer") for r in rows}
-    lead = (["tokenizer"] if len(toks) > 1 else []) + (["corpus"] if len(corpora) > 1 else [])
-    columns = lead + [c for c in COST_COLUMNS if any(r.get(c) is not None for r in rows)]
-    n_double = sum(1 for r in rows if isinstance(r.get("parity"), (int, float)) and r["parity"] >= DOUBLE_COST)
-    return {"columns": columns, "rows": sorted(rows, key=key), "n_double": n_double,
-            "has_parity": any(isinstance(r.get("parity"), (int, float)) for r in rows)}
+            "cost": cost_table(rows, corpora), "groups": measure_groups(columns, rows)}
 
 
 def candidates_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
@@ -377,8 +374,25 @@ def candidates_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
         row = {c: _num(r[c]) for c in columns if not isinstance(r[c], (dict, bytes))}
         pieces = r.get("pieces")
         row["pieces"] = [str(p) for p in pieces] if pieces is not None else []
+        row.update(_saving(r))
         rows.append(row)
-    return {"n": n, "columns": columns, "rows": rows}
+    return {"n": n, "columns": columns, "rows": rows,
+            "multiword": any((r.get("n_words") or 1) > 1 for r in rows)}
+
+
+def _saving(r: dict[str, Any]) -> dict[str, Any]:
+    """One saving per candidate: measured (``count_as_token × (n_pieces − 1)``) for a term that was
+    added, else the estimate ``savings_tokens``; ``measured`` says which.
+
+    >>> _saving({"savings_tokens": 10, "count_as_token": 4, "n_pieces": 3, "added": True})
+    {'saved': 8, 'measured': True}
+    >>> _saving({"savings_tokens": 10, "count_as_token": None, "n_pieces": 3, "added": False})
+    {'saved': 10, 'measured': False}
+    """
+    count, n = r.get("count_as_token"), r.get("n_pieces")
+    if r.get("added") and isinstance(count, int) and isinstance(n, int):
+        return {"saved": count * (n - 1), "measured": True}
+    return {"saved": r.get("savings_tokens"), "measured": False}
 
 
 def diff_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
@@ -437,8 +451,11 @@ def build_payload(out_dir: Path) -> dict[str, Any]:
     for r in top:  # the raw token from the table (the summary's copy may be cut short)
         raw = names.get(str(r.get("id")))
         r["token"] = raw if raw is not None else str(r.get("token") or "")
+    from embscope.report.labels import column_help
+
     return {
         "view": view,
+        "help": column_help(),
         "tokens": tokens,
         "languages": languages_payload(out_dir, summary),
         "candidates": candidates_payload(out_dir, summary),

@@ -19,6 +19,7 @@ from embscope import __version__
 from embscope.errors import OutputError
 from embscope.report.data import DOUBLE_COST, build_payload
 from embscope.report.escape import display_token, script_json
+from embscope.report.labels import GLOSSARY, REASONS, column_help
 
 
 def _asset(name: str) -> str:
@@ -29,13 +30,14 @@ def fmt(v: Any) -> str:
     """Plain text for a table cell: numbers with sensible precision, lists joined, tokens made visible.
 
     Floats: thousands separators from 1,000 up; four significant digits below (trailing zeros
-    dropped); scientific notation only for tiny non-zero values (|v| < 5e-5, which four decimals
-    would print as 0); never ``-0``.
+    dropped); tiny non-zero values (|v| < 5e-5, which four decimals would print as 0) with two
+    significant digits as plain decimals, never scientific notation
+    (:func:`embscope.text.numbers.plain`); never ``-0``.
 
     >>> fmt(0.123456), fmt(1234567), fmt(True), fmt(None), fmt([1, "a\\x00"])
     ('0.1235', '1,234,567', 'yes', '—', '1, a\\\\x00')
     >>> fmt(3.0e-4), fmt(-0.0), fmt(-1e-9 + 1e-9), fmt(2.4257e-06), fmt(3.29441), fmt(1.0)
-    ('0.0003', '0', '0', '2.43e-6', '3.294', '1')
+    ('0.0003', '0', '0', '0.0000024', '3.294', '1')
     """
     if v is None:
         return "—"
@@ -64,8 +66,9 @@ def _float(v: float) -> str:
     if a >= 1000:
         text = f"{v:,.0f}"
     elif a < 5e-5:
-        mant, exp = f"{v:.2e}".split("e")
-        return f"{mant}e{int(exp)}"
+        from embscope.text.numbers import plain
+
+        return plain(v)
     else:
         decimals = 4 if a < 1 else 3 - int(math.floor(math.log10(a)))
         text = f"{v:.{decimals}f}"
@@ -132,6 +135,9 @@ def _env():
     env.filters["fmt"] = fmt
     env.filters["gib"] = gib
     env.filters["pct"] = pct
+    help_ = column_help()
+    env.filters["label"] = lambda col, table: help_.get(table, {}).get(col, {}).get("label") or str(col).replace("_", " ")
+    env.filters["tip"] = lambda col, table: help_.get(table, {}).get(col, {}).get("tip", "")
     return env
 
 
@@ -151,7 +157,7 @@ def render_html(out_dir: Path) -> str:
         tokens=payload["tokens"],
         languages=payload["languages"],
         candidates=payload["candidates"],
-        double_cost=DOUBLE_COST,
+        double_cost=DOUBLE_COST, glossary=GLOSSARY, reasons=REASONS,
         atlas_cmd="embscope export atlas . && " + atlas_command("atlas/tokens.parquet"),
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         renderer_version=__version__,  # for a summary.json without a version

@@ -71,6 +71,37 @@ STRATEGY_COLUMNS = ("score", "score_corpus", "score_general", "score_reading", "
                     "kl", "kl_max", "new_token_mass", "new_token_mass_max")
 
 
+#: the strategy figures in tables narrow enough to show every column at once: what ``--init auto``
+#: ranks by, what a new row means to the model, what it costs in bits, what it disturbs, what the
+#: rows look like; a figure no group names goes into a last table
+STRATEGY_GROUPS = (
+    ("Score (bits per byte, lower is better)", ("score", "score_corpus", "score_general", "score_reading", "score_bytes")),
+    ("Fidelity: the model after the new token against after its old pieces",
+     ("fidelity_kl", "fidelity_kl_p90", "fidelity_top1", "fidelity_kl_after", "fidelity_top1_after",
+      "fidelity_contexts", "fidelity_after_positions")),
+    ("Bits per byte on held-out corpus text and on general text",
+     ("bits_per_byte", "bits_per_byte_se", "bits_per_byte_change", "bits_per_byte_change_se", "tokens_per_byte",
+      "tokens_per_byte_change", "general_bits_per_byte", "general_bits_per_byte_change",
+      "general_bits_per_byte_change_se")),
+    ("Disturbance of old text", ("kl", "kl_max", "new_token_mass", "new_token_mass_max", "disturbance_positions")),
+    ("The new rows themselves", ("norm_percentile_median", "norm_percentile_min", "norm_percentile_max",
+                                 "nearest_cosine_median", "output_norm_percentile_median",
+                                 "output_nearest_cosine_median")),
+)
+
+
+def strategy_groups(columns: list[str]) -> list[dict[str, Any]]:
+    """:data:`STRATEGY_GROUPS` with the figures some strategy measured; the rest in a last group.
+
+    >>> [(g["title"][:5], g["columns"]) for g in strategy_groups(["kl", "score", "new_thing"])]
+    [('Score', ['score']), ('Distu', ['kl']), ('Other', ['new_thing'])]
+    """
+    named = {c for _, cols in STRATEGY_GROUPS for c in cols}
+    groups = [(t, [c for c in cols if c in columns]) for t, cols in STRATEGY_GROUPS]
+    groups.append(("Other figures", [c for c in columns if c not in named]))
+    return [{"title": t, "columns": cols} for t, cols in groups if cols]
+
+
 def extension_view(ext) -> dict[str, Any]:
     """Extension record with strategies split into scalar columns (those some strategy measured,
     :data:`STRATEGY_COLUMNS` first) and nearest-token examples."""
@@ -88,6 +119,7 @@ def extension_view(ext) -> dict[str, Any]:
                        for t, near in list(r.examples.items())[:4]}
                 for name, r in ext.strategies.items() if r.examples}
     view["strategies"] = strategies
+    view["strategy_groups"] = strategy_groups(cols)
     view["examples"] = examples
     return view
 

@@ -12,9 +12,13 @@ from embscope.sections.base import Inputs, SectionOutput, section
 
 @section("context", record=ContextSummary, reads=("model",))
 def context_section(inputs: Inputs) -> SectionOutput:
-    """``ContextSummary`` of the model's config; skipped for tokenizer-only runs."""
+    """``ContextSummary`` of the model's config (the embedding sized in its stored dtype, and the
+    matrix's rows as the vocabulary when the config states none); skipped for tokenizer-only runs."""
     from embscope.context import context_summary
 
     if inputs.model is None:
         return SectionOutput(skipped="no model: a tokenizer-only run has no config")
-    return SectionOutput(record=context_summary(inputs.model.config, stored_dtype=inputs.model.dtype))
+    config = inputs.model.config
+    if not config.get("vocab_size"):  # a GGUF's config may not say: the matrix's rows are the vocabulary
+        config = {**config, "vocab_size": inputs.model.n_rows}
+    return SectionOutput(record=context_summary(config, stored_dtype=inputs.model.dtype))

@@ -1,5 +1,5 @@
 /* embscope report, part 1 of 4 (data, display rule, DOM helpers, colours, sortable tables). The renderer joins the parts, in order, inside one
-   function scope: no globals but window.embscopeDisplayToken. Plain DOM, canvas and SVG; no
+   function scope: no globals but window.embscopeDisplayToken and window.embscopeFmt. Plain DOM, canvas and SVG; no
    third-party code, no network. Untrusted text (tokens, terms, names) is only ever written with
    textContent, after displayToken(). */
   var DATA = JSON.parse(document.getElementById("embscope-data").textContent);
@@ -36,7 +36,8 @@
     return e;
   }
   /* Same rule as embscope.report.render.fmt: thousands separators from 1,000 up, four
-     significant digits below (trailing zeros dropped), scientific only under 5e-5, never "-0". */
+     significant digits below (trailing zeros dropped), under 5e-5 two significant digits as plain
+     decimals (never scientific notation; under 1e-9 "< 0.000000001"), never "-0". */
   function noNegZero(t) { return /^-[0.]*$/.test(t) ? t.slice(1) : t; }
   function fmt(v) {
     if (v === null || v === undefined || (typeof v === "number" && !isFinite(v))) return "—";
@@ -45,12 +46,14 @@
       if (Number.isInteger(v)) return v === 0 ? "0" : v.toLocaleString("en-US");
       var a = Math.abs(v);
       if (a >= 1000) return noNegZero(v.toLocaleString("en-US", { maximumFractionDigits: 0 }));
-      if (a < 5e-5) return v.toExponential(2).replace("e+", "e");
+      if (a < 1e-9) return (v < 0 ? "-" : "") + "< 0.000000001";
+      if (a < 5e-5) return noNegZero(v.toFixed(1 - Math.floor(Math.log10(a))).replace(/\.?0+$/, ""));
       var d = a < 1 ? 4 : 3 - Math.floor(Math.log10(a));
       return noNegZero(v.toFixed(d).replace(/\.?0+$/, ""));
     }
     return displayToken(String(v));
   }
+  window.embscopeFmt = fmt;  /* for the tests: the same rule as embscope.report.render.fmt */
   /* Fixed decimals for a table column (aligned digits), never "-0.000". */
   function fmtFixed(v, d) {
     if (typeof v !== "number" || !isFinite(v)) return fmt(v);
@@ -115,7 +118,26 @@
           return desc ? -c : c;
         });
         order.forEach(function (i) { body.appendChild(rows[i]); });
+        if (table.__repage) table.__repage();
       });
     });
+  }
+
+  /* ---- long tables: the first rows and a button for the rest (no inner scroll box) ---- */
+  function pageTable(table, size) {
+    var body = table.tBodies[0];
+    if (!body || body.rows.length <= size) return;
+    var expanded = false, n = body.rows.length;
+    var btn = el("button", "more");
+    btn.type = "button";
+    function repage() {
+      Array.prototype.forEach.call(body.rows, function (row, i) { row.hidden = !expanded && i >= size; });
+      btn.textContent = expanded ? "Show the first " + size + " rows" : "Show all " + n.toLocaleString("en-US") + " rows";
+    }
+    btn.addEventListener("click", function () { expanded = !expanded; repage(); });
+    table.__repage = repage;
+    var box = table.parentNode.classList.contains("tablewrap") ? table.parentNode : table;
+    box.parentNode.insertBefore(btn, box.nextSibling);
+    repage();
   }
 

@@ -1,5 +1,5 @@
 /* embscope report, part 3 of 4 (histograms, RoPE wavelengths, KV cache, embedding share). The renderer joins the parts, in order, inside one
-   function scope: no globals but window.embscopeDisplayToken. Plain DOM, canvas and SVG; no
+   function scope: no globals but window.embscopeDisplayToken and window.embscopeFmt. Plain DOM, canvas and SVG; no
    third-party code, no network. Untrusted text (tokens, terms, names) is only ever written with
    textContent, after displayToken(). */
   /* ---- generic SVG charts ---- */
@@ -28,8 +28,14 @@
       svg.appendChild(sv("text", { x: bx(t), y: f.m.t + f.ih + 16, "text-anchor": "middle" }, fmt(t)));
     });
     svg.appendChild(sv("line", { x1: f.m.l, x2: f.w - f.m.r, y1: f.m.t + f.ih, y2: f.m.t + f.ih, stroke: "#98a2b3" }));
-    svg.appendChild(sv("text", { x: f.m.l + f.iw / 2, y: f.h - 2, "text-anchor": "middle" }, "L2 norm · count on log scale" + (h.flagged ? " · flagged rows in orange" : "")));
+    var anyFlagged = (h.flagged || []).some(function (c) { return c > 0; });
+    svg.appendChild(sv("text", { x: f.m.l + f.iw / 2, y: f.h - 2, "text-anchor": "middle" }, "L2 norm · count on log scale" + (anyFlagged ? " · flagged rows in orange" : "")));
     box.textContent = ""; box.appendChild(svg);
+    if (h.equal) {  /* a normalised matrix: say so, the bars alone suggest a spread that is not there */
+      var p = el("p", "caution small equal-norms", "The norms are all about equal: every row lies between " + fmt(h.min) + " and " + fmt(h.max) +
+        " (a spread of " + (h.spread * 100).toPrecision(2) + " % of the median), so the norm tells nothing about which rows were trained here; the other indicators decide.");
+      box.appendChild(p);
+    }
   }
 
   function wavelengthChart(ctx) {
@@ -92,7 +98,7 @@
     if (!at || !Object.keys(at).length) { noData(box, "no KV-cache sizes in the context summary"); return; }
     var keys = Object.keys(at), maxB = 0;
     keys.forEach(function (k) { ["bf16", "fp8"].forEach(function (d) { if ((at[k] || {})[d] > maxB) maxB = at[k][d]; }); });
-    var f = frame(560, 250, { l: 58, r: 10, t: 12, b: 40 });
+    var f = frame(560, 262, { l: 58, r: 10, t: 24, b: 40 });  /* the key above the bars, never on them */
     var svg = sv("svg", { viewBox: "0 0 " + f.w + " " + f.h, role: "img" });
     var unit = maxB >= 1073741824 ? [1073741824, "GiB"] : [1048576, "MiB"];
     var yv = function (b) { return f.m.t + f.ih - b / (maxB || 1) * f.ih; };
@@ -117,11 +123,11 @@
       var label = /^\d+$/.test(k) ? (+k >= 1024 ? (+k / 1024) + "k" : k) : displayToken(k);
       svg.appendChild(sv("text", { x: cx, y: f.m.t + f.ih + 16, "text-anchor": "middle" }, label + (past ? " (past)" : "")));
     });
-    svg.appendChild(sv("rect", { x: f.m.l + 4, y: f.m.t, width: 10, height: 10, fill: "#2f6fde" }));
-    svg.appendChild(sv("text", { x: f.m.l + 18, y: f.m.t + 9 }, "bf16"));
-    svg.appendChild(sv("rect", { x: f.m.l + 56, y: f.m.t, width: 10, height: 10, fill: "#93c5fd" }));
-    svg.appendChild(sv("text", { x: f.m.l + 70, y: f.m.t + 9 }, "fp8"));
-    if (pastDrawn) svg.appendChild(sv("text", { x: f.m.l + 104, y: f.m.t + 9 }, "faded: past the model's context (" + fmt(ctx.max_positions) + ")"));
+    svg.appendChild(sv("rect", { x: f.m.l + 4, y: 4, width: 10, height: 10, fill: "#2f6fde" }));
+    svg.appendChild(sv("text", { x: f.m.l + 18, y: 13 }, "bf16"));
+    svg.appendChild(sv("rect", { x: f.m.l + 56, y: 4, width: 10, height: 10, fill: "#93c5fd" }));
+    svg.appendChild(sv("text", { x: f.m.l + 70, y: 13 }, "fp8"));
+    if (pastDrawn) svg.appendChild(sv("text", { x: f.m.l + 104, y: 13 }, "faded: past the model's context (" + fmt(ctx.max_positions) + ")"));
     svg.appendChild(sv("text", { x: f.m.l + f.iw / 2, y: f.h - 4, "text-anchor": "middle" }, "context length (tokens)"));
     box.textContent = ""; box.appendChild(svg);
   }

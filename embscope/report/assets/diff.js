@@ -1,6 +1,6 @@
 /* embscope report, the "What training changed" section (the diff's token map and per-language drift
    chart). The renderer joins the parts, in order, inside one function scope: no globals but
-   window.embscopeDisplayToken. Plain DOM, canvas and SVG; no third-party code, no network.
+   window.embscopeDisplayToken and window.embscopeFmt. Plain DOM, canvas and SVG; no third-party code, no network.
    Untrusted text (tokens, languages) is only ever written with textContent, after displayToken(). */
   var DIFF_STATES = [["#c7ced9", "unmoved"], ["#2f6fde", "moved"], ["#e8590c", "new, moved"], ["#c2255c", "new, unmoved"]];
   function diffMap() {
@@ -12,11 +12,12 @@
     document.getElementById("diff-map-note").textContent = "BASE's first two principal components (new rows at their tuned row). " +
       (m.n_shown < m.n_total ? "Showing " + m.n_shown.toLocaleString("en-US") + " of " + m.n_total.toLocaleString("en-US") +
         " rows: every new row, moved rows and a sample of the unmoved. " : "") + m.n_moved.toLocaleString("en-US") + " rows moved. Hover a point to see its token.";
-    DIFF_STATES.forEach(function (st) {
+    DIFF_STATES.forEach(function (st, k) {  /* the key names only the kinds of point drawn */
+      if (m.state.indexOf(k) < 0) return;
       var s = el("span"), sw = el("span", "sw"); sw.style.background = st[0]; s.appendChild(sw);
       s.appendChild(document.createTextNode(st[1])); legend.appendChild(s);
     });
-    if (m.used) legend.appendChild(el("span", null, "· rows the data uses are outlined"));
+    if (m.used && m.used.some(function (u) { return u; })) legend.appendChild(el("span", null, "· rows the data uses are outlined"));
     var minX = Infinity, maxX = -Infinity, minY = Infinity, maxY = -Infinity, i;
     for (i = 0; i < n; i++) {
       minX = Math.min(minX, m.x[i]); maxX = Math.max(maxX, m.x[i]); minY = Math.min(minY, m.y[i]); maxY = Math.max(maxY, m.y[i]);
@@ -69,7 +70,9 @@
     var top = Math.max.apply(null, rows.map(function (r) { return r.moved_share || 0; })) || 1;
     rows.forEach(function (r, k) {
       var y = f.m.t + k * rowH, w = (r.moved_share || 0) / top * f.iw;
-      svg.appendChild(sv("text", { x: f.m.l - 6, y: y + rowH - 4, "text-anchor": "end" }, displayToken(r.language)));
+      var label = sv("text", { x: f.m.l - 6, y: y + rowH - 4, "text-anchor": "end" }, displayToken(r.language));
+      if (r.name) label.appendChild(sv("title", {}, displayToken(r.name)));
+      svg.appendChild(label);
       svg.appendChild(sv("rect", { x: f.m.l, y: y + 2, width: Math.max(w, 0.5), height: rowH - 4, fill: "#2f6fde", opacity: 0.8 }));
       svg.appendChild(sv("text", { x: f.m.l + w + 4, y: y + rowH - 4 }, fmt(100 * (r.moved_share || 0)) + " %"));
     });

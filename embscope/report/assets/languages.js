@@ -1,51 +1,64 @@
 /* embscope report, part 4 of 4 (language heatmap or bars, then drawing everything). The renderer joins the parts, in order, inside one
-   function scope: no globals but window.embscopeDisplayToken. Plain DOM, canvas and SVG; no
+   function scope: no globals but window.embscopeDisplayToken and window.embscopeFmt. Plain DOM, canvas and SVG; no
    third-party code, no network. Untrusted text (tokens, terms, names) is only ever written with
    textContent, after displayToken(). */
-  /* ---- languages heatmap ---- */
+  /* ---- languages heatmap (several tokenizers) or sorted bars (one) ---- */
   var METRIC_HELP = { fertility: "tokens per word (lower is cheaper)", parity: "tokens relative to the reference language (1 = same cost)",
     tokens_per_char: "tokens per character (lower is cheaper)", bytes_per_token: "UTF-8 bytes per token (higher is cheaper)",
     continued_word_rate: "share of words split into 2+ tokens", single_token_word_rate: "share of words that are one token",
     unk_rate: "share of unknown tokens", byte_fallback_rate: "share of byte-fallback tokens", vocab_utilisation: "share of the vocabulary used" };
   var HIGHER_BETTER = { bytes_per_token: 1, single_token_word_rate: 1, roundtrip: 1, vocab_utilisation: 1 };
+  /* metrics whose denominator is a word: a language counted per character, cluster or syllable
+     (Thai, Chinese, Tibetan …) is ranked apart on them, never beside the per-word languages */
+  var PER_WORD = { fertility: 1, continued_word_rate: 1, single_token_word_rate: 1 };
   function languages() {
     var L = DATA.languages || {}, table = document.getElementById("lang-heat");
     if (!table) return;
     if (L.reason || !L.rows) return;
     var sel = document.getElementById("lang-metric"), note = document.getElementById("lang-note");
-    var skip = { tokenizer: 1, language: 1, script: 1, words: 1, chars: 1, bytes: 1, tokens: 1 };
+    var skip = { tokenizer: 1, language: 1, language_name: 1, script: 1, words: 1, chars: 1, bytes: 1, tokens: 1,
+      parity_units: 1, texts: 1 };
+    var help = (DATA.help || {}).languages || {};
     var metrics = L.columns.filter(function (c) { return !skip[c] && L.rows.some(function (r) { return typeof r[c] === "number"; }); });
     ["fertility", "parity"].reverse().forEach(function (pref) {
       var k = metrics.indexOf(pref); if (k > 0) { metrics.splice(k, 1); metrics.unshift(pref); }
     });
-    metrics.forEach(function (c) { var o = el("option", null, c); o.value = c; sel.appendChild(o); });
-    var toks = [], langs = [];
+    metrics.forEach(function (c) { var o = el("option", null, (help[c] || {}).label || c); o.value = c; sel.appendChild(o); });
+    var toks = [], langs = [], info = {};
     L.rows.forEach(function (r) {
       if (toks.indexOf(r.tokenizer) < 0) toks.push(r.tokenizer);
-      if (langs.indexOf(r.label) < 0) langs.push(r.label);
+      if (langs.indexOf(r.label) < 0) { langs.push(r.label); info[r.label] = r; }
     });
+    function name(lang) { var r = info[lang]; return displayToken(r.display || lang) + (r.per_word === false ? " *" : ""); }
+    function unitNote(lang) { var r = info[lang]; return r.per_word === false ? "counted per " + displayToken(r.unit) : ""; }
     function draw() {
-      var metric = sel.value, vals = {}, lo = Infinity, hi = -Infinity;
+      var metric = sel.value, vals = {}, lo = Infinity, hi = -Infinity, apart = !!PER_WORD[metric];
       L.rows.forEach(function (r) {
         var v = r[metric]; vals[r.tokenizer + "\u0000" + r.label] = v;
         if (typeof v === "number") { if (v < lo) lo = v; if (v > hi) hi = v; }
       });
-      note.textContent = METRIC_HELP[metric] || "";
+      note.textContent = METRIC_HELP[metric] || (help[metric] || {}).tip || "";
       table.textContent = "";
-      var bars = document.getElementById("lang-bars");
-      if (bars) bars.parentNode.removeChild(bars);
+      var old = document.getElementById("lang-bars");
+      if (old) old.parentNode.removeChild(old);
       var key0 = function (lang) { var v = vals[toks[0] + "\u0000" + lang]; return typeof v === "number" ? v : Infinity; };
-      langs.sort(function (a, b) { return key0(a) - key0(b); });
+      var sep = function (lang) { return apart && info[lang].per_word === false ? 1 : 0; };
+      langs.sort(function (a, b) { return sep(a) - sep(b) || key0(a) - key0(b); });
+      var firstApart = langs.findIndex(function (lang) { return sep(lang) === 1; });
+      var apartText = "* counted per character, cluster or syllable (scripts written without spaces): tokens per " +
+        "such unit, not per word, so ranked apart from the languages above";
       var shade = function (v) {
         if (metric === "parity") return Math.min(Math.max((v - 0.8) / 2.2, 0), 1);
         var t = (v - lo) / ((hi - lo) || 1); return HIGHER_BETTER[metric] ? 1 - t : t;
       };
       if (toks.length === 1) {  /* one tokenizer: sorted bars read better than a one-column heatmap */
         table.parentNode.hidden = true;
-        bars = el("div", "bars"); bars.id = "lang-bars";
-        langs.forEach(function (lang) {
-          var v = vals[toks[0] + "\u0000" + lang], row = el("div", "barrow");
-          row.appendChild(el("span", "lbl", displayToken(lang)));
+        var bars = el("div", "bars"); bars.id = "lang-bars";
+        langs.forEach(function (lang, k) {
+          if (k === firstApart) bars.appendChild(el("div", "barsep", apartText));
+          var v = vals[toks[0] + "\u0000" + lang], row = el("div", "barrow" + (sep(lang) ? " apart" : ""));
+          var lbl = el("span", "lbl", name(lang)); lbl.title = displayToken(info[lang].display || lang) + (unitNote(lang) ? " · " + unitNote(lang) : "");
+          row.appendChild(lbl);
           var track = el("span", "track"), fill = el("span", "fill");
           if (typeof v === "number") { fill.style.width = Math.max(v / (hi || 1) * 100, 0.5) + "%"; fill.style.background = ramp(["#9fd3b0", "#f5d77a", "#f4a582", "#d6604d"], shade(v)); }
           track.appendChild(fill); row.appendChild(track);
@@ -55,12 +68,16 @@
         table.parentNode.parentNode.insertBefore(bars, table.parentNode);
         return;
       }
+      table.parentNode.hidden = false;
       var head = el("tr"); head.appendChild(el("th", null, "language \\ tokenizer"));
       toks.forEach(function (t) { head.appendChild(el("th", null, displayToken(t))); });
       var thead = el("thead"); thead.appendChild(head); table.appendChild(thead);
       var tbody = el("tbody");
-      langs.forEach(function (lang) {
-        var tr = el("tr"); tr.appendChild(el("th", null, displayToken(lang)));
+      langs.forEach(function (lang, k) {
+        if (k === firstApart) {
+          var s = el("tr", "sep"), c = el("td", null, apartText); c.colSpan = toks.length + 1; s.appendChild(c); tbody.appendChild(s);
+        }
+        var tr = el("tr"), th = el("th", null, name(lang)); th.title = unitNote(lang); tr.appendChild(th);
         toks.forEach(function (t) {
           var v = vals[t + "\u0000" + lang], td = el("td", null, typeof v === "number" ? fmt(v) + (metric === "parity" ? "×" : "") : "—");
           if (typeof v === "number") {
@@ -94,4 +111,7 @@
   safe("kv", function () { kvChart(ctx); });
   safe("share", shareBar);
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), makeSortable);
+  Array.prototype.forEach.call(document.querySelectorAll("table.paged"), function (t) {
+    pageTable(t, parseInt(t.getAttribute("data-page"), 10) || 20);
+  });
   document.documentElement.setAttribute("data-rendered", "1");
