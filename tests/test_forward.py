@@ -103,6 +103,37 @@ def test_a_busy_probe_does_not_pin_the_run_to_one_thread(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_stale_one_thread_verdict_is_measured_again_in_the_chosen_dtype_only(monkeypatch):
+    """On a CPU that emulates bf16, the re-measurement of a one-thread verdict times float32 alone
+    (an emulated bf16 product at a 7B width costs ~0.6 s a run) and keeps bf16's earlier rates."""
+    from embscope import machine
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    clock, timed = [1000.0], []
+    monkeypatch.setattr(machine.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(machine, "_CACHE", {})
+    busy = [True]
+
+    def product(dtype, d, t):  # AVX2: bf16 a fifth of float32; two threads lose while a core is busy
+        timed.append(dtype)
+        rate = 100.0 if t == 1 else (80.0 if busy[0] else 190.0)
+        return rate / 5 if dtype == torch.bfloat16 else rate
+
+    monkeypatch.setattr(machine, "_time_product", product)
+    try:
+        first = machine.gemm_rates(3584)
+        assert first.threads["float32"] == 1 and torch.bfloat16 in timed
+        timed.clear()
+        busy[0] = False
+        clock[0] += 2 * machine.REPROBE_SECONDS
+        again = machine.gemm_rates(3584)
+        assert again.threads["float32"] == 2 and set(timed) == {torch.float32}
+        assert again.gflops["bfloat16@1"] == first.gflops["bfloat16@1"]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_nearest_rows_in_bf16_equals_float32_inside_a_collapsed_cluster(smollm2_model):
     """The bf16 screen with its survivors scored in float32 gives the float32 search's neighbours,
     also for queries inside a planted cluster of near-identical rows (where bf16 cannot tell the
