@@ -168,10 +168,12 @@ def _time_ops(dtype, d: int, threads: int) -> float:
 
 
 def others_running(samples: int = 9, gap: float = 0.002) -> int | None:
-    """Runnable threads of other processes now: the median over ``samples`` reads of the kernel's
-    ``procs_running`` (``/proc/stat``, every runnable thread of the machine), less the thread
-    reading it, ``gap`` seconds apart after a short pause (this process's own pool threads stop
-    spinning); None where there is no ``/proc/stat``."""
+    """Runnable threads of other processes now: the median over ``samples`` reads, ``gap`` seconds
+    apart after a short pause, of the kernel's ``procs_running`` (``/proc/stat``: every runnable
+    thread of the machine) less this process's own runnable threads (``/proc/self/task/*/stat``
+    state ``R``: the reading thread, and an OpenMP worker still spinning after the last parallel
+    region, which subtracting only the reader counted as another process's: on a quiet machine a
+    step then ran on one thread); None where there is no ``/proc/stat``."""
     import statistics
 
     counts = []
@@ -179,11 +181,26 @@ def others_running(samples: int = 9, gap: float = 0.002) -> int | None:
     try:
         for _ in range(samples):
             with open("/proc/stat", encoding="ascii") as f:
-                counts.append(next(int(line.split()[1]) for line in f if line.startswith("procs_running")) - 1)
+                total = next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
+            counts.append(max(0, total - _own_running()))
             time.sleep(gap)
     except (OSError, StopIteration, ValueError):
         return None
     return int(statistics.median(counts))
+
+
+def _own_running() -> int:
+    """This process's threads in state ``R`` (running or runnable), at least 1 (the caller)."""
+    import os
+
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat", encoding="ascii", errors="replace") as f:
+                n += f.read().rsplit(")", 1)[1].split()[0] == "R"
+        except (OSError, IndexError):  # the thread ended between the listing and the read
+            continue
+    return max(n, 1)
 
 
 def _cores() -> int:

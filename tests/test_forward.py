@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -162,3 +164,30 @@ def test_nearest_rows_in_bf16_equals_float32_inside_a_collapsed_cluster(smollm2_
     # the same neighbours up to ties (SmolLM2 holds duplicate rows): the k best cosines agree
     assert torch.allclose(exact(i).sort(1).values, exact(ref_i).sort(1).values, atol=1e-6)
     assert (i == ref_i).all(1).float().mean() > 0.9
+
+
+def test_own_busy_threads_are_not_counted_as_another_process():
+    """A thread of this process busy in a product is runnable (state R): it is one of this
+    process's own running threads, which others_running subtracts from the machine's count."""
+    import threading
+
+    import numpy as np
+
+    from embscope import machine
+
+    stop = threading.Event()
+    a = np.random.default_rng(0).standard_normal((400, 400))
+
+    def busy():
+        while not stop.is_set():
+            a @ a  # releases the GIL: runnable beside the reader
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        time.sleep(0.05)
+        assert max(machine._own_running() for _ in range(20)) >= 2
+    finally:
+        stop.set()
+        t.join()
+    assert machine._own_running() >= 1
