@@ -84,19 +84,47 @@ def run(cmd: list[str], env: dict) -> tuple[float, float, subprocess.CompletedPr
     return wall, cpu, res
 
 
+#: the audit process, with every step's CPU seconds (this process, all its threads: the map's
+#: layout process is not in them) beside its wall seconds, and the GEMM-rate probe's figures of
+#: this CPU at the model's width (the probe the run's dtype and thread choices were made from)
+AUDIT = r"""
+import json, resource, sys, time
+from contextlib import contextmanager
+from embscope import progress
+from embscope.cli import main
+
+steps, plain = [], progress.Steps.step
+
+@contextmanager
+def step(self, name, description=None):
+    w, c = time.perf_counter(), time.process_time()
+    with plain(self, name, description) as handle:
+        yield handle
+    steps.append((name, round(time.perf_counter() - w, 2), round(time.process_time() - c, 2)))
+
+progress.Steps.step = step
+rc = main(sys.argv[2:])
+import torch
+from embscope.machine import gemm_rates
+rates = gemm_rates(int(sys.argv[1]))
+sys.stderr.write("\nPROFILE " + json.dumps({"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "steps": steps, "capability": torch.backends.cpu.get_cpu_capability(), "gflops": rates.gflops}) + "\n")
+sys.exit(rc)
+"""
+#: the models' hidden widths (the probe's width)
+WIDTH = {"smollm2-135m": 576, "qwen2-7b": 3584}
+
+
 def audit_once(model: str, out: Path, env: dict) -> dict:
-    cmd = [sys.executable, "-c",
-           "import resource, sys, json; from embscope.cli import main; rc = main(sys.argv[1:]); "
-           "sys.stderr.write('\\nRSS ' + str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) + '\\n'); "
-           "sys.exit(rc)",
+    cmd = [sys.executable, "-c", AUDIT, str(WIDTH.get(model, 1024)),
            "audit", "--model", model, "--corpus", "corpora/medical", "--out", str(out), "--force"]
     load0 = os.getloadavg()[0]
     wall, cpu, res = run(cmd, env)
-    rss = int(res.stderr.rsplit("RSS ", 1)[1].split()[0])
+    prof = json.loads(res.stderr.rsplit("PROFILE ", 1)[1].splitlines()[0])
     summary = json.loads((out / "summary.json").read_text())
     geo = (summary["sections"].get("tokens") or {}).get("geometry") or {}
-    return {"wall": wall, "cpu": cpu, "rss": rss, "timings": summary.get("timings", {}), "knn": geo.get("knn"),
-            "layout": geo.get("layout"), "verification": geo.get("verification"),
+    return {"wall": wall, "cpu": cpu, "rss": prof["rss"], "timings": summary.get("timings", {}), "knn": geo.get("knn"),
+            "layout": geo.get("layout"), "verification": geo.get("verification"), "profile": prof,
             "load": (load0, os.getloadavg()[0])}
 
 
@@ -183,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{v.get('n_checked')} rows {v.get('forward_dtype')} on {v.get('threads')} thread(s), "
                   f"{v.get('rechecked_float32')} re-checked in float32; map {lay.get('seconds')} s "
                   f"(waited {r['timings'].get('map', 0):.1f} s), preservation {lay.get('neighbor_preservation')} |")
+            prof = r["profile"]
+            print(f"|  | | | | | torch {prof['capability']}; probe GFLOPS " + ", ".join(
+                f"{k} {v:.0f}" for k, v in sorted(prof["gflops"].items())) + "; per step wall / CPU s: " + ", ".join(
+                f"{n} {w:.1f} / {c:.1f}" for n, w, c in prof["steps"]) + " |")
         else:
             note = " (kNN extrapolated from 2000 queries)" if r["extrapolated"] else ""
             print(f"| {name} | {r['load'] + r['knn']:.1f} | | {gib(r['rss'])} | | load {r['load']:.1f}, "

@@ -59,14 +59,15 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=200)
     ap.add_argument("--init", default="auto", help="comma-separated specs")
     ap.add_argument("--bpb-bytes", type=int, default=24 * 1024, help="held-out corpus bytes (audit: 4096)")
-    ap.add_argument("--distil-budget", type=float, default=None, help="seconds (default: extend's, 0 with --bpb-bytes 4096)")
+    ap.add_argument("--distil-work", type=float, default=None,
+                    help="10^12 multiply-adds (default: extend's, 0 with --bpb-bytes 4096)")
     ap.add_argument("--json", default=None, help="also write the summary and the timings here")
     args = ap.parse_args()
 
     import embscope
     from embscope.extension import suggest
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES, plan_for
-    from embscope.extension.extension import AUDIT_DISTIL_BUDGET, DISTIL_BUDGET
+    from embscope.extension.extension import AUDIT_DISTIL_WORK, DISTIL_WORK
     from embscope.records import to_json
 
     steps = Timed()
@@ -74,11 +75,11 @@ def main() -> None:
     model = embscope.load_model(args.model)
     load = (time.perf_counter() - w0, cpu() - c0)
     w1, c1 = time.perf_counter(), cpu()
-    budget = args.distil_budget
+    budget = args.distil_work
     if budget is None:
-        budget = AUDIT_DISTIL_BUDGET if args.bpb_bytes == AUDIT_CORPUS_BYTES else DISTIL_BUDGET
+        budget = AUDIT_DISTIL_WORK if args.bpb_bytes == AUDIT_CORPUS_BYTES else DISTIL_WORK
     res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), steps=steps,
-                  plan=plan_for(args.bpb_bytes), distil_budget=budget)
+                  plan=plan_for(args.bpb_bytes), distil_work=budget)
     total = (time.perf_counter() - w1, cpu() - c1)
     print(f"model {args.model}: {res.summary.tokens_added} new tokens; load {load[0]:.1f} s wall, "
           f"{load[1]:.1f} s CPU")

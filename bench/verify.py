@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     import embscope
     from embscope.geometry.token_probs import MAX_PROB_CUT, max_probs, prompt_probs
     from embscope.geometry.verify import build_prompts, placeholder_token
-    from embscope.models.forward import bf16_gain, low_precision_copy, model_shape
+    from embscope.machine import gemm_rates
+    from embscope.models.forward import low_precision_copy, model_shape
     from embscope.models.fullmodel import load_causal_lm
 
     model = embscope.load_model(args.model, device="cpu")
@@ -58,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = sorted(int(r) for r in rows)
     prompts = build_prompts(model, placeholder_token(model.vocab, model.categories))
     threads = torch.get_num_threads()
-    gains = []
-    for n in sorted({1, threads}):
-        torch.set_num_threads(n)
-        gains.append(f"{n} thread(s) {bf16_gain(*model_shape(lm)):.1f}x")
+    rates = gemm_rates(model_shape(lm)[0]).gflops
+    gains = [f"{n} thread(s) {rates.get(f'bfloat16@{n}', 0) / max(rates.get(f'float32@{n}', 1e-9), 1e-9):.1f}x"
+             for n in sorted({1, threads})]
     print(f"{args.model}: {len(rows)} rows x {len(prompts)} prompts x 3 steps; bf16 copy {copy_s:.2f} s; "
-          f"load average {os.getloadavg()[0]:.1f}; bf16 GEMM gain at the MLP shape: {', '.join(gains)}", flush=True)
+          f"load average {os.getloadavg()[0]:.1f}; bf16 GEMM gain at the hidden width (embscope.machine): "
+          f"{', '.join(gains)}", flush=True)
     values: dict[str, dict[int, float]] = {}
     print("\n| model | body | threads | wall s | CPU s | s per row | vs float32 (same threads) |\n|---|---|---|---|---|---|---|")
     base: dict[int, float] = {}

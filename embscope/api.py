@@ -107,7 +107,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # scan (verify: automatic) and repair
           scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = True, threshold: float = 4.0,
           unused_ids: Sequence[int] | None = None, verify: int | None = None, verify_sample: str = "top",
-          verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
+          verify_work: float | None = None, cache_dir: str | Path | None = None,
           repair_to: str | Path | None = None, repair_init: str = "subword-mean",
           # corpora
           sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
@@ -116,7 +116,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # extension
           top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
           diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-          distil_budget: float | None = None,
+          distil_work: float | None = None,
           # the check of ``data``
           data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
@@ -144,11 +144,11 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
         ['context', 'tokens', 'extension']
     """
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES
-    from embscope.extension.extension import AUDIT_DISTIL_BUDGET
+    from embscope.extension.extension import AUDIT_DISTIL_WORK
 
     langs, notes = _languages(languages, "languages=")
     options = _options(locals(), bpb_bytes=AUDIT_CORPUS_BYTES if bpb_bytes is None else bpb_bytes,  # a smaller
-                       distil_budget=AUDIT_DISTIL_BUDGET if distil_budget is None else distil_budget)  # extension
+                       distil_work=AUDIT_DISTIL_WORK if distil_work is None else distil_work)  # extension
     return run(model, sections=("context", "tokens", "languages", "extension", "finetune", "repair"),
                languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
                options=options, command="audit", verbose=verbose, warnings=notes)
@@ -159,7 +159,7 @@ def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = Fals
          device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
          scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = True, threshold: float = 4.0,
          unused_ids: Sequence[int] | None = None, verify: int | None = 0, verify_sample: str = "top",
-         verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
+         verify_work: float | None = None, cache_dir: str | Path | None = None,
          repair_to: str | Path | None = None, repair_init: str = "subword-mean",
          text_field: str = "text", limits: Sequence[str] = ()) -> RunResult:
     """Under-trained and isolated rows: indicators, kNN graph, 2-D map (the tokens section).
@@ -184,7 +184,7 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
           device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
           scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = False, threshold: float = 4.0,
           unused_ids: Sequence[int] | None = None, verify: int | None = 0, verify_sample: str = "top",
-          verify_time_cap: float | None = None, cache_dir: str | Path | None = None,
+          verify_work: float | None = None, cache_dir: str | Path | None = None,
           repair_to: str | Path | None = None, repair_init: str = "subword-mean",
           engine: str = "local", workers: int | None = None, ray_address: str | None = None,
           text_field: str = "text", limits: Sequence[str] = (),
@@ -316,7 +316,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
            tokens: str | Path | None = None, verbose: bool | None = None,
            top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
            diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-           distil_budget: float | None = None,
+           distil_work: float | None = None,
            device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",

@@ -28,7 +28,11 @@ from embscope.verdict import BottomLine
 #: bumped when a field changes meaning or type; the report refuses folders of another version.
 #: 4: ``parameters.layout`` is ``parameters.map`` (the option ``--no-map`` sets)
 #: 5: ``bottom_line``; ``sections.tokens.geometry.flagged.by_reason`` counts the flagged normal rows
-SCHEMA_VERSION = 5
+#: 6: budgets in work, not seconds: ``parameters.verify_work`` and ``parameters.distil_work`` (were
+#: ``verify_time_cap`` and ``distil_budget``), the verification's ``work_budget``, ``work`` and
+#: ``stopped_at_budget`` (were ``time_cap_s`` and ``stopped_at_cap``), the extension's
+#: ``distil_work_budget`` and ``distil_work`` (was ``distil_budget``)
+SCHEMA_VERSION = 6
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -37,12 +39,101 @@ def test_low_precision_copy_keeps_a_float32_head_and_the_original(tied):
     assert all(after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]) for k in before)
 
 
-def test_bf16_gain_is_measured_once_per_shape():
+def test_the_forward_dtype_is_the_probes_and_decided_once(monkeypatch):
+    """bf16 where the GEMM-rate probe measures it 1.5× float32's rate, else float32; once decided
+    for a width, a later probe that measures otherwise (a busy moment) does not change it."""
+    from embscope import machine
     from embscope.models import forward
 
-    g = forward.bf16_gain(64, 128)
-    assert g > 0 and forward.bf16_gain(64, 128) == g
-    assert forward.fast_dtype(_tiny_llama(True)) in (torch.float32, torch.bfloat16)
+    monkeypatch.setattr(machine, "_CACHE", {})
+    monkeypatch.setattr(machine, "_DTYPE", {})
+    rates = {torch.float32: 100.0, torch.bfloat16: 450.0}  # an AVX512-BF16 CPU's ratio
+    monkeypatch.setattr(machine, "_time_product", lambda dtype, d, t: rates[dtype] * t)
+    lm = _tiny_llama(True)
+    assert forward.fast_dtype(lm) == torch.bfloat16
+    rates[torch.bfloat16] = 20.0  # emulated bf16 (AVX2) ...
+    assert forward.fast_dtype(lm) == torch.bfloat16  # ... measured later: the decision stands
+    monkeypatch.setattr(machine, "_DTYPE", {})
+    monkeypatch.setattr(machine, "_CACHE", {})
+    assert forward.fast_dtype(lm) == torch.float32 and machine.fast_dtype(64) == "float32"
+
+
+def test_a_busy_probe_does_not_pin_the_run_to_one_thread(monkeypatch):
+    """A probe that ran while another process held a core says one thread; a step that starts
+    REPROBE_SECONDS later measures again and gets every thread back. One slow run of the
+    many-thread count (a blip) does not decide, since the best of the runs counts."""
+    from embscope import machine
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    clock = [1000.0]
+    monkeypatch.setattr(machine.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(machine, "_CACHE", {})
+    monkeypatch.setattr(machine, "_THREADS", {})
+    monkeypatch.setattr(machine, "others_running", lambda: 0)
+    busy = [True]
+
+    def product(dtype, d, t):  # GFLOPS: two threads gain 1.9× on a quiet machine, lose when busy
+        return 100.0 * (0.8 if busy[0] else 1.9) if t > 1 else 100.0
+
+    try:
+        monkeypatch.setattr(machine, "_time_product", product)
+        assert machine.best_threads(576) == 1
+        busy[0] = False
+        clock[0] += machine.REPROBE_SECONDS / 2
+        assert machine.best_threads(576) == 1  # within the verdict's lifetime
+        clock[0] += machine.REPROBE_SECONDS
+        assert machine.best_threads(576) == 2  # measured again: the core is free
+        assert torch.get_num_threads() == 2  # the probe restores the count
+        runs = iter([5.0, 30.0, 100.0, 190.0, 100.0, 190.0, 100.0])  # warm-up, then many, one, ...: one blip
+        monkeypatch.setattr(machine, "_time_product", lambda dtype, d, t: next(runs))
+        clock[0] += 2 * machine.REPROBE_SECONDS
+        assert machine.best_threads(576) == 2
+        # a forward pass's threads come from its own probe (short ops), measured per step too
+        ops = {"many": 0.9}
+        monkeypatch.setattr(machine, "_time_ops", lambda dtype, d, t: 100.0 * (ops["many"] if t > 1 else 1.0))
+        assert machine.best_threads(576, kind="forward") == 1
+        ops["many"] = 1.8
+        clock[0] += 2 * machine.REPROBE_SECONDS
+        assert machine.best_threads(576, kind="forward") == 2
+        # another process's runnable thread takes a core: one thread, whatever a timing says
+        monkeypatch.setattr(machine, "others_running", lambda: 1)
+        monkeypatch.setattr(machine, "_cores", lambda: 2)
+        clock[0] += 2 * machine.REPROBE_SECONDS
+        assert machine.best_threads(576, kind="forward") == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_stale_one_thread_verdict_is_measured_again_in_the_chosen_dtype_only(monkeypatch):
+    """On a CPU that emulates bf16, the re-measurement of a one-thread verdict times float32 alone
+    (an emulated bf16 product at a 7B width costs ~0.6 s a run) and keeps bf16's earlier rates."""
+    from embscope import machine
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    clock, timed = [1000.0], []
+    monkeypatch.setattr(machine.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(machine, "_CACHE", {})
+    busy = [True]
+
+    def product(dtype, d, t):  # AVX2: bf16 a fifth of float32; two threads lose while a core is busy
+        timed.append(dtype)
+        rate = 100.0 if t == 1 else (80.0 if busy[0] else 190.0)
+        return rate / 5 if dtype == torch.bfloat16 else rate
+
+    monkeypatch.setattr(machine, "_time_product", product)
+    try:
+        first = machine.gemm_rates(3584)
+        assert first.threads["float32"] == 1 and torch.bfloat16 in timed
+        timed.clear()
+        busy[0] = False
+        clock[0] += 2 * machine.REPROBE_SECONDS
+        again = machine.gemm_rates(3584)
+        assert again.threads["float32"] == 2 and set(timed) == {torch.float32}
+        assert again.gflops["bfloat16@1"] == first.gflops["bfloat16@1"]
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_nearest_rows_in_bf16_equals_float32_inside_a_collapsed_cluster(smollm2_model):
@@ -73,3 +164,30 @@ def test_nearest_rows_in_bf16_equals_float32_inside_a_collapsed_cluster(smollm2_
     # the same neighbours up to ties (SmolLM2 holds duplicate rows): the k best cosines agree
     assert torch.allclose(exact(i).sort(1).values, exact(ref_i).sort(1).values, atol=1e-6)
     assert (i == ref_i).all(1).float().mean() > 0.9
+
+
+def test_own_busy_threads_are_not_counted_as_another_process():
+    """A thread of this process busy in a product is runnable (state R): it is one of this
+    process's own running threads, which others_running subtracts from the machine's count."""
+    import threading
+
+    import numpy as np
+
+    from embscope import machine
+
+    stop = threading.Event()
+    a = np.random.default_rng(0).standard_normal((400, 400))
+
+    def busy():
+        while not stop.is_set():
+            a @ a  # releases the GIL: runnable beside the reader
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        time.sleep(0.05)
+        assert max(machine._own_running() for _ in range(20)) >= 2
+    finally:
+        stop.set()
+        t.join()
+    assert machine._own_running() >= 1

@@ -485,26 +485,20 @@ def test_smollm2_knot_flags_only_the_collapse(smollm2, smollm2_graph, tmp_path):
     assert res.summary.flagged.family > 50 and len(normal_flags) < 30
 
 
-def test_fastest_threads_ignores_one_slow_probe_run(monkeypatch):
-    """A blip (one descheduled probe run of the many-thread count) does not drop the step to one
-    thread; a count that is slow on every run does; the count is restored afterwards."""
+def test_fastest_threads_sets_and_restores_the_measured_count(monkeypatch):
+    """Inside the block torch runs on the count the probe measured fastest now; the count before
+    is restored after."""
     import torch
 
+    from embscope import machine
     from embscope.models import fullmodel
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        def probe(times):
-            runs = {n: iter(seq) for n, seq in times.items()}
-            return lambda n: next(runs[1 if n == 1 else "many"])
-
-        monkeypatch.setattr(fullmodel, "_probe_seconds", probe({"many": [0.9, 0.03, 0.03], 1: [0.05] * 3}))
-        with fullmodel.fastest_threads():
-            assert torch.get_num_threads() == 2  # 0.03 × 1.5 < 0.05: the blip is ignored
-        monkeypatch.setattr(fullmodel, "_probe_seconds", probe({"many": [0.9, 0.8, 0.7], 1: [0.05] * 3}))
-        with fullmodel.fastest_threads():
-            assert torch.get_num_threads() == 1  # contended every time: one thread
+        monkeypatch.setattr(machine, "best_threads", lambda d, dtype="float32", **kind: 1)
+        with fullmodel.fastest_threads(576, "bfloat16"):
+            assert torch.get_num_threads() == 1
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

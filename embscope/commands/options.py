@@ -100,10 +100,10 @@ RUN_OPTS: dict[str, RunOpt] = {
     "threshold": RunOpt("threshold", Annotated[float, _opt("--threshold", help="flag rows whose undertrained_score (robust sigmas of the strongest indicator) is at least this")]),
     "verify": RunOpt("verify", Annotated[Optional[int], _opt("--verify", min=0, help=_VERIFY_HELP)]),
     # audit's --verify: automatic by default (a capped random sample when the whole weights fit)
-    "audit_verify": RunOpt("verify", Annotated[Optional[int], _opt("--verify", min=0, help=_VERIFY_HELP[:-1] + "; default: 50 random flagged rows, stopped at 300 s, when the whole weights fit in memory; 0: off)")]),
+    "audit_verify": RunOpt("verify", Annotated[Optional[int], _opt("--verify", min=0, help=_VERIFY_HELP[:-1] + "; default: 50 random flagged rows, within 30x10^12 multiply-adds of prompting, when the whole weights fit in memory; 0: off)")]),
     "verify_sample": RunOpt("verify_sample", Annotated[VerifySample, _opt("--verify-sample", help="which flagged rows --verify checks: top (highest scores) or random (a seeded sample of all flags: estimates their precision)")],
                             to_field=_value, from_field=VerifySample),
-    "verify_time_cap": RunOpt("verify_time_cap", Annotated[Optional[float], _opt("--verify-time-cap", help="stop prompting after this many seconds (whole batches; the summary says so)")]),
+    "verify_work": RunOpt("verify_work", Annotated[Optional[float], _opt("--verify-work", help="the prompting's work budget in 10^12 multiply-adds (tokens x the model's parameters): rows beyond it stay unchecked (the summary says so); counted in work, so the same rows are checked on a busy machine")]),
     "repair": RunOpt("repair_to", Annotated[Optional[Path], _opt("--repair", help="also write the model with the flagged rows your --corpus uses re-initialised (a model folder, or a rows file for large models)")]),
     "repair_init": RunOpt("repair_init", Annotated[str, _opt("--repair-init", help=f"strategy for --repair: NAME or INPUT/OUTPUT (names: {names('init').replace('auto, ', '')})")]),
     # languages
@@ -118,7 +118,7 @@ RUN_OPTS: dict[str, RunOpt] = {
                              to_field=lambda v: not v, from_field=lambda v: not v),
     "extend_as": RunOpt("extend_as", Annotated[str, _opt("--as", help=f"how new tokens are written ({names('extend_as')}): model (BPE merges ranked after every existing merge, Unigram pieces with a score: built only where the tokenizer would build them) or added (HF added tokens, matched anywhere in the raw text, with spaced twins)")]),
     "bpb_bytes": RunOpt("bpb_bytes", Annotated[Optional[int], _opt("--bpb-bytes", min=256, help="held-out corpus bytes for the extension's bits per byte (default: 24576 in extend, 4096 in audit)")]),
-    "distil_budget": RunOpt("distil_budget", Annotated[Optional[float], _opt("--distil-budget", min=0, help="seconds distil may take inside --init auto, estimated from its first contexts (default: 180 in extend, 0 in audit); --init distil always runs it")]),
+    "distil_work": RunOpt("distil_work", Annotated[Optional[float], _opt("--distil-work", min=0, help="the work distil may do inside --init auto, in 10^12 multiply-adds (tokens x the model's parameters, known before it runs: SmolLM2-135M + corpora/medical needs ~2.4; default: 20 in extend, 0 in audit); --init distil always runs it")]),
     # corpus reading and where the passes run
     "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], _opt("--sample-bytes", min=1, help="read at most N bytes of text per language")]),
     "engine": RunOpt("engine", Annotated[EngineKind, _opt("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")],
@@ -145,10 +145,10 @@ RUN_OPTS: dict[str, RunOpt] = {
 }
 #: the groups commands take
 LOAD = ("device", "trust_pickle", "download")
-SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_time_cap", "repair", "repair_init")
+SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_work", "repair", "repair_init")
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
-EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_budget")
+EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
 CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "lf_template", "train_on_prompt",
          "mask_history", "split")

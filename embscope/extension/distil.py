@@ -34,23 +34,36 @@ STEPS = 4
 LR = 0.1
 #: contexts per chunk (all contexts of a term fall in one chunk, so chunks fit independently)
 CHUNK = 48
-#: contexts of the first chunk when a time budget applies: its wall time, per context, times
-#: every context is the estimate the budget is checked against (the first chunk is kept)
-PILOT = 8
+#: a backward pass costs about twice its forward pass (Kaplan et al. 2020, "Scaling laws for
+#: neural language models", §2.1: 2N multiply-adds forward, 4N backward per token)
+BACKWARD = 2
 
 
 class OverBudget(SpecError):
-    """``distil`` would take longer than its budget (``auto`` leaves it out, saying why)."""
+    """``distil`` would do more work than its budget (``auto`` leaves it out, saying why)."""
 
 
-def _chunks(ctxs: Sequence["TermContext"], size: int, first: int | None = None):
-    """Contexts sorted by term, cut at term boundaries after ``size`` contexts (the first chunk
-    after ``first``, when given)."""
+def work(lm, ctxs: Sequence["TermContext"], steps: int | None = None) -> float:
+    """The fit's work in 10¹² multiply-adds, known before it runs: the model's parameters ×
+    (each context's tokens once for the reference pass + ``steps`` × (1 + :data:`BACKWARD`) × its
+    1 + AFTER suffix positions). A count of work, not of seconds: whether ``auto`` runs ``distil``
+    depends on the model and the corpus, never on the machine's load.
+
+    SmolLM2-135M + corpora/medical (404 contexts): about 2.4.
+    """
+    steps = STEPS if steps is None else steps
+    params = sum(p.numel() for p in lm.parameters())  # tied weights once
+    tokens = sum(len(c.prefix) + len(c.pieces) + len(c.after) + steps * (1 + BACKWARD) * (1 + len(c.after))
+                 for c in ctxs)
+    return tokens * params / 1e12
+
+
+def _chunks(ctxs: Sequence["TermContext"], size: int):
+    """Contexts sorted by term, cut at term boundaries after ``size`` contexts."""
     order = sorted(ctxs, key=lambda c: c.term)
     out, cur = [], []
     for c in order:
-        cap = first if first is not None and not out else size
-        if len(cur) >= cap and c.term != cur[-1].term:
+        if len(cur) >= size and c.term != cur[-1].term:
             out.append(cur)
             cur = []
         cur.append(c)
@@ -64,11 +77,9 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
     """(n_terms, d) rows fitted from ``start`` on ``ctxs`` (see the module docstring);
     ``steps`` defaults to :data:`STEPS`, read at call time.
 
-    ``budget`` (seconds): after the first chunk (:data:`PILOT` contexts) the whole fit's wall time
-    is estimated (its time per context × the contexts); over the budget, :class:`OverBudget`.
+    ``budget`` (10¹² multiply-adds): a fit whose :func:`work` is over it raises
+    :class:`OverBudget` before any forward pass.
     """
-    import time
-
     from embscope.extension.fidelity import old_vocabulary, parts
     from embscope.progress import bar
 
@@ -76,33 +87,26 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
     rows = start.detach().float().clone()
     if not ctxs or steps < 1:
         return rows
-    if budget is not None and budget <= 0:
-        raise OverBudget("distil's time budget is 0 s here (audit keeps its extension step short); name it "
-                         "(--init distil) or pass --distil-budget to run it")
+    if budget is not None:
+        need = work(lm, ctxs, steps)
+        if need > budget:
+            raise OverBudget(f"distil needs ~{need:.3g}×10^12 multiply-adds ({len(ctxs)} contexts, {steps} steps), "
+                             f"over its budget of {budget:g}" + (" (audit keeps its extension step short)"
+                                                                 if budget == 0 else "")
+                             + "; name it (--init distil) or raise --distil-work to run it")
     p = old_vocabulary(parts(lm), new_ids)
     step_size = lr * float(rows.norm(dim=1).median()) / rows.shape[1] ** 0.5
     with bar(len(ctxs), f"fitting {rows.shape[0]:,} rows", unit="contexts") as advance:
-        return _fit(p, rows, ctxs, steps, step_size, budget, time.perf_counter(), advance)
+        return _fit(p, rows, ctxs, steps, step_size, advance)
 
 
-def _fit(p, rows, ctxs, steps: int, step_size: float, budget, began: float, advance):
+def _fit(p, rows, ctxs, steps: int, step_size: float, advance):
     """The fitting loop of :func:`distil`, chunk by chunk (``advance`` ticks per context fitted)."""
-    import dataclasses
-    import time
-
     import torch
 
     from embscope.extension.fidelity import log_probs, new_token_hidden, reference
 
-    done = 0
-    for k, chunk in enumerate(_chunks(ctxs, CHUNK, PILOT if budget is not None else None)):
-        if k == 1 and budget is not None:
-            took = time.perf_counter() - began
-            estimate = took / done * len(ctxs)
-            if estimate > budget:
-                raise OverBudget(f"distil would take ~{estimate:.0f} s for {len(ctxs)} contexts ({took:.1f} s for the "
-                                 f"first {done}), over its {budget:.0f} s budget; name it (--init distil) or raise "
-                                 "--distil-budget to run it")
+    for chunk in _chunks(ctxs, CHUNK):
         terms = sorted({c.term for c in chunk})
         local = {t: j for j, t in enumerate(terms)}
         chunk = [dataclasses.replace(c, term=local[c.term]) for c in chunk]
@@ -118,6 +122,5 @@ def _fit(p, rows, ctxs, steps: int, step_size: float, budget, began: float, adva
             param.grad = grad
             opt.step()
         rows[terms] = param.detach()
-        done += len(chunk)
         advance(len(chunk))
     return rows

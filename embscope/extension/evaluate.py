@@ -151,22 +151,33 @@ def measure(lm, tok, ext_tok, new_ids: Sequence[int], rows: dict[str, dict], con
         return _measure(lm, tok, ext_tok, new_ids, rows, contexts, steps=steps, plan=plan, general=general)
 
 
+def _stage(steps: "Steps", lm, precision: str, name: str, what: str):
+    """One measuring stage: its step, each forward pass on the thread count that runs fastest now
+    (:func:`embscope.models.fullmodel.fastest_threads`)."""
+    import contextlib
+
+    from embscope.models.fullmodel import fastest_threads
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(steps.step(name, what))
+    stack.enter_context(fastest_threads(int(lm.config.hidden_size), precision, lm))
+    return stack
+
+
 def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general):
     from embscope.extension.bpb import BitsPerByte, summarize, text_losses
     from embscope.extension.choose import bounded, score
     from embscope.extension.contexts import spread, start_ids
-    from embscope.extension.fidelity import fidelity
+    from embscope.extension.fidelity import compute_precision, fidelity
 
     names = list(rows)
     start = start_ids(tok, lm.config.bos_token_id)
     figures: dict[str, dict] = {n: {} for n in names}
-    from embscope.extension.fidelity import compute_precision
-
     precision = compute_precision()
     texts, source = general if general is not None else general_texts()
     if plan.general_bytes is not None:
         texts = spread(texts, plan.general_bytes)
-    with steps.step("general text", f"{len(texts)} texts of {source}, {len(names)} strategies"):
+    with _stage(steps, lm, precision, "general text", f"{len(texts)} texts of {source}, {len(names)} strategies"):
         g_base, g = summarize(text_losses(lm, texts, tok, ext_tok, start, new_ids, rows), disturbance=True)
     for name, d in g.items():
         figures[name].update({k: d[k] for k in ("kl", "kl_max", "new_token_mass", "new_token_mass_max",
@@ -179,14 +190,14 @@ def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general)
     ok = [n for n in names if bounded(figures[n])]
     if contexts is not None and contexts.held:
         which = names if plan.fidelity_all else ok
-        with steps.step("fidelity", f"{len(contexts.held)} held-out contexts, {len(which)} strategies"):
+        with _stage(steps, lm, precision, "fidelity", f"{len(contexts.held)} held-out contexts, {len(which)} strategies"):
             _update(figures, fidelity(lm, contexts.held, {n: rows[n]["embed"] for n in which}, new_ids))
     held = list(contexts.texts) if contexts is not None else []
     held = spread(held, plan.corpus_bytes)
     if not held:
         return figures, out
     screen = spread(held, min(plan.screen_bytes, plan.corpus_bytes))
-    with steps.step("corpus text", f"{len(screen)} held-out texts, {len(ok)} strategies"):
+    with _stage(steps, lm, precision, "corpus text", f"{len(screen)} held-out texts, {len(ok)} strategies"):
         first = text_losses(lm, screen, tok, ext_tok, start, new_ids, {n: rows[n] for n in ok})
     per_byte = float(first.new_tokens.sum()) / max(int(first.bytes.sum()), 1)
     base, s = summarize(first)
@@ -197,7 +208,8 @@ def _measure(lm, tok, ext_tok, new_ids, rows, contexts, *, steps, plan, general)
     top = ranked[:plan.confirm]
     rest = [t for t in held if t not in set(screen)]
     if rest and top:
-        with steps.step("corpus text, confirmed", f"{len(rest)} more held-out texts, {len(top)} strategies"):
+        with _stage(steps, lm, precision, "corpus text, confirmed",
+                    f"{len(rest)} more held-out texts, {len(top)} strategies"):
             more = text_losses(lm, rest, tok, ext_tok, start, new_ids, {n: rows[n] for n in top})
         whole = first.subset(top).join(more)
         per_byte = float(whole.new_tokens.sum()) / max(int(whole.bytes.sum()), 1)

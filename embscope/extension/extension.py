@@ -118,12 +118,14 @@ def _token_texts(model: "LoadedModel") -> list[str]:
     return tok.decode_batch([[i] for i in range(n)]) + [""] * (model.n_rows - n)
 
 
-#: ``distil``'s time budget inside ``--init auto`` (seconds, estimated from its first contexts): on
-#: SmolLM2-135M + corpora/medical it takes 60–110 s on this project's 2-core machine; named
-#: (``--init distil``) it always runs
-DISTIL_BUDGET = 180.0
+#: ``distil``'s work budget inside ``--init auto``, 10¹² multiply-adds (:func:`~.distil.work`,
+#: known before it runs: the same inputs run it or leave it out on every machine and at any load).
+#: SmolLM2-135M + corpora/medical needs about 2.4 (60–110 s on this project's 2-core machine),
+#: Gemma-3-270M about 5; a 1.5B-parameter model, about 25, is left out. Named (``--init distil``)
+#: it always runs
+DISTIL_WORK = 20.0
 #: the same budget in ``audit`` (its extension step keeps its earlier cost; ``extend`` fits distil)
-AUDIT_DISTIL_BUDGET = 0.0
+AUDIT_DISTIL_WORK = 0.0
 
 
 def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=None) -> dict[str, Any]:
@@ -140,7 +142,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
             min_freq: int = 5, init: Sequence[str] = ("auto",), tokens: "pl.DataFrame | None" = None,
             diagnostics: bool = True, steps: Steps | None = None, engine: "Engine | None" = None,
             sample_bytes: int | None = None, options: "ReadOptions | None" = None, as_: str = "model",
-            plan: "Plan | None" = None, distil_budget: float | None = DISTIL_BUDGET) -> ExtensionResult:
+            plan: "Plan | None" = None, distil_work: float | None = DISTIL_WORK) -> ExtensionResult:
     """Rank vocabulary-extension candidates, write the top ``top`` into the tokenizer, measure what
     that saves, and check each initialisation strategy in ``init``.
 
@@ -166,8 +168,9 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         as_: ``model`` (merges, Unigram pieces: :mod:`embscope.tokenizer.extend`) or ``added``
             (HF added tokens, with spaced twins).
         plan: how much held-out text the measurements read (:class:`~embscope.extension.evaluate.Plan`).
-        distil_budget: seconds ``distil`` may take inside ``auto`` (estimated from its first
-            contexts; ``None``: no limit); a named ``distil`` always runs.
+        distil_work: the most work ``distil`` may do inside ``auto``, 10¹² multiply-adds
+            (:func:`embscope.extension.distil.work`, estimated before it runs; ``None``: no limit);
+            a named ``distil`` always runs.
 
     Returns:
         :class:`ExtensionResult`.
@@ -207,7 +210,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                              new_tokens=new_tokens_table(ext, saved.counts_extended))
     if diagnostics:
         _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
-                     {"distil": distil_budget} if "distil" in optional else {}, sample_bytes, options)
+                     {"distil": distil_work} if "distil" in optional else {}, sample_bytes, options)
     return result
 
 
@@ -280,6 +283,7 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     """Each strategy's rows measured (:func:`_diagnose`), the recommended one picked, into the summary."""
     from embscope.corpus.stream import CorpusWarning, iter_corpus
     from embscope.extension.choose import general_note, ordered, recommend
+    from embscope.extension.fidelity import compute_precision
     from embscope.extension.init import AUTO
     from embscope.models.fullmodel import fastest_threads, why_not_loadable
 
@@ -289,11 +293,13 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
             for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
                 yield from batch.texts
 
-    # the model's forward passes are small: under load one intra-op thread is often faster.
-    # Without the whole model the step is products with the (V, d) matrices, where every
-    # thread pays (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2 threads, 30.6 s on 1).
+    # the thread count the model's forward passes run fastest at now (under load one intra-op
+    # thread can be faster). Without the whole model the step is products with the (V, d)
+    # matrices, which pick their own (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2
+    # threads, 30.6 s on 1).
     unloadable = why_not_loadable(model)
-    threads = fastest_threads() if unloadable is None else contextlib.nullcontext()
+    threads = (fastest_threads(model.dim, compute_precision()) if unloadable is None
+               else contextlib.nullcontext())
     with steps.step("diagnostics", "checking each initialisation"), threads:
         strategies = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
                                steps, unloadable, plan, general, budget)
@@ -337,10 +343,11 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         from embscope.extension.distil import fit_rows
 
         def distil(start):
-            from embscope.extension.fidelity import forward_precision
+            from embscope.extension.fidelity import compute_precision, forward_precision
+            from embscope.models.fullmodel import fastest_threads
 
             with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"), \
-                    forward_precision():
+                    fastest_threads(model.dim, compute_precision(), lm), forward_precision():
                 return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"))
 
     names = model.token_strings()
@@ -353,7 +360,11 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
     rows = _row_figures(specs, rows_of, ctxs, result.terms, names)
     rec = result.summary
     rec.skipped_strategies, rec.omp_known_terms = skipped, ctxs["embed"].memo.get("omp_known")
-    rec.distil_budget = None if budget.get("distil") is None else float(budget["distil"])
+    rec.distil_work_budget = None if budget.get("distil") is None else float(budget["distil"])
+    if lm is not None and found is not None:
+        from embscope.extension.distil import work
+
+        rec.distil_work = round(work(lm, found.fit), 4)
     if lm is None:
         rec.kl_note = rec.fidelity_note = f"not measured: {reason}"
         return {spec: StrategyRecord(**vars(rows[spec])) for spec in specs}

@@ -36,15 +36,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from embscope.extension.contexts import TermContext
 
 #: precision of the measuring forward passes (fidelity, bits per byte, distil): ``auto`` (bfloat16
-#: autocast where a probe runs a matrix product of the model's size :data:`PROBE_GAIN` times
-#: faster than float32: CPUs with AMX or AVX512-BF16, GPUs; else float32), ``float32`` or
-#: ``bfloat16``. Logits and softmaxes are always float32. On SmolLM2-135M + corpora/medical,
-#: bfloat16 keeps bits per byte within 0.01 of float32 (changes between strategies within 0.005)
-#: and fidelity KLs within 3 % (tests/test_fidelity.py), and ran the forward passes 2.3–2.8×
-#: faster on one AMX core
+#: autocast where the GEMM-rate probe runs bf16 products :data:`embscope.machine.BF16_GAIN` times
+#: faster than float32, :func:`embscope.machine.fast_dtype`: CPUs with AMX or AVX512-BF16; else
+#: float32), ``float32`` or ``bfloat16``. Logits and softmaxes are always float32. On SmolLM2-135M
+#: + corpora/medical, bfloat16 keeps bits per byte within 0.01 of float32 (changes between
+#: strategies within 0.005) and fidelity KLs within 3 % (tests/test_fidelity.py), and ran the
+#: forward passes 2.3–2.8× faster on one AMX core
 PRECISION = "auto"
-#: bfloat16 is used by ``auto`` only when at least this much faster
-PROBE_GAIN = 1.5
 #: contexts (sequences) per forward pass, at most
 CHUNK = 32
 #: sequences per suffix pass of :func:`new_token_hiddens` (strategies × contexts): its cache holds
@@ -84,36 +82,19 @@ def parts(lm) -> Parts:
                  softcap=None if cap is None else float(cap))
 
 
-_PROBED: dict[str, str] = {}
+#: the width the precision is probed at (:func:`embscope.machine.gemm_rates`; the bf16/float32
+#: ratio is 4–5× or 0.2–0.3× at every width from 256 to 3584, so one width decides for every model)
+PROBE_WIDTH = 1024
 
 
 def compute_precision() -> str:
-    """``float32`` or ``bfloat16``: what :data:`PRECISION` means here (``auto`` probed once per
-    process: the faster of a (256, 576) × (576, 1536) product, float32 against bfloat16 autocast,
-    the fastest of five runs each, bfloat16 only when :data:`PROBE_GAIN` times faster)."""
+    """``float32`` or ``bfloat16``: what :data:`PRECISION` means here (``auto``: the probe's
+    :func:`embscope.machine.fast_dtype`, decided once per process)."""
     if PRECISION != "auto":
         return PRECISION
-    if "auto" not in _PROBED:
-        import time
+    from embscope.machine import fast_dtype
 
-        import torch
-
-        g = torch.Generator().manual_seed(0)
-        x, w = torch.randn(256, 576, generator=g), torch.randn(1536, 576, generator=g)
-
-        def best(dtype) -> float:
-            runs = []
-            for _ in range(5):
-                t = time.perf_counter()
-                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-                    for _ in range(4):
-                        torch.nn.functional.linear(x, w)
-                runs.append(time.perf_counter() - t)
-            return min(runs)
-
-        best("bfloat16")  # warm the kernels
-        _PROBED["auto"] = "bfloat16" if best("bfloat16") * PROBE_GAIN < best("float32") else "float32"
-    return _PROBED["auto"]
+    return fast_dtype(PROBE_WIDTH)
 
 
 def forward_precision():

@@ -317,13 +317,13 @@ STRATEGIES: dict[str, Callable[[InitContext], "torch.Tensor"]] = {
 #: ``--init auto``: diagnose these and recommend one (:mod:`embscope.extension.choose`)
 AUTO = "auto"
 #: strategies ``auto`` leaves out unless named (none: ``distil``, which runs the whole model forward
-#: and backward a few times per row, is in ``auto`` when its estimated time fits its budget,
-#: ``suggest(distil_budget=...)``)
+#: and backward a few times per row, is in ``auto`` when its work fits its budget,
+#: ``suggest(distil_work=...)``)
 NAMED_ONLY: tuple[str, ...] = ()
 
 
 def auto_strategies() -> list[str]:
-    """What ``--init auto`` diagnoses: every strategy (``distil`` within its time budget)."""
+    """What ``--init auto`` diagnoses: every strategy (``distil`` within its work budget)."""
     return [n for n in STRATEGIES if n not in NAMED_ONLY]
 
 

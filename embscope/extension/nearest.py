@@ -1,6 +1,6 @@
 """Nearest trained rows of a few query vectors: the top-k cosine neighbours of each query among a
 matrix's trained rows, equal to a float32 search, with the products in bf16 where this CPU
-multiplies them faster (measured by :func:`embscope.models.forward.bf16_gain`) and every row
+multiplies them faster (measured: :func:`embscope.machine.fast_dtype`) and every row
 that the bf16 rounding bound cannot rule out scored in float32.
 
 Used by the initialisation strategies (:func:`embscope.extension.init.nearest_trained`) and the
@@ -23,8 +23,9 @@ def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torc
     """``(sims, ids)`` (n, k) each: the top-k cosine neighbours of each query among the rows of
     ``matrix`` (V, d) where ``trained`` (V,) is True, equal to a float32 search.
 
-    The products run in ``dtype`` (default: bf16 where this CPU multiplies the block shape at
-    least :data:`embscope.models.forward.BF16_GAIN` times faster, measured; else float32), on the
+    The products run in ``dtype`` (default: bf16 where this CPU multiplies products of width d at
+    least :data:`embscope.machine.BF16_GAIN` times faster, measured; else float32), at the thread
+    count they run fastest at now (:func:`embscope.machine.best_threads`), on the
     matrix in its stored dtype (a bf16 checkpoint is never converted for them). A bf16 cosine is
     off by at most ε = 2u + u² + 2⁻⁹ + d·2⁻²⁴ (u = 2⁻⁸: the rounding of both inputs, of the bf16
     output, and the float32 accumulation; :func:`embscope.geometry.exact.low_precision_bound`
@@ -40,15 +41,19 @@ def nearest_rows(matrix: "torch.Tensor", trained: "torch.Tensor", queries: "torc
     """
     import torch
 
-    from embscope.models.forward import BF16_GAIN, bf16_gain
+    from embscope.machine import best_threads, fast_dtype, threads
 
     q = torch.nn.functional.normalize(queries.float(), dim=1)                  # (n, d)
     n, d = q.shape
-    if dtype is None:
-        dtype = torch.bfloat16 if q.device.type == "cpu" and bf16_gain(d, 2048) >= BF16_GAIN else torch.float32
-    if dtype == torch.float32 or n == 0 or int(trained.sum()) <= k or q.device.type != "cpu":
+    if q.device.type != "cpu":
         return _nearest_pass(matrix, trained, q, k, norms, torch.float32)
-    return _screened_pass(matrix, trained, q, k, norms, dtype)
+    if dtype is None:
+        dtype = torch.bfloat16 if fast_dtype(d) == "bfloat16" else torch.float32
+    name = "bfloat16" if dtype == torch.bfloat16 else "float32"
+    with threads(best_threads(d, name)):
+        if dtype == torch.float32 or n == 0 or int(trained.sum()) <= k:
+            return _nearest_pass(matrix, trained, q, k, norms, torch.float32)
+        return _screened_pass(matrix, trained, q, k, norms, dtype)
 
 
 def _screened_pass(matrix, trained, q, k, norms, dtype):

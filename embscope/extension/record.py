@@ -82,8 +82,12 @@ class ExtensionRecord(Record):
     score_plan: ScorePlan | None = None
     #: said plainly when every strategy makes general text worse than the original model
     general_note: str | None = None
-    #: seconds distil may take inside --init auto (null: no limit, or distil named / not in auto)
-    distil_budget: float | None = None
+    #: the work distil may do inside --init auto, 10¹² multiply-adds (null: no limit, or distil
+    #: named / not in auto)
+    distil_work_budget: float | None = None
+    #: the work distil's fit needs on these contexts, 10¹² multiply-adds (tokens × parameters,
+    #: backward passes counted twice; null without the whole model)
+    distil_work: float | None = None
     #: precision of the measuring forward passes: float32, or bfloat16 (autocast, where faster)
     precision: str | None = None
     #: strategies of ``auto`` that could not run here, {name: reason}

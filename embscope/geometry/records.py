@@ -205,10 +205,12 @@ class VerificationRecord(Record):
     seconds: float | None = None
     #: wall seconds of prompting per row checked (candidates, controls, family rows)
     seconds_per_row: float | None = None
-    #: the time cap given (null: none)
-    time_cap_s: float | None = None
-    #: the cap stopped the prompting before every row was checked
-    stopped_at_cap: bool = False
+    #: the work budget given, 10¹² multiply-adds (tokens × parameters; null: none)
+    work_budget: float | None = None
+    #: the work of the rows checked at most, 10¹² multiply-adds (each row's every prompt and step)
+    work: float | None = None
+    #: the budget left rows unchecked (candidates first, then controls, then family rows)
+    stopped_at_budget: bool = False
     #: rows a gate stopped (``family``, ``drift``) that were checked, and of those verified (then flagged)
     family_checked: int | None = None
     family_verified: int | None = None
@@ -217,7 +219,8 @@ class VerificationRecord(Record):
     #: precision of the model's body in the forward passes (``float32``, or ``bfloat16`` where this
     #: CPU multiplies it faster; the LM head stays float32); null when not run
     forward_dtype: str | None = None
-    #: torch threads the forward passes ran on; null on a GPU or when not run
+    #: the most torch threads the forward passes ran on (each pass looks again at what runs fastest
+    #: now); null on a GPU or when not run
     threads: int | None = None
     #: rows (and special tokens) whose bf16 max_prob fell within the re-check band around the cut
     #: and were run again in float32, which decided them; 0 when the body ran in float32

@@ -99,7 +99,7 @@ def _nullable(v: np.ndarray) -> Any:
 def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = None,
          threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
          seed: int = 0, knn_method: str = "auto", verify: int = 0, verify_sample: str = "top",
-         verify_time_cap: float | None = None, verify_specials: bool = False,
+         verify_work: float | None = None, verify_specials: bool = False,
          corpus_texts: Sequence[str] | None = None, chat_template: bool = True,
          defer_layout: bool = False) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
@@ -117,7 +117,9 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
             it. A model that cannot load gets a note, not an error.
         verify_sample: ``top`` (the highest scores) or ``random`` (a seeded sample of all flags,
             whose verified share estimates the precision of every flag).
-        verify_time_cap: seconds after which the prompting stops (whole batches; the record says so).
+        verify_work: the prompting's work budget, 10¹² multiply-adds (tokens × parameters,
+            :func:`~embscope.geometry.verify.row_work`): the rows beyond it are left unchecked (the
+            record says so); None: no budget.
         verify_specials: with ``verify`` 0, still check the special tokens the chat template (and
             ``corpus_texts``) use, in context (:func:`~embscope.geometry.verify.verify_specials`):
             ``check`` and ``diff`` do, so a special row prompting clears is never a warning there.
@@ -156,7 +158,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     verification = None
     if verify or verify_specials:
         t = time.perf_counter()
-        verification = _verify(model, ind, verify, verify_sample, seed, corpus_texts, verify_time_cap)
+        verification = _verify(model, ind, verify, verify_sample, seed, corpus_texts, verify_work)
         timings["verify"] = time.perf_counter() - t
     status = status_column(ind.flagged, verification)
     usage = None
@@ -182,13 +184,14 @@ def _rounded(timings: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in timings.items()}
 
 
-def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, time_cap_s) -> "Verification":
-    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`; ``n`` = 0:
-    only the special tokens in context, :func:`~embscope.geometry.verify.verify_specials`) and flag
-    the rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
+def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, work) -> "Verification":
+    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`, within the
+    ``work`` budget; ``n`` = 0: only the special tokens in context,
+    :func:`~embscope.geometry.verify.verify_specials`) and flag the rows it confirmed that the
+    indicators did not (:func:`confirm_flags`)."""
     from embscope.geometry.verify import verify_rows, verify_specials
 
-    verification = (verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, time_cap_s=time_cap_s,
+    verification = (verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, work_budget=work,
                                 device=model.device) if n else
                     verify_specials(model, ind, device=model.device, texts=texts))
     confirm_flags(ind, verification)

@@ -35,7 +35,7 @@ import numpy as np
 
 from embscope.geometry.records import SAMPLES, SpecialRow, SpecialsInContext, VerificationRecord
 from embscope.geometry.token_probs import (CONTEXT_TOKENS, GEN_STEPS, MAX_PROB_CUT, RECHECK_FACTOR,
-                                           in_context_probs, prompt_probs)
+                                           in_context_probs, prompt_probs, row_tokens)
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.geometry.indicators import Indicators
@@ -62,8 +62,9 @@ MAX_VERIFY = 2000
 SECONDS_PER_ROW_CPU = (0.1, 9.0)
 #: ``audit`` without ``--verify``: this many random flagged rows, when the whole weights fit ...
 AUTO_VERIFY = 50
-#: ... within this many seconds of prompting
-AUTO_TIME_CAP = 300.0
+#: ... within this much work, in 10¹² multiply-adds (:func:`row_work`; SmolLM2-135M's 50 + 50 + 50
+#: rows are at most 2.1, a 1.5B model's 24: the budget bounds a model it was not sized for)
+AUTO_WORK = 30.0
 #: trained controls checked at most (as many as the rows checked, up to this)
 MAX_CONTROLS = 100
 
@@ -228,15 +229,43 @@ def pick_rows(ind: "Indicators", categories, n: int, n_vocab: int, *, sample: st
     return cands, controls, len(pool)
 
 
+def row_work(lm, prompts) -> float:
+    """10¹² multiply-adds one row's prompting costs at most: :func:`~.token_probs.row_tokens` ×
+    the model's parameters (a forward pass multiplies each parameter once per token; the shared
+    prefixes, the key/value reads and the float32 re-check of the rows near the cut are left out).
+    A count of work, never of seconds: the same rows fit the budget on every machine and load."""
+    params = sum(p.numel() for p in lm.parameters())  # tied weights once
+    return row_tokens(prompts) * params / 1e12
+
+
+def within_budget(groups, per_row: float, budget: float | None) -> list[list[int]]:
+    """``groups`` (rows in order of priority: candidates, controls, family rows) cut where their
+    work would pass ``budget`` (10¹² multiply-adds; None: no cut). Whole groups first: a row of a
+    later group is taken only once every row before it fits.
+
+    >>> within_budget([[1, 2, 3], [4, 5]], 1.0, 4.0)
+    [[1, 2, 3], [4]]
+    """
+    if budget is None:
+        return [list(g) for g in groups]
+    room = int(budget // per_row) if per_row > 0 else sum(len(g) for g in groups)
+    out = []
+    for g in groups:
+        out.append(list(g)[:max(room, 0)])
+        room -= len(out[-1])
+    return out
+
+
 def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str = "top", seed: int = 0,
                 device: str | None = None, texts: Sequence[str] | None = None,
-                time_cap_s: float | None = None) -> Verification:
+                work_budget: float | None = None) -> Verification:
     """Prompt-check ``n`` flagged normal rows (:func:`pick_rows`), the trained controls, the ``n``
     highest-scoring family rows (:func:`family_rows`), and — in context (:func:`in_context_probs`)
     — the special tokens the chat template or ``texts`` use.
 
-    ``time_cap_s`` stops after the batch that crosses it (the record says so); the rows not
-    reached stay unchecked and are left out of ``n_checked``.
+    ``work_budget`` (10¹² multiply-adds, :func:`row_work`): the rows beyond it (candidates first,
+    then controls, then family rows) stay unchecked and are left out of ``n_checked``; the record
+    says so. It counts work, not seconds, so which rows are checked never depends on the load.
     """
     import time
 
@@ -247,7 +276,7 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     t0 = time.perf_counter()
     names = [p[0] for p in PROMPTS]
     base = {"sample": sample, "seed": seed, "prompts": names, "max_prob_cut": MAX_PROB_CUT,
-            "time_cap_s": None if time_cap_s is None else float(time_cap_s)}
+            "work_budget": None if work_budget is None else float(work_budget)}
     if model.vocab is None:
         return Verification(VerificationRecord(**base, note=f"{model.name} ships no tokenizer: prompts cannot be "
                                                             "built"))
@@ -265,11 +294,9 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     if lm is None:
         return Verification(VerificationRecord(**base, pool=pool, note=f"not verified: {why}"))
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    deadline = time.monotonic() + time_cap_s if time_cap_s is not None else None
-    probs, specials, run = _prompt(model, ind, lm, prompts, (cands, controls, families), dev, deadline, texts)
-    checked = [i for i in cands if i in probs]
-    ctrl = [i for i in controls if i in probs]
-    fam = [i for i in families if i in probs]
+    per_row = row_work(lm, prompts)
+    checked, ctrl, fam = within_budget((cands, controls, families), per_row, work_budget)
+    probs, specials, run = _prompt(model, ind, lm, prompts, checked + ctrl + fam, dev, texts)
     ver = [probs[i] < MAX_PROB_CUT for i in checked]
     failed = [probs[i] < MAX_PROB_CUT for i in ctrl]
     stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
@@ -285,12 +312,13 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
         pool=pool, controls_checked=len(ctrl), controls_failed=int(sum(failed)),
         device=dev, seconds=round(time.perf_counter() - t0, 2),
         seconds_per_row=round(run["prompt_seconds"] / max(1, len(checked) + len(ctrl) + len(fam)), 3),
-        stopped_at_cap=stopped, specials=specials, forward_dtype=run["forward_dtype"], threads=run["threads"],
+        work=round(per_row * (len(checked) + len(ctrl) + len(fam)), 4), stopped_at_budget=stopped,
+        specials=specials, forward_dtype=run["forward_dtype"], threads=run["threads"],
         rechecked_float32=run["rechecked_float32"],
         family_checked=len(fam), family_verified=int(sum(probs[i] < MAX_PROB_CUT for i in fam)),
         note=(f"{len(checked)} rows, {what}: max_prob < {MAX_PROB_CUT} over {len(prompts)} repetition prompts × "
               f"{GEN_STEPS} greedy steps counts as verified under-trained; controls are random trained rows"
-              + (f"; stopped at the {time_cap_s:g} s cap" if stopped else "")))
+              + (f"; stopped at the work budget of {work_budget:g}×10¹² multiply-adds" if stopped else "")))
     max_prob = {**{i: round(probs[i], 6) for i in checked + ctrl + fam}, **sp_probs}
     return Verification(record, max_prob=max_prob, control_ids=ctrl)
 
@@ -318,7 +346,7 @@ def verify_specials(model: "LoadedModel", ind: "Indicators", *, device: str | No
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     lm.to(dev)
     try:
-        with fastest_threads() if dev == "cpu" else nullcontext():
+        with fastest_threads(int(lm.config.hidden_size), "float32", lm) if dev == "cpu" else nullcontext():
             specials, _ = _check_specials(model, ind, lm, None, dev, texts)
     finally:
         lm.to("cpu")
@@ -341,37 +369,32 @@ def _load(model: "LoadedModel"):
         return None, f"the weights did not load ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
 
 
-def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, groups, dev: str, deadline, texts):
-    """``(probs, specials, run)``: max_prob per row of each group (candidates first, so a run stopped
-    at the deadline still has its precision), the special tokens checked in context, and how it ran
-    (``prompt_seconds``, ``forward_dtype``, ``threads``, ``rechecked_float32``). On a CPU the body
-    runs in the fastest precision measured here, the band around the cut re-checked in float32."""
+def _prompt(model: "LoadedModel", ind: "Indicators", lm, prompts, rows: list[int], dev: str, texts):
+    """``(probs, specials, run)``: max_prob per row (candidates, controls and family rows in one
+    stream of batches), the special tokens checked in context, and how it ran (``prompt_seconds``,
+    ``forward_dtype``, ``threads``, ``rechecked_float32``). On a CPU the body runs in the precision
+    and on the thread count measured fastest here (:mod:`embscope.machine`), the band around the
+    cut re-checked in float32."""
     import time
 
     import torch
 
+    from embscope.models.forward import fast_dtype, low_precision_copy
     from embscope.models.fullmodel import fastest_threads
 
     lm.to(dev)
     t1 = time.perf_counter()
     try:
-        with fastest_threads() if dev == "cpu" else nullcontext():
-            low = None
-            if dev == "cpu":
-                from embscope.models.forward import fast_dtype, low_precision_copy
-
-                dtype = fast_dtype(lm)
-                low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
-            threads = torch.get_num_threads() if dev == "cpu" else None
-            probs, rechecked = {}, 0
-            for group, what in zip(groups, ("verifying", "verifying controls", "verifying families")):
-                got, n_re = prompt_probs(lm, low, prompts, group, dev, deadline=deadline, description=what)
-                probs.update(got)
-                rechecked += n_re
+        dtype = fast_dtype(lm) if dev == "cpu" else torch.float32
+        body = str(dtype).replace("torch.", "")
+        low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
+        nets = [m for m in (lm, low) if m is not None]
+        with fastest_threads(int(lm.config.hidden_size), body, *nets) if dev == "cpu" else nullcontext() as used:
+            probs, rechecked = prompt_probs(lm, low, prompts, rows, dev)
             prompt_seconds = time.perf_counter() - t1
             specials, n_re = _check_specials(model, ind, lm, low, dev, texts)
-            body = "float32" if low is None else str(dtype).replace("torch.", "")
-            del low
+        threads = max(used) if used else None
+        del low
     finally:
         lm.to("cpu")
     return probs, specials, {"prompt_seconds": prompt_seconds, "forward_dtype": body, "threads": threads,

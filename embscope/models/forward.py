@@ -3,8 +3,9 @@
 A CPU with native bfloat16 arithmetic (AVX512-BF16, AMX) multiplies bf16 matrices several times
 faster than float32 (the development machine's plain torch GEMM: 959 against 209 GFLOPS on two
 threads); one without it emulates bf16 and is ~10× *slower* (AVX2: 6 against 56 GFLOPS). So the
-precision is measured, never assumed (:func:`bf16_gain`): a product of the model's own MLP shape,
-(256, hidden) @ (hidden, intermediate), timed in both types on this machine, now.
+precision is measured, never assumed (:func:`fast_dtype`): the GEMM-rate probe of
+:mod:`embscope.machine` at the model's hidden width, the same measurement every other 16-bit
+choice of a run is made from, decided once per width for the process.
 
 When bf16 pays, :func:`low_precision_copy` makes a copy of the model whose body (embeddings,
 attention, MLP, norms' weights) holds bf16 parameters while its LM head stays the float32 weight
@@ -17,44 +18,7 @@ must equal float32's re-run the rows near their cut on it (:mod:`embscope.geomet
 
 from __future__ import annotations
 
-import time
 from typing import Any
-
-#: bf16 is used only when the probe runs this many times faster than float32 (a wrong "bf16" on
-#: a machine where it is emulated costs ~10×; a wrong "float32" at most the measured gain)
-BF16_GAIN = 1.5
-#: rows of the probe product (a batch of 32 rows × 8 tokens)
-PROBE_ROWS = 256
-#: probe runs per dtype (the fastest counts: one descheduled run does not decide)
-PROBE_REPEATS = 3
-
-_GAIN: dict[tuple, float] = {}
-
-
-def bf16_gain(hidden: int, inner: int) -> float:
-    """``t_float32 / t_bf16`` of the product (:data:`PROBE_ROWS`, hidden) @ (hidden, inner) with
-    torch's current thread count, the fastest of :data:`PROBE_REPEATS` runs each (a few ms on a
-    small model). Kept per shape and thread count for the process."""
-    import torch
-
-    key = (hidden, inner, torch.get_num_threads())
-    if key not in _GAIN:
-        g = torch.Generator().manual_seed(0)
-        a = torch.randn(PROBE_ROWS, hidden, generator=g)
-        w = torch.randn(hidden, inner, generator=g) / hidden ** 0.5
-        best = {}
-        for dtype in (torch.float32, torch.bfloat16):
-            x, m = a.to(dtype), w.to(dtype)
-            x @ m  # first call: kernel selection, packing buffers
-            runs = []
-            for _ in range(PROBE_REPEATS):
-                t = time.perf_counter()
-                for _ in range(4):
-                    x @ m
-                runs.append(time.perf_counter() - t)
-            best[dtype] = min(runs)
-        _GAIN[key] = best[torch.float32] / max(best[torch.bfloat16], 1e-9)
-    return _GAIN[key]
 
 
 def model_shape(lm) -> tuple[int, int]:
@@ -66,11 +30,14 @@ def model_shape(lm) -> tuple[int, int]:
 
 
 def fast_dtype(lm) -> "Any":
-    """``torch.bfloat16`` when this CPU multiplies the model's MLP shape at least
-    :data:`BF16_GAIN` times faster in bf16 than in float32, else ``torch.float32``."""
+    """``torch.bfloat16`` where this CPU multiplies products of the model's hidden width at least
+    :data:`embscope.machine.BF16_GAIN` times faster in bf16 than in float32
+    (:func:`embscope.machine.fast_dtype`), else ``torch.float32``."""
     import torch
 
-    return torch.bfloat16 if bf16_gain(*model_shape(lm)) >= BF16_GAIN else torch.float32
+    from embscope.machine import fast_dtype as measured
+
+    return torch.bfloat16 if measured(model_shape(lm)[0]) == "bfloat16" else torch.float32
 
 
 def _float32_head(weight, bias):

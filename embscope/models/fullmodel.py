@@ -244,62 +244,43 @@ def _memoised_gguf():
         gguf.GGUFReader, gguf.get_tensor_name_map = saved
 
 
-#: ops timed per thread count by :func:`fastest_threads` (each a few hundred thousand floats)
-PROBE_OPS = 24
-#: more threads are kept only when they run the probe this many times faster than one
-PROBE_GAIN = 1.5
-#: probe runs per thread count (the fastest of each counts)
-PROBE_REPEATS = 3
-
-
-def _probe_seconds(n_threads: int) -> float:
-    """Seconds of two runs of :data:`PROBE_OPS` small ops (elementwise and a 256 × 576 × 576
-    matmul, the sizes of a small model's forward) with ``n_threads`` intra-op threads."""
-    import time
-
-    import torch
-
-    torch.set_num_threads(n_threads)
-    g = torch.Generator().manual_seed(0)
-    a, w = torch.randn(256, 576, generator=g), torch.randn(576, 576, generator=g) / 24
-    t = time.perf_counter()
-    for _ in range(2):
-        x = a
-        for _ in range(PROBE_OPS // 3):
-            x = ((x * 0.5 + a) @ w).tanh()
-    return time.perf_counter() - t
-
-
 @contextmanager
-def fastest_threads():
-    """Within the block, torch's intra-op thread count is the one (1 or the current count) that
-    ran a short probe fastest here and now (:func:`_probe_seconds`); restored afterwards.
+def fastest_threads(width: int = 576, dtype: str = "float32", *models):
+    """Within the block, torch's and numba's thread count is the one a forward pass of a model
+    ``width`` wide in ``dtype`` runs fastest at here and now (:func:`embscope.machine.best_threads`,
+    ``kind="forward"``: 1 or the process's count); restored afterwards; it yields the counts the
+    forward passes ran on, one per pass (the first: the block's start). With ``models``, each
+    forward pass of their decoders looks again (a lookup while the verdict is fresh, a new
+    measurement after :data:`embscope.machine.REPROBE_SECONDS`), so a long step that began while
+    another process held a core takes the core back once it is free.
 
-    A forward pass of a small model is thousands of short ops, each split over the intra-op
-    threads and done only when its slowest share is. When other processes hold the cores, every
-    op waits for a descheduled thread's time slice: on this project's shared 2-core machine, with
-    another job running, a 230-token forward of SmolLM2-135M took 9.5 s with 2 threads and
-    0.95 s with 1 (120 probe ops: 1.56 s against 0.10 s), while on an idle machine more threads
-    are faster.
-    The probe (:data:`PROBE_REPEATS` runs per count, the fastest kept) costs ~60 ms per count on
-    an idle machine and ~1 s at worst. The risk is lopsided (a wrong "many" can cost 10×, a wrong
-    "one" at most the core count), so more threads are kept only when they run it
-    :data:`PROBE_GAIN` times faster. Results do not
-    depend on the choice beyond float rounding (the verdicts and figures were the same).
+    A forward pass is thousands of ops, each split over the intra-op threads and done only when
+    its slowest share is. When another process holds a core, every op waits for a descheduled
+    thread's time slice: on this project's shared 2-core machine, with another job running, a
+    230-token forward of SmolLM2-135M took 9.5 s with 2 threads and 0.95 s with 1; on an idle
+    machine 2 threads run its batched forwards 1.5–1.8× faster than 1. Results do not depend on
+    the choice beyond float rounding (the verdicts and figures were the same).
     """
     import torch
 
-    before = torch.get_num_threads()
-    try:
-        if before > 1:
-            # the fastest of PROBE_REPEATS interleaved runs each: one descheduled run (a blip of
-            # another process) does not decide the thread count of the whole step
-            runs = [(_probe_seconds(before), _probe_seconds(1)) for _ in range(PROBE_REPEATS)]
-            t_many, t_one = min(r[0] for r in runs), min(r[1] for r in runs)
-            torch.set_num_threads(before if t_many * PROBE_GAIN < t_one else 1)
-        yield
-    finally:
-        torch.set_num_threads(before)
+    from embscope.machine import best_threads, threads
+
+    used: list[int] = []
+
+    def look(_module, _args):
+        n = best_threads(width, dtype, kind="forward")
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
+        used.append(n)
+
+    with threads(best_threads(width, dtype, kind="forward")):
+        hooks = [getattr(m, m.base_model_prefix, m).register_forward_pre_hook(look) for m in models]
+        used.append(torch.get_num_threads())
+        try:
+            yield used
+        finally:
+            for h in hooks:
+                h.remove()
 
 
 def set_rows(lm, ids, rows: dict) -> None:

@@ -25,7 +25,7 @@ def extension_section(inputs: Inputs) -> SectionOutput:
     if inputs.model.vocab is None:
         return SectionOutput(skipped="the model ships no tokenizer")
     from embscope.extension.evaluate import CORPUS_BYTES, plan_for
-    from embscope.extension.extension import DISTIL_BUDGET
+    from embscope.extension.extension import DISTIL_WORK
 
     opts = inputs.options
     sub = Steps(verbose=False, announce="extension")  # its parts named as they start; times in summary.json
@@ -36,7 +36,7 @@ def extension_section(inputs: Inputs) -> SectionOutput:
                           diagnostics=opts.diagnostics, engine=opts.corpus_engine(),
                           sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub,
                           as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
-                          distil_budget=DISTIL_BUDGET if opts.distil_budget is None else opts.distil_budget)
+                          distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])

@@ -116,8 +116,9 @@ class ScanOptions(Record):
     verify: int | None = 0
     #: which flagged rows ``verify`` checks: top (highest scores) or random (seeded sample of all flags)
     verify_sample: str = "top"
-    #: seconds after which the prompting stops (null: the automatic run's cap, else none)
-    verify_time_cap: float | None = None
+    #: the prompting's work budget, 10¹² multiply-adds (tokens × parameters; null: the automatic
+    #: run's 30, else none): rows beyond it stay unchecked, so the same rows are checked at any load
+    verify_work: float | None = None
     #: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``)
     cache_dir: str | None = None
 
@@ -138,8 +139,8 @@ class ScanOptions(Record):
                             f"{SECONDS_PER_ROW_CPU[0]:g}–{SECONDS_PER_ROW_CPU[1]:g} s on a CPU, so {MAX_VERIFY} rows "
                             f"take {lo}–{hi} min); pass --verify {MAX_VERIFY} or less")
         _choose("--verify-sample", self.verify_sample, choices()["verify_sample"], "a way to pick rows")
-        if self.verify_time_cap is not None and not (self.verify_time_cap > 0 and math.isfinite(self.verify_time_cap)):
-            raise SpecError(f"--verify-time-cap must be a positive number of seconds, got {self.verify_time_cap}")
+        if self.verify_work is not None and not (self.verify_work > 0 and math.isfinite(self.verify_work)):
+            raise SpecError(f"--verify-work must be a positive number (10^12 multiply-adds), got {self.verify_work}")
         _choose("--knn", self.knn_method, choices()["knn_method"], "a kNN method")
         if self.unused_ids is not None and any(i < 0 for i in self.unused_ids):
             raise SpecError("--unused-ids must be row numbers (0 or more)")
@@ -245,9 +246,10 @@ class ExtensionOptions(Record):
     #: held-out corpus bytes the extension's bits per byte reads (null: 24 KB in ``extend``, 4 KB in
     #: ``audit``, which also reads 5 KB of general text instead of all 10 KB)
     bpb_bytes: int | None = None
-    #: seconds ``distil`` may take inside ``--init auto``, estimated from its first contexts (null:
-    #: 180 in ``extend``, 0 in ``audit``); a named ``--init distil`` always runs
-    distil_budget: float | None = None
+    #: the work ``distil`` may do inside ``--init auto``, 10¹² multiply-adds (tokens × parameters,
+    #: known before it runs; null: 20 in ``extend``, 0 in ``audit``); a named ``--init distil``
+    #: always runs
+    distil_work: float | None = None
     #: also write the extended model (``extend --apply``) to this folder
     apply_to: str | None = None
     #: initialisation of the new rows ``apply_to`` writes: ``auto`` (the recommended strategy),
@@ -269,8 +271,8 @@ class ExtensionOptions(Record):
         if self.extend_as not in forms:
             raise SpecError(f"--as {self.extend_as!r}: choose from {', '.join(forms)}{did_you_mean(self.extend_as, forms)}")
         _at_least("--bpb-bytes", self.bpb_bytes, 256)
-        if self.distil_budget is not None and not (math.isfinite(self.distil_budget) and self.distil_budget >= 0):
-            raise SpecError(f"--distil-budget must be a number of seconds, 0 or more (got {self.distil_budget})")
+        if self.distil_work is not None and not (math.isfinite(self.distil_work) and self.distil_work >= 0):
+            raise SpecError(f"--distil-work must be a number (10^12 multiply-adds), 0 or more (got {self.distil_work})")
         if self.apply_init != "auto":
             parse_init(self.apply_init)
         _choose("--apply-mode", self.apply_mode, choices()["apply_mode"], "an apply mode")

@@ -74,17 +74,17 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
                 out.warnings.append(f"--corpus {c}: only the first {opts.bounds().scan_bytes:,} bytes of text "
                                     "(all corpora together) were read for the flagged-row count; raise "
                                     "--limit scan-bytes=N to read more")
-        verify, sample, cap = opts.verify, opts.verify_sample, opts.verify_time_cap
+        verify, sample, cap = opts.verify, opts.verify_sample, opts.verify_work
         if verify is None:  # automatic (audit): a capped random sample when the whole model loads
-            from embscope.geometry.verify import AUTO_TIME_CAP, AUTO_VERIFY
+            from embscope.geometry.verify import AUTO_VERIFY, AUTO_WORK
             from embscope.models.fullmodel import why_not_causal
 
             loadable = model.vocab is not None and why_not_causal(model) is None
-            verify, sample, cap = (AUTO_VERIFY, "random", cap or AUTO_TIME_CAP) if loadable else (0, sample, cap)
+            verify, sample, cap = (AUTO_VERIFY, "random", cap or AUTO_WORK) if loadable else (0, sample, cap)
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
             result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
                               cache_dir=opts.cache_dir, layout=opts.map, knn_method=opts.knn_method,
-                              verify=verify, verify_sample=sample, verify_time_cap=cap, corpus_texts=texts,
+                              verify=verify, verify_sample=sample, verify_work=cap, corpus_texts=texts,
                               verify_specials=bool(inputs.data), defer_layout=True)
         columns.update(result.columns)
         geometry = result.summary
