@@ -117,12 +117,10 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
             it. A model that cannot load gets a note, not an error.
         verify_sample: ``top`` (the highest scores) or ``random`` (a seeded sample of all flags,
             whose verified share estimates the precision of every flag).
-        verify_work: the prompting's work budget, 10¹² multiply-adds (tokens × parameters,
-            :func:`~embscope.geometry.verify.row_work`): the rows beyond it are left unchecked (the
-            record says so); None: no budget.
-        verify_specials: with ``verify`` 0, still check the special tokens the chat template (and
-            ``corpus_texts``) use, in context (:func:`~embscope.geometry.verify.verify_specials`):
-            ``check`` and ``diff`` do, so a special row prompting clears is never a warning there.
+        verify_work: the prompting's work budget, 10¹² multiply-adds (:func:`~.verify.row_work`):
+            rows beyond it stay unchecked (the record says so); None: no budget.
+        verify_specials: with ``verify`` 0, still check in context the special tokens the chat
+            template (and ``corpus_texts``) use (:func:`~.verify.verify_specials`; check, diff).
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
         defer_layout: return while the map (laid out in its own process from the moment the graph
