@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from embscope.geometry.knn_record import (CertificateRecord, CutRecord, HnswPilot, JoinRecord,  # noqa: F401
-                                          KnnRecord, MeasuredRecord, TilesRecord)
+from embscope.geometry.knn_record import (CertificateRecord, CutRecord, JoinRecord, KnnRecord,  # noqa: F401
+                                          MeasuredRecord, NnDescentRecord, TilesRecord)
 from embscope.records import Record
 
 #: rows per list of the summary and the report (the most under-trained normal tokens, the most
