@@ -259,6 +259,27 @@ def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
     assert again_rec.neighbor_preservation == rec.neighbor_preservation
 
 
+def test_a_large_map_lays_out_the_kept_rows_and_places_the_rest(minilm_rows):
+    """Above ``max_rows`` (here 2,500 of 6,000 real MiniLM rows), UMAP lays out the kept rows (300
+    drawn, as a scan's flagged rows), their neighbours and a sample; every other row is placed at
+    the mean of its placed neighbours, and both preservations are measured."""
+    from embscope.geometry.layout import map_rows, umap_layout
+
+    g = knn_graph(minilm_rows, 10, use_cache=False, progress=False)
+    n = len(minilm_rows)
+    keep = np.zeros(n, bool)
+    keep[np.random.default_rng(3).choice(n, 300, replace=False)] = True
+    sub = map_rows(g.neighbors, keep, 2500)
+    assert len(sub) == 2500 and keep[sub].sum() == 300
+    assert np.isin(g.neighbors[keep], sub).all()                   # their neighbours too (room allowing)
+    xy, rec = umap_layout(g.neighbors, g.sims, n_epochs=30, keep=keep, max_rows=2500)
+    assert rec.laid_out_rows == 2500 and rec.placed_by_neighbours + rec.unplaced >= n - 2500
+    on = np.isfinite(xy).all(axis=1)
+    assert rec.unplaced == int((~on).sum()) < 60 and on[keep].all()
+    assert 0.1 < rec.laid_out_preservation <= 1.0 and 0.0 < rec.neighbor_preservation <= 1.0
+    np.testing.assert_array_equal(map_rows(g.neighbors, keep, 2500), sub)   # seeded
+
+
 def test_a_failed_map_process_is_a_note_not_an_error():
     from embscope.geometry.layout import LayoutJob
 
