@@ -18,7 +18,7 @@ On a machine with a CUDA GPU (torch CUDA build; faiss-gpu optional), for each ma
 5. the audit indicators on the GPU matrix against the CPU copy (``max |Δ score| ≤ 1e-3``);
 6. the kNN cache key (XXH3-128 or BLAKE2b over every byte, copied to the host block by block) of
    the CUDA matrix equals its CPU copy's;
-7. ``method="auto"`` on CUDA picks exact search (``ivf``/``refined`` are CPU methods);
+7. ``method="auto"`` on CUDA picks exact search (the certified graph's join is a CPU path);
 
 and once:
 

@@ -8,7 +8,7 @@ all threads: less sensitive to other people's load than wall time), peak RSS of 
 process per method, and recall@10 on the same 500 random rows for every method (tie-aware, against
 FAISS ``IndexFlatIP``). Methods:
 
-- ``auto``, ``exact``, ``ivf``, ``refined``: :func:`embscope.geometry.knn.knn_graph`;
+- ``auto``, ``exact``, ``nndescent``, ``hnsw``: :func:`embscope.geometry.knn.knn_graph`;
 - ``faiss-flat``: ``IndexFlatIP`` over unit rows (exact);
 - ``faiss-ivf``: ``IndexIVFFlat`` (√n lists, inner product), nprobe raised until recall ≥ 0.9 on
   500 other rows;
@@ -149,7 +149,7 @@ def run_method(name, x, rows, kth, tune_rows, tune_kth, sample, out):
     t0, c0 = time.perf_counter(), time.process_time()
     xn = unit(x)
     det, ext = "", False
-    if name in ("auto", "exact", "ivf", "refined"):
+    if name in ("auto", "exact", "nndescent", "hnsw"):
         from embscope.geometry.knn import knn_graph
         from embscope.geometry.exact import exact_knn
 
@@ -164,9 +164,7 @@ def run_method(name, x, rows, kth, tune_rows, tune_kth, sample, out):
             return
         g = knn_graph(x, 10, method=name, use_cache=False, progress=False)
         ids = g.neighbors
-        det = ", ".join(f"{k}={getattr(g.info, k)}" for k in ("method", "nlist", "nprobe", "scanned_share",
-                                                               "refine_passes", "refine_recall", "estimated_cost",
-                                                               "fallback") if getattr(g.info, k) is not None)
+        det = ", ".join(f"{k}={getattr(g.info, k)}" for k in ("method", "estimated_seconds", "fallback") if getattr(g.info, k) is not None)
         det = f"[{g.info.method}] " + det + f", own held-out recall {g.info.recall_at_k:.3f}"
     elif name == "faiss-flat":
         import faiss
@@ -339,7 +337,7 @@ def main():
     t = sub.add_parser("table")
     t.add_argument("--only", default="gemma,glove,smollm2,minilm,synthetic")
     t.add_argument("--methods",
-                   default="auto,ivf,refined,exact,faiss-flat,faiss-ivf,faiss-hnsw,pynndescent,pca-rerank")
+                   default="auto,nndescent,hnsw,exact,faiss-flat,faiss-ivf,faiss-hnsw,pynndescent,pca-rerank")
     t.add_argument("--sample", type=int, default=2000)
     i = sub.add_parser("indicators")
     i.add_argument("--model", default=GEMMA)

@@ -32,7 +32,10 @@ from embscope.verdict import BottomLine
 #: ``verify_time_cap`` and ``distil_budget``), the verification's ``work_budget``, ``work`` and
 #: ``stopped_at_budget`` (were ``time_cap_s`` and ``stopped_at_cap``), the extension's
 #: ``distil_work_budget`` and ``distil_work`` (was ``distil_budget``)
-SCHEMA_VERSION = 6
+#: 7: the kNN record has no inverted-file fields (``nlist``, ``nprobe``, ``scanned_share``,
+#: ``tuned_recall``, ``scan``, ``estimated_cost``, ``refine_*``, ``hnsw_pilot``,
+#: ``exact_estimate_seconds``: the ``ivf`` and ``refined`` methods are gone) and an ``nndescent`` one
+SCHEMA_VERSION = 7
 
 
 @dataclass

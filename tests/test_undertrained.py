@@ -173,7 +173,7 @@ def test_qwen2_shaped_checkpoint_each_planted_kind_is_found(tmp_path):
 
     p = make_checkpoint(tmp_path / "ckpt", hidden=32, kinds=True)
     model = embscope.load_model(str(tmp_path / "ckpt"), device="cpu")
-    res = scan(model, layout=False, knn_method="ivf", cache_dir=tmp_path / "knn")
+    res = scan(model, layout=False, knn_method="nndescent", cache_dir=tmp_path / "knn")
     assert res.summary.reference.by_source["unreachable"] + res.summary.reference.by_source[
         "unused-utf8-bytes"] == len(p.unused_rows)
     flagged = np.asarray(res.columns["flagged"])

@@ -10,7 +10,7 @@ The run, for k neighbours, threshold T, trained rows F (:func:`certified_graph`)
 
 1. **join** every pair of rows at cosine ≥ τ = √(1 − 0.2²) (a row with at least k partners has its
    exact k nearest rows among them);
-2. **base graph**: an approximate graph (:data:`BASE`), merged with the join's partners; every row
+2. **base graph**: NN-descent from the join's partners (:func:`base_graph`), merged with them; every row
    gets k real neighbours (rows the base left short are searched exactly);
 3. **sample**: independent draws from F searched exactly, two halves (:mod:`embscope.geometry.population`):
    the median and MAD of ``−log(1 − knot)`` and of isolation get intervals at confidence
@@ -66,11 +66,10 @@ MAX_ROUNDS = 4
 #: rows searched exactly before the sample is drawn (seeded apart from it): every row's cosines to
 #: them are offered to its list, the graph the sample's gaps are measured against
 PIVOT_ROWS = 1024
-#: HNSW is the base graph up to this width; wider rows go without one: on the real 7B head (3584
-#: wide) it cost more than exact search at 16,435 rows and found the nearest row of few of them
-#: (isolation ρ 0.27, bench/README.md), and pynndescent, cheaper there, compiles ~60 CPU-s of
-#: numba code in every new process
-HNSW_MAX_WIDTH = 1024
+#: NN-descent is the base graph up to this width; wider rows go without one: on the real 7B head
+#: (3584 wide, diffuse, with hubs) approximate graphs found the nearest row of few rows (HNSW:
+#: isolation ρ 0.27, bench/README.md), and the pivots' offers do as well there
+BASE_MAX_WIDTH = 1024
 #: share of the rows past which searching the join's and the flags' rows one by one costs more
 #: than exact search of every pair (m·n·d against n²·d/2, plus the sample and pivots)
 EXACT_SHARE = 0.35
@@ -97,20 +96,22 @@ class Certified:
     certificate: CertificateRecord
 
 
-def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str, float]:
-    """The approximate graph under the certificate: FAISS HNSW when the rows are at most
-    :data:`HNSW_MAX_WIDTH` wide, else none (the lists start from the join's partners and the
-    exact searches' offers). Its quality decides only how many rows are searched exactly, never a
-    decision. Returns (sims, ids) (n, k), -inf/-1 where short, the base's name and its seconds."""
+def base_graph(xn: "torch.Tensor", k: int, *, seed: int = 0, init=None) -> tuple[np.ndarray, np.ndarray, str, float]:
+    """The approximate graph under the certificate: NN-descent
+    (:func:`embscope.geometry.nndescent.nn_descent`, from ``init``: the join's partners) when the
+    rows are at most :data:`BASE_MAX_WIDTH` wide, else none (the lists start from the join's
+    partners and the exact searches' offers). Its quality decides only how many rows are searched
+    exactly, never a decision. Returns (sims, ids) (n, k), -inf/-1 where short, the base's name
+    and its seconds."""
     t0 = time.perf_counter()
     n, d = xn.shape
-    if d > HNSW_MAX_WIDTH:
+    if d > BASE_MAX_WIDTH:
         empty = (np.full((n, k), -np.inf, np.float32), np.full((n, k), -1, np.int64))
-        return (*empty, "none (rows wider than the HNSW limit)", 0.0)
-    from embscope.geometry.hnsw import hnsw_knn
+        return (*empty, "none (rows wider than the base graph's limit)", 0.0)
+    from embscope.geometry.nndescent import nn_descent
 
-    s, i = hnsw_knn(xn, k)
-    return s, i, "hnsw", round(time.perf_counter() - t0, 3)
+    s, i, _ = nn_descent(xn, k, seed=seed, init=init)
+    return s, i, "nndescent", round(time.perf_counter() - t0, 3)
 
 
 def _cuts(values: dict[str, np.ndarray], base: dict[str, np.ndarray], exact: np.ndarray, fit_rows: np.ndarray,
@@ -235,7 +236,7 @@ def _base(xn, k: int, join, seed: int, progress: bool, timings: dict[str, float]
 
     n = xn.shape[0]
     t = time.perf_counter()
-    sims, ids, base_name, base_seconds = base_graph(xn, k, seed=seed)
+    sims, ids, base_name, base_seconds = base_graph(xn, k, seed=seed, init=(join.best_v.copy(), join.best_i.copy()))
     merge_into(sims, ids, join.best_v, join.best_i)
     timings["base"] = time.perf_counter() - t
     exact = join.count >= k  # their k nearest rows are among their partners (join module docstring)

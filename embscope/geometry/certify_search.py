@@ -25,16 +25,18 @@ class Search:
         self.xn, self.sims, self.ids, self.exact, self.k, self.progress = xn, sims, ids, exact, k, progress
         self.by_reason: dict[str, int] = {}
         self.seconds = 0.0
+        self.low = None  # the rows in the 16-bit dtype, once a search runs in it
 
     def search(self, rows: np.ndarray, reason: str, offer: bool = True) -> int:
         """Exact neighbours for ``rows`` not yet exact, every other row's cosines to them offered to
-        its list (``offer``: float32 tiles, whose entries are the cosines); without offers the
-        tiles are whatever the probe finds faster (a bf16 screen, its survivors scored in float32);
-        returns how many were searched."""
+        its list (``offer``); the tiles are whatever the probe finds faster: float32, or a bf16
+        screen whose survivors are scored in float32 from each row's graph k-th up and whose
+        offers are scored again (:func:`~embscope.geometry.exact.screened_knn`); returns how many
+        were searched."""
         import torch
 
-        from embscope.geometry.exact import exact_knn
-        from embscope.geometry.probe import plan_tiles
+        from embscope.geometry.exact import exact_knn, screened_knn
+        from embscope.geometry.probe import plan_tiles, threads
 
         rows = np.unique(np.asarray(rows, dtype=np.int64))
         rows = rows[~self.exact[rows]]
@@ -43,11 +45,19 @@ class Search:
         t0 = time.perf_counter()
         n, d = self.xn.shape
         plan = plan_tiles(len(rows) * n * d, d, unsafe=0.0)
-        dtype = plan.torch_dtype() if not offer else torch.float32
-        threads = plan.threads if dtype == plan.torch_dtype() else plan.rates.threads["float32"]
-        v, i = exact_knn(self.xn, self.k, rows=torch.from_numpy(rows), dtype=dtype, threads=threads,
-                         progress=self.progress and len(rows) > 4096, offer=(self.sims, self.ids) if offer else None)
-        self.sims[rows], self.ids[rows] = v.numpy(), i.numpy()
+        lists = (self.sims, self.ids) if offer else None
+        if plan.dtype == "float32":
+            v, i = exact_knn(self.xn, self.k, rows=torch.from_numpy(rows), threads=plan.threads,
+                             progress=self.progress and len(rows) > 4096, offer=lists)
+            v, i = v.numpy(), i.numpy()
+        else:  # another order of the same float32 sums may round the graph's k-th up by d·2^-24
+            floor = np.nan_to_num(self.sims[rows, -1].astype(np.float64), nan=-np.inf) - d * 2.0 ** -24
+            if self.low is None or self.low.dtype != plan.torch_dtype():
+                self.low = self.xn.to(plan.torch_dtype())
+            with threads(plan.threads):
+                v, i = screened_knn(self.xn, rows, self.k, plan.torch_dtype(), floor=floor, offer=lists,
+                                    progress=self.progress and len(rows) > 4096, low=self.low)
+        self.sims[rows], self.ids[rows] = v, i
         self.exact[rows] = True
         self.by_reason[reason] = self.by_reason.get(reason, 0) + len(rows)
         self.seconds += time.perf_counter() - t0

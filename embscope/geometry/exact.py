@@ -151,7 +151,7 @@ def exact_knn(xn: "torch.Tensor", k: int, *, rows: "torch.Tensor | None" = None,
 
     ``dtype``: tile dtype (default float32; a 16-bit dtype screens, then re-ranks in float32, see
     the module docstring). ``threads``: intra-op threads on the CPU (default: torch's count).
-    ``offer``: see :func:`subset_knn` (CPU, some rows, float32 only).
+    ``offer``: see :func:`subset_knn` (CPU, some rows).
     Returns (sims (r, k) float32, ids (r, k) int64), most similar first.
     """
     import torch
@@ -196,7 +196,7 @@ def _finish(xn, rows, best_v, best_i, k: int, dtype, progress: bool):
 
 
 def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: int | None = None,
-                 progress: bool = False):
+                 progress: bool = False, offer: tuple | None = None, low: "torch.Tensor | None" = None):
     """Exact top-``k`` of ``rows`` (numpy ids) among the unit rows of ``xn`` from one 16-bit pass
     (CPU). Returns numpy (sims (r, k) float32, ids (r, k) int64).
 
@@ -209,16 +209,24 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
     similarity (a graph's k-th, or a first screen's re-ranked k-th), default none. A row with
     more than ``cap`` columns to score (default n / 16, where scoring one by one costs about a
     float32 search: a zero row, a collapsed cluster) stops early and is searched in float32.
+
+    ``offer``: (best_v, best_i) (n, m) lists of *every* row: each row's 16-bit cosines to the
+    searched rows, less β (lower bounds of the cosines), are offered to its list
+    (:func:`~embscope.geometry.kernels.offer_cols`), and every list that took one is scored again
+    exactly at the end (m float32 products a row), so the lists hold real rows' exact cosines as
+    with float32 tiles. (A row whose better cosine was hidden by another's bound keeps the other:
+    still a lower bound, rank by rank.) ``low``: ``xn`` already in ``dtype`` (a caller searching
+    in batches converts it once).
     """
     import numpy as np
     import torch
 
-    from embscope.geometry.kernels import rescore_into
+    from embscope.geometry.kernels import offer_cols, rescore_into
 
     n, d = xn.shape
     xc = xn.float().contiguous()
     xs = xc.numpy()
-    xt = xc.to(dtype)
+    xt = xc.to(dtype) if low is None else low
     rows = np.asarray(rows, dtype=np.int64)
     r = len(rows)
     cap = max(1024, n // 16) if cap is None else cap
@@ -229,6 +237,7 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
     seen = np.zeros(r, dtype=np.int64)
     rows_t = torch.from_numpy(rows)
     col_ids = torch.arange(n)
+    dirty = np.zeros(n, dtype=np.bool_)
     starts = range(0, r, QUERY_BLOCK)
     for s in track(starts, total=len(starts), description="kNN exact", unit="row blocks") if progress else starts:
         e = min(r, s + QUERY_BLOCK)
@@ -237,7 +246,14 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
         for c0 in range(0, n, COLUMN_TILE):
             tile = (q @ xt[c0:c0 + COLUMN_TILE].T).float()
             _mask_self(tile, r_ids, col_ids[c0:c0 + COLUMN_TILE])
-            rescore_into(xs, tile.numpy(), rows[s:e], c0, floor[s:e], bound, best_v[s:e], best_i[s:e], seen[s:e], cap)
+            t = tile.numpy()
+            rescore_into(xs, t, rows[s:e], c0, floor[s:e], bound, best_v[s:e], best_i[s:e], seen[s:e], cap)
+            if offer is not None:
+                offer_cols(t, np.arange(c0, c0 + t.shape[1], dtype=np.int64), rows[s:e], bound, offer[0], offer[1],
+                           dirty)
+    if offer is not None and dirty.any():  # the bounds offered become the rows' exact cosines
+        again = np.flatnonzero(dirty)
+        offer[0][again], offer[1][again] = rerank_rows(xc, again, offer[1][again], offer[1].shape[1])
     over = np.flatnonzero(seen > cap)
     if len(over):
         v32, i32 = subset_knn(xc, torch.from_numpy(rows[over]), k, dtype=torch.float32, progress=False)
@@ -249,8 +265,9 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
                offer: tuple | None = None):
     """Exact top-``k`` of the given ``rows`` among all rows of unit ``xn`` on the CPU: query blocks
     × column tiles, each tile read by the compiled selection kernel (no sort of any tile).
-    ``offer``: (best_v, best_i) (n, m) lists of *every* row; with float32 tiles each row's cosines
-    to the searched rows are offered to its list too (:func:`~embscope.geometry.kernels.offer_cols`).
+    ``offer``: (best_v, best_i) (n, m) lists of *every* row; each row's cosines to the searched
+    rows are offered to its list too (:func:`~embscope.geometry.kernels.offer_cols`; 16-bit tiles:
+    :func:`screened_knn`).
     Returns (sims (r, k) float32, ids (r, k) int64)."""
     import numpy as np
     import torch
@@ -260,8 +277,8 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
     dtype = dtype or torch.float32
     n, d = xn.shape
     if dtype != torch.float32:
-        # one 16-bit pass, its survivors scored exactly; no offers (16-bit tiles are not the cosines)
-        v, i = screened_knn(xn, rows.cpu().long().numpy(), k, dtype, progress=progress)
+        # one 16-bit pass, its survivors scored exactly (and its offers scored again)
+        v, i = screened_knn(xn, rows.cpu().long().numpy(), k, dtype, progress=progress, offer=offer)
         return torch.from_numpy(v), torch.from_numpy(i)
     xc = xn.float().contiguous()
     xt = xc
@@ -272,6 +289,7 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
     best_i = np.full((r, m), -1, dtype=np.int64)
     local = np.arange(r, dtype=np.int64)
     col_ids = torch.arange(n)
+    dirty = np.zeros(n, dtype=np.bool_)  # float32 offers are the cosines: nothing to score again
     starts = range(0, r, QUERY_BLOCK)
     it = track(starts, total=len(starts), description="kNN exact", unit="row blocks") if progress else starts
     for s in it:
@@ -284,7 +302,7 @@ def subset_knn(xn: "torch.Tensor", rows: "torch.Tensor", k: int, *, dtype=None, 
             t = tile.numpy()
             select_into(t, local[s:s + len(r_ids)], cols, best_v, best_i)
             if offer is not None:
-                offer_cols(t, cols, r_ids.numpy(), offer[0], offer[1])
+                offer_cols(t, cols, r_ids.numpy(), np.float32(0.0), offer[0], offer[1], dirty)
     return torch.from_numpy(best_v), torch.from_numpy(best_i)
 
 

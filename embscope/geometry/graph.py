@@ -1,6 +1,6 @@
 """The k-nearest-neighbour graph every geometry method returns (:class:`KnnGraph`) and the error
 a matrix the graph cannot be built from raises; the builders are :mod:`embscope.geometry.knn`
-(exact, IVF, HNSW) and :mod:`embscope.geometry.certify` (certified)."""
+(exact, NN-descent, HNSW) and :mod:`embscope.geometry.certify` (certified)."""
 
 from __future__ import annotations
 

@@ -29,6 +29,16 @@ search puts at ≥ τ is refused), and the screen keeps pairs at ``τ − 4δ �
 is below every accepted one, also by exact search's figures: the k partners of a row with at least
 k are its k nearest rows).
 
+16-bit screen. Where the probe (:func:`embscope.machine.gemm_rates`) measures bfloat16 products
+faster, the screen may run on ``z`` rounded to bfloat16 (float32 accumulation, bfloat16 result):
+its error is then at most β = :func:`~embscope.geometry.exact.low_precision_bound` at width p + 1
+(``Σ|z_i z'_i| ≤ ‖z‖‖z'‖ = 1``), and the screen keeps pairs at ``τ − 4δ − ε_z − β``: more
+candidates (each scored exactly as above) for a product about four times faster on a CPU with
+native bf16. Its entries are compared as integers: a positive bfloat16 orders like its bit
+pattern, and the threshold is positive. Which of the two runs, and at which width, is the lower
+estimate of screen plus candidates (:func:`_pick_width`); on a CPU without native bf16 it is
+always float32.
+
 Rows are sorted by their first coordinate ``y₁``: since ``|y₁ − y₁'| ≤ ‖z − z'‖ = √(2 − 2 z·z')``,
 a tile of row blocks whose ``y₁`` ranges lie farther apart than ``√(2 − 2τ)`` holds no candidate
 and is skipped (on GloVe's 50-wide rows half the tiles; on diffuse wide rows few).
@@ -64,9 +74,15 @@ BLOCK = 2048
 #: rows at least this wide are scored in quarters (narrower ones in one piece: on Gemma-3's 640-wide
 #: rows, whose candidates are mostly true partners that read every quarter, pieces cost 30 % more)
 PIECES_FROM = 1024
-#: a candidate pair costs about this many multiply-adds of the screen per unit of the matrix
-#: width (a random row read and a d-long dot product against BLAS's blocked products), measured
-CANDIDATE_COST = 8.0
+#: a candidate pair scored alone costs about as much as this many multiply-adds of a float32
+#: product (two rows read from memory and their dot product, stopped early for wide rows: measured
+#: 150 ns a pair on 2 threads on Gemma-3's 640-wide rows and on the real 7B rows' 3584-wide ones)
+PAIR_MACS = 16384
+#: a tile whose screen passes more than this share of its pairs is scored as one float32 product
+#: of its rows (the product of two 2048-row blocks of Gemma-3 takes 28 ms, about 180,000 pairs)
+DENSE_SHARE = 1 / 64
+#: random rows the candidates per row of each width are counted against (scaled to all rows)
+ESTIMATE_COLUMNS = 32768
 
 
 @dataclass
@@ -100,61 +116,118 @@ def _basis(xn: "torch.Tensor", p: int, seed: int) -> "torch.Tensor":
     return torch.linalg.qr(v[:, :p].double())[0]  # re-orthonormalised in float64
 
 
-def embed(xn: "torch.Tensor", basis: "torch.Tensor") -> "torch.Tensor":
+def _square_sums(xc: "torch.Tensor", cuts: np.ndarray) -> np.ndarray:
+    """(n, len(cuts)) float64: each row's sum of squares over the columns ``[cuts[h-1], cuts[h])``
+    (compiled, one pass, no temporary)."""
+    from embscope.geometry.kernels import square_sums
+
+    out = np.empty((xc.shape[0], len(cuts)), dtype=np.float64)
+    square_sums(xc.numpy(), np.ascontiguousarray(cuts, dtype=np.int64), out)
+    return out
+
+
+def embed(xn: "torch.Tensor", basis: "torch.Tensor", norm2: np.ndarray | None = None) -> "torch.Tensor":
     """(n, p + 1) float32 rows ``z = (y, ‖w‖)`` with ``z·z' ≥ x·x'`` (module docstring); computed
-    in float64, rounded once."""
+    in float64 (``y`` by blocks through one reused buffer; ``norm2``: the rows' squared norms in
+    float64, default computed), rounded once."""
     import torch
 
-    out = []
-    for s in range(0, xn.shape[0], 16384):
-        blk = xn[s:s + 16384].double()
-        y = blk @ basis
-        r = (blk.pow(2).sum(1) - y.pow(2).sum(1)).clamp_min(0).sqrt()
-        out.append(torch.cat([y, r[:, None]], 1).float())
-    return torch.cat(out)
+    n, d = xn.shape
+    p = basis.shape[1]
+    if norm2 is None:
+        norm2 = _square_sums(xn.float().contiguous(), np.array([d]))[:, 0]
+    out = torch.empty(n, p + 1, dtype=torch.float32)
+    block = 16384
+    buf = torch.empty(min(n, block), d, dtype=torch.float64)
+    ybuf = torch.empty(min(n, block), p, dtype=torch.float64)
+    for s in range(0, n, block):
+        b = min(block, n - s)
+        buf[:b].copy_(xn[s:s + b])
+        y = torch.mm(buf[:b], basis, out=ybuf[:b])
+        r = (torch.from_numpy(norm2[s:s + b]) - y.pow(2).sum(1)).clamp_min(0).sqrt()
+        out[s:s + b, :p] = y
+        out[s:s + b, p] = r
+    return out
 
 
-def _pick_width(xn: "torch.Tensor", thr: float, seed: int) -> tuple[int, "torch.Tensor", dict[int, float]]:
-    """The screen width with the lowest estimated cost: n²(p + 1)/2 for the screen plus
-    CANDIDATE_COST·d per candidate pair, candidates counted (in float32: an estimate) on
-    ESTIMATE_ROWS random rows against all. Returns (width, its basis, {width: candidates a row})."""
+def _pick_width(xn: "torch.Tensor", thr: float, seed: int) -> tuple[int, str, "torch.Tensor", dict[str, float]]:
+    """The screen's width and dtype with the lowest estimated time: n²(p + 1)/2 multiply-adds of the
+    screen at the probe's rate for the dtype, plus :data:`PAIR_MACS` per candidate pair at the
+    float32 rate, candidates counted (in float32: an estimate) on ESTIMATE_ROWS random rows
+    against up to ESTIMATE_COLUMNS random rows, scaled to all n, at the dtype's threshold (``thr``
+    less the bfloat16 bound for bfloat16). Returns (width, dtype, its basis,
+    {"<width>" or "<width> bfloat16": candidates a row})."""
     import torch
+
+    from embscope.machine import gemm_rates
 
     n, d = xn.shape
     widths = [p for p in WIDTHS if p < d] or [max(1, d - 1)]
     basis = _basis(xn, max(widths), seed)
-    y = xn @ basis.float()                                                   # (n, max p)
-    sq = y.pow(2).cumsum(1)
     g = torch.Generator().manual_seed(seed + 1)
-    q = torch.randperm(n, generator=g)[:min(n, ESTIMATE_ROWS)]
-    est = {}
+    cols = torch.randperm(n, generator=g)[:min(n, ESTIMATE_COLUMNS)]
+    q = cols[:min(len(cols), ESTIMATE_ROWS)]
+    y = xn[cols] @ basis.float()                                             # (c, max p)
+    sq = y.pow(2).cumsum(1)
+    scale = n / len(cols)
+    est, per_row = {}, {}
     for p in widths:
+        rates = gemm_rates(p + 1)
+        r32 = max(rates.rate("float32"), 1e-9)
         r = (1 - sq[:, p - 1]).clamp_min(0).sqrt()
-        s = y[q, :p] @ y[:, :p].T + r[q, None] * r[None, :]
-        s[torch.arange(len(q)), q] = -2.0
-        per_row = float((s >= thr).sum()) / len(q)
-        est[p] = (n * n * (p + 1) / 2 + n * per_row / 2 * CANDIDATE_COST * d, per_row)
-    best = min(est, key=lambda p: est[p][0])
-    return best, basis[:, :best], {p: round(v[1], 1) for p, v in est.items()}
+        s = y[:len(q), :p] @ y[:, :p].T + r[:len(q), None] * r[None, :]
+        s[torch.arange(len(q)), torch.arange(len(q))] = -2.0
+        for dtype in ("float32", "bfloat16"):
+            rate = rates.rate(dtype)
+            if rate <= 0:
+                continue
+            cand = float((s >= thr - _screen_bound(dtype, p)).sum()) / len(q) * scale
+            label = f"{p}" if dtype == "float32" else f"{p} bfloat16"
+            est[(p, dtype)] = 2 * n * n * (p + 1) / 2 / rate + 2 * n * cand / 2 * PAIR_MACS / r32
+            per_row[label] = round(cand, 1)
+    p, dtype = min(est, key=est.get)
+    return p, dtype, basis[:, :p].contiguous(), per_row
 
 
-def _tails(xc: "torch.Tensor") -> tuple[np.ndarray, np.ndarray]:
-    """``(cuts, tails)``: where the exact scoring of a pair may stop (quarters of the width, from
-    :data:`PIECES_FROM` columns) and each row's norm past each cut but the last, in float64, rounded up, so
-    ``partial + tails[i]·tails[j]`` bounds the pair's cosine from above (Cauchy–Schwarz on the
-    coordinates not yet read). On the 7B-shaped rows (centre + noise: candidates at cosine
-    ≈ 0.80 against τ ≈ 0.98, the bound 0.95 after the first quarter) every candidate stops
-    there: 154 ns a pair instead of 504 (one tile of 86,577 candidates, 2 threads)."""
+def _screen_bound(dtype: str, p: int) -> float:
+    """How far a screen entry in ``dtype`` may lie below the float32 one: 0, or the bfloat16 bound
+    of a product of unit vectors of width p + 1."""
     import torch
 
-    n, d = xc.shape
-    cuts = np.array([d // 4, d // 2, 3 * d // 4, d] if d >= PIECES_FROM else [d], dtype=np.int64)
-    tails = np.zeros((n, max(1, len(cuts) - 1)), dtype=np.float32)
-    for s in range(0, n, 16384):
-        sq = xc[s:s + 16384].double().pow(2)
-        for h, e in enumerate(cuts[:-1]):
-            tails[s:s + 16384, h] = (sq[:, e:].sum(1).sqrt() * (1 + 1e-6)).float().numpy()
-    return cuts, tails
+    from embscope.geometry.exact import low_precision_bound
+
+    return 0.0 if dtype == "float32" else low_precision_bound(torch.bfloat16, p + 1)
+
+
+def _tails(sums: np.ndarray) -> np.ndarray:
+    """(n, pieces − 1) float32: each row's norm past each cut but the last (``sums``: its squares
+    per piece, :func:`_square_sums`), in float64, rounded up, so ``partial + tails[i]·tails[j]``
+    bounds the pair's cosine from above (Cauchy–Schwarz on the coordinates not yet read). On the
+    7B-shaped rows (centre + noise: candidates at cosine ≈ 0.80 against τ ≈ 0.98, the bound 0.95
+    after the first quarter) every candidate stops there: 154 ns a pair instead of 504 (one tile
+    of 86,577 candidates, 2 threads)."""
+    if sums.shape[1] == 1:
+        return np.zeros((len(sums), 1), dtype=np.float32)
+    rest = np.cumsum(sums[:, ::-1], axis=1)[:, ::-1][:, 1:]               # squares past cut h
+    return (np.sqrt(rest) * (1 + 1e-6)).astype(np.float32)
+
+
+class _Tile:
+    """One reused buffer for the (|a|, |c|) products of the join (a fresh 16 MiB tile per product
+    is a fresh mapping the kernel must fault in). A bfloat16 product comes back as its bit
+    patterns (int16: positive values order as their bits)."""
+
+    def __init__(self, dtype=None):
+        import torch
+
+        self.dtype = dtype or torch.float32
+        self.buf = torch.empty(BLOCK * BLOCK, dtype=self.dtype)
+
+    def product(self, a: "torch.Tensor", c: "torch.Tensor") -> np.ndarray:
+        import torch
+
+        out = torch.mm(a, c.T, out=self.buf[:len(a) * len(c)].view(len(a), len(c)))
+        return out.numpy() if self.dtype == torch.float32 else out.view(torch.int16).numpy()
 
 
 def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, progress: bool = True) -> Join:
@@ -165,55 +238,108 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
     """
     import torch
 
-    from embscope.geometry.kernels import count_at_least, insert_pairs, score_pairs
+    from embscope.geometry.kernels import count_at_least
 
     t0 = time.perf_counter()
     xc = xn.cpu().float().contiguous()
     n, d = xc.shape
     delta = d * 2.0 ** -24
     accept = tau - 2 * delta
-    p, basis, per_row = _pick_width(xc, tau - 4 * delta, seed)
-    thr = tau - 4 * delta - 4 * (p + 1) * 2.0 ** -24
-    z = embed(xc, basis)
+    p, screen_dtype, basis, per_row = _pick_width(xc, tau - 4 * delta, seed)
+    thr = tau - 4 * delta - 4 * (p + 1) * 2.0 ** -24 - _screen_bound(screen_dtype, p)
+    cuts = np.array([d // 4, d // 2, 3 * d // 4, d] if d >= PIECES_FROM else [d], dtype=np.int64)
+    sums = _square_sums(xc, cuts)
+    z = embed(xc, basis, sums.sum(1))
     order = torch.argsort(z[:, 0])
     zs = z[order].contiguous()
+    del z
     u = zs[:, 0].numpy()
+    low = screen_dtype == "bfloat16"
+    screen = _Tile(torch.bfloat16 if low else None)
+    if low:
+        zs = zs.to(torch.bfloat16)
+    # the threshold as the tile's entries hold it: float32, or the bits of the least bfloat16 ≥ thr
+    thr_t = _bf16_bits_at_least(thr) if low else np.float32(thr)
     ids = order.numpy().astype(np.int64)
-    xs = xc.numpy()
-    cuts, tails = _tails(xc)
-    reject = np.float32(accept - delta)  # below this after a piece: no partner (a partial sum's rounding ≤ d·2^-24)
-    best_v = np.full((n, k), -np.inf, dtype=np.float32)
-    best_i = np.full((n, k), -1, dtype=np.int64)
-    count = np.zeros(n, dtype=np.int64)
+    # the rows in screen order: a tile's rows and columns are two contiguous blocks, read from the
+    # cache by the pair scoring (random rows from memory cost Gemma-3's join 3.4 s)
+    pairs = _Pairs(xc[order], cuts, _tails(sums)[ids], ids, k, np.float32(accept), delta)
     reach = math.sqrt(max(0.0, 2 - 2 * thr)) + 1e-6
     starts = list(range(0, n, BLOCK))
-    scored = skipped = 0
+    skipped = 0
     it = track(starts, total=len(starts), description="kNN join", unit="row blocks") if progress else starts
     for a in it:
         za = zs[a:a + BLOCK]
-        ia = ids[a:a + BLOCK]
         hi_a = u[min(n, a + BLOCK) - 1]
         for c in range(a, n, BLOCK):
             if u[c] - hi_a > reach:  # sorted by y₁: this tile and every later one hold no pair
                 skipped += len(range(c, n, BLOCK))
                 break
-            tile = (za @ zs[c:c + BLOCK].T).numpy()                              # (|a|, |c|)
+            tile = screen.product(za, zs[c:c + BLOCK])
             counts = np.empty(tile.shape[0], dtype=np.int64)
-            count_at_least(tile, np.float32(thr), a == c, counts)
-            total = int(counts.sum())
-            if not total:
-                continue
-            first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-            pi = np.empty(total, np.int64)
-            pj = np.empty(total, np.int64)
-            ps = np.empty(total, np.float32)
-            score_pairs(xs, tails, cuts, ia, ids[c:c + BLOCK], tile, np.float32(thr), a == c, first, reject,
-                        pi, pj, ps)
-            insert_pairs(pi, pj, ps, np.float32(accept), best_v, best_i, count)
-            scored += total
+            count_at_least(tile, thr_t, a == c, counts)
+            pairs.tile(a, c, tile, counts, thr_t)
     tiles = len(starts) * (len(starts) + 1) // 2
-    return Join(tau=tau, best_v=best_v, best_i=best_i, count=count,
+    return Join(tau=tau, best_v=pairs.best_v, best_i=pairs.best_i, count=pairs.count,
                 info=JoinRecord(width=p, screen_threshold=round(thr, 6), accept_threshold=round(accept, 6),
-                                candidates_scored=scored, tiles=tiles, tiles_skipped=skipped,
-                                rows_with_partner=int((count > 0).sum()),
+                                candidates_scored=pairs.scored, tiles=tiles, tiles_skipped=skipped,
+                                dense_tiles=pairs.dense, screen_dtype=screen_dtype, rows_with_partner=int((pairs.count > 0).sum()),
                                 seconds=round(time.perf_counter() - t0, 3), estimated_candidates_per_row=per_row))
+
+
+class _Pairs:
+    """The join's partners, tile by tile: a tile whose screen passed few candidates has them scored
+    one by one (in pieces, :func:`~embscope.geometry.kernels.score_pairs`); a dense one (more than
+    :data:`DENSE_SHARE` of its entries: a collapsed cluster, such as Gemma-3's 6,242 unused rows,
+    whose pairs all pass) is one float32 product of the two blocks' rows, every entry at or above
+    the acceptance threshold a partner (:func:`~embscope.geometry.kernels.accept_rows`). Both
+    compute each cosine in float32 over the full rows, so both accept the same pairs: a pair the
+    product accepts (≥ τ − 2δ) is ≥ τ − 3δ exactly, so its screen value passed ``thr``."""
+
+    def __init__(self, xsort, cuts, tails, ids, k, accept, delta):
+        """``xsort``, ``tails``: the rows and their tails in screen order; ``ids``: their row ids."""
+        n = len(ids)
+        self.xsort, self.xs, self.cuts, self.tails, self.ids = xsort, xsort.numpy(), cuts, tails, ids
+        self.accept = accept
+        self.reject = np.float32(accept - delta)  # below this after a piece: no partner (a partial sum's rounding ≤ d·2^-24)
+        self.best_v = np.full((n, k), -np.inf, dtype=np.float32)
+        self.best_i = np.full((n, k), -1, dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.scored = self.dense = 0
+        self.exact = _Tile()
+
+    def tile(self, a: int, c: int, tile: np.ndarray, counts: np.ndarray, thr) -> None:
+        """The partners among the pairs of row blocks ``a`` and ``c`` (sorted positions) whose
+        screen ``tile`` passed ``counts`` candidates per row at ``thr``."""
+        from embscope.geometry.kernels import accept_cols, accept_rows, insert_pairs, score_pairs
+
+        total = int(counts.sum())
+        if not total:
+            return
+        b, w = tile.shape
+        self.scored += total
+        if total > DENSE_SHARE * tile.size:
+            self.dense += 1
+            ia, ic = self.ids[a:a + b], self.ids[c:c + w]
+            ex = self.exact.product(self.xsort[a:a + b], self.xsort[c:c + w])
+            accept_rows(ex, ia, ic, self.accept, a == c, self.best_v, self.best_i, self.count)
+            accept_cols(ex, ic, ia, self.accept, a == c, self.best_v, self.best_i, self.count)
+            return
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        pi = np.empty(total, np.int64)
+        pj = np.empty(total, np.int64)
+        ps = np.empty(total, np.float32)
+        score_pairs(self.xs, self.tails, self.cuts, np.arange(a, a + b), np.arange(c, c + w), tile, thr, a == c,
+                    first, counts, self.reject, pi, pj, ps)
+        insert_pairs(self.ids[pi], self.ids[pj], ps, self.accept, self.best_v, self.best_i, self.count)
+
+
+def _bf16_bits_at_least(v: float) -> np.int16:
+    """The int16 bit pattern of the least bfloat16 value ≥ ``v`` (> 0): a bfloat16 entry e of a
+    tile is ≥ v exactly when its bits, read as int16, are ≥ this (positive bfloat16 values order
+    as their bits; negative ones read as negative integers). Example: 0.968 → 0.96875, bits 16248."""
+    import torch
+
+    bits = int(torch.tensor([v], dtype=torch.float32).to(torch.bfloat16).view(torch.int16)[0])
+    as_float = float(torch.tensor([bits], dtype=torch.int16).view(torch.bfloat16)[0])
+    return np.int16(bits + 1 if as_float < v else bits)  # rounded down: the next bfloat16 up

@@ -23,8 +23,7 @@ Kernels:
     into its top-m, skipping ids already there. As in NN-descent, a pair is scored only when one
     of its two edges is new (``nb_new``/``rev_new``: inserted in the previous pass); entries
     inserted now are marked in ``best_new``. "A neighbour of my neighbour is likely my
-    neighbour": on Gemma-3's diffuse rows two passes lift an IVF graph's recall@10 from ≈ 0.6 to
-    above 0.9.
+    neighbour" (:mod:`embscope.geometry.nndescent` runs it from a random-projection forest).
 
 ``select_cols_into(tile, cols, members, best_v, best_i)``
     The same insertion along the tile's *columns*: column ``j`` is query ``cols[j]`` and tile row
@@ -32,11 +31,13 @@ Kernels:
     per orientation with it, instead of copying its transpose (a 4096 × 4096 fp32 tile is 64 MiB).
     Threads own disjoint column ranges and read the tile row by row, so every read is contiguous.
 
-``offer_cols(tile, cols, members, best_v, best_i)``
+``offer_cols(tile, cols, members, shift, best_v, best_i, dirty)``
     :func:`select_cols_into` for lists that already hold other candidates: a member already in a
     column's list is not inserted twice. Exact search of some rows computes, in the same tiles,
     every other row's cosine to them; the certified graph offers those to every row's list (a free
-    lower bound, rank by rank). One thread per column: columns are distinct rows, so no two threads
+    lower bound, rank by rank). A 16-bit tile offers ``entry − shift`` (``shift``: its error bound,
+    so still a lower bound of the cosine) and marks the row in ``dirty``, whose list the caller
+    scores again exactly. One thread per column: columns are distinct rows, so no two threads
     write one list.
 
 ``rerank_into(xn, rows, cand, out_v, out_i)``
@@ -57,12 +58,29 @@ Kernels:
 ``count_at_least``, ``score_pairs``, ``insert_pairs``
     The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
     entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
-    listed), scored exactly in float32 on the full rows ``xn``; pairs at or above ``tau`` go into
+    listed: a row with no candidate is not read again, the others up to their last), scored exactly in float32 on the full rows ``xn``; pairs at or above ``tau`` go into
     both rows' top-m (serially: a pair writes two rows). A pair's dot product is summed in
     pieces ending at ``cuts``; after each, ``partial + tails[i, h]·tails[j, h]`` (the norms of
     the rows' remaining coordinates: Cauchy–Schwarz) bounds the whole, and a pair below
     ``reject`` stops there (score −inf) without reading the rest of its rows. Example: screen
     bound 0.991, exact cosine 0.97 with ``tau`` 0.98 → rejected.
+
+``accept_rows(tile, rows, cols, accept, same, best_v, best_i, count)``, ``accept_cols(…)``
+    The join's dense tiles: ``tile`` holds the exact float32 cosines of the rows ``rows`` (tile
+    rows) and ``cols`` (tile columns); every entry at or above ``accept`` is a partner, counted and
+    inserted into the tile row's list (``accept_rows``, one thread per row) or the tile column's
+    (``accept_cols``, column chunks, the tile read row by row). On a diagonal tile (``same``) only
+    the entries right of the diagonal count, so each pair is entered once from each side.
+
+``square_sums(xn, cuts, out)``
+    Each row's sum of squares over the columns ``[cuts[h − 1], cuts[h])``, accumulated in float64
+    from float32 rows (the join's norms and the norms past each piece), with no temporary copy.
+
+``project_rows(xn, order, w, node, out)``, ``leaf_pairs(xn, order, bounds, best_v, best_i)``
+    The random-projection trees of :mod:`embscope.geometry.nndescent`: ``out[p]`` is the row
+    ``order[p]``'s product with its node's direction ``w[node[p]]`` (nodes < 0 are skipped); then
+    every pair of rows within a leaf (``order[bounds[j]:bounds[j + 1]]``) is scored in float32 and
+    offered to both rows' lists (one thread per leaf: a row lies in one leaf of a tree).
 
 ``merge_into(best_v, best_i, new_v, new_i)``
     Each row's top-m of two candidate lists, ids kept once (an approximate graph's neighbours and
@@ -132,13 +150,18 @@ def _refine(xn, nb, nb_new, rev, rev_new, best_v, best_i, best_new):  # pragma: 
 COL_CHUNK = 64
 
 
+@numba.njit(cache=True, inline="always")
+def chunk(ch, n_cols):  # pragma: no cover - compiled
+    """Columns ``[j0, j1)`` of thread chunk ``ch`` of a tile ``n_cols`` wide."""
+    j0 = ch * COL_CHUNK
+    return j0, min(n_cols, j0 + COL_CHUNK)
+
+
 def _select_cols_into(tile, cols, members, best_v, best_i):  # pragma: no cover - compiled
     b, n_cols = tile.shape
     m = best_v.shape[1]
-    n_chunks = (n_cols + COL_CHUNK - 1) // COL_CHUNK
-    for ch in numba.prange(n_chunks):
-        j0 = ch * COL_CHUNK
-        j1 = min(n_cols, j0 + COL_CHUNK)
+    for ch in numba.prange((n_cols + COL_CHUNK - 1) // COL_CHUNK):
+        j0, j1 = chunk(ch, n_cols)
         thr = np.empty(j1 - j0, dtype=np.float32)
         for j in range(j0, j1):
             thr[j - j0] = best_v[cols[j], m - 1]
@@ -151,17 +174,18 @@ def _select_cols_into(tile, cols, members, best_v, best_i):  # pragma: no cover 
                     thr[j - j0] = best_v[r, m - 1]
 
 
-def _offer_cols(tile, cols, members, best_v, best_i):  # pragma: no cover - compiled
+def _offer_cols(tile, cols, members, shift, best_v, best_i, dirty):  # pragma: no cover - compiled
     b, n_cols = tile.shape
     m = best_v.shape[1]
     for j in numba.prange(n_cols):
         r = cols[j]
         for a in range(b):
-            v = tile[a, j]
+            v = tile[a, j] - shift
             if not v > best_v[r, m - 1]:
                 continue
             if not holds(best_i, r, members[a]):
                 push(best_v, best_i, r, v, members[a])
+                dirty[r] = True
 
 
 def _rerank_into(xn, rows, cand, out_v, out_i):  # pragma: no cover - compiled
@@ -211,14 +235,17 @@ def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
         out[a] = n
 
 
-def _score_pairs(xn, tails, cuts, rows, cols, tile, thr, same, starts, reject, pi, pj, ps):  # pragma: no cover - compiled
+def _score_pairs(xn, tails, cuts, rows, cols, tile, thr, same, starts, counts, reject, pi, pj, ps):  # pragma: no cover - compiled
     b, c = tile.shape
     nc = len(cuts)
     for a in numba.prange(b):
         q = starts[a]
+        end = q + counts[a]
         i = rows[a]
-        for t in range(c):
-            if tile[a, t] >= thr and not (same and t <= a):
+        for t in range(a + 1 if same else 0, c):
+            if q == end:
+                break  # the row's candidates are all scored: the rest of the tile row is not read
+            if tile[a, t] >= thr:
                 j = cols[t]
                 s = dot(xn, i, xn, j, 0, cuts[0])
                 h = 0
@@ -245,6 +272,71 @@ def _insert_pairs(pi, pj, ps, tau, best_v, best_i, count):  # pragma: no cover -
                 push(best_v, best_i, r, s, j)
 
 
+def _accept_rows(tile, rows, cols, accept, same, best_v, best_i, count):  # pragma: no cover - compiled
+    b, c = tile.shape
+    m = best_v.shape[1]
+    for a in numba.prange(b):
+        r = rows[a]
+        n = 0
+        for t in range(a + 1 if same else 0, c):
+            v = tile[a, t]
+            if v >= accept:
+                n += 1
+                if v > best_v[r, m - 1]:
+                    push(best_v, best_i, r, v, cols[t])
+        count[r] += n
+
+
+def _accept_cols(tile, cols, rows, accept, same, best_v, best_i, count):  # pragma: no cover - compiled
+    b, n_cols = tile.shape
+    m = best_v.shape[1]
+    for ch in numba.prange((n_cols + COL_CHUNK - 1) // COL_CHUNK):
+        j0, j1 = chunk(ch, n_cols)
+        for a in range(b):
+            for j in range(max(j0, a + 1) if same else j0, j1):
+                v = tile[a, j]
+                if v >= accept:
+                    r = cols[j]
+                    count[r] += 1
+                    if v > best_v[r, m - 1]:
+                        push(best_v, best_i, r, v, rows[a])
+
+
+def _square_sums(xn, cuts, out):  # pragma: no cover - compiled
+    n = xn.shape[0]
+    for i in numba.prange(n):
+        e0 = 0
+        for h in range(len(cuts)):
+            s = 0.0
+            for e in range(e0, cuts[h]):
+                v = np.float64(xn[i, e])
+                s += v * v
+            out[i, h] = s
+            e0 = cuts[h]
+
+
+def _project_rows(xn, order, w, node, out):  # pragma: no cover - compiled
+    d = xn.shape[1]
+    for p in numba.prange(len(order)):
+        if node[p] >= 0:
+            out[p] = dot(xn, order[p], w, node[p], 0, d)
+
+
+def _leaf_pairs(xn, order, bounds, best_v, best_i):  # pragma: no cover - compiled
+    m = best_v.shape[1]
+    d = xn.shape[1]
+    for leaf in numba.prange(len(bounds) - 1):
+        for a in range(bounds[leaf], bounds[leaf + 1]):
+            i = order[a]
+            for b in range(a + 1, bounds[leaf + 1]):
+                j = order[b]
+                s = dot(xn, i, xn, j, 0, d)
+                if s > best_v[i, m - 1] and not holds(best_i, i, j):
+                    push(best_v, best_i, i, s, j)
+                if s > best_v[j, m - 1] and not holds(best_i, j, i):
+                    push(best_v, best_i, j, s, i)
+
+
 def _merge_into(best_v, best_i, new_v, new_i):  # pragma: no cover - compiled
     n, m = best_v.shape
     for r in numba.prange(n):
@@ -266,9 +358,14 @@ offer_cols, _c8 = jit(_offer_cols)
 count_at_least, _c5 = jit(_count_at_least)
 score_pairs, _c6 = jit(_score_pairs)
 rescore_into, _c9 = jit(_rescore_into)
+accept_rows, _c10 = jit(_accept_rows)
+accept_cols, _c11 = jit(_accept_cols)
+square_sums, _c12 = jit(_square_sums)
+project_rows, _c13 = jit(_project_rows)
+leaf_pairs, _c14 = jit(_leaf_pairs)
 insert_pairs = numba.njit(cache=True)(_insert_pairs)  # serial: a pair writes two rows' lists
 #: whether the kernels' machine code is cached on disk
-CACHED = _c1 and _c2 and _c3 and _c4 and _c5 and _c6 and _c7 and _c8 and _c9
+CACHED = all((_c1, _c2, _c3, _c4, _c5, _c6, _c7, _c8, _c9, _c10, _c11, _c12, _c13, _c14))
 
 
 def reverse_lists(nb: np.ndarray, width: int, seed: int = 0, new: np.ndarray | None = None):

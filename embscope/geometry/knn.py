@@ -10,19 +10,13 @@ Methods:
     Tiled matmuls with a running top-k, device-agnostic (CPU or CUDA); 16-bit tiles on CUDA and
     on CPUs with native bf16, re-ranked in float32; in float32 each pair is computed once.
 
-``ivf`` (:mod:`embscope.geometry.ivf`)
-    An inverted file over spherical k-means lists, ``nprobe`` tuned on a sample to
-    ``IVF_TUNE_RECALL``, each list scanned with BLAS for all the rows that probe it. CPU only
-    (a CUDA matrix is copied there). Fast when the rows form clusters.
-
-``refined`` (:mod:`embscope.geometry.refine`)
-    A cheap IVF graph (recall ≈ 0.6) improved by "neighbours of neighbours" passes until the
-    tuning sample's recall reaches 0.95. Fast on diffuse rows (Gemma-3, GloVe), where the IVF
-    alone must scan half the matrix.
-
 ``hnsw`` (:mod:`embscope.geometry.hnsw`)
     FAISS's HNSW graph: cost about linear in n, good on narrow or clustered rows (GloVe), poor on
     wide diffuse rows with hubs (a real 7B LM head).
+
+``nndescent`` (:mod:`embscope.geometry.nndescent`)
+    NN-descent from a random-projection forest (our compiled kernels): cost linear in n; the
+    certified graph's base on rows up to 1,024 wide.
 
 ``certified`` (:mod:`embscope.geometry.certify`)
     An approximate graph whose *decisions* are exact search's: the near-duplicate join proves which
@@ -30,16 +24,16 @@ Methods:
     row a decision or a listed figure depends on is searched exactly (m × n × d, not n² × d). Rows
     not searched exactly keep graph values (knot a lower bound, isolation an upper bound).
 
-Every approximate method returns k real neighbours for every row: a row the index left short
-(an IVF list smaller than k, planted clusters with ``nprobe`` 1) is searched exactly.
+Every approximate method (``hnsw``, ``nndescent``) returns k real neighbours for every row: a row
+the graph left short (a tiny cluster the greedy search never left) is searched exactly.
 
 ``auto`` picks exact on CUDA or when n·n·d ≤ ``EXACT_BUDGET``; above, ``certified`` when the rows
 are at least ``CERTIFIED_MIN_WIDTH`` wide and its estimated time (:func:`certified_estimate`,
 from the GEMM rates measured here) is below exact search's, else exact. It never picks an approximate method whose decisions are approximate.
 
-Recall@k of the returned graph is measured against float32 exact search on the held-out half of
-``recall_sample`` random rows (the other half tunes the approximate methods), tie-aware: a returned neighbour counts when its exact similarity is at least the
-k-th exact similarity (minus 1e-6), so duplicated rows do not count as misses.
+Recall@k of the returned graph is measured against float32 exact search on ``recall_sample``
+random rows, tie-aware: a returned neighbour counts when its exact similarity is at least the k-th
+exact similarity (minus 1e-6), so duplicated rows do not count as misses.
 
 Zero rows have no direction: their similarity to everything is 0 and their neighbours are
 arbitrary rows (callers flag zero rows separately).
@@ -58,7 +52,6 @@ import numpy as np
 
 from embscope.geometry.exact import (NORM_BLOCK, RERANK_EXTRA, TILE_ELEMENTS, all_finite,  # noqa: F401
                                       cpu_has_fast_bf16, exact_knn, normalize_rows, rerank, tile_dtype)
-from embscope.geometry.ivf import IVF_MAX_SCAN, IVF_TUNE_RECALL, ivf_knn  # noqa: F401
 from embscope.geometry.knn_cache import default_cache_dir, matrix_key  # noqa: F401
 from embscope.geometry import knn_cache
 from embscope.geometry.graph import KnnError, KnnGraph  # noqa: F401  (their home before graph.py)
@@ -67,16 +60,23 @@ from embscope.geometry.knn_record import METHODS, KnnRecord  # noqa: F401 - METH
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-#: the public surface, including the helpers re-exported from ``exact`` and ``ivf``
+#: the public surface, including the helpers re-exported from ``exact``
 __all__ = ["KnnError", "KnnGraph", "knn_graph", "recall_at_k", "matrix_key", "default_cache_dir",
-           "exact_knn", "ivf_knn", "normalize_rows", "all_finite", "tile_dtype", "cpu_has_fast_bf16",
-           "rerank", "EXACT_BUDGET", "IVF_MAX_SCAN", "IVF_TUNE_RECALL", "RERANK_EXTRA", "TILE_ELEMENTS",
-           "NORM_BLOCK"]
+           "exact_knn", "normalize_rows", "all_finite", "tile_dtype", "cpu_has_fast_bf16",
+           "rerank", "EXACT_BUDGET", "RERANK_EXTRA", "TILE_ELEMENTS", "NORM_BLOCK"]
 
-#: CPU exact search is used when n·n·d is below this (the symmetric fp32 search does n·n·d/2
-#: multiply-adds: ≈30 s on 2 AVX2 cores at 65 GFLOPS); above it the IVF is tuned and used unless it
-#: would have to scan most of the matrix
+#: ``auto`` runs exact search when n·n·d is below this (the symmetric fp32 search does n·n·d/2
+#: multiply-adds: ≈30 s on 2 AVX2 cores at 65 GFLOPS); above it, the certified graph when cheaper
 EXACT_BUDGET = 2.0e12
+#: the approximate methods (their decisions are not exact search's; ``auto`` never picks one)
+APPROXIMATE = ("hnsw", "nndescent")
+#: share of the probe's rate the all-rows exact search reaches (each tile's top-k selection and
+#: the re-screen around it; measured 76 % on Gemma-3's 640-wide rows and 85 % on the real 7B rows,
+#: float32 on AVX2; its estimates within 1.2× on both classes with it, 1.6× under without)
+EXACT_EFFICIENCY = 0.8
+#: the near-duplicate join's cost per matrix entry outside its screen, in float32 flops (measured:
+#: 8 s of the real 7B join's 9.4 on AVX-512, 7.6 of 10.3 on AVX2; :func:`certified_estimate`)
+JOIN_ELEMENT_FLOPS = 6500
 #: ``auto`` considers the certified graph only for rows at least this wide: below it the join's
 #: screen (p + 1 = d/4 + 1 numbers a pair) is bound by the n² pairs it scans, like exact search,
 #: not by multiply-adds (measured: a 152,064 × 128 matrix with planted clusters spent longer in the
@@ -105,19 +105,29 @@ def recall_at_k(xn, rows, found_ids, exact_sims) -> float:
 
 def certified_estimate(n: int, d: int, k: int) -> dict[str, float]:
     """Estimated seconds of exact search and of the certified graph on an (n, d) matrix, from the
-    GEMM rates measured here (:mod:`embscope.geometry.probe`). Certified: the join's screen
-    n²·(p + 1)/2 at p = min(128, d/4), the sample and about 2 % of the rows searched exactly
-    (m·n·d), and the base graph (NN-descent: about 60·k·n·d multiply-adds, measured on the real 7B
-    rows, where it took 40 CPU-s for 65,740 rows)."""
-    from embscope.geometry.certify import SAMPLE_DRAWS
+    GEMM rates measured here (:mod:`embscope.geometry.probe`). Exact: the tile plan's estimate at
+    :data:`EXACT_EFFICIENCY` of the rates. Certified, measured on the real 7B
+    head (65,740 × 3584) and Gemma-3-270M (262,144 × 640) on 2 cores, AVX-512 and AVX2:
+
+    - the join: its screen n²·(p + 1)/2 at p = min(128, d/4), at the faster of the float32 and
+      bfloat16 rates, plus :data:`JOIN_ELEMENT_FLOPS` a matrix entry at the float32 rate (what
+      the join spends outside its screen, on both classes about 8 of the real 7B join's 9.4-10.3 s);
+    - the rows searched exactly, the sample's and the pivots' and 3 % of the others (measured:
+      3.3 % and 3.1 %), m·n·d in the tile plan of an exact search;
+    - on rows at most ``BASE_MAX_WIDTH`` wide (none above), the base graph: NN-descent, about
+      90·k·n·d multiply-adds at 5 % of the float32 rate (32.5 s on Gemma-3, AVX-512)."""
+    from embscope.geometry.certify import BASE_MAX_WIDTH, PIVOT_ROWS, SAMPLE_DRAWS
     from embscope.geometry.probe import gemm_rates, plan_tiles
 
-    exact_s = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=1.0, redo_macs=n * n * d).estimate_seconds
+    exact_s = plan_tiles(n * (n + 4096) / 2 * d, d, unsafe=1.0, redo_macs=n * n * d).estimate_seconds / EXACT_EFFICIENCY
     r32 = max(gemm_rates(d).rate("float32"), 1e-9) * 1e9
     p = min(128, max(8, d // 4))
-    join_s = 2 * n * n * (p + 1) / 2 / r32
-    refine_s = 2 * (SAMPLE_DRAWS + 0.02 * n) * n * d / r32
-    base_s = 2 * 60 * k * n * d / (0.05 * r32)  # random row reads: ~5 % of the GEMM rate
+    screen = gemm_rates(p + 1)  # the join screens in bfloat16 where the probe measures it faster
+    join_s = (2 * n * n * (p + 1) / 2 / (max(screen.rate("float32"), screen.rate("bfloat16"), 1e-9) * 1e9)
+              + JOIN_ELEMENT_FLOPS * n * d / r32)
+    m = min(n, SAMPLE_DRAWS + PIVOT_ROWS + 0.03 * n)
+    refine_s = plan_tiles(m * n * d, d, unsafe=0.0).estimate_seconds
+    base_s = 2 * 90 * k * n * d / (0.05 * r32) if d <= BASE_MAX_WIDTH else 0.0  # random row reads
     return {"exact": exact_s, "certified": join_s + refine_s + base_s}
 
 
@@ -135,9 +145,9 @@ def resolve_method(x: "torch.Tensor", k: int, method: str) -> tuple[str, dict[st
 
 
 def fill_short_rows(xn: "torch.Tensor", sims: np.ndarray, ids: np.ndarray, k: int) -> int:
-    """Search exactly every row an approximate index left with fewer than ``k`` neighbours (id −1,
-    similarity −inf), in place; returns how many. Example: an IVF list of 3 rows probed alone
-    (``nprobe`` 1) gives its rows 2 neighbours each, not k."""
+    """Search exactly every row an approximate graph left with fewer than ``k`` neighbours (id −1,
+    similarity −inf), in place; returns how many. Example: HNSW's greedy search on a cluster of 3
+    rows far from the rest can return 2 neighbours for each, not k."""
     import torch
 
     short = np.flatnonzero((ids < 0).any(axis=1) | ~np.isfinite(sims).all(axis=1))
@@ -158,10 +168,10 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
         method: one of :data:`METHODS`: ``auto`` (:func:`resolve_method`: ``exact`` or
             ``certified``, never an approximate graph), ``exact``, ``certified``
             (:func:`embscope.geometry.certify.certified_knn`, here without the scan's indicator
-            context), ``ivf``, ``refined`` or ``hnsw``.
+            context), or an approximate graph: ``hnsw`` or ``nndescent``.
         device: where to compute (default: ``x``'s device).
         cache_dir: cache folder (default ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``).
-        recall_sample: rows with fp32 exact neighbours: half tune, half (held out) measure recall.
+        recall_sample: rows with fp32 exact neighbours, on which recall is measured.
     Returns:
         a :class:`KnnGraph`.
     Example:
@@ -211,15 +221,10 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     ex_v, ex_i = exact_knn(xn, wide, rows=sample, dtype=torch.float32, progress=False)
     unsafe = _unsafe_share(ex_v, k, d)
     ex_v, ex_i = ex_v[:, :k], ex_i[:, :k]
-    # the first half tunes the approximate methods, the second (held-out) half measures recall
-    half = max(1, len(sample) // 2) if len(sample) > 1 else len(sample)
-    tune, held = sample[:half], sample[half:] if len(sample) > 1 else sample
-
     params: dict[str, Any] = {"device": str(dev), **weighed}
-    chosen, sims, ids = _search(xn, k, chosen, tune, ex_v[:half, -1], ex_i[:half], unsafe, seed, progress, params)
-    held_pos = slice(half, None) if len(sample) > 1 else slice(None)
-    rec = recall_at_k(xn, held, ids[held], ex_v[held_pos])
-    info = KnnRecord(method=chosen, k=k, recall_at_k=round(rec, 4), recall_rows=len(held),
+    sims, ids = _search(xn, k, chosen, unsafe, seed, progress, params)
+    rec = recall_at_k(xn, sample, ids[sample], ex_v)
+    info = KnnRecord(method=chosen, k=k, recall_at_k=round(rec, 4), recall_rows=len(sample),
                      seconds=round(time.perf_counter() - t0, 3), **params)
     graph = KnnGraph(neighbors=ids.cpu().numpy().astype(np.int64), sims=sims.cpu().numpy().astype(np.float32),
                      info=info)
@@ -229,25 +234,29 @@ def knn_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, method: str = "aut
     return graph
 
 
-def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, unsafe: float, seed: int,
-            progress: bool, params: dict[str, Any]):
-    """``(method, sims, ids)``: the (n, k) graph of the unit rows ``xn`` by ``method`` (an
-    approximate index tuned on the ``tune`` rows' exact neighbours, its short rows searched
-    exactly; or exact search in the measured tile plan), the build's details added to ``params``."""
+def _search(xn: "torch.Tensor", k: int, method: str, unsafe: float, seed: int, progress: bool,
+            params: dict[str, Any]):
+    """``(sims, ids)``: the (n, k) graph of the unit rows ``xn`` by ``method`` (an approximate
+    graph, its short rows searched exactly; or exact search in the measured tile plan), the build's
+    details added to ``params``."""
     import torch
 
     n, d = xn.shape
     dev = xn.device
-    if method in ("ivf", "refined", "hnsw"):
-        from embscope.geometry.approx import approx_knn
+    if method in APPROXIMATE:
+        if method == "hnsw":
+            from embscope.geometry.hnsw import hnsw_graph
 
-        sims_np, ids_np, ap = approx_knn(xn, k, tune_rows=tune, tune_ids=tune_ids, tune_kth=tune_kth,
-                                         method=method, seed=seed, progress=progress)
-        method = ap.pop("method")
-        params.update(ap)
-        params["tile_dtype"] = "float32"
+            sims_np, ids_np, details = hnsw_graph(xn, k)
+        else:
+            from embscope.geometry.knn_record import NnDescentRecord
+            from embscope.geometry.nndescent import nn_descent
+
+            sims_np, ids_np, nd = nn_descent(xn, k, seed=seed, progress=progress)
+            details = {"nndescent": NnDescentRecord(**nd)}
+        params.update(details, tile_dtype="float32")
         params["short_rows_searched"] = fill_short_rows(xn, sims_np, ids_np, k)
-        return method, torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
+        return torch.from_numpy(sims_np).to(dev), torch.from_numpy(ids_np).to(dev)
     if dev.type == "cuda":
         dtype, threads = tile_dtype(dev), None
         params["tile_dtype"] = str(dtype).replace("torch.", "")
@@ -258,8 +267,7 @@ def _search(xn: "torch.Tensor", k: int, method: str, tune, tune_kth, tune_ids, u
         dtype, threads = plan.torch_dtype(), plan.threads
         params["tile_dtype"] = plan.dtype
         params["tiles"] = plan.record()
-    sims, ids = exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
-    return method, sims, ids
+    return exact_knn(xn, k, dtype=dtype, threads=threads, progress=progress)
 
 
 def _unsafe_share(ex_v, k: int, d: int) -> float:

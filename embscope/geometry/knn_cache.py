@@ -37,8 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
 #: bumped when a method's output changes (2: IVF scan keeps self until the end; 3: full-byte key;
 #: 4: the key wraps embscope.provenance.tensor_digest; 5: approximate graphs never short of k
 #: neighbours, the certified graph with its ``exact`` mask, the measured tile plan; 6: the metadata
-#: is the graph's KnnRecord, so entries of 5 are never looked up and are rebuilt)
-CACHE_VERSION = 6
+#: is the graph's KnnRecord, so entries of 5 are never looked up and are rebuilt; 7: the certified
+#: graph's base is NN-descent, the inverted-file methods and their record fields are gone)
+CACHE_VERSION = 7
 #: slack on the cosine range when validating cached similarities
 SIM_SLACK = 1e-3
 

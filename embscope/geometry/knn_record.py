@@ -13,23 +13,25 @@ from embscope.records import Record
 
 #: the values ``--knn`` (``knn_method``) accepts: ``auto`` and the methods of
 #: :func:`embscope.geometry.knn.knn_graph` (a light module, so the command line lists them without numpy)
-METHODS = ("auto", "exact", "certified", "ivf", "refined", "hnsw")
+METHODS = ("auto", "exact", "certified", "hnsw", "nndescent")
 
 
 @dataclass
-class HnswPilot(Record):
-    """The HNSW pilot ``auto`` ran on a subset (:func:`embscope.geometry.hnsw.pilot`)."""
+class NnDescentRecord(Record):
+    """An NN-descent graph's build (:func:`embscope.geometry.nndescent.nn_descent`)."""
 
-    #: rows of the pilot graph
-    pilot_rows: int
-    #: {knot, isolation}: 99th percentile of the indicator error on the tuning rows, in robust spreads
-    pilot_error: dict[str, float]
-    #: seconds the pilot took
-    pilot_seconds: float
-    #: seconds of its graph build (scaled to n for the estimate)
-    pilot_build_seconds: float
-    #: every error within :data:`~embscope.geometry.hnsw.PILOT_MAX_ERROR` (HNSW may be chosen)
-    ok: bool
+    #: random-projection trees of the initial forest
+    trees: int
+    #: rows per leaf at most
+    leaf: int
+    #: local-join passes run
+    passes: int
+    #: new neighbours each pass inserted
+    updates: list[int]
+    #: seconds of the forest
+    forest_seconds: float
+    #: seconds in all
+    seconds: float
 
 
 @dataclass
@@ -70,8 +72,13 @@ class JoinRecord(Record):
     rows_with_partner: int
     #: seconds the join took
     seconds: float
-    #: {screen width: candidates a row, estimated on a sample} the width was chosen by
-    estimated_candidates_per_row: dict[int, float] = field(default_factory=dict)
+    #: {screen width (and dtype when not float32): candidates a row, estimated on a sample} the
+    #: width and dtype were chosen by
+    estimated_candidates_per_row: dict[str, float] = field(default_factory=dict)
+    #: tiles whose candidates were scored as one product of their rows (a collapsed cluster)
+    dense_tiles: int = 0
+    #: the screen's dtype (``float32``, or ``bfloat16`` where the probe measured it faster)
+    screen_dtype: str = "float32"
 
 
 @dataclass
@@ -156,7 +163,7 @@ class CertificateRecord(Record):
     measured: MeasuredRecord | None
     #: {phase: seconds} (join, base, exact search, all)
     seconds: dict[str, float]
-    #: the approximate graph under it (``hnsw``, or ``none (…)`` and why)
+    #: the approximate graph under it (``nndescent``, or ``none (…)`` and why)
     base: str
     #: seconds of its build
     base_seconds: float
@@ -166,13 +173,13 @@ class CertificateRecord(Record):
 class KnnRecord(Record):
     """How the kNN graph was built (:func:`embscope.geometry.knn.knn_graph`)."""
 
-    #: ``exact``, ``certified``, ``ivf``, ``refined`` or ``hnsw``
+    #: ``exact``, ``certified``, ``hnsw`` or ``nndescent``
     method: str
     #: neighbours per row
     k: int
-    #: recall@k against fp32 exact search on the held-out sample rows (1.0 = perfect)
+    #: recall@k against fp32 exact search on the sample rows (1.0 = perfect)
     recall_at_k: float
-    #: rows recall was measured on (the held-out half of the sample)
+    #: rows recall was measured on
     recall_rows: int
     #: seconds the build took (the cached build's, when ``cached``)
     seconds: float
@@ -186,26 +193,11 @@ class KnnRecord(Record):
     fallback: str | None = None
     #: seconds spent computing the cache key (the matrix digest)
     key_seconds: float | None = None
-    #: inverted file: lists, lists probed per query, share of rows scanned, recall on the tuning half
-    nlist: int | None = None
-    nprobe: int | None = None
-    scanned_share: float | None = None
-    tuned_recall: float | None = None
-    #: the inverted-file scan kernel
-    scan: str | None = None
-    #: {plan: estimated cost as a share of exact search} that ``auto`` chose by
-    estimated_cost: dict[str, float] | None = None
-    #: refinement (NN-descent over the IVF graph): passes, recall after each, candidate widths
-    refine_passes: int | None = None
-    refine_recall: list[float] | None = None
-    refine_width: list[int] | None = None
     #: HNSW: links per row (M) and the query's candidate list (efSearch)
     hnsw_m: int | None = None
     ef_search: int | None = None
-    #: the HNSW pilot ``auto`` ran (versions before the certified graph)
-    hnsw_pilot: HnswPilot | None = None
-    #: ``auto``'s estimate of exact search's seconds, timed on the recall sample (earlier versions)
-    exact_estimate_seconds: float | None = None
+    #: NN-descent: the forest and the passes
+    nndescent: NnDescentRecord | None = None
     #: ``auto``: {exact, certified} estimated seconds it chose by (from the GEMM rates measured here)
     estimated_seconds: dict[str, float] | None = None
     #: exact search's tile plan

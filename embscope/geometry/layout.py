@@ -16,6 +16,15 @@ k nearest points in the plane (Euclidean), averaged over up to ``PRESERVE_SAMPLE
 1 = the map keeps every neighbourhood; a random layout scores ≈ k/n. Example: row 5 with graph
 neighbours {8, 2} and 2-D nearest {8, 9} preserves 1/2.
 
+Large vocabularies: above :data:`MAP_ROWS` rows UMAP lays out only what a person can see — the
+rows the scan flagged or marked isolated (``keep``), their graph neighbours, and a seeded sample of
+the other rows with their neighbours, up to :data:`MAP_ROWS` — on the graph among those rows; every
+other row is then placed at the mean of its placed graph neighbours, round after round (a row whose
+neighbours are placed in one round is placed in the next). The report draws at most 30,000 points
+(every flagged row and a sample), so what it shows was laid out or sits among the neighbours it
+was placed from. The record gives the preservation of the whole map and of the rows laid out
+(``laid_out_rows``, ``laid_out_preservation``): measured on Gemma-3-270M in bench/README.md.
+
 Reproducible: ``random_state`` fixes the layout (UMAP then runs single-threaded).
 
 Never fatal (the map is a picture, not a decision): a graph entry that is not a neighbour (id −1,
@@ -51,6 +60,8 @@ EPOCHS_BY_SIZE = ((100_000, 60), (20_000, 100))
 RANDOM_INIT_ABOVE = 20_000
 #: rows on which neighbour preservation is measured
 PRESERVE_SAMPLE = 5000
+#: rows UMAP lays out at most; the others are placed from their neighbours (module docstring)
+MAP_ROWS = 40_000
 
 
 def layout_record(seconds: float, n_epochs: int, init: str, preservation: float = float("nan"),
@@ -117,18 +128,67 @@ def clean_graph(neighbors: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np
 
 def place_unplaced(xy: np.ndarray, neighbors: np.ndarray) -> tuple[int, int]:
     """Give each non-finite row of ``xy`` (n, 2), in place, the mean position of its placed graph
-    neighbours; ``(placed, left)``: rows so placed, and rows left NaN (no placed neighbour)."""
+    neighbours, round after round until no row can be placed; ``(placed, left)``: rows so placed,
+    and rows left NaN (no placed neighbour, however far).
+
+    >>> xy = np.array([[0.0, 0.0], [np.nan, np.nan], [np.nan, np.nan], [2.0, 2.0]], np.float32)
+    >>> place_unplaced(xy, np.array([[3, 1], [0, 3], [1, -1], [0, 1]])), xy[1].tolist(), xy[2].tolist()
+    ((2, 0), [1.0, 1.0], [1.0, 1.0])
+    """
     n = len(xy)
-    bad = ~np.isfinite(xy).all(axis=1)
-    xy[bad] = np.nan
-    placed = 0
-    for r in np.flatnonzero(bad):
-        nb = neighbors[r][(neighbors[r] >= 0) & (neighbors[r] < n)]
-        nb = nb[~bad[nb]] if len(nb) else nb
-        if len(nb):
-            xy[r] = xy[nb].mean(axis=0)
-            placed += 1
-    return placed, int(bad.sum()) - placed
+    placed = np.isfinite(xy).all(axis=1)
+    xy[~placed] = np.nan
+    before = int((~placed).sum())
+    nb_all = np.where((neighbors >= 0) & (neighbors < n), neighbors, -1)
+    while True:
+        todo = np.flatnonzero(~placed)
+        if not len(todo):
+            break
+        nb = nb_all[todo]
+        ok = (nb >= 0) & placed[np.maximum(nb, 0)]
+        has = ok.any(axis=1)
+        if not has.any():
+            break
+        w = ok[has]
+        pts = np.where(w[:, :, None], xy[np.maximum(nb[has], 0)], 0.0)    # (r, k, 2); unplaced: 0, not NaN
+        xy[todo[has]] = pts.sum(axis=1) / w.sum(axis=1, keepdims=True)
+        placed[todo[has]] = True
+    left = int((~placed).sum())
+    return before - left, left
+
+
+def map_rows(neighbors: np.ndarray, keep: np.ndarray | None, limit: int = MAP_ROWS, seed: int = 0) -> np.ndarray:
+    """The rows UMAP lays out (sorted ids): all when there are at most ``limit``; else the ``keep``
+    rows, their graph neighbours, and a seeded sample of the other rows with their neighbours, up
+    to ``limit`` (module docstring). Example: 10 rows, limit 4, keep row 7 with neighbours [2, 5]
+    → rows 2, 5, 7 and one sampled row."""
+    n, k = neighbors.shape
+    if n <= limit:
+        return np.arange(n)
+    rng = np.random.default_rng(seed)
+    chosen = np.zeros(n, bool)
+
+    def add(rows: np.ndarray) -> None:
+        rows = np.unique(rows[(rows >= 0) & (rows < n)])
+        rows = rows[~chosen[rows]]
+        room = limit - int(chosen.sum())
+        if len(rows) > room:
+            rows = rng.choice(rows, room, replace=False)
+        chosen[rows] = True
+
+    must = np.flatnonzero(keep) if keep is not None else np.zeros(0, np.int64)
+    add(must)
+    add(neighbors[must].ravel())
+    rest = rng.permutation(np.flatnonzero(~chosen))
+    at = 0
+    while at < len(rest) and chosen.sum() < limit:  # each sampled row brings its neighbours
+        step = max(1, (limit - int(chosen.sum())) // (k + 1))
+        take = rest[at:at + step]
+        at += step
+        take = take[~chosen[take]]
+        add(take)
+        add(neighbors[take].ravel())
+    return np.flatnonzero(chosen)
 
 
 def cache_umap_kernels() -> int:
@@ -165,7 +225,8 @@ def cache_umap_kernels() -> int:
 
 def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
                 n_epochs: int | None = None, data: np.ndarray | None = None,
-                init: str | None = None) -> tuple[np.ndarray, LayoutRecord]:
+                init: str | None = None, keep: np.ndarray | None = None,
+                max_rows: int = MAP_ROWS) -> tuple[np.ndarray, LayoutRecord]:
     """UMAP coordinates from a cosine kNN graph.
 
     Args:
@@ -177,6 +238,8 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
         data: ignored (kept for callers that pass the matrix; UMAP only reads the graph).
         init: UMAP's initial layout, ``spectral`` (Laplacian eigenvectors of the graph) or ``random``
             (default: spectral up to :data:`RANDOM_INIT_ABOVE` rows, random above).
+        keep: (n,) bool, rows laid out whatever the size (flagged, isolated); see :func:`map_rows`.
+        max_rows: rows laid out at most; the others are placed from their neighbours.
     Returns:
         ``(xy, record)``: (n, 2) float32 coordinates (arbitrary units; NaN for a row left off the
         map) and the :class:`~embscope.geometry.records.LayoutRecord`, preservation measured.
@@ -186,31 +249,48 @@ def umap_layout(neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0,
     t0 = time.perf_counter()
     cache_umap_kernels()
     n, k = neighbors.shape
-    idx, dist, missing = clean_graph(neighbors, sims)
+    _, _, missing = clean_graph(neighbors, sims)
+    sub = map_rows(neighbors, keep, max_rows, seed)
+    m = len(sub)
+    pos = np.full(n, -1, np.int64)
+    pos[sub] = np.arange(m)
+    nb = neighbors[sub]
+    nb_sub = np.where((nb >= 0) & (nb < n), pos[np.clip(nb, 0, n - 1)], -1)   # edges leaving the rows laid out: none
+    idx, dist, _ = clean_graph(nb_sub, sims[sub])
     if n_epochs is None:
-        n_epochs = next((e for size, e in EPOCHS_BY_SIZE if n > size), None)
+        n_epochs = next((e for size, e in EPOCHS_BY_SIZE if m > size), None)
     if init is None:
-        init = "random" if n > RANDOM_INIT_ABOVE else "spectral"
+        init = "random" if m > RANDOM_INIT_ABOVE else "spectral"
     # UMAP checks X's length and, with a precomputed graph, reads nothing else from it.
-    data = np.zeros((n, 1), np.float32)
+    data = np.zeros((m, 1), np.float32)
     reducer = umap.UMAP(n_neighbors=k + 1, n_components=2, metric="cosine", random_state=seed,
                         n_epochs=n_epochs, precomputed_knn=(idx, dist, None), init=init,
                         verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "n_jobs overridden by random_state", spectral fallbacks
-        xy = reducer.fit_transform(data)
-    xy = np.array(xy, dtype=np.float32)
+        xy_sub = np.array(reducer.fit_transform(data), dtype=np.float32)
+    if m < n:  # a laid-out row with no edge among the rows laid out sits where it started: placed instead
+        linked = np.zeros(m, bool)
+        edges = idx[:, 1:]
+        linked[(edges >= 0).any(axis=1)] = True
+        linked[edges[edges >= 0]] = True
+        xy_sub[~linked] = np.nan
+    xy = np.full((n, 2), np.nan, np.float32)
+    xy[sub] = xy_sub
     placed, left = place_unplaced(xy, neighbors)
     seconds = time.perf_counter() - t0
     share, rows = neighbor_preservation(neighbors, xy, seed=seed)
-    epochs = n_epochs if n_epochs is not None else (500 if n <= 10_000 else 200)  # UMAP's default
+    laid_out = neighbor_preservation(nb_sub, xy_sub, seed=seed)[0] if m < n else None
+    epochs = n_epochs if n_epochs is not None else (500 if m <= 10_000 else 200)  # UMAP's default
     return xy, layout_record(seconds, epochs, init, share, rows, missing_edges=missing, placed_by_neighbours=placed,
-                             unplaced=left)
+                             unplaced=left, laid_out_rows=int(m),
+                             laid_out_preservation=None if laid_out is None or laid_out != laid_out
+                             else round(float(laid_out), 4))
 
 
 def _layout_child(folder: str) -> int:
     """``python -m embscope.geometry.layout FOLDER``: :class:`LayoutJob`'s process. Reads
-    ``graph.npz`` (neighbours, similarities, seed, epochs) from FOLDER, writes ``xy.npy`` and
+    ``graph.npz`` (neighbours, similarities, seed, epochs, rows to keep) from FOLDER, writes ``xy.npy`` and
     ``record.json`` (the :class:`~embscope.geometry.records.LayoutRecord`, or ``{"error": …}``)."""
     import json
     from pathlib import Path
@@ -219,7 +299,8 @@ def _layout_child(folder: str) -> int:
     try:
         with np.load(out / "graph.npz", allow_pickle=False) as z:
             epochs = int(z["n_epochs"])
-            xy, rec = umap_layout(z["neighbors"], z["sims"], seed=int(z["seed"]), n_epochs=epochs if epochs > 0 else None)
+            xy, rec = umap_layout(z["neighbors"], z["sims"], seed=int(z["seed"]), n_epochs=epochs if epochs > 0 else None,
+                                  keep=z["keep"])
         try:
             import resource
 
@@ -244,10 +325,12 @@ class LayoutJob:
     when the result is asked for; :meth:`cancel` ends the process.
     """
 
-    def __init__(self, neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0, n_epochs: int | None = None):
+    def __init__(self, neighbors: np.ndarray, sims: np.ndarray, *, seed: int = 0, n_epochs: int | None = None,
+                 keep: np.ndarray | None = None):
         import os
 
         self._args = (np.ascontiguousarray(neighbors), np.ascontiguousarray(sims, dtype=np.float32), seed, n_epochs)
+        self._keep = np.zeros(len(neighbors), bool) if keep is None else np.asarray(keep, bool)
         self._proc = self._dir = None
         self.started = time.perf_counter()
         if os.environ.get("EMBSCOPE_LAYOUT_PROCESS", "1") == "0":
@@ -260,7 +343,7 @@ class LayoutJob:
 
             self._dir = tempfile.TemporaryDirectory(prefix="embscope-layout-")
             np.savez(Path(self._dir.name) / "graph.npz", neighbors=self._args[0], sims=self._args[1],
-                     seed=np.int64(seed), n_epochs=np.int64(n_epochs or 0))
+                     seed=np.int64(seed), n_epochs=np.int64(n_epochs or 0), keep=self._keep)
             root = str(Path(__file__).resolve().parents[2])  # the folder holding this embscope
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             with open(Path(self._dir.name) / "stderr.txt", "wb") as log:  # a file: a pipe could fill
@@ -295,7 +378,8 @@ class LayoutJob:
                 self._dir.cleanup()
         else:
             try:
-                return umap_layout(self._args[0], self._args[1], seed=self._args[2], n_epochs=self._args[3])
+                return umap_layout(self._args[0], self._args[1], seed=self._args[2], n_epochs=self._args[3],
+                                   keep=self._keep)
             except Exception as exc:  # noqa: BLE001 - the map is a picture: its failure is a note
                 value = f"{type(exc).__name__}: {exc}"
         n = len(self._args[0])

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from embscope.geometry.knn_record import (CertificateRecord, CutRecord, HnswPilot, JoinRecord,  # noqa: F401
-                                          KnnRecord, MeasuredRecord, TilesRecord)
+from embscope.geometry.knn_record import (CertificateRecord, CutRecord, JoinRecord, KnnRecord,  # noqa: F401
+                                          MeasuredRecord, NnDescentRecord, TilesRecord)
 from embscope.records import Record
 
 #: rows per list of the summary and the report (the most under-trained normal tokens, the most
@@ -286,7 +286,8 @@ class LayoutRecord(Record):
     #: graph entries that were no neighbour (id −1, out of range, self, non-finite similarity),
     #: handed to UMAP as "no edge"
     missing_edges: int = 0
-    #: rows UMAP left non-finite, put at the mean of their placed neighbours
+    #: rows placed at the mean of their placed neighbours: rows not laid out (above
+    #: ``laid_out_rows``) and rows UMAP left non-finite
     placed_by_neighbours: int = 0
     #: rows left off the map (NaN coordinates: no placed neighbour, or no map at all)
     unplaced: int = 0
@@ -295,6 +296,12 @@ class LayoutRecord(Record):
     #: peak RSS of the process that laid the map out, bytes (it runs beside the audit's own);
     #: 0 when laid out in the audit's process
     peak_rss: int = 0
+    #: rows UMAP laid out (flagged and isolated rows, their neighbours and a sample with theirs,
+    #: up to embscope.geometry.layout.MAP_ROWS); null on a map of no rows
+    laid_out_rows: int | None = None
+    #: neighbour preservation among the rows laid out (their edges to each other); null when every
+    #: row was laid out (then it is ``neighbor_preservation``)
+    laid_out_preservation: float | None = None
 
 
 @dataclass

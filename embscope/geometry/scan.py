@@ -123,8 +123,8 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
             template (and ``corpus_texts``) use (:func:`~.verify.verify_specials`; check, diff).
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
-        defer_layout: return while the map (laid out in its own process from the moment the graph
-            exists, :class:`~embscope.geometry.layout.LayoutJob`) is still running; the caller
+        defer_layout: return while the map (laid out in its own process from the moment the
+            indicators exist, :class:`~embscope.geometry.layout.LayoutJob`) is still running; the caller
             collects it with :meth:`ScanResult.finish_layout`.
     Returns:
         :class:`ScanResult`.
@@ -135,16 +135,15 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     graph, prep, knn_fit = _graph(model, k, knn_method, unused_ids, threshold, seed, cache_dir, cats, strings,
                                   timings)
     release_free_blocks()  # the graph's build buffers are not reused by the indicators
-    job = None
-    if layout:
-        from embscope.geometry.layout import LayoutJob
-
-        job = LayoutJob(graph.neighbors, graph.sims, seed=seed)  # the graph above: no second search
-
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
                              unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors,
                              prepared=prep, knn_fit=knn_fit)
+    job = None
+    if layout:  # the graph above, no second search; the flagged and isolated rows always laid out
+        from embscope.geometry.layout import LayoutJob
+
+        job = LayoutJob(graph.neighbors, graph.sims, seed=seed, keep=ind.flagged | ind.isolated)
     from embscope.text.script import script_of
 
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
