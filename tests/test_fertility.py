@@ -197,3 +197,28 @@ def test_corpus_not_in_nfc_is_counted_as_nfc_with_a_warning(tmp_path, monkeypatc
     nfd = [unicodedata.normalize("NFD", t) for t in nfc]
     assert row_raw["tokens"] == sum(len(enc.encode_ordinary(t)) for t in nfd) > 1.3 * row["tokens"]
     assert raw.summary.corpus.nfc_normalized == 0
+
+
+def test_language_names_come_from_the_corpus_and_per_character_rows_are_marked(tmp_path, capsys):
+    """A corpus folder's languages.json names its languages in languages.parquet and in the
+    terminal's table (``tha* Thai``: its fertility counts clusters, said under the table); a folder
+    without one gives codes alone."""
+    import polars as pl
+
+    from embscope.cli import main
+
+    corpus = tmp_path / "udhr"
+    corpus.mkdir()
+    for name in ("eng.jsonl", "tha.jsonl", "vie.jsonl", "languages.json"):
+        (corpus / name).write_bytes((UDHR / name).read_bytes())
+    shipped = {d["code"]: d["name"] for d in json.loads((UDHR / "languages.json").read_text("utf-8"))}
+    assert main(["fertility", "-t", "gpt2", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 0
+    t = pl.read_parquet(tmp_path / "o" / "languages.parquet")
+    assert dict(zip(t["language"], t["language_name"])) == {k: shipped[k] for k in ("eng", "tha", "vie")}
+    printed = capsys.readouterr().out
+    rows = {l.split("│")[1].strip() for l in printed.splitlines() if l.startswith("│")}
+    assert {"vie Vietnamese", "tha* Thai", "eng English"} <= rows, rows
+    assert "fertility counts characters, clusters or syllables there, not words" in " ".join(printed.split())
+    (corpus / "languages.json").unlink()
+    assert main(["fertility", "-t", "gpt2", "--corpus", str(corpus), "--out", str(tmp_path / "p")]) == 0
+    assert pl.read_parquet(tmp_path / "p" / "languages.parquet")["language_name"].is_null().all()

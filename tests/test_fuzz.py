@@ -251,6 +251,9 @@ def test_good_gguf_control(tmp_path, out, capsys):
     path.write_bytes(gguf_bytes())
     assert main(["audit", "--model", str(path), "--no-scan", "--out", str(out)]) == 0, capsys.readouterr().err
     assert (out / "summary.json").is_file()
+    # audit's automatic verification in the report's parameters: its work budget, not a time cap
+    assert "auto: 50 random flagged rows within 30 × 10¹² multiply-adds of work" in \
+        (out / "index.html").read_text(encoding="utf-8")
 
 
 TIKTOKEN_CASES: dict[str, bytes] = {

@@ -223,8 +223,9 @@ def parameters_view(s: Summary) -> dict[str, Any]:
     tokens = s.sections.tokens
     vf = tokens.geometry.verification if tokens is not None and tokens.geometry is not None else None
     if params.get("verify") is None:
-        params["verify"] = (f"auto: {AUTO_VERIFY} random flagged rows within {AUTO_WORK:g}×10¹² multiply-adds of "
-                            "prompting, when the whole model loads" + ("" if vf is not None else " (it did not: no prompting)"))
+        budget = params.get("verify_work") or AUTO_WORK
+        params["verify"] = (f"auto: {AUTO_VERIFY} random flagged rows within {budget:g} × 10¹² multiply-adds of "
+                            "work, when the whole model loads" + ("" if vf is not None else " (it did not: no prompting)"))
     elif params.get("verify") == 0 and vf is not None and vf.specials is not None:
         params["verify"] = "0: only the special tokens the chat template uses, checked in context"
     return params
