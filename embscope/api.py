@@ -120,7 +120,9 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # the check of ``data``
           data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
-          lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False) -> RunResult:
+          lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
+          gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
+          response_part: str | None = None) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -190,7 +192,9 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
           text_field: str = "text", limits: Sequence[str] = (),
           data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
-          lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False) -> RunResult:
+          lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
+          gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
+          response_part: str | None = None) -> RunResult:
     """Ready to fine-tune? Read ``data`` as the trainer will and report every vocabulary hazard.
 
     The data is rendered with the model's chat template and tokenized exactly as

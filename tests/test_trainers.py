@@ -222,3 +222,75 @@ def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
 
     built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl")
     assert len(built.failed) == len(rows) and "content" in next(iter(built.failed.values()))
+
+
+def test_gguf_tokenizer_transformers_is_what_trl_tokenizes_with(smollm2_model, hf_tokenizer, tmp_path):
+    """A TRL script that loads the GGUF tokenizes with transformers' GGUF conversion, which splits
+    whitespace before a digit otherwise than llama.cpp (SmolLM2's ``smollm`` pre-tokenizer isolates
+    digits first: ``:\\n\\n1.`` is ``\\n\\n`` + ``1`` there, ``\\n`` + ``\\n`` + ``1`` in transformers):
+    ``gguf_tokenizer="transformers"`` gives TRL's ids; the default gives llama.cpp's, other on these."""
+    recs = _records()[:60]
+    rows = [{"messages": [*r["messages"][:-1], {"role": "assistant", "content": r["messages"][-1]["content"]
+                                                  + f":\n\n1. Rest.\n2. Fluids for {k % 9 + 2} days."}]}
+            for k, r in enumerate(recs)]
+    theirs = _sft_prepared(_tiny_model(hf_tokenizer), hf_tokenizer, rows, tmp_path, "numbered")
+    assert _agree(theirs, _ours(smollm2_model, rows, "trl", gguf_tokenizer="transformers")) >= AGREEMENT
+    assert _agree(theirs, _ours(smollm2_model, rows, "trl")) == 0  # every example has "\n\n1."
+
+
+#: Unsloth's own train_on_responses_only on TRL's SFTTrainer, in a process of its own (unsloth_zoo
+#: sets environment variables when imported): prints the parts it reads off the template and, per
+#: example kept, the ids and the label mask its collator returns
+UNSLOTH = r"""
+import json, os, sys
+os.environ["UNSLOTH_ZOO_DISABLE_GPU_INIT"] = "1"
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import SFTConfig, SFTTrainer
+from unsloth_zoo.dataset_utils import get_chat_template_parts, train_on_responses_only
+from tests.test_trainers import _collated, _tiny_model
+gguf = Path(sys.argv[2])
+tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+out = {"parts": get_chat_template_parts(tok)}
+for name, rows in json.loads(Path(sys.argv[3]).read_text()).items():
+    args = SFTConfig(output_dir=sys.argv[4] + "/" + name, report_to="none", use_cpu=True, dataset_num_proc=None,
+                     per_device_train_batch_size=8)
+    trainer = SFTTrainer(model=_tiny_model(tok), args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+    trainer = train_on_responses_only(trainer)
+    kept = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    out[name] = _collated(trainer.data_collator, [{"input_ids": k["input_ids"], "labels": k["labels"]} for k in kept])
+print(json.dumps(out))
+"""
+
+
+def test_unsloth_responses_only_is_unsloths(smollm2_model, tmp_path):
+    """``--trainer unsloth --responses-only`` against unsloth_zoo's own ``train_on_responses_only``
+    on TRL's SFTTrainer: the same parts read off SmolLM2's template, the same labels (the assistant
+    replies and their EOS; a prompt-completion prompt stays out), the same examples dropped (ten
+    conversations with no assistant turn)."""
+    import subprocess
+    import sys
+
+    if __import__("importlib.util").util.find_spec("unsloth_zoo") is None:
+        pytest.skip("unsloth_zoo is not installed (scripts/install.sh --dev installs it, --no-deps)")
+    from embscope.corpus.shapes import to_example
+    from embscope.finetune import trainer_sequences
+    from embscope.finetune.responses_only import DROP
+
+    recs = _records()
+    sets = {"messages": [{"messages": r["messages"]} for r in recs] + [{"messages": r["messages"][:1]} for r in recs[:10]],
+            "prompt-completion": [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in recs]}
+    (tmp_path / "sets.json").write_text(json.dumps(sets), "utf-8")
+    run = subprocess.run([sys.executable, "-c", UNSLOTH, str(ROOT), str(smollm2_model.path), str(tmp_path / "sets.json"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    theirs = json.loads(run.stdout.strip().splitlines()[-1])
+    assert tuple(theirs["parts"]) == ("<|im_start|>user\n", "<|im_start|>assistant\n")
+    for name, rows in sets.items():
+        built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "unsloth",
+                                  responses_only=True)
+        assert _agree([tuple(t) for t in theirs[name]], built.sequences) >= AGREEMENT, name
+        assert len(built.dropped) == len(rows) - len(theirs[name]) and set(built.dropped.values()) <= {DROP}
+    assert len(built.dropped) == 0 and all(not s.loss[0] for s in built.sequences)

@@ -8,16 +8,16 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.api import audit as run_audit
-from embscope.commands.options import (AUDIT_SCAN, CORPUS, EXTENSION, LOAD, print_json, print_repair, print_warnings,
+from embscope.commands.options import (AUDIT_SCAN, CHECK, CORPUS, EXTENSION, LOAD, print_json, print_repair, print_warnings,
                                        run_command)
 from embscope.models.registry import DEFAULT_MODEL
 
 
-@run_command(run_audit, *LOAD, "no_scan", *AUDIT_SCAN, "reference", *EXTENSION, *CORPUS)
+@run_command(run_audit, *LOAD, "no_scan", *AUDIT_SCAN, "reference", *EXTENSION, *CORPUS, *CHECK)
 def audit(
     model: Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")] = DEFAULT_MODEL,
     corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="domain corpus (folder/file or shipped name: medical); repeat for several")] = None,
-    data: Annotated[Optional[list[Path]], typer.Option("--data", "-d", help="training data (as for `check`): adds the \"Ready to fine-tune?\" section; repeat for several")] = None,
+    data: Annotated[Optional[list[Path]], typer.Option("--data", "-d", help="training data (as for `check`, with its --trainer and trainer options): adds the \"Ready to fine-tune?\" section; repeat for several")] = None,
     languages: Annotated[str, typer.Option("--languages", help="multilingual corpus for per-language costs: udhr (shipped), none, or a path")] = "udhr",
     options=None,
     common=None,

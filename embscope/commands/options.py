@@ -33,10 +33,10 @@ def names(option: str) -> str:
     return ", ".join(option_choices()[option])
 
 
-Device, Download, KnnMethod, EngineKind, DataFormat, TrainerKind, VerifySample, ExtendAs = (
+Device, Download, KnnMethod, EngineKind, DataFormat, TrainerKind, VerifySample, ExtendAs, GgufTokenizer = (
     choice("device"), choice("download"), choice("knn_method", "KnnMethod"), choice("engine", "EngineKind"),
     choice("data_format", "DataFormat"), choice("trainer", "TrainerKind"), choice("verify_sample"),
-    choice("extend_as", "ExtendAs"))
+    choice("extend_as", "ExtendAs"), choice("gguf_tokenizer", "GgufTokenizer"))
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")]
 Json = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout")]
@@ -138,6 +138,11 @@ RUN_OPTS: dict[str, RunOpt] = {
     "lf_template": RunOpt("lf_template", Annotated[Optional[str], _opt("--template", help="--trainer llamafactory: LLaMA-Factory's template name (smollm2, qwen, chatml, default, alpaca, empty); default: read off the model's chat template, as LLaMA-Factory does when template is unset")]),
     "train_on_prompt": RunOpt("train_on_prompt", Annotated[bool, _opt("--train-on-prompt", help="--trainer llamafactory: the prompts in the loss too (its train_on_prompt)")]),
     "mask_history": RunOpt("mask_history", Annotated[bool, _opt("--mask-history", help="--trainer llamafactory: only the last response in the loss (its mask_history)")]),
+    "gguf_tokenizer": RunOpt("gguf_tokenizer", Annotated[GgufTokenizer, _opt("--gguf-tokenizer", help="a GGUF model's tokenizer for the check: llamacpp (the file's tokenizer as llama.cpp splits) or transformers (transformers' own GGUF conversion: what a TRL or transformers script that loads the GGUF gets; it can split digits and spaces otherwise)")],
+                             to_field=_value, from_field=GgufTokenizer),
+    "responses_only": RunOpt("responses_only", Annotated[bool, _opt("--responses-only", help="--trainer unsloth: its train_on_responses_only, only the assistant responses in the loss (markers read off the chat template, or --instruction-part/--response-part)")]),
+    "instruction_part": RunOpt("instruction_part", Annotated[Optional[str], _opt("--instruction-part", help="--responses-only: the text that opens a user turn, e.g. '<|im_start|>user\\n'")]),
+    "response_part": RunOpt("response_part", Annotated[Optional[str], _opt("--response-part", help="--responses-only: the text that opens an assistant turn, e.g. '<|im_start|>assistant\\n'")]),
     "split": RunOpt("split", Annotated[Optional[str], _opt("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
     # the bounds of docs/limits.md
     "limit": RunOpt("limits", Annotated[Optional[list[str]], _opt("--limit", help=f"raise a bound, NAME=VALUE (e.g. file-bytes=8G; names: {names('limits')}); repeat for several; see docs/limits.md")],
@@ -151,7 +156,7 @@ AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
 CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "lf_template", "train_on_prompt",
-         "mask_history", "split")
+         "mask_history", "gguf_tokenizer", "responses_only", "instruction_part", "response_part", "split")
 
 
 @dataclass(frozen=True)

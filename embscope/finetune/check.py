@@ -31,11 +31,29 @@ def _context(model: "LoadedModel", max_length: int | None, trainer) -> tuple[int
     return (value, f"config {key}") if value is not None else (None, "unknown")
 
 
-def reference(model: "LoadedModel") -> str:
+def check_vocab(model: "LoadedModel", gguf_tokenizer: str = "llamacpp"):
+    """The tokenizer the check tokenizes with: the model's, or for a GGUF model with
+    ``gguf_tokenizer="transformers"`` the one transformers' GGUF conversion builds."""
+    from embscope.errors import SpecError
+
+    if gguf_tokenizer == "llamacpp":
+        return model.vocab
+    if Path(model.path).suffix != ".gguf":
+        raise SpecError(f"--gguf-tokenizer transformers is for a .gguf model; {model.name} is not one (its "
+                        "tokenizer files are what transformers loads): leave the option out")
+    from embscope.tokenizer.gguf import transformers_vocabulary
+
+    return transformers_vocabulary(Path(model.path), name=model.name)
+
+
+def reference(model: "LoadedModel", gguf_tokenizer: str = "llamacpp") -> str:
     """Which tokenizer the check's ids follow, in words (the summary names it)."""
     import tokenizers
 
     path = Path(model.path)
+    if path.suffix == ".gguf" and gguf_tokenizer == "transformers":
+        return ("transformers' GGUF conversion (AutoTokenizer.from_pretrained(..., gguf_file=...)), as a TRL or "
+                f"transformers script that loads the GGUF tokenizes (tokenizers {tokenizers.__version__})")
     if path.suffix == ".gguf":
         from embscope.formats.gguf import open_gguf
         from embscope.tokenizer.gguf import BUILDERS, CUSTOM_PRE, RAW_UTF8
@@ -47,7 +65,8 @@ def reference(model: "LoadedModel") -> str:
                                      and pre not in CUSTOM_PRE)
         if ours and kind == "gpt2":
             return (f"llama.cpp's {pre or 'gpt2'!r} pre-tokenizer and the GGUF's merges, as llama.cpp tokenizes "
-                    "(transformers' GGUF loader can split otherwise: docs/trainers.md)")
+                    "(transformers' GGUF loader can split otherwise: --gguf-tokenizer transformers, "
+                    "docs/trainers.md)")
         if ours:
             return f"the GGUF's {kind!r} vocabulary and scores, as llama.cpp tokenizes"
         return f"transformers' GGUF conversion of the {kind!r} tokenizer (tokenizers {tokenizers.__version__})"
@@ -58,16 +77,23 @@ def reference(model: "LoadedModel") -> str:
 
 def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token: str | None = None,
                  template: str | None = ..., max_length: int | None = None,  # type: ignore[assignment]
-                 lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False):
+                 lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
+                 gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
+                 response_part: str | None = None):
     """``(Context, PadChoice, SpecialIds, (limit, where from))``: what building the trainer's sequences
     needs for ``model`` (see :mod:`embscope.finetune.sequences`); ``lf_template``,
-    ``train_on_prompt`` and ``mask_history`` are LLaMA-Factory's options (its ``template``)."""
+    ``train_on_prompt`` and ``mask_history`` are LLaMA-Factory's options (its ``template``);
+    ``gguf_tokenizer`` picks a GGUF model's tokenizer (:func:`check_vocab`); ``responses_only``
+    with its parts is Unsloth's ``train_on_responses_only`` (:mod:`embscope.finetune.responses_only`)."""
     from embscope.finetune.sequences import Context
     from embscope.finetune.specials import special_ids
     from embscope.finetune.trainers import check_options, choose_pad, eos_id, get_trainer
     from embscope.models.chat_template import read_chat_template, special_token_strings
 
     profile = get_trainer(trainer)
+    check_options(trainer, lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history,
+                  gguf_tokenizer=gguf_tokenizer, responses_only=responses_only, instruction_part=instruction_part,
+                  response_part=response_part)
     sp = special_ids(model)
     pad = choose_pad(profile, model, sp, pad_token)
     if template is ...:
@@ -75,24 +101,48 @@ def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token:
     context, context_from = _context(model, max_length, profile)
     eos = eos_id(sp)
     strings = model.token_strings()
-    ctx = Context(vocab=model.vocab, trainer=profile, template=template, variables=special_token_strings(model),
-                  prefix=list(sp.prefix), suffix=list(sp.suffix), pad_id=pad.id, eos_id=eos,
-                  eos_token=strings[eos] if eos is not None and 0 <= eos < len(strings) else None,
+    ctx = Context(vocab=check_vocab(model, gguf_tokenizer), trainer=profile, template=template,
+                  variables=special_token_strings(model), prefix=list(sp.prefix), suffix=list(sp.suffix),
+                  pad_id=pad.id, eos_id=eos, eos_token=strings[eos] if eos is not None and 0 <= eos < len(strings) else None,
                   max_length=context if (max_length or profile.max_length) else None)
-    check_options(trainer, lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history)
     if profile.name == "llamafactory":
         from embscope.finetune.llamafactory import setup_for
 
         bos = sp.ids("bos")
-        ctx.lf = setup_for(lf_template, template, ctx.variables, model.vocab, prefix=ctx.prefix, eos=eos,
+        ctx.lf = setup_for(lf_template, template, ctx.variables, ctx.vocab, prefix=ctx.prefix, eos=eos,
                            bos=bos[0] if bos else None, cutoff=context, train_on_prompt=train_on_prompt,
                            mask_history=mask_history)
+    if responses_only:
+        ctx.responses_only = _markers(ctx, sp, instruction_part, response_part)
     return ctx, pad, sp, (context, context_from)
+
+
+def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
+    """Unsloth's response and instruction markers for this tokenizer (the parts given, else read
+    off the chat template)."""
+    from embscope.errors import SpecError
+    from embscope.finetune.responses_only import detect_parts, markers
+    from embscope.finetune.trainers import eos_id
+    from embscope.models.chat_template import render
+
+    if instruction_part is None:
+        if ctx.template is None:
+            raise SpecError("--responses-only needs the chat template to find the response markers, and there is "
+                            "none; pass --instruction-part and --response-part")
+        specials = [c for _, c, _ in sp.added] + [v for v in ctx.variables.values() if isinstance(v, str)]
+        instruction_part, response_part = detect_parts(
+            lambda msgs, gen: render(ctx.template, msgs, add_generation_prompt=gen, **ctx.variables), specials)
+    special = {i for i, _, flag in sp.added if flag} | {i for r in ("bos", "eos", "pad", "unk") for i in sp.ids(r)}
+    bos = sp.ids("bos")
+    return markers(instruction_part, response_part, lambda t: ctx.vocab.encode_batch([t])[0],
+                   added={i: c for i, c, _ in sp.added}, special=special, bos=bos[0] if bos else None, eos=eos_id(sp))
 
 
 def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None, *, pad_token: str | None = None,
                       max_length: int | None = None, template: str | None = ...,  # type: ignore[assignment]
-                      lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False):
+                      lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
+                      gguf_tokenizer: str = "llamacpp", responses_only: bool = False,
+                      instruction_part: str | None = None, response_part: str | None = None):
     """The sequences ``trainer`` trains on for ``examples`` (:class:`~embscope.corpus.shapes.Example`):
     token ids and per-position loss masks (``labels != -100``), in order (a DPO example gives its
     chosen then its rejected sequence).
@@ -105,7 +155,9 @@ def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None
     from embscope.finetune.sequences import build
 
     ctx, *_ = make_context(model, trainer, pad_token=pad_token, max_length=max_length, template=template,
-                           lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history)
+                           lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history,
+                           gguf_tokenizer=gguf_tokenizer, responses_only=responses_only,
+                           instruction_part=instruction_part, response_part=response_part)
     return build(list(examples), ctx)
 
 
@@ -114,7 +166,9 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
                template: str | None = ..., trainer: str | None = None,  # type: ignore[assignment]
                pad_token: str | None = None, split: str | None = None,
                status: Sequence[str | None] | None = None, engine=None, lf_template: str | None = None,
-               train_on_prompt: bool = False, mask_history: bool = False) -> CheckRecord:
+               train_on_prompt: bool = False, mask_history: bool = False,
+               gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
+               response_part: str | None = None) -> CheckRecord:
     """Check ``data`` against ``model`` (see the module docstring).
 
     Args:
@@ -134,6 +188,10 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
         lf_template, train_on_prompt, mask_history: LLaMA-Factory's ``template`` (a name; default:
             read off the model's chat template), ``train_on_prompt`` and ``mask_history``
             (``trainer="llamafactory"`` only).
+        gguf_tokenizer: for a GGUF model, ``llamacpp`` (the file's tokenizer as llama.cpp splits) or
+            ``transformers`` (transformers' GGUF conversion, what a TRL/transformers script gets).
+        responses_only, instruction_part, response_part: Unsloth's ``train_on_responses_only``
+            (``trainer="unsloth"``; the parts default to the ones read off the chat template).
     Returns:
         :class:`CheckRecord`.
     """
@@ -149,7 +207,9 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     t0 = time.perf_counter()
     ctx, pad, sp, (context, context_from) = make_context(model, trainer, pad_token=pad_token, template=template,
                                                          max_length=max_length, lf_template=lf_template,
-                                                         train_on_prompt=train_on_prompt, mask_history=mask_history)
+                                                         train_on_prompt=train_on_prompt, mask_history=mask_history,
+                                                         gguf_tokenizer=gguf_tokenizer, responses_only=responses_only,
+                                                         instruction_part=instruction_part, response_part=response_part)
     flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
     zero = zero_rows(model)
     report = DataRead()
@@ -173,7 +233,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
         lengths=length_stats(enc.lengths), context=context, context_from=context_from,
         distinct_ids=int(np.count_nonzero(enc.counts)), worst=worst(findings),
         seconds=round(time.perf_counter() - t0, 3), top_ids=_top_ids(model, enc), trainer=ctx.trainer.record(),
-        pad=pad, reference=reference(model), sequences=enc.sequences, label_tokens=int(sum(enc.loss_tokens)),
+        pad=pad, reference=reference(model, gguf_tokenizer), sequences=enc.sequences, label_tokens=int(sum(enc.loss_tokens)),
         splits=per_split)
 
 

@@ -88,6 +88,8 @@ class Context:
     #: LLaMA-Factory's template and processors (``--trainer llamafactory``;
     #: :class:`embscope.finetune.llamafactory.LFSetup`)
     lf: Any = None
+    #: Unsloth's responses-only markers (:class:`embscope.finetune.responses_only.Markers`)
+    responses_only: Any = None
 
 
 @dataclass
@@ -288,6 +290,12 @@ def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int
             seqs = [_finish(ctx, ex.index, f, [i >= prompt_len for i in range(len(f))] if t.completion_only else None,
                             ex.conversational, side) for side, f in fulls]
         why = _dropped(ctx, ex, seqs, prompt_len)
+        if why is None and ctx.responses_only is not None and ex.kind in ("lm", "prompt-completion"):
+            from embscope.finetune.responses_only import DROP, mask
+
+            for s in seqs:  # Unsloth rewrites the labels TRL built, then drops what it left unlabelled
+                s.loss = mask(s.ids, s.loss, ctx.responses_only)
+            why = DROP if any(not any(s.loss) for s in seqs) else None
         if why is None:
             out.sequences += seqs
         else:

@@ -182,11 +182,27 @@ def get_trainer(name: str | None) -> Trainer:
     return TRAINERS[name]
 
 
+#: where a GGUF model's tokenizer comes from (``--gguf-tokenizer``): llama.cpp's splitting rebuilt
+#: from the file, or transformers' own GGUF conversion
+GGUF_TOKENIZERS = ("llamacpp", "transformers")
+
+
 def check_options(trainer: str | None, *, lf_template: str | None = None, train_on_prompt: bool = False,
-                  mask_history: bool = False) -> None:
-    """Refuse a trainer's own option under another trainer, or two that trainer refuses together
-    (one-line :class:`~embscope.errors.SpecError`)."""
+                  mask_history: bool = False, gguf_tokenizer: str = "llamacpp", responses_only: bool = False,
+                  instruction_part: str | None = None, response_part: str | None = None) -> None:
+    """Refuse a trainer's own option under another trainer, two that trainer refuses together, or
+    an unknown value (one-line :class:`~embscope.errors.SpecError`)."""
     from embscope.errors import SpecError
+
+    if gguf_tokenizer not in GGUF_TOKENIZERS:
+        raise SpecError(f"--gguf-tokenizer must be one of {', '.join(GGUF_TOKENIZERS)}, got {gguf_tokenizer!r}")
+    if responses_only and get_trainer(trainer).name != "unsloth":
+        raise SpecError("--responses-only is Unsloth's train_on_responses_only; pass --trainer unsloth with it")
+    if (instruction_part is None) != (response_part is None) or (instruction_part is not None and not responses_only):
+        raise SpecError("--instruction-part and --response-part go together, with --responses-only (or leave both "
+                        "out to read them off the chat template)")
+    if instruction_part == "" or response_part == "":
+        raise SpecError("--instruction-part and --response-part must not be empty")
 
     lf = {"--template": lf_template is not None, "--train-on-prompt": train_on_prompt, "--mask-history": mask_history}
     if get_trainer(trainer).name != "llamafactory" and any(lf.values()):

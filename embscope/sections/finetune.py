@@ -42,7 +42,9 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
                             flagged=flagged, max_length=opts.max_length, template=template, trainer=opts.trainer,
                             pad_token=opts.pad_token, split=opts.split, status=status,
                             engine=opts.corpus_engine(), lf_template=opts.lf_template,
-                            train_on_prompt=opts.train_on_prompt, mask_history=opts.mask_history)
+                            train_on_prompt=opts.train_on_prompt, mask_history=opts.mask_history,
+                            gguf_tokenizer=opts.gguf_tokenizer, responses_only=opts.responses_only,
+                            instruction_part=opts.instruction_part, response_part=opts.response_part)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
     # what --repair rewrites: the rows error-level findings point at (zero rows, flagged rows the data

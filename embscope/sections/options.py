@@ -52,7 +52,7 @@ def choices() -> dict[str, tuple[str, ...]]:
     from embscope.corpus.backend import ENGINES
     from embscope.corpus.shapes import FORMATS
     from embscope.extension.init import AUTO, STRATEGIES
-    from embscope.finetune.trainers import TRAINERS
+    from embscope.finetune.trainers import GGUF_TOKENIZERS, TRAINERS
     from embscope.geometry.knn_record import METHODS
     from embscope.geometry.records import SAMPLES
     from embscope.limits import Limits
@@ -61,7 +61,8 @@ def choices() -> dict[str, tuple[str, ...]]:
 
     return {"device": DEVICES, "download": DOWNLOADS, "knn_method": METHODS, "verify_sample": SAMPLES,
             "engine": tuple(ENGINES), "extend_as": FORMS, "init": (AUTO, *STRATEGIES), "apply_mode": MODES,
-            "data_format": FORMATS, "trainer": tuple(TRAINERS), "limits": tuple(Limits.names())}
+            "data_format": FORMATS, "trainer": tuple(TRAINERS), "gguf_tokenizer": GGUF_TOKENIZERS,
+            "limits": tuple(Limits.names())}
 
 
 def _choose(flag: str, value: Any, choices, what: str = "") -> None:
@@ -302,6 +303,15 @@ class CheckOptions(Record):
     train_on_prompt: bool = False
     #: LLaMA-Factory's ``mask_history``: only the last response in the loss
     mask_history: bool = False
+    #: a GGUF model's tokenizer for the check: ``llamacpp`` (as llama.cpp splits) or ``transformers``
+    #: (transformers' GGUF conversion: what a TRL or transformers script loading the GGUF gets)
+    gguf_tokenizer: str = "llamacpp"
+    #: Unsloth's ``train_on_responses_only`` (``--trainer unsloth``): only the assistant responses in the loss
+    responses_only: bool = False
+    #: its ``instruction_part``, the text that opens a user turn (null: read off the chat template)
+    instruction_part: str | None = None
+    #: its ``response_part``, the text that opens an assistant turn (null: read off the chat template)
+    response_part: str | None = None
 
     def check(self):
         from embscope.finetune.trainers import check_options, get_trainer
@@ -310,10 +320,13 @@ class CheckOptions(Record):
             _choose("--format", self.data_format, choices()["data_format"], "a record format")
         _at_least("--max-length", self.max_length, 1)
         get_trainer(self.trainer)  # an unknown --trainer fails here, with "did you mean"
+        _choose("--gguf-tokenizer", self.gguf_tokenizer, choices()["gguf_tokenizer"], "a GGUF tokenizer")
         if self.pad_token is not None and not self.pad_token:
             raise SpecError("--pad-token must name a token, e.g. '<|endoftext|>'")
         check_options(self.trainer, lf_template=self.lf_template, train_on_prompt=self.train_on_prompt,
-                      mask_history=self.mask_history)
+                      mask_history=self.mask_history, gguf_tokenizer=self.gguf_tokenizer,
+                      responses_only=self.responses_only, instruction_part=self.instruction_part,
+                      response_part=self.response_part)
         if self.split is not None and not self.split:
             raise SpecError("--split must name a split, e.g. train")
         if self.chat_template is not None and not Path(self.chat_template).expanduser().is_file():

@@ -227,6 +227,21 @@ def _via_transformers(path: Path):
     return tok.backend_tokenizer
 
 
+def transformers_vocabulary(path: Path, *, name: str):
+    """The tokenizer transformers' own GGUF conversion builds from the file
+    (``AutoTokenizer.from_pretrained(folder, gguf_file=...)``): what a TRL or transformers script that
+    loads the GGUF tokenizes with. It can split otherwise than llama.cpp (:func:`gguf_vocabulary`):
+    its byte-level BPE gets GPT-2's pre-tokenizer whatever ``tokenizer.ggml.pre`` says."""
+    path = Path(path)
+    try:
+        tok = _via_transformers(path)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise ModelFileError(f"transformers cannot convert the tokenizer in {path.name} ({first}); leave "
+                             "--gguf-tokenizer at llamacpp") from None
+    return HFVocabulary(tok, name)
+
+
 def rebuild(path: Path, fields: dict):
     """A ``tokenizers.Tokenizer`` for the GGUF file's tokenizer (see the module docstring)."""
     model = fields.get("tokenizer.ggml.model")
