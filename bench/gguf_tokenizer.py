@@ -33,7 +33,7 @@ def default_data() -> list[Path]:
 def differing(model, path: Path, trainer: str) -> tuple[int, int]:
     """(examples, examples whose sequences' ids differ between the two tokenizers)."""
     from embscope.corpus.conversations import iter_examples
-    from embscope.finetune import trainer_sequences
+    from embscope.readiness import trainer_sequences
 
     examples = list(iter_examples([str(path)]))
     ids = {}

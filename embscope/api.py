@@ -199,8 +199,8 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
 
     The data is rendered with the model's chat template and tokenized exactly as
     ``apply_chat_template`` does (plain texts as ``tokenizer(text)``), and labelled as the trainer
-    labels it (:mod:`embscope.finetune.trainers`); the findings carry stable codes
-    (:mod:`embscope.finetune.findings`). Reads only the matrices, config and tokenizer; the map is
+    labels it (:mod:`embscope.readiness.trainers`); the findings carry stable codes
+    (:mod:`embscope.readiness.findings`). Reads only the matrices, config and tokenizer; the map is
     off by default (``map=True`` draws it).
 
     Args:
@@ -233,7 +233,7 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
     """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.
 
     BASE and TUNED are any model spec (TUNED may be a PEFT adapter folder on BASE); only their
-    embeddings and heads are read (:mod:`embscope.delta`).
+    embeddings and heads are read (:mod:`embscope.changes`).
 
     Args:
         base: the model training started from.

@@ -342,7 +342,7 @@ def _load(resolved, opts: RunOptions, steps: Steps, *, finetune: bool):
         raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
                         f"({loaded.n_rows - 1}); pass row ids of this model")
     if finetune and opts.pad_token is not None:  # the check's pad token, before the scan
-        from embscope.finetune.trainers import pad_token_id
+        from embscope.readiness.trainers import pad_token_id
 
         pad_token_id(loaded, opts.pad_token)
     return loaded

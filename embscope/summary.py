@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embscope.context.summary import ContextSummary
-from embscope.delta.record import DiffRecord
-from embscope.finetune.record import CheckRecord
+from embscope.changes.record import DiffRecord
+from embscope.readiness.record import CheckRecord
 from embscope.models.resolve import HubRead
 from embscope.provenance import RunStamp, TreeDigest
 from embscope.records import Record, RecordError
@@ -89,11 +89,11 @@ class Sections(Record):
     extension: ExtensionRecord | None = None
     #: what ``extend --apply`` wrote (the extended model: tokenizer and new rows)
     apply: ApplyRecord | None = None
-    #: "Ready to fine-tune?": the training data's findings (embscope.finetune)
+    #: "Ready to fine-tune?": the training data's findings (embscope.readiness)
     finetune: CheckRecord | None = None
     #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)
     repair: RepairRecord | None = None
-    #: "What training changed": BASE against TUNED, row by row (embscope.delta)
+    #: "What training changed": BASE against TUNED, row by row (embscope.changes)
     diff: DiffRecord | None = None
 
 

@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from embscope.finetune.record import ROW_CODES
+from embscope.readiness.record import ROW_CODES
 from embscope.records import Record
 
 #: how a verdict reads, best first: ``ok`` nothing to do, ``note`` worth knowing, ``act`` something

@@ -83,7 +83,7 @@ def test_the_command_line_lists_the_librarys_choices(capsys):
     """Methods, formats, trainers, engines and severities in ``--help`` are the library's registries."""
     from embscope.api import option_choices
     from embscope.cli import main
-    from embscope.finetune.record import SEVERITIES
+    from embscope.readiness.record import SEVERITIES
 
     choices = option_choices()
     for argv, names in ((["scan", "--help"], choices["knn_method"] + choices["verify_sample"]),

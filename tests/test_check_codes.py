@@ -102,7 +102,7 @@ def _case(code: str, tmp: Path, smol):
 @pytest.mark.parametrize("code", list(DOCUMENTED))
 def test_every_code_exits_as_documented(code, tmp_path, smollm2_model, capsys):
     from embscope.cli import main
-    from embscope.finetune.findings import CODES
+    from embscope.readiness.findings import CODES
 
     assert set(DOCUMENTED) == set(CODES)
     folder, data, extra, severity = _case(code, tmp_path, smollm2_model)
@@ -125,7 +125,7 @@ def test_findings_honour_verification(smollm2_model, smollm2_audit):
     offers to repair them; a row prompting verifies is an error even when it is a special row."""
     import polars as pl
 
-    from embscope.finetune import check_data
+    from embscope.readiness import check_data
 
     tokens = pl.read_parquet(smollm2_audit / "tokens.parquet", columns=["flagged", "undertrained_status"])
     flagged = tokens["flagged"].fill_null(False).to_numpy()
@@ -208,7 +208,7 @@ def engine_data(tmp_path_factory) -> Path:
 
 def test_local_workers_give_the_same_record(smollm2_model, engine_data):
     from embscope.corpus.backend import Engine
-    from embscope.finetune import check_data
+    from embscope.readiness import check_data
 
     one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
     two = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=2))
@@ -221,7 +221,7 @@ def test_ray_gives_the_same_record(smollm2_model, engine_data):
     """Ray Data (a local Ray, 2 CPUs): the same record as one process."""
     ray = pytest.importorskip("ray")
     from embscope.corpus.backend import Engine
-    from embscope.finetune import check_data
+    from embscope.readiness import check_data
 
     try:
         one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
@@ -235,7 +235,7 @@ def test_a_refused_record_refuses_that_record_only(smollm2_model):
     """A template that passes its bounds on one conversation refuses that one: the other 299 are
     rendered and tokenized (a template refused on every record stops after a few: see
     tests/test_check.py)."""
-    from embscope.finetune import check_data
+    from embscope.readiness import check_data
     from embscope.models.chat_template import read_chat_template
 
     data = Path(__file__).resolve().parents[1] / "corpora" / "chat" / "medical-chat.jsonl"

@@ -540,7 +540,7 @@ def test_check_and_rope_read_one_context(smollm2_model, key):
     import dataclasses
 
     from embscope.config import CONTEXT_KEYS
-    from embscope.finetune import make_context
+    from embscope.readiness import make_context
 
     base = {k: v for k, v in smollm2_model.config.items() if k not in CONTEXT_KEYS}
     for cfg, want in (({**base, key: 3000}, 3000), ({**base, "text_config": {key: 3000}}, 3000),

@@ -258,7 +258,7 @@ def test_an_unexpected_exception_exits_2_with_one_line(monkeypatch, capsys):
 def test_a_batch_is_tokenized_when_it_holds_the_render_cap(smollm2_model, monkeypatch):
     """The batch bound changes when texts are tokenized, never what they tokenize to."""
     from embscope.corpus.shapes import to_example
-    from embscope.finetune import sequences, trainer_sequences
+    from embscope.readiness import sequences, trainer_sequences
 
     records = [json.loads(line) for line in (pytest.importorskip("pathlib").Path(__file__).parents[1] / "corpora" /
                                              "chat" / "medical-chat.jsonl").read_text("utf-8").splitlines()[:40]]

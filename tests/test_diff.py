@@ -168,7 +168,7 @@ def test_peft_adapters_read_as_peft_merges_them(tmp_path, tied):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import embscope
-    from embscope.delta.tuned import load_tuned
+    from embscope.changes.tuned import load_tuned
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
@@ -270,7 +270,7 @@ def test_languages_drift_follows_the_trained_rows(run, tmp_path):
 def test_noise_round_trips_on_real_rows(smollm2_model):
     """Q8_0 is gguf-py's own quantiser (idempotent on SmolLM2's Q8_0 rows); the K-quant proxies get
     coarser with fewer bits; a bf16 cast errs about 2^-9 per row."""
-    from embscope.delta.noise import canonical, measure, round_trip
+    from embscope.changes.noise import canonical, measure, round_trip
 
     x = smollm2_model.embed[::97].float().numpy()
     assert (round_trip(x, "Q8_0") == x).all()
@@ -320,7 +320,7 @@ def test_untouched_extension_folder_is_never_green(run, tmp_path):
     `rows_digest`, so the manifest beside it (the `extend --apply` folder) is the one read."""
     import shutil
 
-    from embscope.delta.manifest import MANIFEST, untouched
+    from embscope.changes.manifest import MANIFEST, untouched
 
     n_new = len(run["manifest"]["token_ids"])
     assert untouched(run["ext"] / MANIFEST) is True
@@ -351,7 +351,7 @@ def test_the_manifest_is_found_and_read_after_training(run, tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from embscope.delta.manifest import MANIFEST
+    from embscope.changes.manifest import MANIFEST
     from embscope.extension.apply import INITIAL_ROWS
 
     ids = run["manifest"]["token_ids"]

@@ -3,7 +3,7 @@ processors and collators (``llamafactory`` 0.9.5, installed without its dependen
 ``scripts/install.sh --dev``) run on its own demo datasets (``scripts/fetch_trainer_data.py``
 extracts them from its source distribution), chatterbot-corpus and HumanEval (their wheels, from
 ``requirements-trainers.txt``) with SmolLM2's tokenizer, beside
-``embscope.finetune.trainer_sequences`` on the same files; the input ids and the label masks
+``embscope.readiness.trainer_sequences`` on the same files; the input ids and the label masks
 (``labels != -100`` after LLaMA-Factory's collator) must be equal on at least
 :data:`AGREEMENT` of each set's sequences, and the examples LLaMA-Factory drops are the ones the
 check counts as dropped.
@@ -119,7 +119,7 @@ def lf_sequences(lf, tokenizer, folder: Path, name: str, stage: str, tmp: Path, 
 
 def ours(model, path: Path, **kw):
     from embscope.corpus.conversations import iter_examples
-    from embscope.finetune import trainer_sequences
+    from embscope.readiness import trainer_sequences
 
     built = trainer_sequences(model, list(iter_examples([str(path)])), "llamafactory", **kw)
     return built
@@ -184,7 +184,7 @@ def test_other_sets_as_llamafactory_builds_them(name, lf, lf_tokenizer, smollm2_
     assert same / n >= AGREEMENT, (name, same, n)
     assert n + len(built.dropped) == len(rows), (n, len(built.dropped), len(rows))
     if name == "chatterbot":  # the odd-length conversations: dropped with LLaMA-Factory's rule, not trained
-        from embscope.finetune.check import check_data
+        from embscope.readiness.check import check_data
 
         record = check_data(smollm2_model, [str(path)], trainer="llamafactory")
         drops = [f for f in record.findings if f.code == "trainer-drops"]
@@ -192,13 +192,13 @@ def test_other_sets_as_llamafactory_builds_them(name, lf, lf_tokenizer, smollm2_
         assert "do not pair" in drops[0].message
 
 
-@pytest.mark.parametrize("trainer", list(__import__("embscope.finetune.trainers", fromlist=["TRAINERS"]).TRAINERS))
+@pytest.mark.parametrize("trainer", list(__import__("embscope.readiness.trainers", fromlist=["TRAINERS"]).TRAINERS))
 def test_tool_sets_never_render_failed(trainer, smollm2_model):
     """LLaMA-Factory's tool-call demo sets (function_call / observation turns, a tools list) with
     SmolLM2's own template: every trainer trains all 600 records, so the check renders and counts
     them all, never a render-failed (TRL's renderings are checked against TRL in test_trainers.py,
     LLaMA-Factory's above)."""
-    from embscope.finetune.check import check_data
+    from embscope.readiness.check import check_data
 
     files = [str(_file(n)) for n in ("glaive_toolcall_en_demo", "glaive_toolcall_zh_demo")]
     record = check_data(smollm2_model, files, trainer=trainer)

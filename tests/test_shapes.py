@@ -92,7 +92,7 @@ def _write(folder: Path, name: str, rows) -> Path:
 
 
 def _check(model, path, **kw):
-    from embscope.finetune import check_data
+    from embscope.readiness import check_data
 
     return check_data(model, [str(path)], **kw)
 

@@ -25,8 +25,8 @@ LAYERS = [
     ("corpus",),
     ("tokenizer",),
     ("models",),
-    ("tables", "schema", "context", "geometry", "languages", "extension", "finetune"),
-    ("delta",),  # after the fine-tune: builds on the check's findings and its tokenization
+    ("tables", "schema", "context", "geometry", "languages", "extension", "readiness"),
+    ("changes",),  # after the fine-tune: builds on the check's findings and its tokenization
     ("sections",),
     ("verdict",),  # the bottom line, built from the section records
     ("summary",),
@@ -97,7 +97,7 @@ def test_commands_are_parse_call_print():
     allowed = ("embscope.api", "embscope.commands", "embscope.errors", "embscope.records", "embscope.progress",
                "embscope.models.registry", "embscope.report", "embscope.cli", "embscope.output",
                # the records the commands print
-               "embscope.context.summary", "embscope.geometry.records", "embscope.finetune.record",
+               "embscope.context.summary", "embscope.geometry.records", "embscope.readiness.record",
                # how numbers are written for people (no analysis)
                "embscope.text.numbers")
     for f in (PKG / "commands").glob("*.py"):

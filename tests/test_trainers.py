@@ -1,7 +1,7 @@
 """The trainer profiles against the trainers themselves: TRL's SFTTrainer and DPOTrainer and
 transformers' DataCollatorForLanguageModeling, run on the same examples with SmolLM2's tokenizer
 as transformers loads it from the demo GGUF, give the same input ids and the same label mask
-(``labels != -100`` after their own collators) as ``embscope.finetune.trainer_sequences``.
+(``labels != -100`` after their own collators) as ``embscope.readiness.trainer_sequences``.
 
 The examples are the shipped chat sample (``corpora/chat/medical-chat.jsonl``, 300 conversations)
 in the shapes the trainers read: ``messages``, TRL's conversational prompt-completion (the last
@@ -50,7 +50,7 @@ def _tiny_model(tok):
 
 def _ours(model, records, trainer, **kw):
     from embscope.corpus.shapes import to_example
-    from embscope.finetune import trainer_sequences
+    from embscope.readiness import trainer_sequences
 
     examples = [to_example(r, i)[0] for i, r in enumerate(records)]
     built = trainer_sequences(model, examples, trainer, **kw)
@@ -208,7 +208,7 @@ def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
         rows = [{k: v for k, v in r.items() if k != "id"} for r in shapes()[name]]
         theirs = _sft_prepared(_tiny_model(t), t, rows, tmp_path, name)
         from embscope.corpus.shapes import to_example
-        from embscope.finetune import trainer_sequences
+        from embscope.readiness import trainer_sequences
 
         built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl",
                                   template=template)
@@ -218,7 +218,7 @@ def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
     with pytest.raises(Exception, match="content"):  # TRL fails on SmolLM2's own template
         _sft_prepared(_tiny_model(hf_tokenizer), hf_tokenizer, rows, tmp_path, "fails")
     from embscope.corpus.shapes import to_example
-    from embscope.finetune import trainer_sequences
+    from embscope.readiness import trainer_sequences
 
     built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl")
     assert len(built.failed) == len(rows) and "content" in next(iter(built.failed.values()))
@@ -276,8 +276,8 @@ def test_unsloth_responses_only_is_unsloths(smollm2_model, tmp_path):
     if __import__("importlib.util").util.find_spec("unsloth_zoo") is None:
         pytest.skip("unsloth_zoo is not installed (scripts/install.sh --dev installs it, --no-deps)")
     from embscope.corpus.shapes import to_example
-    from embscope.finetune import trainer_sequences
-    from embscope.finetune.responses_only import DROP
+    from embscope.readiness import trainer_sequences
+    from embscope.readiness.responses_only import DROP
 
     recs = _records()
     sets = {"messages": [{"messages": r["messages"]} for r in recs] + [{"messages": r["messages"][:1]} for r in recs[:10]],

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from embscope.commands.options import print_json, print_warnings
-from embscope.finetune.record import SEVERITIES
+from embscope.readiness.record import SEVERITIES
 
 
 #: the severities a finding may have, gravest first, and ``never``
@@ -26,8 +26,8 @@ FailOnOpt = Annotated[FailOn, typer.Option("--fail-on", help="exit 1 when a find
 def finish(res, record, fail_on, as_json: bool, show: Callable[[], None]) -> None:
     """Print the warnings, then the record (``--json``: its findings, the rest as ``data``, the
     folder and the exit code; else ``show()``); exit 1 when a finding reaches ``fail_on``."""
-    from embscope.finetune.record import as_json as findings_json
-    from embscope.finetune.record import reaches
+    from embscope.readiness.record import as_json as findings_json
+    from embscope.readiness.record import reaches
 
     print_warnings(res.warnings)
     failed = reaches(record.findings, fail_on.value)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from embscope.errors import SpecError
 from embscope.models.writer import MODES, drop_auto_map, hf_tokenizer, make_readable
 
-#: the initial rows of a model folder, beside its manifest (read by ``diff``: embscope.delta.manifest)
+#: the initial rows of a model folder, beside its manifest (read by ``diff``: embscope.changes.manifest)
 INITIAL_ROWS = "embscope_extension/initial_rows.safetensors"
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,7 +124,7 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
             _write_full(model, ext, ids, rows, tmp)
         else:
             _write_rows(model, extension, rows, tmp, init, out_dir)
-        # what `diff` checks the rows of a folder carrying this manifest against (embscope.delta.manifest)
+        # what `diff` checks the rows of a folder carrying this manifest against (embscope.changes.manifest)
         from embscope.provenance import rows_digest
 
         if full:

@@ -1,7 +1,7 @@
 """The trainer's own batches → ``check``'s counts and findings.
 
 ``embscope check`` rebuilds the sequences a trainer would build from a profile of it
-(:mod:`embscope.finetune.trainers`); inside the training loop the real collator's output is at hand,
+(:mod:`embscope.readiness.trainers`); inside the training loop the real collator's output is at hand,
 so nothing is modelled. A batch is a dict of ``(B, T)`` arrays:
 
 - ``input_ids``; ``attention_mask`` (1 = a real position; absent: every position is real);
@@ -14,7 +14,7 @@ as a label (a loss position past the first), and per sequence; ``pad_masked`` co
 where the PAD id sits right after a position in the loss but is itself out of it: the EOS a
 collator masks *by id* when PAD = EOS (transformers' ``DataCollatorForLanguageModeling``), which
 the model then never learns to produce. The counts feed the same rules as ``check``
-(:func:`embscope.finetune.findings.find`) with a trainer profile measured from the batches.
+(:func:`embscope.readiness.findings.find`) with a trainer profile measured from the batches.
 
 >>> import numpy as np
 >>> b = {"input_ids": np.array([[5, 6, 2, 2]]), "attention_mask": np.array([[1, 1, 1, 0]]),
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.finetune.encode import Encoded
-    from embscope.finetune.record import Finding
+    from embscope.readiness.encode import Encoded
+    from embscope.readiness.record import Finding
     from embscope.models.model import LoadedModel
 
 #: batches read before the first step: enough to see the collator's habits (PAD, EOS, lengths,
@@ -96,10 +96,10 @@ def _sequences(batch: dict[str, np.ndarray]) -> Iterable[tuple[np.ndarray, np.nd
 
 def encode(batches: Sequence[dict[str, np.ndarray]], *, pad_id: int | None, n_rows: int,
            bos_id: int | None = None, watch: np.ndarray | None = None) -> "Encoded":
-    """The :class:`~embscope.finetune.encode.Encoded` of ``batches`` (module docstring); every
+    """The :class:`~embscope.readiness.encode.Encoded` of ``batches`` (module docstring); every
     sequence is its own example, numbered in batch order. ``watch``: the ids whose first example
     indices are kept (default: all)."""
-    from embscope.finetune.encode import EXAMPLES, Encoded
+    from embscope.readiness.encode import EXAMPLES, Encoded
 
     enc = Encoded(counts=np.zeros(n_rows, np.int64), label_counts=np.zeros(n_rows, np.int64),
                   example_counts=np.zeros(n_rows, np.int64))
@@ -150,11 +150,11 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
     loss (:func:`encode`'s ``pad_masked``) and never have it as a label."""
     from embscope.config import max_positions
     from embscope.corpus.conversations import DataRead
-    from embscope.finetune.check import zero_rows
-    from embscope.finetune.findings import CheckFacts, find
-    from embscope.finetune.record import PadChoice
-    from embscope.finetune.specials import special_ids
-    from embscope.finetune.trainers import TRAINERS
+    from embscope.readiness.check import zero_rows
+    from embscope.readiness.findings import CheckFacts, find
+    from embscope.readiness.record import PadChoice
+    from embscope.readiness.specials import special_ids
+    from embscope.readiness.trainers import TRAINERS
 
     by_id = bool(pad_id is not None and enc.pad_masked and pad_id < len(enc.label_counts)
                  and enc.label_counts[pad_id] == 0)

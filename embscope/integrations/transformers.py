@@ -148,7 +148,7 @@ class EmbscopeCallback(TrainerCallback):
 
     def _begin(self, model, processing_class, train_dataloader) -> None:
         """The step-0 copy, the findings on the first batches, the watched rows and the hook."""
-        from embscope.delta.manifest import read_token_ids
+        from embscope.changes.manifest import read_token_ids
         from embscope.models.load import load_model
 
         mats = live.matrices(model)
@@ -167,7 +167,7 @@ class EmbscopeCallback(TrainerCallback):
         self._hook = mats.embed.register_forward_pre_hook(_seen_hook(self._watch))
 
     def _manifest(self, model) -> Path | None:
-        from embscope.delta.manifest import MANIFEST, find
+        from embscope.changes.manifest import MANIFEST, find
 
         if self.manifest is not None:
             return find(self.manifest)
@@ -177,8 +177,8 @@ class EmbscopeCallback(TrainerCallback):
     def _check_batches(self, loaded, tokenizer, dataloader) -> np.ndarray:
         """``check``'s findings on the first batches; raises :class:`TrainingHazard` at ``fail_on``."""
         from embscope.api import read_tokens_table
-        from embscope.finetune.check import zero_rows
-        from embscope.finetune.record import reaches
+        from embscope.readiness.check import zero_rows
+        from embscope.readiness.record import reaches
         from embscope.tables import scan_flags
 
         got = batch_checks.sample_batches(dataloader, self.batches)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.delta.findings import EXPLODE
+from embscope.changes.findings import EXPLODE
 from embscope.records import Record
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -178,7 +178,7 @@ def languages_view(langs) -> dict[str, Any]:
 
 
 def diff_view(d) -> dict[str, Any]:
-    """The diff record (:class:`embscope.delta.record.DiffRecord`) as the page reads it; ``{}``
+    """The diff record (:class:`embscope.changes.record.DiffRecord`) as the page reads it; ``{}``
     when the diff did not run."""
     if d is None:
         return {}

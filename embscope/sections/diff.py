@@ -1,5 +1,5 @@
 """The diff section: "What training changed" — the run's model (BASE) against ``options.tuned``
-(:mod:`embscope.delta`); ``diff.parquet`` has one row per tuned row.
+(:mod:`embscope.changes`); ``diff.parquet`` has one row per tuned row.
 
 It runs after the tokens section and reads its ``flagged`` column (BASE's under-trained rows, for
 ``untrained-still``), the training data when there is some (the rows it uses), and the first corpus
@@ -8,7 +8,7 @@ It runs after the tokens section and reads its ``flagged`` column (BASE's under-
 
 from __future__ import annotations
 
-from embscope.delta.record import DiffRecord
+from embscope.changes.record import DiffRecord
 from embscope.sections.base import Inputs, SectionOutput, section
 
 
@@ -16,7 +16,7 @@ from embscope.sections.base import Inputs, SectionOutput, section
          enabled=lambda o: o.tuned is not None)
 def diff_section(inputs: Inputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.tuned``."""
-    from embscope.delta import diff_models
+    from embscope.changes import diff_models
     from embscope.tables import scan_flags
 
     model, opts = inputs.model, inputs.options

@@ -1,5 +1,5 @@
 """The finetune section: "Ready to fine-tune?" — the user's training data checked against the
-model (:mod:`embscope.finetune`); ``findings.parquet`` has one row per finding.
+model (:mod:`embscope.readiness`); ``findings.parquet`` has one row per finding.
 
 It runs after the tokens section and reads its ``flagged`` column, so the under-trained rows are
 the scan's; without a scan the rules that need it are left out (and say so).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from embscope.finetune.record import ROW_CODES, CheckRecord
+from embscope.readiness.record import ROW_CODES, CheckRecord
 from embscope.sections.base import Inputs, SectionOutput, section
 
 
@@ -17,7 +17,7 @@ from embscope.sections.base import Inputs, SectionOutput, section
          gives=("repair_rows",), requires=("data",))
 def finetune_section(inputs: Inputs) -> SectionOutput:
     """Check ``inputs.data`` against ``inputs.model``."""
-    from embscope.finetune import check_data, findings_frame
+    from embscope.readiness import check_data, findings_frame
     from embscope.tables import scan_flags
 
     model = inputs.model

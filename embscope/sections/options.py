@@ -52,7 +52,7 @@ def choices() -> dict[str, tuple[str, ...]]:
     from embscope.corpus.backend import ENGINES
     from embscope.corpus.shapes import FORMATS
     from embscope.extension.init import AUTO, STRATEGIES
-    from embscope.finetune.trainers import GGUF_TOKENIZERS, TRAINERS
+    from embscope.readiness.trainers import GGUF_TOKENIZERS, TRAINERS
     from embscope.geometry.knn_record import METHODS
     from embscope.geometry.records import SAMPLES
     from embscope.limits import Limits
@@ -290,7 +290,7 @@ class CheckOptions(Record):
     max_length: int | None = None
     #: a chat template file (.jinja) to render the training data with (null: the model's own)
     chat_template: str | None = None
-    #: the trainer whose ids, labels and loss mask the check follows (embscope.finetune.trainers)
+    #: the trainer whose ids, labels and loss mask the check follows (embscope.readiness.trainers)
     trainer: str = "trl"
     #: the pad token the user will set (null: the trainer's own choice)
     pad_token: str | None = None
@@ -314,7 +314,7 @@ class CheckOptions(Record):
     response_part: str | None = None
 
     def check(self):
-        from embscope.finetune.trainers import check_options, get_trainer
+        from embscope.readiness.trainers import check_options, get_trainer
 
         if self.data_format is not None:
             _choose("--format", self.data_format, choices()["data_format"], "a record format")

@@ -26,7 +26,7 @@ profile        PAD when none is set      labels       loss positions
                else the EOS                           after each (``roles_to_train``,
                                                       ``train_on_eos: turn``)
 ``llamafactory`` the tokenizer's, else    by position  its own template, encoded slot by slot
-               the EOS                    (texts: by   (:mod:`~embscope.finetune.llamafactory`):
+               the EOS                    (texts: by   (:mod:`~embscope.readiness.llamafactory`):
                                           id)          every response, prompts masked
                                                        (``train_on_prompt``, ``mask_history``);
                                                        texts get the EOS appended
@@ -65,7 +65,7 @@ Sources (the versions read):
   ``processor_utils.infer_seqlen`` (``cutoff_len`` = 2048), the SFT, pairwise and KTO collators
   (``label_pad_token_id = IGNORE_INDEX``, ``ignore_pad_token_for_loss=True``) and the pretraining
   stage's ``DataCollatorForLanguageModeling`` (``train/pt/workflow.py``): see
-  :mod:`embscope.finetune.llamafactory`.
+  :mod:`embscope.readiness.llamafactory`.
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from embscope.finetune.record import PadChoice, TrainerRecord
+from embscope.readiness.record import PadChoice, TrainerRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.finetune.specials import SpecialIds
+    from embscope.readiness.specials import SpecialIds
     from embscope.models.model import LoadedModel
 
 #: the profile used when ``--trainer`` is not given: TRL, on which Unsloth and most recipes build
@@ -212,7 +212,7 @@ def check_options(trainer: str | None, *, lf_template: str | None = None, train_
         raise SpecError("--mask-history and --train-on-prompt cannot be used together (LLaMA-Factory refuses "
                         "`mask_history` with `train_on_prompt`); pass one of them")
     if lf_template is not None:
-        from embscope.finetune.lf_template import named
+        from embscope.readiness.lf_template import named
 
         named(lf_template)  # an unknown name fails here, with "did you mean"
 
@@ -249,7 +249,7 @@ def pad_token_id(model: "LoadedModel", pad_token: str) -> int:
     """The id of ``--pad-token`` in ``model``'s tokenizer; a token it does not have is one line
     naming its special tokens (checked as soon as the tokenizer loads, before any analysis)."""
     from embscope.errors import SpecError
-    from embscope.finetune.specials import token_id
+    from embscope.readiness.specials import token_id
 
     i = token_id(model, pad_token)
     if i is None:

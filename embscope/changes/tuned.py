@@ -1,5 +1,5 @@
 """TUNED read as two row sources and a tokenizer: any model spec embscope loads (its embedding and
-head only), or a PEFT adapter folder laid over BASE's matrices (:mod:`embscope.delta.peft`)."""
+head only), or a PEFT adapter folder laid over BASE's matrices (:mod:`embscope.changes.peft`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from embscope.delta.record import TunedFingerprint
-from embscope.delta.rows import Dense, Rows
+from embscope.changes.record import TunedFingerprint
+from embscope.changes.rows import Dense, Rows
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.delta.record import AdapterInfo
+    from embscope.changes.record import AdapterInfo
     from embscope.models.model import LoadedModel
 
 
@@ -55,7 +55,7 @@ def fingerprint(tuned: Tuned) -> TunedFingerprint:
 def matrix_format(model: "LoadedModel", which: str) -> str:
     """The stored format of ``model``'s ``embed`` or ``output`` matrix (``BF16``, ``Q8_0``, …): read
     from the safetensors header or the GGUF tensor table (a GGUF's head often has another type)."""
-    from embscope.delta.noise import canonical
+    from embscope.changes.noise import canonical
 
     name = model.tensor_names.get(which)
     if which == "output" and name is None:
@@ -88,7 +88,7 @@ def base_rows(model: "LoadedModel") -> tuple[Rows, Rows | None]:
 def load_tuned(spec: str | Path, base: "LoadedModel", *, device: str = "cpu", trust_pickle: bool = False,
                download: str = "ranges") -> Tuned:
     """Read TUNED (see the module docstring)."""
-    from embscope.delta.peft import is_adapter
+    from embscope.changes.peft import is_adapter
     from embscope.models.load import load_model
 
     if is_adapter(spec):
@@ -102,7 +102,7 @@ def load_tuned(spec: str | Path, base: "LoadedModel", *, device: str = "cpu", tr
 def _adapter(folder: Path, base: "LoadedModel", *, trust_pickle: bool) -> Tuned:
     import torch
 
-    from embscope.delta.peft import apply_adapter, read_adapter
+    from embscope.changes.peft import apply_adapter, read_adapter
     from embscope.tokenizer.load import load_folder_vocabulary
 
     adapter = read_adapter(folder, trust_pickle=trust_pickle, shape=(base.n_rows, base.dim))

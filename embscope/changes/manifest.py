@@ -173,7 +173,7 @@ def _sidecar(path: Path, doc: dict) -> Path | None:
 def _rows_file(f: Path, ids: list[int], path: Path):
     """``(embed, output or None, stored format)`` of a rows file (``token_ids``, ``embed``,
     ``output``), checked against the manifest's ids."""
-    from embscope.delta.noise import canonical
+    from embscope.changes.noise import canonical
     from embscope.formats.safetensors import read_header, read_tensor
 
     header = read_header(f)
@@ -208,7 +208,7 @@ def read(path: Path, *, dim: int, verify: bool = True) -> Initial:
         embed, out, stored = _rows_file(side, ids, path)
         src = None
     elif fmt == "transformers":
-        from embscope.delta.tuned import matrix_format
+        from embscope.changes.tuned import matrix_format
         from embscope.models.load import load_model
 
         m = load_model(str(folder), device="cpu")

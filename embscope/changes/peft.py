@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from embscope.delta.record import AdapterInfo
-from embscope.delta.rows import Dense, Patched, Rows
+from embscope.changes.record import AdapterInfo
+from embscope.changes.rows import Dense, Patched, Rows
 from embscope.errors import ModelFileError, PickleRefused, SpecError
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -357,8 +357,8 @@ def read_adapter(folder: str | Path, *, trust_pickle: bool = False, shape: tuple
 
 
 def _apply(part: Part | None, start: Rows, fmt: str, base_rows: int, where: str) -> Rows:
-    """``start`` with ``part``'s changes (see :class:`~embscope.delta.rows.Patched`)."""
-    from embscope.delta.noise import canonical
+    """``start`` with ``part``'s changes (see :class:`~embscope.changes.rows.Patched`)."""
+    from embscope.changes.noise import canonical
 
     if part is None:
         return start

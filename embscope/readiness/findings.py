@@ -1,6 +1,6 @@
 """The hazards a fine-tune would hit, as findings with stable codes, severities and one-line fixes.
 
-A severity follows the trainer (:mod:`embscope.finetune.trainers`) and the scan's verification:
+A severity follows the trainer (:mod:`embscope.readiness.trainers`) and the scan's verification:
 
 ==========================  ==============  =========================================================
 code                        severity        when
@@ -57,13 +57,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embscope.finetune.record import CODES, MAX_IDS, SEVERITIES, Finding, severity_rank
+from embscope.readiness.record import CODES, MAX_IDS, SEVERITIES, Finding, severity_rank
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.conversations import DataRead
-    from embscope.finetune.encode import Encoded
-    from embscope.finetune.specials import SpecialIds
-    from embscope.finetune.trainers import PadChoice, Trainer
+    from embscope.readiness.encode import Encoded
+    from embscope.readiness.specials import SpecialIds
+    from embscope.readiness.trainers import PadChoice, Trainer
     from embscope.models.model import LoadedModel
 
 __all__ = ["BYTE_FALLBACK_SHARE", "CODES", "MAX_IDS", "SEVERITIES", "CheckFacts", "Finding", "data_findings", "find",
@@ -131,8 +131,8 @@ def _sides(model: "LoadedModel", enc: "Encoded", ids: Sequence[int]) -> str:
 
 def find(f: CheckFacts) -> list[Finding]:
     """Every finding for these facts, errors first."""
-    from embscope.finetune.rules import data_rules, drop_rules, length_rules, pad_rules, template_rules
-    from embscope.finetune.trainers import TRAINERS, eos_id
+    from embscope.readiness.rules import data_rules, drop_rules, length_rules, pad_rules, template_rules
+    from embscope.readiness.trainers import TRAINERS, eos_id
 
     enc = f.encoded
     trainer = f.trainer or TRAINERS["trl"]
@@ -333,7 +333,7 @@ def data_findings(f: CheckFacts) -> list[Finding]:
     def add(code, severity, message, ids=(), count=0, examples=(), fix=""):
         out.append(Finding(code=code, severity=severity, message=message, count=int(count),
                            examples=[int(e) for e in examples][:5], fix=fix))
-    from embscope.finetune.rules import data_rules
+    from embscope.readiness.rules import data_rules
 
     data_rules(f, add, force=True)
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from embscope.finetune.record import Finding
+from embscope.readiness.record import Finding
 from embscope.provenance import TreeDigest
 from embscope.records import Record
 
@@ -98,7 +98,7 @@ class BaseSide(Record):
 
 @dataclass
 class AdapterInfo(Record):
-    """A PEFT adapter TUNED was read as (:meth:`embscope.delta.peft.Adapter.describe`)."""
+    """A PEFT adapter TUNED was read as (:meth:`embscope.changes.peft.Adapter.describe`)."""
 
     #: ``LORA``, ``TRAINABLE_TOKENS``, …
     peft_type: str
@@ -249,7 +249,7 @@ class DiffRecord(Record):
     matrices: dict[str, MatrixDiff]
     #: the rows that moved most (input matrix, then output), at most 50
     top_movers: list[Mover]
-    #: findings, errors first (codes: embscope.delta.findings)
+    #: findings, errors first (codes: embscope.changes.findings)
     findings: list[Finding]
     #: the highest severity found (null: nothing found)
     worst: str | None

@@ -1,7 +1,7 @@
-"""The rules of :mod:`embscope.finetune.findings` about the PAD, lengths, the template, what the
+"""The rules of :mod:`embscope.readiness.findings` about the PAD, lengths, the template, what the
 trainer drops and what the readers could not read; each calls ``add(code, severity, message, ids,
-count, examples, fix)`` for what it finds, reading the :class:`~embscope.finetune.findings.CheckFacts`
-``f`` and the :class:`~embscope.finetune.trainers.Trainer` profile.
+count, examples, fix)`` for what it finds, reading the :class:`~embscope.readiness.findings.CheckFacts`
+``f`` and the :class:`~embscope.readiness.trainers.Trainer` profile.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ code                    severity         when
                                          has new rows or --data uses rows)
 ======================  ===============  ===================================================================
 
-The finding record is the check's (:class:`embscope.finetune.record.Finding`): ``examples`` are
+The finding record is the check's (:class:`embscope.readiness.record.Finding`): ``examples`` are
 0-based positions of training records holding the ids, as there. Every ``count`` is a number of rows:
 the rows the finding concerns (``tie-broken``: the rows that moved in either matrix, where the two
 can differ; ``vocab-mismatch``: the ids that are not the same token, the rows lost or past the
@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from embscope.finetune.record import MAX_IDS, SEVERITIES, Finding
+from embscope.readiness.record import MAX_IDS, SEVERITIES, Finding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embscope.delta.record import AdapterInfo
+    from embscope.changes.record import AdapterInfo
 
 CODES = ("vocab-mismatch", "row-exploded", "new-row-unmoved", "used-row-frozen", "untrained-still",
          "tie-broken", "nothing-moved")

@@ -1,8 +1,8 @@
 """The pre-fine-tune check's record (``summary.json`` → ``sections.finetune``) and its findings.
 
-A finding has a stable code (:data:`CODES`, documented in :mod:`embscope.finetune.findings`), a
+A finding has a stable code (:data:`CODES`, documented in :mod:`embscope.readiness.findings`), a
 severity (:data:`SEVERITIES`, lowest first), the ids it concerns and a one-line fix; ``diff`` reports
-its own codes with the same record (:mod:`embscope.delta.findings`). This module imports nothing
+its own codes with the same record (:mod:`embscope.changes.findings`). This module imports nothing
 heavy: ``summary.json`` is read through it.
 """
 
@@ -33,7 +33,7 @@ ROW_CODES = ("untrained-used", "special-row-untrained", "added-in-padding")
 class Finding(Record):
     """One hazard (``findings.parquet`` has one row per finding)."""
 
-    #: stable code (see :mod:`embscope.finetune.findings`)
+    #: stable code (see :mod:`embscope.readiness.findings`)
     code: str
     #: error, warning or info
     severity: str
@@ -122,7 +122,7 @@ class TopId(Record):
 
 @dataclass
 class TrainerRecord(Record):
-    """The trainer profile the check followed (:data:`embscope.finetune.trainers.TRAINERS`)."""
+    """The trainer profile the check followed (:data:`embscope.readiness.trainers.TRAINERS`)."""
 
     #: the ``--trainer`` name
     name: str
@@ -140,7 +140,7 @@ class TrainerRecord(Record):
 
 @dataclass
 class PadChoice(Record):
-    """The PAD the trainer will pad with (:func:`embscope.finetune.trainers.choose_pad`)."""
+    """The PAD the trainer will pad with (:func:`embscope.readiness.trainers.choose_pad`)."""
 
     #: its id (null: there is none, the trainer needs one set)
     id: int | None
@@ -155,7 +155,7 @@ class PadChoice(Record):
 @dataclass
 class SpecialIds(Record):
     """The special ids the model declares, per source, and what the tokenizer adds around a text
-    (read by :func:`embscope.finetune.specials.special_ids`)."""
+    (read by :func:`embscope.readiness.specials.special_ids`)."""
 
     #: {source: {role: [ids]}} (``config.json`` → {"eos": [2]}); roles a source does not declare are absent
     sources: dict[str, dict[str, list[int]]] = field(default_factory=dict)
@@ -212,7 +212,7 @@ class SplitRecord(Record):
 class CheckRecord(Record):
     """The pre-fine-tune check (``summary.json`` ``sections.finetune``)."""
 
-    #: the hazards found, errors first (see embscope.finetune.findings for the codes)
+    #: the hazards found, errors first (see embscope.readiness.findings for the codes)
     findings: list[Finding]
     #: what was read: records, files, shapes, what was rejected or skipped and why
     data: DataRead

@@ -1,6 +1,6 @@
 """Training examples → what a check counts: per id, its occurrences as an input and as a label.
 
-The sequences come from :mod:`embscope.finetune.sequences` (rendered and tokenized as the trainer
+The sequences come from :mod:`embscope.readiness.sequences` (rendered and tokenized as the trainer
 does it). Counted per id (``np.bincount`` per batch):
 
 - ``counts``: occurrences in the input ids (every position: the input row's gradient);
@@ -10,7 +10,7 @@ does it). Counted per id (``np.bincount`` per batch):
 
 per example its length; a few example indices for the ids a check asks about. A pass is a map
 over batches and an exact reduce (:meth:`Encoded.merge`, in example order), so worker processes
-and Ray give the same record as one process (:mod:`embscope.finetune.engine`).
+and Ray give the same record as one process (:mod:`embscope.readiness.engine`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.shapes import Example
-    from embscope.finetune.sequences import Context
+    from embscope.readiness.sequences import Context
 
 #: examples rendered and tokenized per batch
 BATCH = 1024
@@ -159,7 +159,7 @@ class Encoded:
 
     def record(self, worst: str | None):
         """The figures of this pass (no per-id arrays), with the worst severity found in it."""
-        from embscope.finetune.record import SplitRecord
+        from embscope.readiness.record import SplitRecord
 
         return SplitRecord(examples=self.examples, conversations=self.conversations, sequences=self.sequences,
                            tokens=self.tokens, label_tokens=int(sum(self.loss_tokens)), template=self.template,
@@ -224,7 +224,7 @@ def encode_batch(examples: Sequence["Example"], ctx: "Context", watch: np.ndarra
                  state: dict | None = None) -> Encoded:
     """One batch of examples → its :class:`Encoded` (the map of a pass). ``state`` carries the
     template's refusal streak from batch to batch (one process; workers keep their own)."""
-    from embscope.finetune.sequences import build
+    from embscope.readiness.sequences import build
 
     state = state if state is not None else {}
     enc = Encoded(counts=np.zeros(len(watch), np.int64), label_counts=np.zeros(len(watch), np.int64),
@@ -293,7 +293,7 @@ def length_stats(lengths: Sequence[int]):
     >>> length_stats([10, 20, 30, 40])
     LengthStats(max=40, p50=25, p95=38, p99=39, mean=25.0)
     """
-    from embscope.finetune.record import LengthStats
+    from embscope.readiness.record import LengthStats
 
     if not lengths:
         return LengthStats(max=0, p50=0, p95=0, p99=0, mean=0.0)

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.finetune.encode import length_stats
-from embscope.finetune.findings import CheckFacts, find
-from embscope.finetune.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
+from embscope.readiness.encode import length_stats
+from embscope.readiness.findings import CheckFacts, find
+from embscope.readiness.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
@@ -81,13 +81,13 @@ def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token:
                  gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
                  response_part: str | None = None):
     """``(Context, PadChoice, SpecialIds, (limit, where from))``: what building the trainer's sequences
-    needs for ``model`` (see :mod:`embscope.finetune.sequences`); ``lf_template``,
+    needs for ``model`` (see :mod:`embscope.readiness.sequences`); ``lf_template``,
     ``train_on_prompt`` and ``mask_history`` are LLaMA-Factory's options (its ``template``);
     ``gguf_tokenizer`` picks a GGUF model's tokenizer (:func:`check_vocab`); ``responses_only``
-    with its parts is Unsloth's ``train_on_responses_only`` (:mod:`embscope.finetune.responses_only`)."""
-    from embscope.finetune.sequences import Context
-    from embscope.finetune.specials import special_ids
-    from embscope.finetune.trainers import check_options, choose_pad, eos_id, get_trainer
+    with its parts is Unsloth's ``train_on_responses_only`` (:mod:`embscope.readiness.responses_only`)."""
+    from embscope.readiness.sequences import Context
+    from embscope.readiness.specials import special_ids
+    from embscope.readiness.trainers import check_options, choose_pad, eos_id, get_trainer
     from embscope.models.chat_template import read_chat_template, special_token_strings
 
     profile = get_trainer(trainer)
@@ -106,7 +106,7 @@ def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token:
                   pad_id=pad.id, eos_id=eos, eos_token=strings[eos] if eos is not None and 0 <= eos < len(strings) else None,
                   max_length=context if (max_length or profile.max_length) else None)
     if profile.name == "llamafactory":
-        from embscope.finetune.llamafactory import setup_for
+        from embscope.readiness.llamafactory import setup_for
 
         bos = sp.ids("bos")
         ctx.lf = setup_for(lf_template, template, ctx.variables, ctx.vocab, prefix=ctx.prefix, eos=eos,
@@ -121,8 +121,8 @@ def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
     """Unsloth's response and instruction markers for this tokenizer (the parts given, else read
     off the chat template)."""
     from embscope.errors import SpecError
-    from embscope.finetune.responses_only import detect_parts, markers
-    from embscope.finetune.trainers import eos_id
+    from embscope.readiness.responses_only import detect_parts, markers
+    from embscope.readiness.trainers import eos_id
     from embscope.models.chat_template import render
 
     if instruction_part is None:
@@ -152,7 +152,7 @@ def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None
         >>> ex, _ = to_example({"messages": [{"role": "user", "content": "hi"}]}, 0)  # doctest: +SKIP
         >>> trainer_sequences(model, [ex], "transformers")[0].ids  # doctest: +SKIP
     """
-    from embscope.finetune.sequences import build
+    from embscope.readiness.sequences import build
 
     ctx, *_ = make_context(model, trainer, pad_token=pad_token, max_length=max_length, template=template,
                            lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history,
@@ -178,7 +178,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
         flagged: per row, flagged as under-trained by the scan (None: only zero rows are checked).
         max_length: the trainer's sequence length (default: the trainer's, else the config's context).
         template: the chat template to render with (default: the model's own).
-        trainer: the trainer profile (:data:`embscope.finetune.trainers.TRAINERS`; default ``trl``).
+        trainer: the trainer profile (:data:`embscope.readiness.trainers.TRAINERS`; default ``trl``).
         pad_token: the PAD the user will set (default: the trainer's own choice).
         split: check only this split of data that has several.
         status: per row, the scan's ``undertrained_status`` (verified rows are errors, cleared rows
@@ -197,7 +197,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     """
     from embscope.corpus.conversations import FORMATS, DataRead, iter_examples
     from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
-    from embscope.finetune.engine import encode_all
+    from embscope.readiness.engine import encode_all
 
     if fmt is not None and fmt not in FORMATS:
         raise SpecError(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; choose from {', '.join(FORMATS)}")
@@ -274,7 +274,7 @@ def _findings(parts: dict, facts) -> tuple[list, Any, dict[str, SplitRecord]]:
     """``(findings, the whole data's encoding, per split)``: data without splits is one part; with
     splits each is checked on its own, findings every split shares kept once, the reading's own
     findings (one report for all splits) added."""
-    from embscope.finetune.findings import data_findings, merge_splits
+    from embscope.readiness.findings import data_findings, merge_splits
 
     keys = list(parts)
     if keys == [None]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embscope.delta.record import NoiseFloor
+from embscope.changes.record import NoiseFloor
 
 #: the quantile of the per-row round-trip error the floor is set at
 QUANTILE = 0.999

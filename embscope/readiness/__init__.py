@@ -2,20 +2,20 @@
 against the model's vocabulary hazards.
 
 :func:`check_data` reads the data (:mod:`embscope.corpus.conversations`), collects the special ids
-from every source (:mod:`~embscope.finetune.specials`), renders and tokenizes each example
-(:mod:`~embscope.finetune.encode`) and turns what it finds into findings with stable codes
-(:mod:`~embscope.finetune.findings`). It reads only the matrices, the config and the tokenizer
+from every source (:mod:`~embscope.readiness.specials`), renders and tokenizes each example
+(:mod:`~embscope.readiness.encode`) and turns what it finds into findings with stable codes
+(:mod:`~embscope.readiness.findings`). It reads only the matrices, the config and the tokenizer
 files: no whole-model load.
 """
 
 from __future__ import annotations
 
-from embscope.finetune.record import CODES, SEVERITIES, CheckRecord, Finding, worst
+from embscope.readiness.record import CODES, SEVERITIES, CheckRecord, Finding, worst
 
 #: the check's functions, imported on first use: the record above is read with every summary.json
 #: (and by ``embscope --help``), the check needs numpy and the tokenizer
-_LAZY = {"check_data": "embscope.finetune.check", "make_context": "embscope.finetune.check",
-         "trainer_sequences": "embscope.finetune.check", "findings_frame": "embscope.finetune.findings"}
+_LAZY = {"check_data": "embscope.readiness.check", "make_context": "embscope.readiness.check",
+         "trainer_sequences": "embscope.readiness.check", "findings_frame": "embscope.readiness.findings"}
 
 
 def __getattr__(name: str):
@@ -23,7 +23,7 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'embscope.finetune' has no attribute {name!r}")
+    raise AttributeError(f"module 'embscope.readiness' has no attribute {name!r}")
 
 
 __all__ = sorted(["CODES", "SEVERITIES", "CheckRecord", "Finding", "worst", *_LAZY])

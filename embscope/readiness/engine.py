@@ -25,8 +25,8 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.backend import Engine
     from embscope.corpus.shapes import Example
-    from embscope.finetune.encode import Encoded
-    from embscope.finetune.sequences import Context
+    from embscope.readiness.encode import Encoded
+    from embscope.readiness.sequences import Context
 
 #: examples per shard handed to a worker
 SHARD_EXAMPLES = 2048
@@ -34,7 +34,7 @@ SHARD_EXAMPLES = 2048
 
 def _map(ctx: "Context", watch: np.ndarray, batches) -> dict[str | None, "Encoded"]:
     """Worker side: one shard's examples (one batch per split) → ``{split: Encoded}``."""
-    from embscope.finetune.encode import BATCH, encode_batch
+    from embscope.readiness.encode import BATCH, encode_batch
 
     out: dict = {}
     state: dict = {}
@@ -67,7 +67,7 @@ def encode_all(examples: Iterable["Example"], ctx: "Context", watch: np.ndarray,
     """Every example rendered, tokenized and counted: ``{split: Encoded}`` (``{None: …}`` for data
     without splits), on ``engine`` (default: this process)."""
     from embscope.corpus.engine import map_shards
-    from embscope.finetune.encode import encode_examples
+    from embscope.readiness.encode import encode_examples
 
     if engine is None or (engine.kind == "local" and (engine.workers or 1) == 1):
         return encode_examples(examples, ctx, watch)

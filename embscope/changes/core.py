@@ -1,11 +1,11 @@
 """``diff_models``: BASE against TUNED, row by row, in one pass over each matrix.
 
-Order: read TUNED (:mod:`~embscope.delta.tuned`) → which rows are the same tokens and which were
+Order: read TUNED (:mod:`~embscope.changes.tuned`) → which rows are the same tokens and which were
 added (the tokenizers, the extension manifest) → per matrix, the noise floor on sampled rows
-(:mod:`~embscope.delta.noise`) and one pass over every row (:mod:`~embscope.delta.rows`), which also
+(:mod:`~embscope.changes.noise`) and one pass over every row (:mod:`~embscope.changes.rows`), which also
 projects each row onto BASE's first two principal components for the map → the data's token counts
 (with ``data``) → per-language drift (with a languages corpus) → findings
-(:mod:`~embscope.delta.findings`). Only the two embeddings and the two heads are read, each once.
+(:mod:`~embscope.changes.findings`). Only the two embeddings and the two heads are read, each once.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.delta.findings import EXPLODE, DiffFacts, MatrixFacts, find
-from embscope.delta.record import BaseSide, DataUse, DiffRecord, Formats, MapInfo, MatrixDiff, Mover, TunedSide
-from embscope.finetune.record import worst
+from embscope.changes.findings import EXPLODE, DiffFacts, MatrixFacts, find
+from embscope.changes.record import BaseSide, DataUse, DiffRecord, Formats, MapInfo, MatrixDiff, Mover, TunedSide
+from embscope.readiness.record import worst
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
-    from embscope.delta.rows import Rows
+    from embscope.changes.rows import Rows
     from embscope.models.model import LoadedModel
 
 #: rows of the top-movers list
@@ -106,7 +106,7 @@ def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
     """BASE's mean row and the trace of its covariance (one pass), as transformers' mean resizing uses."""
     import torch
 
-    from embscope.delta.rows import BLOCK
+    from embscope.changes.rows import BLOCK
 
     total = None
     sq = 0.0
@@ -131,7 +131,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         base: the loaded BASE model.
         tuned_spec: TUNED: alias, hub id, folder, ``.gguf``, or a PEFT adapter folder.
         manifest: ``extend --apply``'s manifest (file or folder): the initial rows of the new tokens
-            (default: the one :func:`embscope.delta.manifest.find` finds in BASE's folder, TUNED's or
+            (default: the one :func:`embscope.changes.manifest.find` finds in BASE's folder, TUNED's or
             next to them, whose terms are TUNED's tokens and whose rows are intact; else BASE's mean row).
         data: training data (any format ``check`` reads): which rows it uses.
         flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
@@ -141,7 +141,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     Returns:
         :class:`DiffResult`.
     """
-    from embscope.delta.tuned import base_rows, load_tuned
+    from embscope.changes.tuned import base_rows, load_tuned
     from embscope.errors import ModelFileError
 
     seconds: dict[str, float] = {}
@@ -167,7 +167,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         seconds["data"] = round(time.perf_counter() - t3, 3)
     drift = []
     if languages is not None and tm.vocab is not None:
-        from embscope.delta.languages import count_languages, language_drift
+        from embscope.changes.languages import count_languages, language_drift
 
         t4 = time.perf_counter()
         per = count_languages(tm.vocab, languages, n_rows=n, options=read_options)
@@ -176,7 +176,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
 
     cfg_tie = tm.config.get("tie_word_embeddings") if isinstance(tm.config, dict) else None
     if tuned.kind == "peft" or not isinstance(cfg_tie, bool):
-        cfg_tie = None  # an adapter's merge decides (embscope.delta.peft); the base config's flag is BASE's
+        cfg_tie = None  # an adapter's merge decides (embscope.changes.peft); the base config's flag is BASE's
     fl_base, verified = _base_flags(flagged, status, n)
     special = np.zeros(n, dtype=bool)
     cats = base.categories
@@ -230,7 +230,7 @@ class _Rows:
 
 
 def _which_rows(base: "LoadedModel", tuned, manifest) -> _Rows:
-    from embscope.delta import manifest as manifests
+    from embscope.changes import manifest as manifests
     from embscope.errors import ModelFileError
 
     tm = tuned.model
@@ -278,7 +278,7 @@ def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, s
     """Per matrix (the input, and the output when either model is untied): its noise floor, one pass
     over every row, its verdicts; the map's positions from the input matrix's pass. Returns
     ``(matrices, facts, table columns, xy, map info, the new rows that look freshly drawn)``."""
-    from embscope.delta.rows import compare
+    from embscope.changes.rows import compare
     from embscope.errors import ModelFileError
 
     initial, n = rows.initial, rows.n
@@ -324,7 +324,7 @@ def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, s
 def _floor(b_rows, t_rows, init_rows, rows: _Rows):
     """``(NoiseFloor, BASE's sampled rows, BASE's mean row or None)`` of one matrix: the floor from
     sampled shared rows, and the added rows' own floor against their reference."""
-    from embscope.delta.noise import mean_floor, measure, sample_ids
+    from embscope.changes.noise import mean_floor, measure, sample_ids
 
     ok_ids = np.flatnonzero(~rows.new[:rows.shared])
     pick = ok_ids[sample_ids(len(ok_ids))]
@@ -346,7 +346,7 @@ def _floor(b_rows, t_rows, init_rows, rows: _Rows):
 
 
 def _tuned_side(tuned, rows: _Rows, cfg_tie: bool | None) -> TunedSide:
-    from embscope.delta.tuned import fingerprint
+    from embscope.changes.tuned import fingerprint
 
     return TunedSide(spec=tuned.spec, name=tuned.model.name, kind=tuned.kind, rows=rows.n, tokens=rows.tuned_tokens,
                      tied=tuned.tied, formats=Formats(embed=tuned.embed.format,
@@ -370,7 +370,7 @@ def _frame(tm, strings, rows: _Rows, cols, counts, fl_base, xy):
 
 
 def _map_visitor(sample: np.ndarray, new: np.ndarray, xy: np.ndarray):
-    """A ``visit`` for :func:`~embscope.delta.rows.compare` that writes each block's map positions into
+    """A ``visit`` for :func:`~embscope.changes.rows.compare` that writes each block's map positions into
     ``xy`` (BASE's rows on the sample's first two principal components; new rows at their tuned row),
     and the variance share of the two axes."""
     import torch
@@ -415,7 +415,7 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
 
 def _base_flags(flagged, status, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """``(flagged, verified)`` per TUNED row from BASE's scan: a row prompting cleared is not
-    flagged, a verified one is (the rule of :func:`embscope.finetune.findings._flagged`'s callers:
+    flagged, a verified one is (the rule of :func:`embscope.readiness.findings._flagged`'s callers:
     one state per row in every command). ``(None, None)`` without a scan.
 
     >>> fl, ver = _base_flags(np.array([True, True, False]), ["cleared", None, "verified"], 4)
@@ -437,8 +437,8 @@ def _base_flags(flagged, status, n: int) -> tuple[np.ndarray | None, np.ndarray 
 
 def _random_like(t_rows: "Rows", rows: _Rows, mean) -> list[int]:
     """The new rows, when BASE's mean row ``mean`` is all that stands for their initial rows, if
-    together they look like a fresh N(0, σ²) draw (:func:`embscope.delta.findings.random_like`)."""
-    from embscope.delta.findings import random_like
+    together they look like a fresh N(0, σ²) draw (:func:`embscope.changes.findings.random_like`)."""
+    from embscope.changes.findings import random_like
 
     ids = rows.mean_ids[rows.new[rows.mean_ids]] if len(rows.mean_ids) else rows.mean_ids
     ids = ids[ids < t_rows.n]
@@ -466,8 +466,8 @@ def _data_use(model: "LoadedModel", data, fmt, text_field, new: np.ndarray, flag
     uses against the rows that moved."""
     from embscope.corpus.conversations import DataRead, iter_examples
     from embscope.errors import CorpusError, VocabError
-    from embscope.finetune import make_context
-    from embscope.finetune.encode import encode_examples
+    from embscope.readiness import make_context
+    from embscope.readiness.encode import encode_examples
 
     if model.vocab is None:
         raise VocabError(f"{model.name} ships no tokenizer, so --data cannot be tokenized; pass a TUNED with one")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from embscope.finetune.record import SpecialIds  # noqa: F401 - read here, recorded there
+from embscope.readiness.record import SpecialIds  # noqa: F401 - read here, recorded there
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.delta.record import LanguageDrift
+from embscope.changes.record import LanguageDrift
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.tokenizer.base import Vocabulary

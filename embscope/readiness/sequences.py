@@ -1,11 +1,11 @@
 """Examples → the token sequences a trainer feeds the model, with their loss masks
-(:mod:`embscope.finetune.trainers` says which trainer does what).
+(:mod:`embscope.readiness.trainers` says which trainer does what).
 
 - A conversation is rendered by the chat template with ``add_generation_prompt=False`` and the
   example's ``tools`` (:func:`embscope.models.chat_template.render`, transformers' environment), then
   tokenized without special tokens: ``tokenizer.apply_chat_template(conv, tokenize=True)``.
 - A string is tokenized as ``tokenizer(text)``: the tokenizer's own prefix and suffix (BOS, EOS;
-  :mod:`embscope.finetune.specials`) around its ids; TRL appends the EOS string first.
+  :mod:`embscope.readiness.specials`) around its ids; TRL appends the EOS string first.
 - A prompt and its completion (prompt-completion, DPO's chosen and rejected, KTO) are tokenized as
   TRL does: the prompt alone (conversations: rendered with ``add_generation_prompt=True``) and
   prompt + completion; the completion starts at their common prefix (``common_prefix_length``), and
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.shapes import Example
-    from embscope.finetune.trainers import Trainer
+    from embscope.readiness.trainers import Trainer
 
 #: Axolotl looks for the EOS at most this many tokens after a trained turn's content
 #: (``abs(token_idx - turn_end_idx) <= 3`` in ``ChatTemplateStrategy._tokenize_single_prompt``)
@@ -86,9 +86,9 @@ class Context:
     #: truncate sequences to this many tokens (None: no truncation)
     max_length: int | None = None
     #: LLaMA-Factory's template and processors (``--trainer llamafactory``;
-    #: :class:`embscope.finetune.llamafactory.LFSetup`)
+    #: :class:`embscope.readiness.llamafactory.LFSetup`)
     lf: Any = None
-    #: Unsloth's responses-only markers (:class:`embscope.finetune.responses_only.Markers`)
+    #: Unsloth's responses-only markers (:class:`embscope.readiness.responses_only.Markers`)
     responses_only: Any = None
 
 
@@ -245,10 +245,10 @@ def build(examples: Sequence["Example"], ctx: Context, out: Built | None = None)
 
 
 def _plan_lf(ctx: Context, ex: "Example", batch: "_Batch", plans: list, out: Built) -> None:
-    """LLaMA-Factory's plan for ``ex`` (:mod:`embscope.finetune.llamafactory`), or why it drops or
+    """LLaMA-Factory's plan for ``ex`` (:mod:`embscope.readiness.llamafactory`), or why it drops or
     fails on it."""
-    from embscope.finetune.lf_template import LFError
-    from embscope.finetune.llamafactory import plan
+    from embscope.readiness.lf_template import LFError
+    from embscope.readiness.llamafactory import plan
 
     start = len(batch.texts)
     try:
@@ -271,7 +271,7 @@ def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int
         kind, ex = plan[0], plan[1]
         prompt_len = None
         if kind == "lf":
-            from embscope.finetune.llamafactory import finish
+            from embscope.readiness.llamafactory import finish
 
             seqs = [_finish(ctx, ex.index, seq, loss, plan[2][0] != "pt", side, by_id=loss is None, cut=cut,
                             length=length)  # pretraining texts: transformers' collator masks the PAD by id
@@ -291,7 +291,7 @@ def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int
                             ex.conversational, side) for side, f in fulls]
         why = _dropped(ctx, ex, seqs, prompt_len)
         if why is None and ctx.responses_only is not None and ex.kind in ("lm", "prompt-completion"):
-            from embscope.finetune.responses_only import DROP, mask
+            from embscope.readiness.responses_only import DROP, mask
 
             for s in seqs:  # Unsloth rewrites the labels TRL built, then drops what it left unlabelled
                 s.loss = mask(s.ids, s.loss, ctx.responses_only)
@@ -304,7 +304,7 @@ def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int
 
 def _dropped(ctx: Context, ex: "Example", seqs: list[Sequence_], prompt_len: int | None) -> str | None:
     """Why the trainer drops this example's sequences before training, or None
-    (:mod:`embscope.finetune.trainers`: ``prompt_drop``, ``long_drop``, ``unlabelled_drop``)."""
+    (:mod:`embscope.readiness.trainers`: ``prompt_drop``, ``long_drop``, ``unlabelled_drop``)."""
     t, limit = ctx.trainer, ctx.max_length
     if t.prompt_drop and limit is not None and prompt_len is not None and ex.kind in ("preference", "unpaired") \
             and prompt_len >= limit:

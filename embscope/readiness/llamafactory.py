@@ -1,5 +1,5 @@
 """Examples → the sequences LLaMA-Factory (0.9.5) trains on: its converter, its template encoded
-slot by slot (:mod:`embscope.finetune.lf_template`), its processors' labels and truncation.
+slot by slot (:mod:`embscope.readiness.lf_template`), its processors' labels and truncation.
 
 Each example goes to the stage that reads its shape (``src/llamafactory/data/loader.py``
 ``_get_dataset_processor``):
@@ -44,7 +44,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from embscope.finetune.lf_template import (THOUGHT_WORDS, LFError, LFTemplate, call_text, fill, remove_thought,
+from embscope.readiness.lf_template import (THOUGHT_WORDS, LFError, LFTemplate, call_text, fill, remove_thought,
                                            tool_text)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -337,7 +337,7 @@ def setup_for(template: str | None, chat_template: str | None, variables: dict, 
     template's stop word replaces; the tokenizer's special ids. Raises a one-line
     :class:`~embscope.errors.SpecError` where LLaMA-Factory would refuse to start."""
     from embscope.errors import SpecError
-    from embscope.finetune.lf_template import NAMED, named, parse
+    from embscope.readiness.lf_template import NAMED, named, parse
     from embscope.models.chat_template import render
 
     if template is not None:
