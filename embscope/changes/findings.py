@@ -112,9 +112,6 @@ class DiffFacts:
     adapter: "AdapterInfo | None" = None
 
 
-#: its name before the check's and the diff's rules had one each (for code written against it)
-Facts = DiffFacts
-
 
 def _examples(where: dict[int, list[int]], ids) -> list[int]:
     out: set[int] = set()

@@ -11,7 +11,7 @@ style shards (``train-00000-of-00002.parquet``) give each example its split, so 
 reports each split on its own; ``split`` keeps one of them.
 
 ``fmt`` forces one shape; a record that fits none (or not the forced one) is counted with its
-reason in :class:`DataReport` ``rejected``, never dropped silently; the record fields no shape read
+reason in :class:`DataRead` ``rejected``, never dropped silently; the record fields no shape read
 are counted in ``ignored_fields``, KTO labels in ``labels``. Bad lines and files are counted in
 ``issues`` as the corpus readers count them.
 """
@@ -81,9 +81,6 @@ class DataRead(Record):
         """What was read, as written (a copy)."""
         return DataRead(**{k: v.copy() if isinstance(v, dict) else v for k, v in vars(self).items() if k != "issues"})
 
-
-#: the name the readers' callers used for :class:`DataRead` while it is filled
-DataReport = DataRead
 
 
 def _json_records(file: SourceFile, issues: FileIssues):
@@ -179,12 +176,12 @@ def _check_split(split: str | None, named: set[str]) -> None:
 
 
 def iter_examples(paths, *, fmt: str | None = None, text_field: str = "text",
-                  report: DataReport | None = None, split: str | None = None) -> Iterator[Example]:
+                  report: DataRead | None = None, split: str | None = None) -> Iterator[Example]:
     """Every good example of the training data at ``paths``, in reading order; rejected records,
     bad lines and unread fields go into ``report``. Examples carry their split when the data has
     two or more; ``split`` keeps only that one (its name, as ``dataset_dict.json`` or the file
     names give it)."""
-    report = report if report is not None else DataReport()
+    report = report if report is not None else DataRead()
     ignored: list[str] = []
     files = data_files(paths, ignored)
     splits = [file_split(f) for f in files]

@@ -72,7 +72,7 @@ from embscope.corpus.listing import is_glob, list_files, stem
 from embscope.corpus.readers import (MAX_LINE_BYTES, READABLE, FileIssues, ReadOptions, SourceFile,
                                      iter_records, sniff)
 
-__all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusRead", "CorpusReport", "CorpusWarning", "ReadOptions",
+__all__ = ["MAX_LINE_BYTES", "BATCH_BYTES", "Batch", "CorpusRead", "CorpusWarning", "ReadOptions",
            "corpus_files", "iter_corpus", "iter_file", "finish", "guess_lang", "looks_like_lang",
            "past_corpus_limit", "read_texts", "MAX_CORPUS_BYTES"]
 
@@ -182,9 +182,6 @@ class CorpusRead(Record):
                           nfc_normalized=self.nfc_normalized,
                           nfc_per_file=dict(sorted(self.nfc_per_file.items())[:MAX_LISTED_LANGUAGES]))
 
-
-#: the name the readers' callers used for :class:`CorpusRead` while it is filled
-CorpusReport = CorpusRead
 
 
 def looks_like_lang(name: str) -> bool:

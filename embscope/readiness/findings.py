@@ -103,9 +103,6 @@ class CheckFacts:
     split: str | None = None
 
 
-#: its name before the check's and the diff's rules had one each (for code written against it)
-Facts = CheckFacts
-
 
 def _tok(strings: Sequence[str], i: int) -> str:
     return strings[i] if 0 <= i < len(strings) else f"<id {i}>"
