@@ -31,7 +31,7 @@ def pick_device(device: str = "auto") -> str:
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise DeviceError("--device cuda was given but no CUDA GPU is visible to torch; use "
-                              "--device cpu, or install a CUDA build of torch (see README, GPU install)")
+                              "--device cpu, or install a CUDA build of torch (docs/install.md, GPU install)")
         return device
     if device != "cpu":
         raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda")
