@@ -150,7 +150,7 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
     loss (:func:`encode`'s ``pad_masked``) and never have it as a label."""
     from embscope.config import max_positions
     from embscope.corpus.conversations import DataRead
-    from embscope.readiness.check import zero_rows
+    from embscope.models.rows import model_zero_rows
     from embscope.readiness.findings import CheckFacts, find
     from embscope.readiness.record import PadChoice
     from embscope.readiness.specials import special_ids
@@ -167,7 +167,7 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
                     how=pad_how)
     context, key = max_positions(model.config)
     facts = CheckFacts(model=model, specials=special_ids(model), encoded=enc, data=DataRead(), flagged=flagged,
-                  zero_row=zero_rows(model), context=context, context_from=f"config {key}" if key else "unknown",
+                  zero_row=model_zero_rows(model), context=context, context_from=f"config {key}" if key else "unknown",
                   template=None, trainer=profile, pad=pad, status=status)
     out = find(facts)
     eos = facts.specials.ids("eos")

@@ -177,7 +177,7 @@ class EmbscopeCallback(TrainerCallback):
     def _check_batches(self, loaded, tokenizer, dataloader) -> np.ndarray:
         """``check``'s findings on the first batches; raises :class:`TrainingHazard` at ``fail_on``."""
         from embscope.api import read_tokens_table
-        from embscope.readiness.check import zero_rows
+        from embscope.models.rows import model_zero_rows
         from embscope.readiness.record import reaches
         from embscope.tables import scan_flags
 
@@ -189,7 +189,7 @@ class EmbscopeCallback(TrainerCallback):
                                                                                 loaded.n_rows)
         self.findings = batch_checks.findings(loaded, enc, pad_id=pad, pad_how="the tokenizer's pad_token, as the "
                                               "trainer set it up", flagged=flagged, status=status)
-        self._weak = set(np.flatnonzero(zero_rows(loaded)).tolist())
+        self._weak = set(np.flatnonzero(model_zero_rows(loaded)).tolist())
         if flagged is not None:
             self._weak |= set(np.flatnonzero(flagged).tolist())
         for f in self.findings:

@@ -8,7 +8,9 @@ Runs :func:`embscope.languages.fertility.measure` on every corpus; the table has
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from embscope.corpus.names import language_names
 from embscope.languages.record import CorpusMeasure
 from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput, section
@@ -106,29 +108,12 @@ def language_costs(table, reference: str) -> list[LanguageCost]:
     rows = table.filter(pl.col("parity").is_not_null() & pl.col("parity").is_finite() & (pl.col("language") != reference))
     for (corpus, tok), part in rows.group_by(["corpus", "tokenizer"], maintain_order=True):
         top = part.sort("parity", descending=True).row(0, named=True)
-        names = language_names(str(corpus))
+        names = language_names(str(corpus)) if Path(str(corpus)).is_dir() else {}
         out.append(LanguageCost(corpus=str(corpus), tokenizer=str(tok), languages=part.height,
                                 language=str(top["language"]), name=names.get(str(top["language"])),
                                 parity=round(float(top["parity"]), 3),
                                 double=int((part["parity"] >= DOUBLE_COST).sum()), reference_name=names.get(reference)))
     return out
-
-
-def language_names(corpus: str) -> dict[str, str]:
-    """``{code: name}`` from a corpus folder's ``languages.json`` (the shipped UDHR has one: a list
-    of ``{"code", "name"}``); empty when there is none or it is not that shape."""
-    import json
-    from pathlib import Path
-
-    path = Path(corpus) / "languages.json"
-    try:
-        if not path.is_file() or path.stat().st_size > 1 << 20:
-            return {}
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(d["code"]): str(d["name"]) for d in doc if isinstance(d, dict) and "code" in d and "name" in d} \
-        if isinstance(doc, list) else {}
 
 
 def _exact_isolation(embed):
