@@ -365,7 +365,7 @@ def shard_savings(tok: "Tokenizer", ext, batches):
     counts only)."""
     import numpy as np
 
-    from embscope.tokenizer.changes import Changes, count_changes
+    from embscope.tokenizer.tokenization_check import Changes, count_changes
     from embscope.tokenizer.extend import TokenizerExtension
 
     full = isinstance(ext, TokenizerExtension)

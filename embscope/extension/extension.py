@@ -246,7 +246,7 @@ def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sampl
     from embscope.corpus.stream import CorpusWarning
     from embscope.extension.candidates import corpus_savings
     from embscope.extension.evaluate import general_texts
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.extend import extend_tokenizer
 
     terms, pieces = [c.term for c in chosen], [c.piece_ids for c in chosen]
@@ -262,7 +262,7 @@ def _record(model, corpus_path, report, engine, cands, ext, saved, twins, skippe
             general_changes, max_ngram, min_freq) -> "ExtensionRecord":
     """The record of what was read, added and saved (measured and estimated); diagnostics fill the rest."""
     from embscope.extension.record import ExtensionRecord
-    from embscope.tokenizer.changes import GeneralChanges, TokenizationCheck
+    from embscope.tokenizer.tokenization_check import GeneralChanges, TokenizationCheck
 
     n_terms = sum(t.kind == "term" for t in ext.tokens)
     return ExtensionRecord(

@@ -11,7 +11,7 @@ from embscope.extension.bpb import BitsPerByte
 from embscope.extension.diagnostics import StrategyRecord
 from embscope.extension.evaluate import ScorePlan
 from embscope.records import Record
-from embscope.tokenizer.changes import TokenizationCheck
+from embscope.tokenizer.tokenization_check import TokenizationCheck
 
 
 @dataclass

@@ -52,7 +52,7 @@ old best with T substituted wherever it held p_1..p_k, unless some other segment
 in every word it begins, as WordPiece would use it; the rest of such a word is matched again, so
 it may be cut anew (6 of 882 new-token occurrences on held-out medical lines with bge's vocabulary).
 
-``tests/test_extension_tokenizer.py`` checks (with :mod:`embscope.tokenizer.changes`) on UDHR English and held-out medical lines that the
+``tests/test_extension_tokenizer.py`` checks (with :mod:`embscope.tokenizer.tokenization_check`) on UDHR English and held-out medical lines that the
 written tokenizer decodes to the text, changes no word except by replacing runs of old tokens with
 the new token built from exactly those, and loads in ``tokenizers`` and transformers with the same
 ids.
