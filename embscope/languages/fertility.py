@@ -82,7 +82,7 @@ class LanguageResult:
 
 
 def space_prefix(vocab: Vocabulary) -> bool:
-    """Whether words after a space should be encoded with that space (see ``continued_word_rate``).
+    """Whether words after a space should be encoded with that space (see ``split_word_rate``).
 
     True when ``" the"`` encodes as one token that differs from ``"the"`` (GPT-2 ``Ġthe``).
     """

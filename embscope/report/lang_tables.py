@@ -15,7 +15,7 @@ DOUBLE_COST = 2.0
 #: show every column at once (a 22-column table would need its own scroll bar)
 MEASURE_GROUPS = (
     ("What was read", ("texts", "words", "chars", "bytes", "tokens", "parity_units")),
-    ("What it costs", ("parity", "fertility", "tokens_per_char", "bytes_per_token", "continued_word_rate",
+    ("What it costs", ("parity", "fertility", "tokens_per_char", "bytes_per_token", "split_word_rate",
                        "single_token_word_rate")),
     ("How well the tokenizer covers it", ("unk_rate", "byte_fallback_rate", "roundtrip", "vocab_utilisation")),
     ("Where its tokens sit in the embedding (first tokenizer)", ("mean_in_norm", "mean_isolation",

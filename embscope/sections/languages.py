@@ -56,7 +56,7 @@ class LanguagesRecord(Record):
     costs: list[LanguageCost] = field(default_factory=list)
 
 
-@section("languages", record=LanguagesRecord, tables=("languages",),
+@section("languages", record=LanguagesRecord, tables=("languages", "tokenizers", "language_groups", "comparisons"),
          reads=("vocabs", "model", "languages", "tokens"))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
@@ -72,15 +72,27 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     embed = inputs.model.embed if inputs.model is not None else None
     tables, per_corpus, warnings = [], {}, []
     isolation = _exact_isolation(embed)  # one per run: a row searched for one corpus is not searched again
+    weights = None
+    if opts.weights:
+        from embscope.languages.weights import read_weights
+
+        weights = read_weights(opts.weights)
+    extra: dict[str, list] = {}
     for corpus in inputs.languages:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
                           exact_isolation=isolation,
                           engine=opts.corpus_engine(), options=opts.read_options(),
-                          max_languages=opts.bounds().languages)
+                          max_languages=opts.bounds().languages, boot=opts.bootstrap(),
+                          renyi_alpha=opts.renyi_alpha, weights=weights)
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
+        for stem, frame in res.tables.items():
+            extra.setdefault(stem, []).append(frame.with_columns(pl.lit(str(corpus)).alias("corpus")))
+        if res.summary.weights_missing:
+            warnings.append(f"{corpus}: --weights names {len(res.summary.weights_missing)} languages the corpus "
+                            f"does not hold ({', '.join(res.summary.weights_missing[:5])}…): left out of the mix")
         if res.summary.languages_folded:
             warnings.append(f"{corpus}: {res.summary.languages_folded} languages past the first "
                             f"{res.summary.max_languages} were measured together as 'other'; raise "
@@ -91,7 +103,8 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     table = pl.concat(tables, how="diagonal_relaxed")
     record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
                              corpora=per_corpus, costs=language_costs(table, opts.reference))
-    return SectionOutput(record=record, tables={"languages": table}, warnings=warnings)
+    tables = {"languages": table, **{stem: pl.concat(parts, how="diagonal_relaxed") for stem, parts in extra.items()}}
+    return SectionOutput(record=record, tables=tables, warnings=warnings)
 
 
 def language_costs(table, reference: str) -> list[LanguageCost]:

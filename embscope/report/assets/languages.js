@@ -5,12 +5,12 @@
   /* ---- languages heatmap (several tokenizers) or sorted bars (one) ---- */
   var METRIC_HELP = { fertility: "tokens per word (lower is cheaper)", parity: "tokens relative to the reference language (1 = same cost)",
     tokens_per_char: "tokens per character (lower is cheaper)", bytes_per_token: "UTF-8 bytes per token (higher is cheaper)",
-    continued_word_rate: "share of words split into 2+ tokens", single_token_word_rate: "share of words that are one token",
+    split_word_rate: "share of words split into 2+ tokens", single_token_word_rate: "share of words that are one token",
     unk_rate: "share of unknown tokens", byte_fallback_rate: "share of byte-fallback tokens", vocab_utilisation: "share of the vocabulary used" };
   var HIGHER_BETTER = { bytes_per_token: 1, single_token_word_rate: 1, roundtrip: 1, vocab_utilisation: 1 };
   /* metrics whose denominator is a word: a language counted per character, cluster or syllable
      (Thai, Chinese, Tibetan …) is ranked apart on them, never beside the per-word languages */
-  var PER_WORD = { fertility: 1, continued_word_rate: 1, single_token_word_rate: 1 };
+  var PER_WORD = { fertility: 1, split_word_rate: 1, single_token_word_rate: 1 };
   function languages() {
     var L = DATA.languages || {}, table = document.getElementById("lang-heat");
     if (!table) return;
