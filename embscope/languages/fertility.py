@@ -81,6 +81,22 @@ class LanguageResult:
     tables: "dict[str, pl.DataFrame]" = field(default_factory=dict, repr=False)
 
 
+def distinct_names(vocabs: Sequence[Vocabulary]) -> list[Vocabulary]:
+    """``vocabs`` with every name unique: a name given twice (two copies of ``tokenizer.json``) gets
+    ``#2``, ``#3`` … on its later copies (shallow copies; the tokenizers themselves are shared)."""
+    import copy
+
+    seen: dict[str, int] = {}
+    out = []
+    for v in vocabs:
+        n = seen[v.name] = seen.get(v.name, 0) + 1
+        if n > 1:
+            v = copy.copy(v)
+            v.name = f"{v.name}#{n}"
+        out.append(v)
+    return out
+
+
 def space_prefix(vocab: Vocabulary) -> bool:
     """Whether words after a space should be encoded with that space (see ``split_word_rate``).
 
@@ -132,7 +148,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     """
     from embscope.corpus.engine import Engine, run_pass
 
-    vocabs = list(vocabs)
+    vocabs = distinct_names(vocabs)
     names = [v.name for v in vocabs]
     engine = engine or Engine()
     boot = boot or Bootstrap()

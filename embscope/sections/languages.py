@@ -62,13 +62,14 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
 
-    from embscope.languages.fertility import measure
+    from embscope.languages.fertility import distinct_names, measure
 
     if not inputs.languages:
         return SectionOutput(skipped="no corpus given")
     if not inputs.vocabs:
         return SectionOutput(skipped="the model ships no tokenizer")
     opts = inputs.options
+    vocabs = distinct_names(inputs.vocabs)
     embed = inputs.model.embed if inputs.model is not None else None
     tables, per_corpus, warnings = [], {}, []
     isolation = _exact_isolation(embed)  # one per run: a row searched for one corpus is not searched again
@@ -80,7 +81,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     extra: dict[str, list] = {}
     for corpus in inputs.languages:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
-            res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
+            res = measure(vocabs, corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
                           exact_isolation=isolation,
                           engine=opts.corpus_engine(), options=opts.read_options(),
@@ -101,7 +102,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
             warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")
     table = pl.concat(tables, how="diagonal_relaxed")
-    record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
+    record = LanguagesRecord(tokenizers=[v.name for v in vocabs], reference=opts.reference,
                              corpora=per_corpus, costs=language_costs(table, opts.reference))
     tables = {"languages": table, **{stem: pl.concat(parts, how="diagonal_relaxed") for stem, parts in extra.items()}}
     return SectionOutput(record=record, tables=tables, warnings=warnings)
