@@ -21,11 +21,13 @@ def _show(res, common) -> None:
         print_json({"folder": str(res.folder), "summary": res.summary})
         return
     from embscope.commands.bottom import print_bottom_line
-    from embscope.commands.tables import languages_table
+    from embscope.commands.tables import comparisons_table, languages_table
 
     record = res.summary.sections.languages
     languages_table(res.tables["languages"], record.tokenizers, record.reference, res.summary)
-    typer.echo(f"wrote {res.folder}/languages.parquet, summary.json, index.html")
+    comparisons_table(res.tables.get("comparisons"), record.tokenizers)
+    written = [s for s in ("languages", "tokenizers", "language_groups", "comparisons") if s in res.tables]
+    typer.echo(f"wrote {res.folder}/{', '.join(s + '.parquet' for s in written)}, summary.json, index.html")
     print_bottom_line(res.summary)
 
 
