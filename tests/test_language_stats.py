@@ -232,3 +232,33 @@ def test_density_intervals(corpus):
         assert r["mean_in_norm_lo"] == pytest.approx(2.0) and r["mean_in_norm_hi"] == pytest.approx(2.0)
         assert r["flagged_share_lo"] <= r["flagged_share"] <= r["flagged_share_hi"]
         assert r["flagged_share_lo"] < r["flagged_share_hi"]
+
+
+def test_report_shows_intervals_and_verdicts(tmp_path, corpus):
+    """The page: per-tokenizer Gini with its interval, parity intervals in the cost table, and one
+    comparison row per language naming the winner the table names."""
+    import re
+    from html import unescape
+
+    from embscope.api import compare
+
+    res = compare(["cl100k_base", "llama3"], corpus, out=tmp_path / "out", resamples=200)
+    page = (tmp_path / "out" / "index.html").read_text("utf-8")
+    body = page.split('id="comparison-table"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><td>(.*?)</td>.*?<td class=\"(ok|muted)\">(.*?)</td></tr>", body, re.S)
+    t = {r["language"]: r for r in res.tables["comparisons"].iter_rows(named=True)}
+    assert len(rows) == len(t) == len(LANGS)
+    for lang_cell, cls, cell in rows:
+        code = re.search(r"\(([a-z_]+)\)$", unescape(lang_cell).strip()) or re.search(r"^([a-z_]+)$", unescape(lang_cell).strip())
+        verdict = t[code.group(1)]["verdict"]
+        shown = re.sub(r"<.*?>", "", cell).strip()
+        assert shown == (verdict[:-len(" cheaper")] if verdict.endswith(" cheaper") else verdict)
+        assert (cls == "ok") == verdict.endswith(" cheaper")
+    tok = page.split('id="tokenizer-table"', 1)[1].split("</table>", 1)[0]
+    for r in res.tables["tokenizers"].iter_rows(named=True):
+        assert r["tokenizer"] in tok
+    assert len(re.findall(r'<span class="ci">', tok)) == 2  # one Gini interval per tokenizer
+    cost = page.split('id="double-table"', 1)[1].split("</table>", 1)[0]
+    with_parity = res.tables["languages"].filter(res.tables["languages"]["parity_lo"].is_not_null()).height
+    assert cost.count('class="ci"') == with_parity
+    assert "paired intervals" in " ".join(v.text for v in res.summary.bottom_line.verdicts)
