@@ -100,7 +100,12 @@ def add_density(rows, name, acc, tokens, embed, exact_isolation=None, boot=None)
             _intervals(row, acc[(0, row["language"])].unit_ids, boot,
                        {"mean_in_norm": in_norm, "mean_isolation": isolation, "flagged_share": flagged,
                         "isolation_exact_share": exact if isolation is not None else None})
-    for row in rows:  # same columns on every row so the table has one schema
+    _same_columns(rows)
+
+
+def _same_columns(rows) -> None:
+    """Every density column (and interval end) on every row, so the table has one schema."""
+    for row in rows:
         for col in ("mean_in_norm", "mean_isolation", "isolation_exact_share", "flagged_share", "mean_within_sim"):
             row.setdefault(col, None)
             if col != "mean_within_sim":

@@ -178,15 +178,19 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         reference=reference, reference_present=reference in langs, languages=len(langs),
         max_languages=max_languages, languages_folded=len(counts.folded), sample_bytes=sample_bytes,
         segmentation=SEGMENTATION_NOTE, word_sample_bytes=WORD_SAMPLE_BYTES, roundtrip_texts=ROUNDTRIP_TEXTS,
-        corpus=report.record(), engine=engine.record(),
-        bootstrap_resamples=boot.resamples, bootstrap_seed=boot.seed, bootstrap_level=boot.level,
-        intervals_null=None if any(la.units for la in langs.values()) else NO_UNITS, renyi_alpha=renyi_alpha)
+        corpus=report.record(), engine=engine.record(), **_settings(boot, langs, renyi_alpha))
     from embscope.languages.fairness import tokenizer_tables
 
     extra = tokenizer_tables(vocabs, acc, table, reference, boot, weights=weights,
                              families=families if families is not None else _families(corpus_path), summary=summary)
     counts = {(names[k], lang): a.counts for (k, lang), a in acc.items()}
     return LanguageResult(table=table, summary=summary, token_counts=counts, tables=extra)
+
+
+def _settings(boot: Bootstrap, langs, renyi_alpha: float) -> dict:
+    """The statistics' settings recorded in :class:`CorpusMeasure`."""
+    return dict(bootstrap_resamples=boot.resamples, bootstrap_seed=boot.seed, bootstrap_level=boot.level,
+                intervals_null=None if any(la.units for la in langs.values()) else NO_UNITS, renyi_alpha=renyi_alpha)
 
 
 def _names(corpus_path) -> dict[str, str]:
