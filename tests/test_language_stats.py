@@ -262,3 +262,19 @@ def test_report_shows_intervals_and_verdicts(tmp_path, corpus):
     with_parity = res.tables["languages"].filter(res.tables["languages"]["parity_lo"].is_not_null()).height
     assert cost.count('class="ci"') == with_parity
     assert "paired intervals" in " ".join(v.text for v in res.summary.bottom_line.verdicts)
+
+
+def test_family_groups_come_from_languages_json(tmp_path):
+    """A ``family`` field in the corpus's languages.json groups the languages; the group's
+    tokens per unit is the mean of its languages' own."""
+    for lang in ("eng", "deu", "hin"):
+        shutil.copy(UDHR / f"{lang}.jsonl", tmp_path / f"{lang}.jsonl")
+    (tmp_path / "languages.json").write_text(json.dumps(
+        [{"code": "eng", "name": "English", "family": "Indo-European"},
+         {"code": "deu", "name": "German", "family": "Indo-European"}, {"code": "hin", "name": "Hindi"}]))
+    res = measure([load_vocabulary("gpt2")], tmp_path, boot=Bootstrap(resamples=100))
+    g = res.tables["language_groups"].filter(grouping="family")
+    assert g["group"].to_list() == ["Indo-European"] and g["languages"].to_list() == [2]
+    enc_counts = {lang: r["tokens"] for lang, r in ((r["language"], r) for r in res.table.iter_rows(named=True))}
+    per_unit = {lang: enc_counts[lang] / 31 for lang in ("eng", "deu")}  # both have all 31 articles
+    assert g["tokens_per_unit"][0] == pytest.approx((per_unit["eng"] + per_unit["deu"]) / 2)
