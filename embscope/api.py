@@ -274,13 +274,17 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
 def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: Out = None, force: bool = False,
               verbose: bool | None = None, reference: str = "eng", sample_bytes: int | None = None,
               engine: str = "local", workers: int | None = None, ray_address: str | None = None,
-              text_field: str = "text", lang_field: str = "lang", limits: Sequence[str] = ()) -> RunResult:
+              text_field: str = "text", lang_field: str = "lang", limits: Sequence[str] = (),
+              renyi_alpha: float = 2.5, weights: str | Path | None = None, resamples: int = 1000, seed: int = 0,
+              level: float = 0.95) -> RunResult:
     """Per-language fertility, parity and friends for one tokenizer (the languages section).
 
     Args:
         tokenizer: tokenizer spec (``gpt2``, ``cl100k_base``, a tokenizer file or a model spec).
         corpus: a parallel multilingual corpus (default the shipped ``udhr``).
         out, force, verbose: as :func:`audit`'s.
+        renyi_alpha: the order α of ``renyi_efficiency``; weights: a data mix's shares (JSON or TSV,
+            :mod:`embscope.languages.weights`); resamples, seed, level: the bootstrap intervals'.
     Example:
         >>> res = fertility("gpt2", "udhr")
         >>> t = res.tables["languages"]
@@ -295,8 +299,10 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
             force: bool = False, verbose: bool | None = None, reference: str = "eng",
             sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
             ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
-            limits: Sequence[str] = ()) -> RunResult:
-    """The same as :func:`fertility` for several tokenizers, side by side.
+            limits: Sequence[str] = (), renyi_alpha: float = 2.5, weights: str | Path | None = None,
+            resamples: int = 1000, seed: int = 0, level: float = 0.95) -> RunResult:
+    """The same as :func:`fertility` for several tokenizers, side by side, with a verdict per language
+    and pair of tokenizers (``comparisons`` table: :mod:`embscope.languages.comparison`).
 
     Args:
         tokenizers: tokenizer specs; the first one orders the table.
@@ -305,6 +311,10 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
         >>> compare(["gpt2", "cl100k_base"], "udhr").summary.sections.languages.tokenizers
         ['gpt2', 'cl100k_base']
     """
+    if len(list(tokenizers)) < 2:
+        from embscope.errors import SpecError
+
+        raise SpecError("compare needs at least two tokenizers (repeat --tokenizer); for one, run `embscope fertility`")
     return _languages_run(list(tokenizers), corpus, out, force, verbose, _options(locals()))
 
 

@@ -137,17 +137,33 @@ def languages_verdicts(langs, facts: RunFacts) -> list[Verdict]:
         return []
     out = []
     several = len({c.tokenizer for c in langs.costs}) > 1
+    levels = [m.bootstrap_level for m in langs.corpora.values() if getattr(m, "bootstrap_level", None)]
+    pct = f"{100 * levels[0]:g} %" if levels else "95 %"
     for c in langs.costs:
         if c.languages < 1:
             continue
         who = f"{c.name} ({c.language})" if c.name else c.language
-        text = (f"{who} pays {c.parity:.1f}× {c.reference_name or langs.reference} for the same text"
+        ci = (f" ({pct} interval {c.parity_lo:.1f}–{c.parity_hi:.1f})"
+              if getattr(c, "parity_lo", None) is not None and getattr(c, "parity_hi", None) is not None else "")
+        gini = (f"; fairness Gini {c.gini:.3f} ({c.gini_lo:.3f}–{c.gini_hi:.3f})"
+                if getattr(c, "gini", None) is not None and c.gini_lo is not None and c.gini_hi is not None else "")
+        text = (f"{who} pays {c.parity:.1f}×{ci} {c.reference_name or langs.reference} for the same text"
                 + (f" with {c.tokenizer}" if several else "")
-                + f"; {c.double:,} of {c.languages:,} other languages pay double or more")
+                + f"; {c.double:,} of {c.languages:,} other languages pay double or more" + gini)
         out.append(Verdict(section="languages", level="note" if c.parity >= 2 else "ok", text=text,
                            value=c.parity, source="languages.costs[].parity",
                            next=f"embscope extend --model {_q(facts.model)} --corpus YOUR_{c.language.upper()}_TEXT"
                            if facts.model and c.parity >= 2 else None))
+    for p in getattr(langs, "comparisons", None) or []:
+        n = p.a_cheaper + p.b_cheaper + p.not_distinguishable
+        if not n:
+            continue
+        median = f"; median ratio {p.tokenizer_b}/{p.tokenizer_a} {p.median_ratio:.2f}" if p.median_ratio is not None else ""
+        text = (f"{p.tokenizer_b} is cheaper than {p.tokenizer_a} on {p.b_cheaper:,} of {n:,} languages, "
+                f"{p.tokenizer_a} on {p.a_cheaper:,}; {p.not_distinguishable:,} not distinguishable "
+                f"({pct} paired intervals){median}")
+        out.append(Verdict(section="languages", level="ok", text=text, value=p.b_cheaper,
+                           source="languages.comparisons[].b_cheaper"))
     return out
 
 

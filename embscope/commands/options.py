@@ -108,6 +108,12 @@ RUN_OPTS: dict[str, RunOpt] = {
     "repair_init": RunOpt("repair_init", Annotated[str, _opt("--repair-init", help=f"strategy for --repair: NAME or INPUT/OUTPUT (names: {names('init').replace('auto, ', '')})")]),
     # languages
     "reference": RunOpt("reference", Annotated[str, _opt("--reference", help="language that parity divides by (a language code of the corpus)")]),
+    "renyi_alpha": RunOpt("renyi_alpha", Annotated[float, _opt("--renyi-alpha", help="the order α of renyi_efficiency (Zouhar et al. 2023: 2.5)")]),
+    "weights": RunOpt("weights", Annotated[Optional[Path], _opt("--weights", help="a data mix's language shares (JSON object or TSV: code, share): its expected tokens per aligned unit in tokenizers.parquet")],
+                      to_field=lambda v: None if v is None else str(v), from_field=lambda v: None if v is None else Path(v)),
+    "resamples": RunOpt("resamples", Annotated[int, _opt("--resamples", min=10, help="bootstrap resamples of every interval over aligned units")]),
+    "seed": RunOpt("seed", Annotated[int, _opt("--seed", help="the bootstrap's seed (the same seed gives the same intervals)")]),
+    "level": RunOpt("level", Annotated[float, _opt("--level", help="the intervals' coverage (0.95: 95 % intervals)")]),
     # extension
     "top": RunOpt("top", Annotated[int, _opt("--top", min=1, help="vocabulary-extension terms to add (best estimated savings first)")]),
     "init": RunOpt("init", Annotated[list[str], _opt("--init", help=f"initialisation to diagnose: auto (every training-free strategy, and recommend one), NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: {names('init')} (distil fits each row through the model; named only)")],
@@ -155,6 +161,8 @@ SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sampl
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
+#: the language measurement's statistics (fertility, compare)
+LANGUAGE_STATS = ("renyi_alpha", "weights", "resamples", "seed", "level")
 CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "lf_template", "train_on_prompt",
          "mask_history", "gguf_tokenizer", "responses_only", "instruction_part", "response_part", "split")
 

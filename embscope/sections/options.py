@@ -220,11 +220,36 @@ class LanguageOptions(Record):
 
     #: reference language for parity
     reference: str = "eng"
+    #: the order α of renyi_efficiency (Zouhar et al. 2023: 2.5)
+    renyi_alpha: float = 2.5
+    #: a data mix's language shares (JSON object or TSV code → share) for tokenizers.mix_tokens_per_unit
+    weights: str | None = None
+    #: bootstrap resamples of every interval over aligned units
+    resamples: int = 1000
+    #: the bootstrap's seed
+    seed: int = 0
+    #: the intervals' coverage
+    level: float = 0.95
 
     def check(self):
         if not self.reference:
             raise SpecError("--reference must name a language of the corpus, e.g. eng")
+        if not self.renyi_alpha > 0:
+            raise SpecError(f"--renyi-alpha must be a positive number, got {self.renyi_alpha}")
+        _at_least("--resamples", self.resamples, 10)
+        if not 0 < self.level < 1:
+            raise SpecError(f"--level must lie strictly between 0 and 1 (0.95 for 95 % intervals), got {self.level}")
+        if self.weights:
+            from embscope.languages.weights import read_weights
+
+            read_weights(self.weights)  # a bad file fails before any work
         return self
+
+    def bootstrap(self):
+        """The :class:`~embscope.languages.intervals.Bootstrap` these options ask for."""
+        from embscope.languages.intervals import Bootstrap
+
+        return Bootstrap(resamples=self.resamples, seed=self.seed, level=self.level)
 
 
 @dataclass

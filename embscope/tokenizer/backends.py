@@ -57,6 +57,10 @@ def display_bytes(b: bytes) -> str:
     return b.decode("utf-8", errors="backslashreplace")
 
 
+#: mean characters per text under which a tiktoken batch is encoded in a plain loop
+SHORT_TEXT_CHARS = 32
+
+
 def _threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
@@ -207,7 +211,12 @@ class TiktokenVocabulary(Vocabulary):
         return "" if b is None else display_bytes(b)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.enc.encode_ordinary_batch(list(texts), num_threads=_threads())
+        texts = list(texts)
+        if sum(map(len, texts)) < SHORT_TEXT_CHARS * len(texts):
+            # single words (per-word rates): tiktoken's batch submits one thread-pool task per text,
+            # ~8x slower than a plain loop for texts this short (2,747 words: 0.17 s vs 0.02 s)
+            return [self.enc.encode_ordinary(t) for t in texts]
+        return self.enc.encode_ordinary_batch(texts, num_threads=_threads())
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.enc.decode(list(ids))
