@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from embscope.tokenizer.extend import SPACE, metaspace_style
 
 if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
     from tokenizers import Tokenizer
 
     from embscope.extension.candidates import Savings
@@ -190,3 +191,28 @@ def learn_and_measure(tok: "Tokenizer", corpus, *, rows: int, min_freq: int, eng
             warnings.simplefilter("ignore", CorpusWarning)
             saved = corpus_savings(tok, ext, corpus, engine=engine, sample_bytes=sample_bytes, options=options)
     return ext, learned, saved, listed, report, len(words)
+
+
+def merges_table(ext, pair_counts, counts_extended) -> "pl.DataFrame":
+    """``candidates.parquet`` of the merges method: one row per learned merge, in rank order, with
+    the columns of :func:`~embscope.extension.candidates.candidates_table` (``term``: the new token's
+    text; ``frequency`` and ``savings_tokens``: the pair's count when it was merged, each occurrence
+    one token fewer; ``pieces``: the merge's two sides; ``count_as_token``: the token's occurrences
+    in the corpus under the written tokenizer) and ``left``/``right`` (the sides as stored)."""
+    import polars as pl
+
+    from embscope.tokenizer.extend import _Chains
+
+    text_of = _Chains(vocab={}, added=set(), pairs=set(), next_id=0,
+                      byte_level=any(t.text != t.piece for t in ext.tokens)).text_of
+    toks = ext.tokens
+    return pl.DataFrame({
+        "rank": list(range(1, len(toks) + 1)), "term": [t.text for t in toks], "frequency": list(pair_counts),
+        "pieces": [[text_of(a), text_of(b)] for a, b in ext.merges], "piece_ids": [t.pieces for t in toks],
+        "n_pieces": [len(t.pieces) for t in toks], "n_words": [1] * len(toks), "savings_tokens": list(pair_counts),
+        "added": [True] * len(toks), "count_as_token": [int(counts_extended[t.id]) for t in toks],
+        "left": [a for a, _ in ext.merges], "right": [b for _, b in ext.merges],
+    }, schema={"rank": pl.Int32, "term": pl.Utf8, "frequency": pl.Int64, "pieces": pl.List(pl.Utf8),
+               "piece_ids": pl.List(pl.Int64), "n_pieces": pl.Int32, "n_words": pl.Int32,
+               "savings_tokens": pl.Int64, "added": pl.Boolean, "count_as_token": pl.Int64,
+               "left": pl.Utf8, "right": pl.Utf8})
