@@ -186,6 +186,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         >>> r.summary.tokens_saved, r.table["term"][:3].to_list()  # doctest: +SKIP
     """
     from embscope.corpus.engine import Engine
+    # long: its docstring documents every argument of the extension
     from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
     from embscope.extension.init import AUTO, expand_specs
     from embscope.models.fullmodel import load_hf_tokenizer
@@ -207,7 +208,9 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                           "lower --min-freq or pass a larger corpus")
     chosen, twins, skipped = _choose_terms(tok, cands, top, as_)
     if rows is not None:
-        chosen, twins = _within_rows(tok, chosen, twins, as_, rows, skipped)
+        from embscope.extension.merges import within_rows
+
+        chosen, twins = within_rows(tok, chosen, twins, as_, rows, skipped)
     with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
         ext, saved, general, general_changes = _extend_and_measure(tok, chosen, twins, as_, corpus_path, engine,
                                                                    sample_bytes, options)
@@ -247,34 +250,6 @@ def _check_args(top: int, max_ngram: int, min_freq: int, as_: str, method: str =
         raise SpecError("--method merges needs --rows N: the most rows the tokenizer may grow by")
     if method == "merges" and as_ != "model":
         raise SpecError("--method merges writes merges into the tokenizer's model; drop --as added")
-
-
-def _within_rows(tok, chosen, twins, as_: str, rows: int, skipped: dict[str, str]):
-    """The best terms (and twins) whose tokens, intermediates included, number at most ``rows``:
-    the longest prefix of ``chosen`` that fits (bisection on the written extension's size); the
-    terms left out are listed in ``skipped``."""
-    from embscope.tokenizer.extend import extend_tokenizer
-
-    def size(k: int) -> int:
-        keep = {c.term for c in chosen[:k]}
-        tw = [t for t in twins if t[0][1:] in keep]  # a twin is " " or "▁" + its term
-        ext = extend_tokenizer(tok, [c.term for c in chosen[:k]] + [t for t, _ in tw],
-                               [c.piece_ids for c in chosen[:k]] + [p for _, p in tw], form=as_)
-        return len(ext.tokens)
-
-    if size(len(chosen)) <= rows:
-        return chosen, twins
-    lo, hi = 0, len(chosen)  # size(lo) <= rows < size(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if size(mid) <= rows:
-            lo = mid
-        else:
-            hi = mid
-    for c in chosen[lo:]:
-        skipped[c.term] = f"past --rows {rows}: the tokens of the better terms fill the rows"
-    keep = {c.term for c in chosen[:lo]}
-    return chosen[:lo], [t for t in twins if t[0][1:] in keep]
 
 
 def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps: Steps,

@@ -201,14 +201,13 @@ def merges_table(ext, pair_counts, counts_extended) -> "pl.DataFrame":
     in the corpus under the written tokenizer) and ``left``/``right`` (the sides as stored)."""
     import polars as pl
 
-    from embscope.tokenizer.extend import _Chains
+    from embscope.tokenizer.learn import piece_text
 
-    text_of = _Chains(vocab={}, added=set(), pairs=set(), next_id=0,
-                      byte_level=any(t.text != t.piece for t in ext.tokens)).text_of
+    byte_level = any(t.text != t.piece for t in ext.tokens)
     toks = ext.tokens
     return pl.DataFrame({
         "rank": list(range(1, len(toks) + 1)), "term": [t.text for t in toks], "frequency": list(pair_counts),
-        "pieces": [[text_of(a), text_of(b)] for a, b in ext.merges], "piece_ids": [t.pieces for t in toks],
+        "pieces": [[piece_text(a, byte_level), piece_text(b, byte_level)] for a, b in ext.merges], "piece_ids": [t.pieces for t in toks],
         "n_pieces": [len(t.pieces) for t in toks], "n_words": [1] * len(toks), "savings_tokens": list(pair_counts),
         "added": [True] * len(toks), "count_as_token": [int(counts_extended[t.id]) for t in toks],
         "left": [a for a, _ in ext.merges], "right": [b for _, b in ext.merges],
@@ -216,3 +215,31 @@ def merges_table(ext, pair_counts, counts_extended) -> "pl.DataFrame":
                "piece_ids": pl.List(pl.Int64), "n_pieces": pl.Int32, "n_words": pl.Int32,
                "savings_tokens": pl.Int64, "added": pl.Boolean, "count_as_token": pl.Int64,
                "left": pl.Utf8, "right": pl.Utf8})
+
+
+def within_rows(tok, chosen, twins, as_: str, rows: int, skipped: dict[str, str]):
+    """The best terms (and twins) whose tokens, intermediates included, number at most ``rows``:
+    the longest prefix of ``chosen`` that fits (bisection on the written extension's size); the
+    terms left out are listed in ``skipped``."""
+    from embscope.tokenizer.extend import extend_tokenizer
+
+    def size(k: int) -> int:
+        keep = {c.term for c in chosen[:k]}
+        tw = [t for t in twins if t[0][1:] in keep]  # a twin is " " or "▁" + its term
+        ext = extend_tokenizer(tok, [c.term for c in chosen[:k]] + [t for t, _ in tw],
+                               [c.piece_ids for c in chosen[:k]] + [p for _, p in tw], form=as_)
+        return len(ext.tokens)
+
+    if size(len(chosen)) <= rows:
+        return chosen, twins
+    lo, hi = 0, len(chosen)  # size(lo) <= rows < size(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if size(mid) <= rows:
+            lo = mid
+        else:
+            hi = mid
+    for c in chosen[lo:]:
+        skipped[c.term] = f"past --rows {rows}: the tokens of the better terms fill the rows"
+    keep = {c.term for c in chosen[:lo]}
+    return chosen[:lo], [t for t in twins if t[0][1:] in keep]

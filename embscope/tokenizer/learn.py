@@ -83,6 +83,7 @@ def learn_merges(tok: "Tokenizer", words: Mapping[str, int], *, rows: int, min_f
         >>> learn_merges(tok, {"Ġkhmer": 9, "Ġkh": 2}, rows=1).merges  # doctest: +SKIP
         [('Ġk', 'h')]
     """
+    # long: the learning loop and its incremental counts read best as one piece
     if rows < 1 or min_freq < 1:
         raise SpecError(f"--rows and --min-freq must be at least 1 (got {rows}, {min_freq})")
     spec = _spec(tok)
@@ -117,9 +118,6 @@ def learn_merges(tok: "Tokenizer", words: Mapping[str, int], *, rows: int, min_f
     heap = [(-c, strs[a], strs[b], a, b) for (a, b), c in pair_count.items()]
     heapq.heapify(heap)
 
-    from embscope.tokenizer.extend import _Chains
-
-    text_of = _Chains(vocab={}, added=set(), pairs=set(), next_id=0, byte_level=byte_level).text_of
     old_ids: dict[int, list[int]] = {}
     learned = Learned(merges=[], counts=[], tokens=[])
     n_skipped = 0
@@ -150,7 +148,7 @@ def learn_merges(tok: "Tokenizer", words: Mapping[str, int], *, rows: int, min_f
         old_ids[new] = old_ids.get(a, [a]) + old_ids.get(b, [b])
         learned.merges.append((sa, sb))
         learned.counts.append(-negc)
-        learned.tokens.append(NewToken(text=out if not byte_level else text_of(out), piece=out, id=new,
+        learned.tokens.append(NewToken(text=piece_text(out, byte_level), piece=out, id=new,
                                        pieces=old_ids[new], kind="merge"))
         changed: set[tuple[int, int]] = set()
         for wi in list(where.pop(p, ())):
@@ -180,6 +178,13 @@ def learn_merges(tok: "Tokenizer", words: Mapping[str, int], *, rows: int, min_f
         learned.skipped["…"] = f"{n_skipped - len(learned.skipped)} more pairs whose result is already a token"
     learned.final = {w: [strs[i] for i in seq] for w, seq in zip(names, seqs)}
     return learned
+
+
+def piece_text(piece: str, byte_level: bool) -> str:
+    """A piece's text: byte-level pieces decoded (``"Ġcat"`` → ``" cat"``), others as they are."""
+    from embscope.tokenizer.extend import _Chains
+
+    return _Chains(vocab={}, added=set(), pairs=set(), next_id=0, byte_level=byte_level).text_of(piece)
 
 
 def _merge(seq: list[int], a: int, b: int, new: int) -> list[int]:
