@@ -330,7 +330,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
            tokens: str | Path | None = None, verbose: bool | None = None,
            top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
            diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-           distil_work: float | None = None,
+           distil_work: float | None = None, method: str = "terms", rows: int | None = None,
            device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
@@ -348,6 +348,9 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
             load whole, its new rows) to this folder.
         rows_only: with ``apply_to``: write only the new rows.
         tokens: a ``tokens.parquet`` of an earlier scan: its ``flagged`` rows stay out of every mean.
+        method: ``terms`` (the best words) or ``merges`` (continued BPE on the corpus, up to
+            ``rows`` new tokens; the corpus may be a ``word<TAB>count`` list).
+        rows: the most new tokens (rows), intermediates included; needed by ``merges``.
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).
     Example:

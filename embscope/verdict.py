@@ -190,12 +190,16 @@ def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
         return None
     terms = f"{ext.top_n:,} new terms" + (f" ({ext.tokens_added:,} tokens with their merge chains)"
                                          if ext.tokens_added != ext.top_n else "")
+    if getattr(ext, "method", "terms") == "merges":
+        terms = f"{ext.tokens_added:,} merges learned from the corpus"
     text = f"{terms} save {100 * ext.saved_fraction:.1f} % of the tokens of {ext.corpus}"
     if ext.recommended:
         text += f", initialised with {ext.recommended}"
     nxt = None
     if not applied and facts.model:
-        nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} --top {ext.top_n} "
+        size = (f"--method merges --rows {ext.rows}" if getattr(ext, "method", "terms") == "merges"
+                else f"--top {ext.top_n}")
+        nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} {size} "
                f"--apply OUT" + (f" --apply-init {ext.recommended}" if ext.recommended else ""))
     return Verdict(section="extension", level="note" if ext.saved_fraction > 0 else "ok", text=text,
                    value=round(100 * ext.saved_fraction, 2), source="extension.saved_fraction", next=nxt)

@@ -105,7 +105,8 @@ def extension_table(res: Any) -> None:
         return
     extra = "".join([f" +{s.intermediates} intermediate tokens" if s.intermediates else "",
                      f" +{s.space_twins_added} spaced twins" if s.space_twins_added else ""])
-    con.print(f"{s.top_n} terms{extra}, written as {s.form}, save [bold]{s.tokens_saved:,}[/] of "
+    what = f"{s.top_n} terms{extra}" if getattr(s, "method", "terms") != "merges" else f"{s.tokens_added} learned merges"
+    con.print(f"{what}, written as {s.form}, save [bold]{s.tokens_saved:,}[/] of "
               f"{s.corpus_tokens:,} corpus tokens ({100 * s.saved_fraction:.1f} %, measured with the written "
               f"tokenizer; estimate {s.estimated_savings:,})")
     check = s.tokenization_check.corpus

@@ -99,3 +99,11 @@ class ExtensionRecord(Record):
     corpus_report: CorpusRead | None = None
     #: where the corpus passes ran
     engine: EngineRecord | None = None
+    #: how the new tokens were picked: ``terms`` (the best words, each with its merge chain) or
+    #: ``merges`` (continued BPE on the corpus: ``candidates`` then counts its distinct words,
+    #: ``top_n`` the merges learned, ``estimated_savings`` the sum of their pairs' counts)
+    method: str = "terms"
+    #: the most rows the tokenizer could grow by (``--rows``; null: no bound beyond ``--top``)
+    rows: int | None = None
+    #: why ``--method merges`` stopped: ``rows`` (the bound) or ``min_freq`` (no pair occurs that often)
+    merges_stopped: str | None = None

@@ -58,11 +58,12 @@ def choices() -> dict[str, tuple[str, ...]]:
     from embscope.limits import Limits
     from embscope.models.writer import MODES
     from embscope.tokenizer.extend import FORMS
+    from embscope.extension.extension import METHODS as EXTEND_METHODS
 
     return {"device": DEVICES, "download": DOWNLOADS, "knn_method": METHODS, "verify_sample": SAMPLES,
             "engine": tuple(ENGINES), "extend_as": FORMS, "init": (AUTO, *STRATEGIES), "apply_mode": MODES,
             "data_format": FORMATS, "trainer": tuple(TRAINERS), "gguf_tokenizer": GGUF_TOKENIZERS,
-            "limits": tuple(Limits.names())}
+            "limits": tuple(Limits.names()), "method": EXTEND_METHODS}
 
 
 def _choose(flag: str, value: Any, choices, what: str = "") -> None:
@@ -284,6 +285,12 @@ class ExtensionOptions(Record):
     #: what ``apply_to`` holds: ``auto`` (a transformers folder when the whole model loads, else the
     #: new rows), ``full`` or ``rows``
     apply_mode: str = "auto"
+    #: how new tokens are picked: ``terms`` (the best words by estimated savings) or ``merges``
+    #: (continued BPE on the corpus, up to ``rows`` new tokens)
+    method: str = "terms"
+    #: the most rows (new tokens, intermediates included) the tokenizer grows by (null: ``--top``
+    #: terms and their chains); ``--method merges`` needs it
+    rows: int | None = None
 
     def check(self):
         import math
@@ -302,6 +309,12 @@ class ExtensionOptions(Record):
         if self.apply_init != "auto":
             parse_init(self.apply_init)
         _choose("--apply-mode", self.apply_mode, choices()["apply_mode"], "an apply mode")
+        _choose("--method", self.method, choices()["method"], "an extension method")
+        _at_least("--rows", self.rows, 1)
+        if self.method == "merges" and self.rows is None:
+            raise SpecError("--method merges needs --rows N: the most rows the tokenizer may grow by")
+        if self.method == "merges" and self.extend_as != "model":
+            raise SpecError("--method merges writes merges into the tokenizer's model; drop --as added")
         return self
 
 
