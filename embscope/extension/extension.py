@@ -259,7 +259,7 @@ def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_byte
     from embscope.extension.candidates import new_tokens_table
     from embscope.extension.evaluate import general_texts
     from embscope.extension.merges import learn_and_measure, merges_table
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
 
     with steps.step("merges", f"learning up to {rows} merges from the corpus"):
         ext, learned, saved, listed, report, n_words = learn_and_measure(

@@ -148,7 +148,7 @@ def word_list_savings(tok: "Tokenizer", ext, corpus) -> "Savings":
 
     from embscope.corpus.stream import CorpusRead
     from embscope.extension.candidates import Savings
-    from embscope.tokenizer.changes import count_changes
+    from embscope.tokenizer.tokenization_check import count_changes
 
     listed = read_word_list(corpus)
     texts = [spaced(w) for w in listed]
