@@ -12,8 +12,8 @@ A word is a maximal run ``\\p{L}[\\p{L}\\p{M}]*``: a letter, then letters and co
 Digits, punctuation and spaces end a word, and so do the Ethiopic word space ``፡`` and full stop
 ``።`` (punctuation: ``ሰው፡ልጅ`` is ``ሰው`` and ``ልጅ``). Python's ``str.isalpha`` and ``[^\\W\\d_]``
 stop at a combining mark, which cut Hindi ``नहीं`` into ``नह``; a mark is never a word's end
-here. Such a run never ends inside an extended grapheme cluster (UAX #29 ``\\X``:
-``tests/test_words.py`` checks every UDHR language).
+here. Such a run never ends inside an extended grapheme cluster (UAX #29 ``\\X``), and neither
+does a dictionary word (:func:`segment_run`); ``tests/test_words.py`` checks every UDHR language.
 
 Scripts written without spaces between words (:data:`NO_SPACE`: Han, Hiragana, Katakana, Thai,
 Lao, Khmer, Myanmar) put a phrase or a sentence in one run; there the run is cut by ICU's word
@@ -96,21 +96,27 @@ def words(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=65536)
 def segment_run(run: str) -> tuple[str, ...]:
-    """One letter run of a no-space script cut into words by ICU's word break iterator; a piece
-    that starts with no letter (never seen: ICU does not cut a grapheme cluster) joins the one
-    before it. Cached: runs repeat in a corpus."""
+    """One letter run of a no-space script cut into words by ICU's word break iterator. A cut
+    inside an extended grapheme cluster (``\\X``) is undone: ICU's Khmer dictionary cuts
+    ``យុត្ដិ`` after the coeng, ``យុត្`` + ``ដិ``, 12 times in the Khmer UDHR), and so is one before
+    a piece that starts with no letter. Cached: runs repeat in a corpus."""
+    import regex
+
     word, _ = _patterns()
     try:
         from icu4py.breakers import WordBreaker
     except ImportError as err:
         raise EmbscopeError(f"cutting {run[:12]!r}… into words needs ICU's word break; "
                             f"pip install {SEGMENTER}") from err
+    clusters = {m.end() for m in regex.finditer(r"\X", run)}
     out: list[str] = []
+    at = 0
     for piece in WordBreaker(run, "und"):
         if not piece:
             continue
-        if out and not word.match(piece):
+        if out and (at not in clusters or not word.match(piece)):
             out[-1] += piece
         else:
             out.append(piece)
+        at += len(piece)
     return tuple(out)
