@@ -184,8 +184,14 @@ def context_verdict(ctx, facts: RunFacts) -> Verdict | None:
                    next=f"embscope rope --model {_q(facts.model)}" if risky and facts.model else None)
 
 
+#: an extension saving less than this share of the corpus's tokens is not worth its new rows: the
+#: bottom line never marks it a success
+MIN_SAVED = 0.01
+
+
 def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
-    """What the extension would save, with which initialisation."""
+    """What the extension would save, with which initialisation. Under :data:`MIN_SAVED` it is
+    said to be not worth it (a note, never a ✓, and no command to apply it)."""
     if ext is None:
         return None
     terms = f"{ext.top_n:,} new terms" + (f" ({ext.tokens_added:,} tokens with their merge chains)"
@@ -193,23 +199,34 @@ def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
     if getattr(ext, "method", "terms") == "merges":
         terms = f"{ext.tokens_added:,} merges learned from the corpus"
     text = f"{terms} save {100 * ext.saved_fraction:.1f} % of the tokens of {ext.corpus}"
-    if ext.recommended:
+    worth = ext.saved_fraction >= MIN_SAVED
+    if not worth:
+        text += f": under {100 * MIN_SAVED:g} %, not worth new rows"
+        split = getattr(ext, "words_split_share", None)
+        if split:
+            text += f" ({100 * split:.0f} % of its words are cut by the pre-tokenizer, which no merge crosses)"
+    elif ext.recommended:
         text += f", initialised with {ext.recommended}"
     nxt = None
-    if not applied and facts.model:
+    if worth and not applied and facts.model:
         size = (f"--method merges --rows {ext.rows}" if getattr(ext, "method", "terms") == "merges"
                 else f"--top {ext.top_n}")
         nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} {size} "
                f"--apply OUT" + (f" --apply-init {ext.recommended}" if ext.recommended else ""))
-    return Verdict(section="extension", level="note" if ext.saved_fraction > 0 else "ok", text=text,
+    return Verdict(section="extension", level="note", text=text,
                    value=round(100 * ext.saved_fraction, 2), source="extension.saved_fraction", next=nxt)
 
 
-def apply_verdict(ap, facts: RunFacts) -> Verdict | None:
+def apply_verdict(ap, facts: RunFacts, ext=None) -> Verdict | None:
+    """The extended model written; a note, not a ✓, when its extension (``ext``) saves under
+    :data:`MIN_SAVED` of the corpus's tokens."""
     if ap is None:
         return None
-    return Verdict(section="apply", level="ok",
-                   text=f"wrote {_plural(ap.n_added, 'new token')} ({ap.init}) to {ap.folder}", value=ap.n_added,
+    small = ext is not None and ext.saved_fraction < MIN_SAVED
+    text = f"wrote {_plural(ap.n_added, 'new token')} ({ap.init}) to {ap.folder}"
+    if small:
+        text += f", which save only {100 * ext.saved_fraction:.1f} % of the corpus's tokens"
+    return Verdict(section="apply", level="note" if small else "ok", text=text, value=ap.n_added,
                    source="apply.n_added",
                    next=f"fine-tune {_q(ap.folder)}, then: embscope diff {_q(ap.folder)} TUNED --data YOUR_DATA")
 
@@ -282,7 +299,7 @@ def bottom_line(sections, facts: RunFacts) -> BottomLine:
     out = [tokens_verdict(sections.tokens.geometry if sections.tokens is not None else None, facts, sections.finetune),
            *languages_verdicts(sections.languages, facts),
            extension_verdict(sections.extension, facts, applied=sections.apply is not None),
-           apply_verdict(sections.apply, facts), finetune_verdict(sections.finetune, facts),
+           apply_verdict(sections.apply, facts, sections.extension), finetune_verdict(sections.finetune, facts),
            repair_verdict(sections.repair, facts), diff_verdict(sections.diff, facts),
            context_verdict(sections.context, facts)]
     verdicts = [v for v in out if v is not None]

@@ -112,6 +112,10 @@ def extension_table(res: Any) -> None:
     check = s.tokenization_check.corpus
     con.print(Text(f"{check.cut:,} of {check.new_tokens:,} new-token occurrences start or end "
                    f"inside an old token", style="yellow" if check.cut else ""))
+    if s.words_split:
+        con.print(Text(f"the pre-tokenizer cuts {s.words_split:,} of {s.corpus_words:,} corpus words "
+                       f"({100 * s.words_split_share:.1f} %) into several pre-tokens: no merge crosses that cut, so "
+                       "such words are added only with --as added", style="yellow"))
     if s.terms_skipped:
         con.print(Text(f"{len(s.terms_skipped)} terms not added (summary.json → terms_skipped)", style="yellow"))
     if s.strategies:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections import Counter
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -200,9 +201,10 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     if method == "merges":
         return _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps,
                                diagnostics, specs, optional, init, tokens, plan, distil_work)
+    tally: Counter = Counter()
     with steps.step("candidates", "reading the corpus and counting terms"):
         cands, report = corpus_candidates(tok, corpus_path, max_ngram=max_ngram, min_freq=min_freq,
-                                          engine=engine, sample_bytes=sample_bytes, options=options)
+                                          engine=engine, sample_bytes=sample_bytes, options=options, tally=tally)
     if not cands:
         raise CorpusError(f"no term in {corpus_path} occurs {min_freq}+ times and takes 2+ tokens; "
                           "lower --min-freq or pass a larger corpus")
@@ -219,6 +221,8 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     summary = _record(model, corpus_path, report, engine, cands, ext, saved, twins, skipped, chosen, added_terms,
                       general, general_changes, max_ngram, min_freq)
     summary.rows = rows
+    summary.corpus_words, summary.words_split = tally["words"], tally["split"]
+    summary.words_split_share = round(tally["split"] / tally["words"], 5) if tally["words"] else None
     result = ExtensionResult(table=candidates_table(cands, added_terms), summary=summary,
                              terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
                              piece_counts=saved.counts, extension=ext,
@@ -291,11 +295,16 @@ def _choose_terms(tok, cands, top: int, as_: str):
     skipped: dict[str, str] = {}
     if as_ == "added":
         twins = space_twins(tok, [c.term for c in chosen])
-    else:  # no merge joins two pre-tokens: the best single words are taken, the passed-over n-grams listed
-        skipped = {c.term: "a multi-word term spans pre-tokens, which no merge joins; add it with --as added"
-                   for c in chosen if c.n_words > 1}
-        chosen = [c for c in cands if c.n_words == 1][:top]
+    else:  # no merge joins two pre-tokens: the best one-pre-token words are taken, the others listed
+        skipped = {c.term: SPANS[c.n_words > 1] for c in chosen if c.n_pretokens > 1}
+        chosen = [c for c in cands if c.n_pretokens == 1][:top]
     return chosen, twins, skipped
+
+
+#: why a term of several pre-tokens is not written as merges: (a word the pre-tokenizer cuts, n-gram)
+SPANS = ("the model's pre-tokenizer cuts this word into several pre-tokens, and no merge joins two "
+         "pre-tokens; add it with --as added",
+         "a multi-word term spans pre-tokens, which no merge joins; add it with --as added")
 
 
 def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sample_bytes, options):

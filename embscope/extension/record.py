@@ -107,3 +107,13 @@ class ExtensionRecord(Record):
     rows: int | None = None
     #: why ``--method merges`` stopped: ``rows`` (the bound) or ``min_freq`` (no pair occurs that often)
     merges_stopped: str | None = None
+    #: words of the corpus (letter-and-mark runs, dictionary words in no-space scripts:
+    #: :mod:`embscope.text.words`) the term count read
+    corpus_words: int | None = None
+    #: of those, the words the model's pre-tokenizer cuts into several pre-tokens (GPT-2, Llama 3
+    #: and Qwen2 regexes cut Devanagari at vowel signs; SentencePiece-style models cut none). No
+    #: merge joins two pre-tokens: such words are never written as merges (``terms_skipped``),
+    #: only as added tokens (``--as added``)
+    words_split: int | None = None
+    #: words_split / corpus_words; lower is better for an extension by merges
+    words_split_share: float | None = None
