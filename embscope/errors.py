@@ -75,3 +75,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class ArgumentError(SpecError, TypeError):
+    """A Python API argument of the wrong type (``scan(123)``, ``corpora="medical"`` where a list is
+    expected, ``top=True``), refused at the call before any work; a ``TypeError`` too."""

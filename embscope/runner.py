@@ -25,8 +25,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embscope.arguments import checked
 from embscope.assets import corpora_root
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
+from embscope.output import DefaultFolder
 from embscope.progress import Steps
 from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
 from embscope.sections.registry import BY_NAME, SECTION_NAMES
@@ -111,9 +113,10 @@ def check_sections(sections: Sequence[str]) -> list[str]:
     return [s for s in SECTION_NAMES if s in sections]
 
 
+@checked
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         languages: Sequence[str | Path] = (), domain: str | Path | None = None, corpora: Sequence[str | Path] = (),
-        data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None,
+        data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | DefaultFolder | None = None,
         force: bool = False, options: RunOptions | None = None, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
         warnings: Sequence[str] = (), required: Sequence[str] = (), **fields: Any) -> RunResult:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from embscope.arguments import checked
 from embscope.records import Record
 from embscope.config import dims, first, max_positions, positive_int, text_config
 from embscope.models.params import ABSOLUTE_POSITIONS, ALIBI, ParamEstimate, estimate_parameters, tied
@@ -228,6 +229,7 @@ def _lengths(cfg: dict, params: dict | None, kind: str, max_pos: int | None
 # --------------------------------------------------------------------------------------- summary
 
 
+@checked
 def context_summary(config: dict, *, gguf_metadata: dict | None = None,
                     stored_dtype: str | None = None) -> ContextSummary:
     """Read position, KV-cache and embedding-size facts from an HF config (v4 or v5) or GGUF metadata.
