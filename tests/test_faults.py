@@ -1,0 +1,101 @@
+"""Faults a run meets from outside: a process killed mid-swap, hostile files (a Parquet dictionary
+bomb, an oversized tokenizer.json, JSON nested past any real depth, RoPE factors out of range), a
+closed stdout, SIGTERM with a child process running. Every hostile file is built here, small, under
+``tmp_path``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=600, **kw)
+
+
+# -- the output swap ----------------------------------------------------------------------------------
+
+
+def _killed_mid_swap(out: Path, after: str) -> None:
+    """A process that replaces ``out`` (an embscope folder) with force and is SIGKILLed right after
+    the first rename of the swap (``after="aside"``: old folder aside, new not in) or the second
+    (``after="in"``: new in, old not yet removed)."""
+    code = f"""
+        import os, signal
+        from embscope import output
+        real = os.rename
+        def rename(src, dst):
+            real(src, dst)
+            if {after!r} == "aside" and str(dst).endswith(".old") or {after!r} == "in" and str(dst) == {str(out)!r}:
+                os.kill(os.getpid(), signal.SIGKILL)
+        output.os.rename = rename
+        with output.claim({str(out)!r}, force=True) as tmp:
+            (tmp / "new.txt").write_text("new")
+    """
+    assert _python(code).returncode == -signal.SIGKILL
+
+
+def _first(out: Path) -> None:
+    from embscope.output import claim
+
+    with claim(out) as tmp:
+        (tmp / "old.txt").write_text("old")
+
+
+def test_a_kill_between_the_renames_is_recovered_by_the_next_run(tmp_path):
+    """Killed after the old folder went aside: ``out`` is gone and the old one sits in a hidden
+    ``.out.PID.old``; the next claim puts it back (a run without force is refused as before, the
+    old report intact), and one with force replaces it, leaving nothing hidden behind."""
+    from embscope.errors import OutputError
+    from embscope.output import claim
+
+    out = tmp_path / "out"
+    _first(out)
+    _killed_mid_swap(out, "aside")
+    stranded = [p.name for p in tmp_path.iterdir() if p.name.endswith(".old")]
+    assert not out.exists() and len(stranded) == 1
+    with pytest.raises(OutputError, match="already exists and is not empty"):
+        with claim(out):
+            pass
+    assert (out / "old.txt").read_text() == "old" and not (tmp_path / stranded[0]).exists()
+    with claim(out, force=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == [".embscope", "new.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.") and not p.name.endswith(".lock")] == []
+
+
+def test_a_kill_after_the_second_rename_removes_the_old_folder(tmp_path):
+    from embscope.output import claim
+
+    out = tmp_path / "out"
+    _first(out)
+    _killed_mid_swap(out, "in")
+    assert (out / "new.txt").is_file() and any(p.name.endswith(".old") for p in tmp_path.iterdir())
+    with claim(out, force=True) as tmp:
+        (tmp / "x").write_text("x")
+    assert not any(p.name.endswith(".old") for p in tmp_path.iterdir())
+
+
+def test_a_hidden_old_folder_embscope_did_not_make_is_left_alone(tmp_path):
+    """``.out.<dead pid>.old`` without embscope's marker: neither restored nor removed."""
+    from embscope.output import claim
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    mine = tmp_path / f".out.{dead}.old"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with claim(tmp_path / "out") as tmp:
+        (tmp / "a").write_text("a")
+    assert (mine / "notes.txt").read_text() == "mine" and (tmp_path / "out" / "a").is_file()
