@@ -398,9 +398,8 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     (``model`` overrides the spec in its ``summary.json``; the matrix must hash to the fingerprint
     recorded there). Default ``out``: ``report/projector``. Returns ``{folder, rows, dim, files}``.
     """
-    import json
-
-    from embscope.errors import SpecError
+    from embscope.errors import EmbscopeError, SpecError
+    from embscope.formats.files import read_json
     from embscope.models.load import load_model
     from embscope.output import claim
     from embscope.provenance import tensor_digest
@@ -411,9 +410,9 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     src = report / "tokens.parquet"
     if not src.is_file():
         raise SpecError(f"{report} has no tokens.parquet; pass a folder written by `embscope audit` or `scan`")
-    try:
-        recorded = json.loads((report / "summary.json").read_text(encoding="utf-8"))["inputs"]["model"]
-    except (OSError, ValueError, KeyError, TypeError):
+    try:  # read as every untrusted JSON is: size and nesting bounded (a bad one names no model)
+        recorded = read_json(report / "summary.json", what="summary")["inputs"]["model"]
+    except (OSError, KeyError, TypeError, EmbscopeError):
         recorded = None
     spec = model or (recorded or {}).get("spec")
     if not spec:

@@ -99,3 +99,68 @@ def test_a_hidden_old_folder_embscope_did_not_make_is_left_alone(tmp_path):
     with claim(tmp_path / "out") as tmp:
         (tmp / "a").write_text("a")
     assert (mine / "notes.txt").read_text() == "mine" and (tmp_path / "out" / "a").is_file()
+
+
+# -- JSON nested past any real depth -------------------------------------------------------------------
+
+
+def test_a_summary_nested_100k_deep_is_one_line(minilm_scan, tmp_path, capsys):
+    """``export projector`` and ``report`` on a folder whose summary.json is 100,000 arrays deep:
+    one ``error:`` line, exit 2, never ``unexpected RecursionError``."""
+    import shutil
+
+    from embscope.cli import main
+
+    folder = tmp_path / "scan"
+    shutil.copytree(minilm_scan, folder)
+    (folder / "summary.json").write_text("[" * 100_000 + "]" * 100_000, "utf-8")
+    for argv in (["export", "projector", str(folder), "--out", str(tmp_path / "p")],
+                 ["report", str(folder)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: ") and "unexpected" not in err, err
+    assert not (tmp_path / "p").exists()
+
+
+# -- a closed stdout -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["models"], ["rope", "-m", "smollm2-135m"], ["models", "--json"]])
+def test_a_closed_stdout_exits_141_quietly(argv):
+    """The reader of the pipe gone before the command writes (``cmd | head`` once head has its
+    lines): exit 141 (128 + SIGPIPE, as the shell reports it), nothing on stderr; never 1, the
+    findings code."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "embscope", *argv], stdout=w, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, "")
+
+
+def test_an_open_stdout_keeps_the_commands_code():
+    p = subprocess.run([sys.executable, "-m", "embscope", "models"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert p.returncode == 0 and "smollm2-135m" in p.stdout
+
+
+# -- --verbose advised only where it exists -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, verbose", [(["rope", "-m", "smollm2-135m"], False), (["models"], False),
+                                           (["export", "atlas", "x"], False),
+                                           (["scan", "-m", "minilm-l6"], True)])
+def test_the_crash_line_advises_verbose_only_where_it_exists(argv, verbose, monkeypatch, capsys):
+    from embscope import cli
+
+    cmd = __import__("typer").main.get_command(cli.app)
+    for word in argv:
+        cmd = getattr(cmd, "commands", {}).get(word, cmd)
+    has = any("--verbose" in p.opts for p in cmd.params)  # click's own view of the command
+    assert has == verbose
+    code = cli._crashed(RuntimeError("boom"), argv)
+    err = capsys.readouterr().err
+    assert code == 2 and ("rerun with --verbose" in err) == has
+    assert has or "EMBSCOPE_TRACEBACK=1" in err

@@ -125,7 +125,7 @@ def language_names(corpus: str) -> dict[str, str]:
         if not path.is_file() or path.stat().st_size > 1 << 20:
             return {}
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past any real file
         return {}
     return {str(d["code"]): str(d["name"]) for d in doc if isinstance(d, dict) and "code" in d and "name" in d} \
         if isinstance(doc, list) else {}
