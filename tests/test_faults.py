@@ -164,3 +164,45 @@ def test_the_crash_line_advises_verbose_only_where_it_exists(argv, verbose, monk
     err = capsys.readouterr().err
     assert code == 2 and ("rerun with --verbose" in err) == has
     assert has or "EMBSCOPE_TRACEBACK=1" in err
+
+
+# -- RoPE factors out of range ---------------------------------------------------------------------------
+
+
+def _llama_config(**rope) -> dict:
+    return {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "rope_theta": 10000.0,
+            "rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 512, **rope}}
+
+
+@pytest.mark.parametrize("rope, message", [
+    ({"factor": 1e308}, r"rope_scaling.factor=1e\+308 is above 65536, far past any real model"),
+    ({"factor": 1e20}, r"rope_scaling.factor=1e\+20 is above 65536"),
+    ({"factor": 60000.0, "original_max_position_embeddings": 1 << 30},
+     r"claims a context of 6.44e\+13 tokens \(1,073,741,824 × factor 60000\), above 1,099,511,627,776"),
+    ({"factor": 4.0, "beta_fast": 1e300}, r"rope_scaling.beta_fast=1e\+300 is above 10000"),
+])
+def test_rope_factors_out_of_range_are_one_line(rope, message, tmp_path, capsys):
+    """A yarn factor of 1e308 overflowed the scaling maths (``unexpected OverflowError``); 1e20
+    claimed a 5e22-token context. Both, and a product of two in-range values past the context
+    bound, are one :class:`ModelFileError` line, in the API and in ``rope``/``audit``."""
+    import embscope
+    from embscope.cli import main
+    from embscope.errors import ModelFileError
+
+    cfg = _llama_config(**rope)
+    with pytest.raises(ModelFileError, match=message):
+        embscope.context_summary(cfg)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg), "utf-8")
+    assert main(["rope", "-m", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: config ") and "unexpected" not in err
+
+
+def test_a_real_yarn_factor_is_unchanged():
+    """Qwen2.5's published YaRN setting (factor 4 over 32,768) reads as 131,072 tokens."""
+    import embscope
+
+    s = embscope.context_summary(_llama_config(factor=4.0, original_max_position_embeddings=32768))
+    assert s.max_context == 4 * 32768
