@@ -56,7 +56,25 @@ class CorpusError(EmbscopeError):
 
 
 class OutputError(EmbscopeError):
-    """An output folder that cannot be written."""
+    """An output folder that cannot be written. Its messages name the command-line options
+    (``--out``, ``--force``), which :meth:`cli_message` keeps; ``str(err)``, what a library caller
+    reads, names the keywords instead (``out=``, ``force=True``).
+
+    >>> str(OutputError("x exists; pass another --out, or --force to replace it"))
+    'x exists; pass another out=, or force=True to replace it'
+    """
+
+    #: the command-line option → the API keyword that does the same
+    KEYWORDS = {"--out": "out=", "--force": "force=True"}
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        for flag, keyword in self.KEYWORDS.items():
+            text = text.replace(flag, keyword)
+        return text
+
+    def cli_message(self) -> str:
+        return super().__str__()
 
 
 class InputError(EmbscopeError):
