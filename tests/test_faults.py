@@ -206,3 +206,41 @@ def test_a_real_yarn_factor_is_unchanged():
 
     s = embscope.context_summary(_llama_config(factor=4.0, original_max_position_embeddings=32768))
     assert s.max_context == 4 * 32768
+
+
+# -- check --responses-only ------------------------------------------------------------------------------
+
+CHAT = ROOT / "corpora" / "chat" / "medical-chat.jsonl"
+
+
+@pytest.mark.parametrize("body", ["{{ raise_exception('no system role here') }}", "{{ messages[0].nope.deeper }}"])
+def test_responses_only_template_errors_are_render_failed_findings(body, tmp_path):
+    """A template that raises (or reads an undefined attribute) on every conversation: with
+    ``responses_only`` the same ``render-failed`` error finding as without it, never a crash."""
+    import embscope
+
+    template = tmp_path / "t.jinja"
+    template.write_text(body, "utf-8")
+    plain = embscope.check("smollm2-135m", str(CHAT), scan=False, chat_template=str(template), trainer="unsloth")
+    res = embscope.check("smollm2-135m", str(CHAT), scan=False, chat_template=str(template), trainer="unsloth",
+                         responses_only=True)
+    codes = {(f.code, f.severity) for f in res.summary.sections.finetune.findings}
+    assert ("render-failed", "error") in codes
+    assert codes == {(f.code, f.severity) for f in plain.summary.sections.finetune.findings}
+
+
+def test_responses_only_markers_that_never_occur_are_not_ready(tmp_path, capsys):
+    """Markers the rendered data never holds: Unsloth drops every example, an error (exit 1, "not
+    ready"), with the fix naming the parts; the number dropped is the number of examples."""
+    import embscope
+    from embscope.cli import main
+
+    res = embscope.check("smollm2-135m", str(CHAT), scan=False, trainer="unsloth", responses_only=True,
+                         instruction_part="<<never-instr>>", response_part="<<never-resp>>")
+    drops = [f for f in res.summary.sections.finetune.findings if f.code == "trainer-drops"]
+    examples = sum(1 for line in CHAT.read_text("utf-8").splitlines() if line.strip())
+    assert len(drops) == 1 and drops[0].severity == "error" and drops[0].count == examples
+    assert "every one of the" in drops[0].message and "--response-part" in drops[0].fix
+    code = main(["check", "-m", "smollm2-135m", "--data", str(CHAT), "--no-scan", "--trainer", "unsloth",
+                 "--responses-only", "--instruction-part", "<<never-instr>>", "--response-part", "<<never-resp>>"])
+    assert code == 1 and "ready to fine-tune with unsloth: yes" not in capsys.readouterr().out
