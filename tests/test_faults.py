@@ -244,3 +244,37 @@ def test_responses_only_markers_that_never_occur_are_not_ready(tmp_path, capsys)
     code = main(["check", "-m", "smollm2-135m", "--data", str(CHAT), "--no-scan", "--trainer", "unsloth",
                  "--responses-only", "--instruction-part", "<<never-instr>>", "--response-part", "<<never-resp>>"])
     assert code == 1 and "ready to fine-tune with unsloth: yes" not in capsys.readouterr().out
+
+
+# -- a Parquet dictionary bomb in the training data ------------------------------------------------------
+
+
+def test_check_data_charges_a_parquet_dictionary_bomb_by_its_decoded_size(tmp_path):
+    """A Parquet file of a few hundred bytes whose dictionary column repeats one 100 KB text 20,000
+    times (1.9 GiB once decoded): the training-data reader of ``check --data`` refuses it by the
+    ratio bound before building its rows (before, it built them all); an honest Parquet file of 50
+    texts of 100 KB is read whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from embscope.corpus.readers import FileIssues, SourceFile
+    from embscope.corpus.records import table_objects
+
+    text = "patient presents with fever. " * 3500
+    n = 20_000
+    bomb = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"text": pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([text]))}),
+                   bomb, compression="zstd", row_group_size=n)
+    assert bomb.stat().st_size < 4096 and len(text) * n > 1.8 * 2**30
+    issues = FileIssues()
+    rows = list(table_objects(SourceFile(str(bomb), str(tmp_path), "parquet", None), issues))
+    assert rows == [] and issues.totals["files_over_ratio"] == 1
+    import numpy as np
+
+    rng = np.random.default_rng(0)  # texts that compress as text does (a few times), not 1000x
+    texts = ["".join(rng.choice(list("abcdefghij klmnopqrstuvwxyz"), 100_000)) for _ in range(50)]
+    honest = tmp_path / "honest.parquet"
+    pq.write_table(pa.table({"text": texts}), honest, compression="zstd")
+    issues = FileIssues()
+    rows = list(table_objects(SourceFile(str(honest), str(tmp_path), "parquet", None), issues))
+    assert len(rows) == 50 and not issues.totals
