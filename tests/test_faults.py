@@ -314,3 +314,52 @@ def test_the_default_tokenizer_limits_are_far_above_real_ones():
     path = _llama3_file()
     assert Limits().merges > 10 * len(json.loads(path.read_text("utf-8"))["model"]["merges"])
     assert Limits().tokenizer_bytes > 10 * path.stat().st_size
+
+
+# -- child processes end with the run ---------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, waiting for a reaper, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_layout_child_ends_with_the_run(sig):
+    """A run stopped while a section holds a started map layout (its job never reaches the
+    section's result, so nothing cancels it): the layout process is gone within 5 s of the run,
+    for SIGTERM (the CLI's handler) and SIGKILL (no handler runs at all)."""
+    import time
+
+    code = """
+        import sys, time
+        import numpy as np
+        from embscope import signals
+        from embscope.geometry.layout import LayoutJob
+        signals.install()
+        rng = np.random.default_rng(0)
+        n, k = 150_000, 10
+        job = LayoutJob(rng.integers(0, n, (n, k)), rng.random((n, k)).astype("float32"))
+        print(job._proc.pid, flush=True)
+        time.sleep(600)
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        child = int(run.stdout.readline())
+        time.sleep(5.0)  # the child has read the graph and is laying it out (a minute of work here)
+        assert _alive(child)
+        run.send_signal(sig)
+        run.wait(timeout=60)
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        run.kill()
+        run.wait()
