@@ -57,20 +57,23 @@ class CorpusError(EmbscopeError):
 
 class OutputError(EmbscopeError):
     """An output folder that cannot be written. Its messages name the command-line options
-    (``--out``, ``--force``), which :meth:`cli_message` keeps; ``str(err)``, what a library caller
-    reads, names the keywords instead (``out=``, ``force=True``).
+    (``--out``, ``--force``, ``--apply``, ``--repair``), which :meth:`cli_message` keeps;
+    ``str(err)``, what a library caller reads, names the keywords instead (``out``, ``force=True``,
+    ``apply_to``, ``repair_to``).
 
     >>> str(OutputError("x exists; pass another --out, or --force to replace it"))
-    'x exists; pass another out=, or force=True to replace it'
+    'x exists; pass another out, or force=True to replace it'
     """
 
     #: the command-line option → the API keyword that does the same
-    KEYWORDS = {"--out": "out=", "--force": "force=True"}
+    KEYWORDS = {"--out": "out", "--force": "force=True", "--apply": "apply_to", "--repair": "repair_to"}
 
     def __str__(self) -> str:
+        import re
+
         text = super().__str__()
         for flag, keyword in self.KEYWORDS.items():
-            text = text.replace(flag, keyword)
+            text = re.sub(rf"{flag}(?![\w-])", keyword, text)
         return text
 
     def cli_message(self) -> str:

@@ -318,7 +318,7 @@ def check_distinct(targets: Iterable[tuple[str, str | Path | None]]) -> None:
     >>> check_distinct([("--out", "r"), ("--apply", "r/m")])
     Traceback (most recent call last):
     ...
-    embscope.errors.OutputError: --apply r/m is inside --out r: the run would write one over the other; pass two separate folders
+    embscope.errors.OutputError: apply_to r/m is inside out r: the run would write one over the other; pass two separate folders
     """
     named = [(flag, str(p), Path(p).expanduser().resolve()) for flag, p in targets if p is not None]
     for i, (fa, ta, a) in enumerate(named):

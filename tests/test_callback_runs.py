@@ -95,7 +95,7 @@ def test_a_reused_callback_starts_each_training_afresh(finetune_run, tmp_path):
     assert [c.step for c in cb.checks] == [2, 4]
     assert [a.code for a in cb.alerts] == ["new-rows-frozen"] and first[0][0] == "new-rows-frozen"
     entry = trainer.state.log_history[-1]
-    assert entry["embscope/report"].startswith("not written:") and "out=" in entry["embscope/report"]
+    assert entry["embscope/report"].startswith("not written:") and "pass another out" in entry["embscope/report"]
     assert "--out" not in entry["embscope/report"] and cb.diff is None
 
 
