@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from embscope.arguments import checked
 from embscope.models.registry import DEFAULT_MODEL
 from embscope.output import DEFAULT_OUT, DefaultFolder
 from embscope.runner import DEFAULT_LANGUAGES, SHIPPED_CORPORA, RunResult, corpus_path, run
@@ -41,11 +42,13 @@ Paths = Sequence[str | Path]
 
 
 def api_function(fn: F) -> F:
-    """Check ``fn``'s keyword names before it runs (a typo is one line with "did you mean", not a
-    ``TypeError``), and append the documentation of its option keywords to its docstring (each
+    """Check ``fn``'s keyword names and argument types before it runs (a typo is one line with "did
+    you mean", a wrong type one :class:`~embscope.errors.ArgumentError` line: :mod:`embscope.arguments`),
+    and append the documentation of its option keywords to its docstring (each
     :class:`RunOptions` field's ``#:`` comment, with the default), so ``help()`` lists them all."""
     import inspect
 
+    from embscope.arguments import check_call
     from embscope.errors import SpecError, did_you_mean
     from embscope.records import field_docs
 
@@ -58,6 +61,7 @@ def api_function(fn: F) -> F:
             if name not in params:
                 raise SpecError(f"{fn.__name__}() has no option {name!r}{did_you_mean(name, names)}; "
                                 f"see help(embscope.{fn.__name__})")
+        check_call(fn, args, kwargs)  # types from the annotations, before any work (embscope.arguments)
         return fn(*args, **kwargs)
 
     docs, fields, known = field_docs(RunOptions), set(RunOptions.names()), option_choices()
@@ -366,6 +370,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
     return res, applied.result if applied is not None else None
 
 
+@checked
 def rope(model: str):
     """The context summary of any model spec (reads the config only, no weights): RoPE reach,
     KV-cache bytes per token and per context, embedding share
@@ -381,6 +386,7 @@ def rope(model: str):
     return context_summary(resolve_config(model))
 
 
+@checked
 def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bool = False) -> Path:
     """The token map of an output folder as Embedding Atlas reads it (:mod:`embscope.report.atlas`).
 
@@ -397,6 +403,7 @@ def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bo
     return target / ATLAS_FILE
 
 
+@checked
 def export_projector(report: str | Path, *, out: str | Path | None = None, model: str | None = None,
                      sample: int = 10_000, force: bool = False, download: str = "ranges") -> dict[str, Any]:
     """The input embedding and the token metadata in the TensorBoard projector's formats
@@ -404,9 +411,8 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     (``model`` overrides the spec in its ``summary.json``; the matrix must hash to the fingerprint
     recorded there). Default ``out``: ``report/projector``. Returns ``{folder, rows, dim, files}``.
     """
-    import json
-
-    from embscope.errors import SpecError
+    from embscope.errors import EmbscopeError, SpecError
+    from embscope.formats.files import read_json
     from embscope.models.load import load_model
     from embscope.output import claim
     from embscope.provenance import tensor_digest
@@ -417,9 +423,9 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     src = report / "tokens.parquet"
     if not src.is_file():
         raise SpecError(f"{report} has no tokens.parquet; pass a folder written by `embscope audit` or `scan`")
-    try:
-        recorded = json.loads((report / "summary.json").read_text(encoding="utf-8"))["inputs"]["model"]
-    except (OSError, ValueError, KeyError, TypeError):
+    try:  # read as every untrusted JSON is: size and nesting bounded (a bad one names no model)
+        recorded = read_json(report / "summary.json", what="summary")["inputs"]["model"]
+    except (OSError, KeyError, TypeError, EmbscopeError):
         recorded = None
     spec = model or (recorded or {}).get("spec")
     if not spec:
@@ -436,6 +442,7 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     return {"folder": target, **info}
 
 
+@checked
 def read_tokens_table(path: str | Path):
     """A ``tokens.parquet`` of an earlier run (its ``flagged`` rows stay out of the extension's
     means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`."""

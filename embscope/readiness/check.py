@@ -135,16 +135,22 @@ def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
     off the chat template)."""
     from embscope.errors import SpecError
     from embscope.readiness.responses_only import detect_parts, markers
-    from embscope.readiness.trainers import eos_id
+    from jinja2 import TemplateError
+
     from embscope.models.chat_template import render
+    from embscope.models.template_budget import RenderRefused
+    from embscope.readiness.trainers import eos_id
 
     if instruction_part is None:
         if ctx.template is None:
             raise SpecError("--responses-only needs the chat template to find the response markers, and there is "
                             "none; pass --instruction-part and --response-part")
         specials = [c for _, c, _ in sp.added] + [v for v in ctx.variables.values() if isinstance(v, str)]
-        instruction_part, response_part = detect_parts(
-            lambda msgs, gen: render(ctx.template, msgs, add_generation_prompt=gen, **ctx.variables), specials)
+        try:
+            instruction_part, response_part = detect_parts(
+                lambda msgs, gen: render(ctx.template, msgs, add_generation_prompt=gen, **ctx.variables), specials)
+        except (TemplateError, RenderRefused):  # the template fails on every conversation: each record's
+            return None  # own rendering reports it (render-failed / render-refused), as without the option
     special = {i for i, _, flag in sp.added if flag} | {i for r in ("bos", "eos", "pad", "unk") for i in sp.ids(r)}
     bos = sp.ids("bos")
     return markers(instruction_part, response_part, lambda t: ctx.vocab.encode_batch([t])[0],
