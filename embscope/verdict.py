@@ -101,7 +101,10 @@ def tokens_verdict(geo, facts: RunFacts, ft=None) -> Verdict | None:
     if vf is not None and vf.n_checked:
         n, src = f.verified, "tokens.geometry.flagged.verified"
         text = f"{_plural(n, 'row')} verified under-trained by prompting"
-        rest = [f"{f.cleared:,} cleared as trained"] if f.cleared else []
+        # rows prompting alone flagged (the indicators did not): scan without prompting counts the rest
+        alone = max(0, f.normal - f.by_indicators) if f.by_indicators else 0
+        rest = [f"{f.total - alone:,} by the indicators, {alone:,} by prompting alone"] if alone else []
+        rest += [f"{f.cleared:,} cleared as trained"] if f.cleared else []
         rest += [f"{f.candidates:,} not checked"] if f.candidates else []
         text += f" (of {f.total:,} flagged: {', '.join(rest)})" if rest else ""
     else:
@@ -168,19 +171,32 @@ def context_verdict(ctx, facts: RunFacts) -> Verdict | None:
                    next=f"embscope rope --model {_q(facts.model)}" if risky and facts.model else None)
 
 
-def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
-    """What the extension would save, with which initialisation."""
+def extension_verdict(ext, facts: RunFacts, applied=None) -> Verdict | None:
+    """What the extension would save, with which initialisation: the one ``applied`` (the apply
+    record) wrote, else the recommended one, and the strategies ``auto`` could not try here. The
+    next command writes what ``extend`` itself would: ``--apply-init auto`` (it tries every
+    strategy under its own budgets), or the one strategy the run was asked to diagnose."""
     if ext is None:
         return None
     terms = f"{ext.top_n:,} new terms" + (f" ({ext.tokens_added:,} tokens with their merge chains)"
                                          if ext.tokens_added != ext.top_n else "")
     text = f"{terms} save {100 * ext.saved_fraction:.1f} % of the tokens of {ext.corpus}"
-    if ext.recommended:
+    wrote = getattr(applied, "init", None)
+    if wrote:
+        text += f", initialised with {wrote}"
+        if ext.recommended and wrote != ext.recommended:
+            text += f" (asked for; the recommended one is {ext.recommended})"
+    elif ext.recommended:
         text += f", initialised with {ext.recommended}"
+    untried = getattr(ext, "skipped_strategies", None) or {}
+    if untried and not wrote:
+        text += "; not tried here: " + "; ".join(f"{name} ({why})" for name, why in untried.items())
     nxt = None
-    if not applied and facts.model:
+    if applied is None and facts.model:
+        asked = list(getattr(facts.options, "init", None) or ["auto"])
+        init = asked[0] if len(asked) == 1 and asked[0] != "auto" else "auto"
         nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} --top {ext.top_n} "
-               f"--apply OUT" + (f" --apply-init {ext.recommended}" if ext.recommended else ""))
+               f"--apply OUT --apply-init {_q(init)}")
     return Verdict(section="extension", level="note" if ext.saved_fraction > 0 else "ok", text=text,
                    value=round(100 * ext.saved_fraction, 2), source="extension.saved_fraction", next=nxt)
 
@@ -261,7 +277,7 @@ def bottom_line(sections, facts: RunFacts) -> BottomLine:
     """The verdicts of ``sections`` (:class:`embscope.summary.Sections`), the command's own first."""
     out = [tokens_verdict(sections.tokens.geometry if sections.tokens is not None else None, facts, sections.finetune),
            *languages_verdicts(sections.languages, facts),
-           extension_verdict(sections.extension, facts, applied=sections.apply is not None),
+           extension_verdict(sections.extension, facts, applied=sections.apply),
            apply_verdict(sections.apply, facts), finetune_verdict(sections.finetune, facts),
            repair_verdict(sections.repair, facts), diff_verdict(sections.diff, facts),
            context_verdict(sections.context, facts)]

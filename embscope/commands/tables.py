@@ -40,8 +40,10 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
             r = by.get((name, lang), {})
             cells += [fmt(r.get("parity"), ".2f"), fmt(r.get("fertility"), ".2f")]
         table.add_row(*cells)
-    console = Console()
-    # never squeeze numbers into ellipses: widen past the terminal when needed (pipes get 80)
+    from embscope.commands.console import console as make_console
+
+    console = make_console()
+    # never squeeze numbers into ellipses: widen past the terminal when needed (pipes: no limit)
     console = Console(width=max(console.width, 44 + sum(max(len(n), 6) + 12 for n in names)))
     console.print(table)
     console.print("* fertility counts characters, clusters or syllables there, not words (scripts written "
@@ -56,11 +58,12 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
 
 def extension_table(res: Any) -> None:
     """Savings headline and one row per initialisation strategy, best score first."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    con = Console()
+    from embscope.commands.console import console
+
+    con = console()
     s = res.summary.sections.extension
     if s is None:
         con.print(Text(f"no candidates: {res.summary.skipped.get('extension')}", style="yellow"))
