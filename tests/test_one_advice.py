@@ -199,7 +199,8 @@ def test_diff_untrained_new_rows_without_manifest_fail(finetune_run, tmp_path, i
 
     run = finetune_run
     ids = run["manifest"]["token_ids"]
-    tuned = tmp_path / "tuned"
+    base, tuned = tmp_path / "base", tmp_path / "tuned"  # apart from the extension folder and its manifest
+    shutil.copytree(run["base"], base)
     shutil.copytree(run["ext"], tuned)
     (tuned / MANIFEST).unlink()
     for path in tuned.glob("*.safetensors"):
@@ -215,7 +216,7 @@ def test_diff_untrained_new_rows_without_manifest_fail(finetune_run, tmp_path, i
                 w[ids] = new.to(w.dtype)
         save_file(tensors, str(path), metadata={"format": "pt"})
     out = tmp_path / "diff"
-    code, stdout, _ = run_cli(["diff", str(run["base"]), str(tuned), "--data", str(run["data"]),
+    code, stdout, _ = run_cli(["diff", str(base), str(tuned), "--data", str(run["data"]),
                                "--languages", "none", "--no-scan", "--out", str(out)])
     s = summary(out)
     d = s["sections"]["diff"]
@@ -276,3 +277,29 @@ def test_extension_table_keeps_full_values_in_a_pipe(smollm2_audit, capsys):
         assert name in out
         if d.score is not None:
             assert format(d.score, "+.4f") in out
+
+
+# --- the small ones -------------------------------------------------------------------------------
+
+def test_mistyped_local_path_gets_local_advice(tmp_path, monkeypatch):
+    """`diff smollm2-135m out/tuned` where out/ exists and out/tuned does not: the advice is about
+    the local path (what out/ holds), never an `hf download`; nothing is written."""
+    (tmp_path / "out" / "smollm2-med").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["diff", "smollm2-135m", "out/tuned", "--out", str(tmp_path / "d")])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no model folder or file at 'out/tuned'" in err and "smollm2-med" in err and "hf download" not in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_tokenizer_name_as_model_says_it_is_a_tokenizer(tmp_path):
+    code, _, err = run_cli(["scan", "--model", "o200k_base", "--out", str(tmp_path / "s")])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "'o200k_base' is a tokenizer, not a model" in err and "embscope fertility -t o200k_base" in err
+
+
+def test_compare_with_one_tokenizer_says_use_fertility(tmp_path):
+    code, _, err = run_cli(["compare", "-t", "gpt2", "--out", str(tmp_path / "c")])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "compare needs two or more tokenizers" in err and "fertility" in err
+    assert not (tmp_path / "c").exists()
