@@ -305,11 +305,6 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
         >>> compare(["gpt2", "cl100k_base"], "udhr").summary.sections.languages.tokenizers
         ['gpt2', 'cl100k_base']
     """
-    if not isinstance(tokenizers, str) and len(list(tokenizers)) == 1:
-        from embscope.errors import SpecError
-
-        raise SpecError(f"compare needs two or more tokenizers (got one, {list(tokenizers)[0]!r}); for one "
-                        "tokenizer use fertility")
     return _languages_run(list(tokenizers), corpus, out, force, verbose, _options(locals()))
 
 
