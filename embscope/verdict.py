@@ -101,7 +101,10 @@ def tokens_verdict(geo, facts: RunFacts, ft=None) -> Verdict | None:
     if vf is not None and vf.n_checked:
         n, src = f.verified, "tokens.geometry.flagged.verified"
         text = f"{_plural(n, 'row')} verified under-trained by prompting"
-        rest = [f"{f.cleared:,} cleared as trained"] if f.cleared else []
+        # rows prompting alone flagged (the indicators did not): scan without prompting counts the rest
+        alone = max(0, f.normal - f.by_indicators) if f.by_indicators else 0
+        rest = [f"{f.total - alone:,} by the indicators, {alone:,} by prompting alone"] if alone else []
+        rest += [f"{f.cleared:,} cleared as trained"] if f.cleared else []
         rest += [f"{f.candidates:,} not checked"] if f.candidates else []
         text += f" (of {f.total:,} flagged: {', '.join(rest)})" if rest else ""
     else:
@@ -189,9 +192,12 @@ def context_verdict(ctx, facts: RunFacts) -> Verdict | None:
 MIN_SAVED = 0.01
 
 
-def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
-    """What the extension would save, with which initialisation. Under :data:`MIN_SAVED` it is
-    said to be not worth it (a note, never a ✓, and no command to apply it)."""
+def extension_verdict(ext, facts: RunFacts, applied=None) -> Verdict | None:
+    """What the extension would save, with which initialisation: the one ``applied`` (the apply
+    record) wrote, else the recommended one, and the strategies ``auto`` could not try here. Under
+    :data:`MIN_SAVED` it is said to be not worth it (a note, never a ✓, and no command to apply
+    it). The next command writes what ``extend`` itself would: ``--apply-init auto`` (it tries every
+    strategy under its own budgets), or the one strategy the run was asked to diagnose."""
     if ext is None:
         return None
     terms = f"{ext.top_n:,} new terms" + (f" ({ext.tokens_added:,} tokens with their merge chains)"
@@ -205,14 +211,23 @@ def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
         split = getattr(ext, "words_split_share", None)
         if split:
             text += f" ({100 * split:.0f} % of its words are cut by the pre-tokenizer, which no merge crosses)"
+    elif getattr(applied, "init", None):
+        text += f", initialised with {applied.init}"
+        if ext.recommended and applied.init != ext.recommended:
+            text += f" (asked for; the recommended one is {ext.recommended})"
     elif ext.recommended:
         text += f", initialised with {ext.recommended}"
+    untried = getattr(ext, "skipped_strategies", None) or {}
+    if worth and untried and applied is None:
+        text += "; not tried here: " + "; ".join(f"{name} ({why})" for name, why in untried.items())
     nxt = None
-    if worth and not applied and facts.model:
+    if worth and applied is None and facts.model:
         size = (f"--method merges --rows {ext.rows}" if getattr(ext, "method", "terms") == "merges"
                 else f"--top {ext.top_n}")
+        asked = list(getattr(facts.options, "init", None) or ["auto"])
+        init = asked[0] if len(asked) == 1 and asked[0] != "auto" else "auto"
         nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} {size} "
-               f"--apply OUT" + (f" --apply-init {ext.recommended}" if ext.recommended else ""))
+               f"--apply OUT --apply-init {_q(init)}")
     return Verdict(section="extension", level="note", text=text,
                    value=round(100 * ext.saved_fraction, 2), source="extension.saved_fraction", next=nxt)
 
@@ -298,7 +313,7 @@ def bottom_line(sections, facts: RunFacts) -> BottomLine:
     """The verdicts of ``sections`` (:class:`embscope.summary.Sections`), the command's own first."""
     out = [tokens_verdict(sections.tokens.geometry if sections.tokens is not None else None, facts, sections.finetune),
            *languages_verdicts(sections.languages, facts),
-           extension_verdict(sections.extension, facts, applied=sections.apply is not None),
+           extension_verdict(sections.extension, facts, applied=sections.apply),
            apply_verdict(sections.apply, facts, sections.extension), finetune_verdict(sections.finetune, facts),
            repair_verdict(sections.repair, facts), diff_verdict(sections.diff, facts),
            context_verdict(sections.context, facts)]

@@ -38,7 +38,7 @@ def leftovers(parent: Path, name: str) -> list[str]:
     (["scan", "--model", "minilm-l6", "--unused-ids", "5,99999"], "--unused-ids 99999 is past the last row"),
     (["scan", "--model", "minilm-l6", "--threshold", "nan"], "--threshold must be a finite number"),
     (["audit", "--model", "minilm-l6", "--no-scan", "--corpus", "no-such-corpus"], "corpus 'no-such-corpus' does not exist"),
-    (["rope", "--model", "/nonexistent/folder"], "unknown model"),
+    (["rope", "--model", "/nonexistent/folder"], "no model folder or file at '/nonexistent/folder' (a local path)"),
 ])
 def test_user_mistakes_are_one_line(capsys, argv, expected):
     assert main(argv) == 2

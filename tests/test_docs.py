@@ -47,3 +47,22 @@ def test_docs_index_lists_every_page():
     listed = set(LINK.findall(index))
     missing = [p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md" and p.name not in listed]
     assert missing == [], f"docs/README.md does not list {missing}"
+
+
+def test_every_api_parameter_is_documented_in_the_source():
+    """Each public function of ``embscope.api`` names every parameter in its own docstring, as written
+    in the source (nothing is appended at import, so an editor and a reader see the whole list)."""
+    import ast
+
+    src = (ROOT / "embscope" / "api.py").read_text("utf-8")
+    missing = {}
+    for node in ast.parse(src).body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node) or ""
+        args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+        names = [a.arg for a in node.args.args + node.args.kwonlyargs]
+        lost = [n for n in names if not re.search(rf"^\s+{n}:", args, re.M)]
+        if lost:
+            missing[node.name] = lost
+    assert missing == {}, f"parameters without a line in their function's Args: {missing}"

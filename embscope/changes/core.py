@@ -186,7 +186,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         where=where, flagged=fl_base, shared=rows.shared, mismatches=mismatches, n_mismatches=n_mis,
         lost_rows=max(0, rows.base_tokens - rows.tuned_tokens), manifest_mismatches=rows.manifest_mismatches,
         tokens_past_rows=max(0, rows.tuned_tokens - rows.n), rows=rows.n,
-        random_like=random, verified=verified, special=special,
+        random_like=random[0], copies=random[1], verified=verified, special=special, same=_same(base, tuned),
         base_tied=base.output is None, tuned_tied=tuned.tied, config_tie=cfg_tie, adapter=tuned.adapter))
     record = DiffRecord(
         base=BaseSide(spec=base.spec, name=base.name, rows=base.n_rows, tokens=rows.base_tokens,
@@ -293,14 +293,17 @@ def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, s
     facts: list[MatrixFacts] = []
     cols: dict[str, Any] = {}
     xy = np.full((n, 2), np.nan, dtype=np.float32)
-    map_info, random = None, []
+    map_info, random = None, ([], {})
     for name, b_rows, t_rows, init_rows in pairs:
         t1 = time.perf_counter()
         if t_rows.n != n:
             raise ModelFileError(f"TUNED's head has {t_rows.n} rows but its embedding {n}; re-save the checkpoint")
         fl, sample, mean = _floor(b_rows, t_rows, init_rows, rows)
+        untrained = None
         if name == "input":
-            random = _random_like(t_rows, rows, mean)
+            random = _untrained_like(t_rows, b_rows, rows, mean, fl.floor)
+            untrained = np.zeros(n, dtype=bool)
+            untrained[[*random[0], *random[1]]] = True
         visit = None
         if name == "input":
             visit, explained = _map_visitor(sample, rows.new, xy)
@@ -311,7 +314,7 @@ def _compare_matrices(base: "LoadedModel", tuned, b_embed, b_out, rows: _Rows, s
         ref = _Reference(b_rows, n, rows.init_ids, init_rows, rows.mean_ids, mean)
         stats = compare(t_rows, ref, device=base.device if base.device != "cpu" else "cpu", visit=visit)
         seconds[f"pass_{name}"] = round(time.perf_counter() - t2, 3)
-        matrices[name], fact = _judge(name, stats, fl, rows.new, rows.new | rows.past, rows.shared)
+        matrices[name], fact = _judge(name, stats, fl, rows.new, rows.new | rows.past, rows.shared, untrained)
         facts.append(fact)
         p = "in" if name == "input" else "out"
         cols.update({f"{p}_delta": stats.delta, f"{p}_change": stats.rel_delta, f"{p}_cos": stats.cos,
@@ -390,9 +393,12 @@ def _map_visitor(sample: np.ndarray, new: np.ndarray, xy: np.ndarray):
     return visit, explained
 
 
-def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: int) -> tuple[MatrixDiff, MatrixFacts]:
+def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: int,
+           untrained: np.ndarray | None = None) -> tuple[MatrixDiff, MatrixFacts]:
     """One matrix's verdicts from the pass: ``moved`` (change past the floor; the new rows' floor where
-    ``own_floor``; a NaN/Inf row; any change of a zero row), ``exploded``, and the record's counts."""
+    ``own_floor``; a NaN/Inf row; any change of a zero row), ``exploded``, and the record's counts.
+    ``untrained``: new rows that look never trained (:func:`_untrained_like`): not moved, whatever
+    their distance from BASE's mean row (a fresh draw or a copied row is far from it untrained)."""
     n = len(new)
     floor = np.full(n, fl.floor, dtype=np.float32)
     if fl.new_floor is not None:
@@ -400,6 +406,8 @@ def _judge(name: str, st, fl, new: np.ndarray, own_floor: np.ndarray, shared: in
     finite, has_ref, change = st.finite, st.ref_norm > 0, st.rel_delta
     moved = ~finite | (has_ref & (np.nan_to_num(change, nan=0.0) > floor)) | (~has_ref & (st.delta > 0))
     moved &= ~(new & (st.tuned_norm == 0))  # an all-zero new row is an initialisation no training leaves
+    if untrained is not None:
+        moved &= ~(new & untrained & finite)
     median = float(np.median(st.ref_norm[:shared][~new[:shared]])) if shared else 0.0
     exploded = finite & (st.tuned_norm > EXPLODE * np.maximum(st.ref_norm, median))
     mv = np.flatnonzero(moved & finite)
@@ -435,16 +443,34 @@ def _base_flags(flagged, status, n: int) -> tuple[np.ndarray | None, np.ndarray 
     return fl, ver
 
 
-def _random_like(t_rows: "Rows", rows: _Rows, mean) -> list[int]:
-    """The new rows, when BASE's mean row ``mean`` is all that stands for their initial rows, if
+def _same(base: "LoadedModel", tuned) -> bool:
+    """TUNED is BASE itself: the same file or folder (an adapter on BASE never is)."""
+    if tuned.kind == "peft":
+        return False
+    try:
+        return Path(str(tuned.model.path)).resolve() == Path(str(base.path)).resolve()
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _untrained_like(t_rows: "Rows", b_rows: "Rows", rows: _Rows, mean, floor: float) -> tuple[list[int], dict[int, int]]:
+    """``(random-like ids, {id: BASE row it copies})``: the new rows, when BASE's mean row ``mean``
+    is all that stands for their initial rows, that look never trained: copies of a BASE row (within
+    the noise floor ``floor`` of it, :func:`embscope.changes.findings.copies_of`), and the others if
     together they look like a fresh N(0, σ²) draw (:func:`embscope.changes.findings.random_like`)."""
-    from embscope.changes.findings import random_like
+    from embscope.changes.findings import copies_of, random_like
 
     ids = rows.mean_ids[rows.new[rows.mean_ids]] if len(rows.mean_ids) else rows.mean_ids
     ids = ids[ids < t_rows.n]
-    if rows.reference != "mean" or mean is None or len(ids) < 2:
-        return []
-    return [int(i) for i in ids] if random_like(t_rows.take(ids).float().cpu().numpy(), mean) else []
+    if rows.reference != "mean" or not len(ids):
+        return [], {}
+    new = t_rows.take(ids).float().cpu().numpy()
+    copies = copies_of(new, b_rows, rows.shared, floor)
+    copied = {int(ids[j]): src for j, src in copies.items()}
+    rest = np.asarray([j for j in range(len(ids)) if j not in copies], dtype=np.int64)
+    if mean is None or len(rest) < 2 or not random_like(new[rest], mean):
+        return [], copied
+    return [int(i) for i in ids[rest]], copied
 
 
 def _top_movers(facts: list[MatrixFacts], strings, new, counts) -> list[Mover]:

@@ -11,8 +11,9 @@ code                    severity         when
 ``new-row-unmoved``     error / warning  a token added past BASE's vocabulary that training left at its
                                          initial row (input, or head when untied; an all-zero new row
                                          never counts as moved); a warning when --data is given and never
-                                         produces the token, or when new rows without a recorded initial
-                                         row look like a fresh N(0, σ²) draw (:func:`random_like`)
+                                         produces the token; an error when new rows without a recorded
+                                         initial row look untrained: a fresh N(0, σ²) draw
+                                         (:func:`random_like`) or copies of BASE rows (:func:`copies_of`)
 ``used-row-frozen``     error / warning  rows the data uses that did not move: error when at least
                                          :data:`FROZEN_SHARE` of them (frozen embeddings: LoRA without
                                          ``modules_to_save``), else a warning; a frozen head alone (untied)
@@ -23,9 +24,10 @@ code                    severity         when
 ``tie-broken``          error / warning  BASE ties the head to the embedding, TUNED's differ: error when
                                          TUNED's config still says ``tie_word_embeddings`` (loading it
                                          re-ties them and drops one trained matrix), else a warning
-``nothing-moved``       warning          no row of either matrix moved and no other finding says so
+``nothing-moved``       error / warning  no row of either matrix moved and no other finding says so
                                          (``new-row-unmoved`` and ``used-row-frozen`` name it when TUNED
-                                         has new rows or --data uses rows)
+                                         has new rows or --data uses rows); an error, alone, when TUNED is
+                                         BASE itself (the same files): nothing was trained
 ======================  ===============  ===================================================================
 
 The finding record is the check's (:class:`embscope.readiness.record.Finding`): ``examples`` are
@@ -99,6 +101,10 @@ class DiffFacts:
     rows: int = 0
     #: new rows that look like a fresh N(0, σ²) draw, when nothing records their initial rows
     random_like: list[int] = field(default_factory=list)
+    #: {new row: the BASE row it is a copy of}, when nothing records their initial rows
+    copies: dict[int, int] = field(default_factory=dict)
+    #: TUNED is BASE itself (the same file or folder)
+    same: bool = False
     #: per TUNED row: prompting verified BASE's row under-trained; BASE's row is a special token
     verified: np.ndarray | None = None
     special: np.ndarray | None = None
@@ -140,14 +146,15 @@ def find(f: DiffFacts) -> list[Finding]:
     _vocab_mismatch(f, add)
     _exploded(f, add)
     nothing = bool(f.matrices) and not any(m.moved.any() for m in f.matrices)
-    _new_unmoved(f, add, used, by_use, nothing)
-    if f.random_like:
-        add("new-row-unmoved", "warning",
-            f"{len(f.random_like)} new token row(s) look like a fresh random initialisation (norms alike, no "
-            "component along BASE's mean row) and nothing records their initial rows: whether training moved them "
-            "cannot be measured", f.random_like, len(f.random_like),
-            "pass --manifest (the embscope_extension.json of extend --apply), or diff against a checkpoint saved "
-            "right after the tokens were added")
+    if f.same:
+        add("nothing-moved", "error", "TUNED is BASE itself (the same files): nothing was trained", (), 0,
+            "pass the checkpoint training wrote (its output_dir, or the adapter folder) as TUNED")
+        out.sort(key=lambda x: (-SEVERITIES.index(x.severity), CODES.index(x.code)))
+        return out
+    looks = set(f.random_like) | set(f.copies)
+    _new_unmoved(f, add, used, by_use, nothing, skip=looks)
+    if looks:
+        _untrained_looking(f, add, tok)
     if used is not None:
         _used_frozen(f, add, used, by_use, nothing)
     if used is not None and f.flagged is not None:
@@ -199,15 +206,39 @@ def _exploded(f: DiffFacts, add) -> None:
                 "training (embscope scan --repair), and check for a NaN loss")
 
 
-def _new_unmoved(f: DiffFacts, add, used, by_use, nothing: bool = False) -> None:
+def _untrained_looking(f: DiffFacts, add, tok) -> None:
+    """New rows with no recorded initial rows that look never trained: a fresh random draw, or
+    copies of BASE rows. Nothing shows training moved them, so it is an error (a CI gate must not
+    pass them as learnt)."""
+    ids = sorted(set(f.random_like) | set(f.copies))
+    n_new = int(np.count_nonzero(f.new))
+    parts = []
+    if f.copies:
+        shown = ", ".join(f"{i} {tok(i)!r} = row {j} {tok(j)!r}" for i, j in sorted(f.copies.items())[:3])
+        more = f", +{len(f.copies) - 3} more" if len(f.copies) > 3 else ""
+        parts.append(f"{len(f.copies)} are copies of existing rows ({shown}{more})")
+    if f.random_like:
+        parts.append(f"{len(f.random_like)} look like a fresh random initialisation (norms alike, no component "
+                     "along BASE's mean row)")
+    add("new-row-unmoved", "error",
+        f"{len(ids)} of {n_new} new token row(s) look untrained and nothing records their initial rows: "
+        + "; ".join(parts) + ". Nothing shows that training moved them", ids, len(ids),
+        "pass --manifest (the embscope_extension.json extend --apply wrote), or diff against the checkpoint saved "
+        "right after the tokens were added (its rows are the initial ones); if training never reached them, "
+        "train the embedding and head for them (PEFT: modules_to_save=['embed_tokens', 'lm_head'])")
+
+
+def _new_unmoved(f: DiffFacts, add, used, by_use, nothing: bool = False, skip=frozenset()) -> None:
     """New tokens whose rows stayed where they were initialised (split by whether the data uses them);
-    ``nothing``: no row moved at all, which the message says (one finding, not two)."""
+    ``nothing``: no row moved at all, which the message says (one finding, not two); ``skip``: rows
+    :func:`_untrained_looking` names."""
     n = len(f.new)
     new_ids = np.flatnonzero(f.new)
     if len(new_ids):
         still = np.zeros(n, dtype=bool)
         for m in f.matrices:
             still |= f.new & ~m.moved
+        still[list(skip)] = False
         ids = np.flatnonzero(still)
 
         def where(sub) -> str:
@@ -350,6 +381,43 @@ def _tie_detail(f: DiffFacts) -> str:
         saved = [p for p in [*f.adapter.embed, *f.adapter.output] if "modules_to_save" in p]
         how = " (the adapter saves its own copy: " + "; ".join(saved) + ")" if saved else ""
     return (": " + ", ".join(parts) if parts else "") + how
+
+
+#: rows compared per block when looking for copies: a (4096, d) float32 block
+COPY_BLOCK = 4096
+
+
+def copies_of(new: np.ndarray, rows, shared: int, floor: float) -> dict[int, int]:
+    """``{j: i}``: new rows ``new[j]`` (k, d) that are copies of a BASE row ``i < shared`` of
+    ``rows`` (a :class:`embscope.changes.rows.Rows`): the nearest BASE row by cosine, then
+    ‖new − base‖ / ‖base‖ at most ``floor`` (the matrix's noise floor: what ``moved`` reads as no
+    change; at least 1e-6).
+
+    >>> from embscope.changes.rows import Dense
+    >>> import torch
+    >>> base = Dense(torch.eye(4) + 0.1, "F32")
+    >>> copies_of(np.stack([base.take([2])[0].numpy(), np.ones(4, np.float32)]), base, 4, 0.0)
+    {0: 2}
+    """
+    import torch
+
+    new = np.asarray(new, dtype=np.float32)
+    if not len(new) or not shared:
+        return {}
+    t = torch.from_numpy(new)
+    tn = t / t.norm(dim=1, keepdim=True).clamp_min(1e-30)
+    best = torch.full((len(new),), -2.0)
+    arg = torch.zeros(len(new), dtype=torch.long)
+    for a in range(0, shared, COPY_BLOCK):
+        b = rows.block(a, min(a + COPY_BLOCK, shared)).cpu()
+        cos = tn @ (b / b.norm(dim=1, keepdim=True).clamp_min(1e-30)).T  # (k, block)
+        val, idx = cos.max(dim=1)
+        better = val > best
+        best[better], arg[better] = val[better], idx[better] + a
+    src = rows.take(arg.numpy()).cpu().double().numpy()
+    rel = np.linalg.norm(new.astype(np.float64) - src, axis=1) / np.maximum(np.linalg.norm(src, axis=1), 1e-30)
+    tol = max(float(floor), 1e-6)
+    return {j: int(arg[j]) for j in range(len(new)) if np.linalg.norm(src[j]) > 0 and rel[j] <= tol}
 
 
 def random_like(rows: np.ndarray, mean: np.ndarray) -> bool:

@@ -10,7 +10,7 @@ MARKS = {"ok": ("✓", "green"), "note": ("•", "yellow"), "act": ("✗", "red"
 def print_bottom_line(summary) -> None:
     """``Bottom line:`` and a line per verdict (``→ next command`` under it); nothing when the run
     has no verdict."""
-    from rich.console import Console
+    from embscope.commands.console import console, print_whole
     from rich.text import Text
 
     from embscope.report.escape import display_token
@@ -18,10 +18,10 @@ def print_bottom_line(summary) -> None:
     bl = summary.bottom_line
     if bl is None or not bl.verdicts:
         return
-    con = Console()
+    con = console()
     con.print(Text("Bottom line:", style="bold"))
     for v in bl.verdicts:
         mark, style = MARKS.get(v.level, ("•", ""))
         con.print(Text(f"  {mark} ", style=style) + Text(display_token(v.text)))
         if v.next:
-            con.print(Text(f"    → {display_token(v.next)}", style="dim"))
+            print_whole(con, Text(f"    → {display_token(v.next)}", style="dim"))

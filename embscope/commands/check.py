@@ -32,11 +32,11 @@ def check(
 
 
 def _print(res) -> None:
-    from rich.console import Console
+    from embscope.commands.console import console
     from rich.text import Text
 
     record = res.summary.sections.finetune
-    con = Console()
+    con = console()
     formats = ", ".join(f"{n} {k}" for k, n in record.data.formats.items())
     limit = f"{record.context} ({record.context_from})" if record.context else "unknown"
     con.print(Text(f"Ready to fine-tune with {record.trainer.name}? {record.examples} examples ({formats}), "

@@ -48,12 +48,12 @@ def new_rows_text(record) -> str:
 
 
 def _print(record, res) -> None:
-    from rich.console import Console
+    from embscope.commands.console import console
     from rich.text import Text
 
     from embscope.report.escape import display_token
 
-    con = Console()
+    con = console()
     b, t = record.base, record.tuned
     con.print(Text(f"What training changed: {t.name} ({t.kind}, {t.rows} rows) against {b.name} "
                    f"({b.rows} rows); {new_rows_text(record)}"))

@@ -52,6 +52,7 @@ def print_findings(con, findings) -> None:
     where counted, their uses as an input and as a label); examples; fix."""
     from rich.text import Text
 
+    from embscope.commands.console import print_whole
     from embscope.report.escape import display_token
 
     style = {"error": "red", "warning": "yellow", "info": "cyan"}
@@ -70,4 +71,4 @@ def print_findings(con, findings) -> None:
             con.print(Text(f"         ids: {shown}{more}"))
         if f.examples:
             con.print(Text(f"         examples: {', '.join(map(str, f.examples))}"))
-        con.print(Text(f"         fix: {f.fix}"))
+        print_whole(con, Text(f"         fix: {f.fix}"))

@@ -15,7 +15,7 @@ def models(as_json: Json = False) -> None:
         print_json([{"alias": a.name, "repo_id": a.repo_id, "package": a.package is not None,
                      "description": a.description, **a.facts} for a in ALIASES.values()])
         return
-    from rich.console import Console
+    from embscope.commands.console import console
     from rich.table import Table
 
     table = Table("alias", "source", "rows × hidden", "tied", "RoPE θ", "description")
@@ -23,7 +23,7 @@ def models(as_json: Json = False) -> None:
         f = a.facts
         table.add_row(a.name, "package" if a.package else a.repo_id, f"{f.get('rows')} × {f.get('hidden')}",
                       str(f.get("tied")), f"{f['rope_theta']:g}" if "rope_theta" in f else "—", a.description)
-    Console().print(table)
+    console().print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -268,10 +268,11 @@ def print_json(data) -> None:
 
 
 def print_warnings(warnings: list[str]) -> None:
-    from rich.console import Console
     from rich.text import Text
 
-    con = Console(stderr=True)
+    from embscope.commands.console import console
+
+    con = console(stderr=True)
     for w in warnings:
         con.print(Text(f"warning: {w}", style="yellow"))
 

@@ -20,9 +20,9 @@ def rope(model: ModelOpt, as_json: Json = False) -> None:
     if as_json:
         print_json({"model": model, **summary.to_dict()})
         return
-    from rich.console import Console
+    from embscope.commands.console import console
 
-    Console().print(format_summary(summary))
+    console().print(format_summary(summary))
 
 
 def _gib(n: int) -> str:

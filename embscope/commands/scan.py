@@ -27,11 +27,11 @@ def scan(
     if common.as_json:
         print_json({"folder": str(res.folder), "summary": res.summary})
         return
-    from rich.console import Console
+    from embscope.commands.console import console
 
     from embscope.commands.bottom import print_bottom_line
 
-    Console().print(scan_tables(res.summary.sections.tokens.geometry))
+    console().print(scan_tables(res.summary.sections.tokens.geometry))
     typer.echo(f"wrote {res.folder}/tokens.parquet, summary.json, index.html")
     print_repair(res)
     print_bottom_line(res.summary)

@@ -42,9 +42,11 @@ def languages_table(t, names: list[str], reference: str, summary: Any) -> None:
                 f" {r['parity_lo']:.2f}–{r['parity_hi']:.2f}"
             cells += [fmt(r.get("parity"), ".2f") + ci, fmt(r.get("fertility"), ".2f")]
         table.add_row(*cells)
-    console = Console()
-    # never squeeze numbers into ellipses: widen past the terminal when needed (pipes get 80)
-    console = Console(width=max(console.width, 44 + sum(max(len(n), 16) + 12 for n in names)))
+    from embscope.commands.console import console as make_console
+
+    console = make_console()
+    # never squeeze numbers into ellipses: widen past the terminal when needed (pipes: no limit)
+    console = Console(width=max(console.width, 44 + sum(max(len(n), 6) + 12 for n in names)))
     console.print(table)
     console.print("* fertility counts characters, clusters or syllables there, not words (scripts written "
                   "without spaces, Tibetan): not comparable with the others' (summary.json → sections.languages "
@@ -87,18 +89,21 @@ def comparisons_table(t, names: list[str]) -> None:
             style = "green" if verdict == f"{b} cheaper" else "red" if verdict == f"{a} cheaper" else "dim"
             cells.append(Text(f"{r['ratio']:.2f}{ci} ", style="") + Text(display_token(verdict), style=style))
         table.add_row(*cells)
-    console = Console()
+    from embscope.commands.console import console as make_console
+
+    console = make_console()
     console = Console(width=max(console.width, 12 + sum(len(b) + 40 for _, b in pairs)))
     console.print(table)
 
 
 def extension_table(res: Any) -> None:
     """Savings headline and one row per initialisation strategy, best score first."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    con = Console()
+    from embscope.commands.console import console
+
+    con = console()
     s = res.summary.sections.extension
     if s is None:
         con.print(Text(f"no candidates: {res.summary.skipped.get('extension')}", style="yellow"))

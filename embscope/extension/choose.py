@@ -120,7 +120,12 @@ def recommend(strategies: "dict[str, StrategyRecord]") -> tuple[str, str]:
     parts = [f"{best}: {_fmt(r)}"]
     if len(ranked) > 1:
         nxt = full[ranked[1]]
-        parts.append(f"next {ranked[1]} {nxt.score:+.4f} (+{nxt.score - r.score:.4f})")
+        gap = nxt.score - r.score
+        parts.append(f"next {ranked[1]} {nxt.score:+.4f} (+{gap:.4f})")
+        se = max(r.bits_per_byte_change_se or 0.0, nxt.bits_per_byte_change_se or 0.0)
+        if gap <= se:
+            parts.append(f"within noise: the lead is inside one standard error ({se:.4f}) of the corpus "
+                         f"figure, so {best} and {ranked[1]} are not told apart on this sample")
     rest = sorted(set(pool) - set(full))
     if rest:
         parts.append(f"{', '.join(rest)} scored on the screening sample only, behind these")

@@ -60,6 +60,9 @@ class FlaggedCounts(Record):
     by_indicators: int = 0
     #: {category: {verified, cleared, candidate: flagged rows}}
     status_by_category: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: {category: rows whose isolation passes the threshold} (``isolated`` in tokens.parquet: every
+    #: category; ``isolated`` above counts the normal ones), categories with none left out
+    isolated_by_category: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -366,7 +366,9 @@ def _flagged(ind, normal: np.ndarray, cats_a: np.ndarray, status: list[str | Non
                          isolated=int(ind.isolated[normal].sum()), **gated, total=len(flagged),
                          verified=states["verified"], cleared=states["cleared"], candidates=states["candidate"],
                          by_indicators=int(indicator_flags[normal].sum()),
-                         status_by_category={c: dict(v) for c, v in by_status.items()})
+                         status_by_category={c: dict(v) for c, v in by_status.items()},
+                         isolated_by_category={str(c): k for c in dict.fromkeys(cats_a)
+                                               if (k := int(ind.isolated[cats_a == c].sum()))})
 
 
 def _per_script(ind, normal: np.ndarray, scripts: list[str], tied: bool) -> dict[str, ScriptRow]:

@@ -302,7 +302,8 @@ def verify_rows(model: "LoadedModel", ind: "Indicators", n: int, *, sample: str 
     stopped = len(checked) < len(cands) or len(ctrl) < len(controls) or len(fam) < len(families)
     sp_probs = {r.id: r.max_prob for r in specials.rows} if specials is not None else {}
     k = int(sum(ver))
-    what = (f"the highest-scoring of the {pool:,} normal rows the indicators flag" if sample == "top" else
+    what = (f"all {pool:,} normal rows the indicators flag" if len(checked) >= pool else
+            f"the highest-scoring of the {pool:,} normal rows the indicators flag" if sample == "top" else
             f"a seeded random sample of the {pool:,} normal rows the indicators flag")
     record = VerificationRecord(
         **{**base, "prompts": [p[0] for p in prompts]},

@@ -143,7 +143,8 @@ def geometry_view(geo, categories: dict[str, int]) -> dict[str, Any]:
                    if c != "normal"],
         "zero_rows": f.get("zero_rows"), "by_reason": f.get("by_reason") or {}, "isolated": f.get("isolated"),
         "family": f.get("family") or 0, "drift": f.get("drift") or 0,
-        **{k: f.get(k) for k in ("total", "verified", "cleared", "candidates", "by_indicators")}}
+        **{k: f.get(k) for k in ("total", "verified", "cleared", "candidates", "by_indicators")},
+        "isolated_by_category": f.get("isolated_by_category") or {}}
     vf = view.get("verification")
     if vf is not None:  # every row prompting checked, by kind: the sampled flags, the gated rows, the specials
         sp = vf.get("specials") or {}

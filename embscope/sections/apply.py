@@ -72,4 +72,8 @@ def apply_section(inputs: Inputs) -> SectionOutput:
         manifest = apply(inputs.model, inputs.extension, opts.apply_to, init=opts.apply_init,
                          mode=opts.apply_mode, tokens=inputs.tokens, force=inputs.force)
     fields = {k: v for k, v in manifest.items() if k != "embscope"}  # the stamp is summary.json's own
-    return SectionOutput(record=ApplyRecord(folder=str(opts.apply_to), **fields), result=manifest)
+    rec = inputs.extension.summary.recommended
+    warn = ([f"apply: wrote the rows of {manifest['init']}, not the recommended {rec} (--apply-init auto writes "
+             f"{rec}; summary.json → sections.extension.recommended_why says why)"]
+            if rec and manifest["init"] != rec else [])
+    return SectionOutput(record=ApplyRecord(folder=str(opts.apply_to), **fields), result=manifest, warnings=warn)
