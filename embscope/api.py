@@ -324,7 +324,8 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
            device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
-           limits: Sequence[str] = ()) -> tuple[RunResult, dict | None]:
+           limits: Sequence[str] = (), lang: str | None = None,
+           norm_correction: bool = False) -> tuple[RunResult, dict | None]:
     """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.
 
     Both output folders and ``apply_init`` are checked before any work, so a bad one fails at once;
@@ -338,6 +339,8 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
             load whole, its new rows) to this folder.
         rows_only: with ``apply_to``: write only the new rows.
         tokens: a ``tokens.parquet`` of an earlier scan: its ``flagged`` rows stay out of every mean.
+        lang: the target language (``--lang``; :mod:`embscope.extension.target`).
+        norm_correction: diagnose each strategy's per-script norm-corrected twin (``--norm-correction``).
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).
     Example:

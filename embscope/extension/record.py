@@ -10,6 +10,7 @@ from embscope.corpus.stream import CorpusRead
 from embscope.extension.bpb import BitsPerByte
 from embscope.extension.diagnostics import StrategyRecord
 from embscope.extension.evaluate import ScorePlan
+from embscope.extension.target import TargetLanguageRecord
 from embscope.records import Record
 from embscope.tokenizer.changes import TokenizationCheck
 
@@ -99,3 +100,7 @@ class ExtensionRecord(Record):
     corpus_report: CorpusRead | None = None
     #: where the corpus passes ran
     engine: EngineRecord | None = None
+    #: the extension measured in its target language (``--lang``, else the corpus's main
+    #: language): fertility and parity before/after with 95 % intervals, bits per byte of each
+    #: strategy in that language, English retention; null when the language is unknown
+    target_language: TargetLanguageRecord | None = None
