@@ -402,9 +402,10 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
                                 steps=steps, plan=plan, general=general)
     out = {spec: StrategyRecord(**{**vars(rows[spec]), **figures.get(spec, {})}) for spec in specs}
     if target is not None and target.lang != "eng":  # English is the general text, measured above
-        from embscope.extension.target import target_bits
+        from embscope.extension.target import BPB_BYTES as TARGET_BYTES, target_bits
 
-        target_bits(target, lm, tok, ext.tokenizer, new_ids, rows_of, specs, figures, steps)
+        target_bits(target, lm, tok, ext.tokenizer, new_ids, rows_of, specs, figures, steps,
+                    min(TARGET_BYTES, plan.corpus_bytes))
     rec = result.summary = dataclasses.replace(  # Measured's fields are ExtensionRecord's
         rec, **{f.name: getattr(measured, f.name) for f in dataclasses.fields(measured)})
     base = measured.bits_per_byte_original
