@@ -377,7 +377,11 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
 
             with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"), \
                     fastest_threads(model.dim, compute_precision(), lm), forward_precision():
-                return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"))
+                return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"), priority=counts,
+                                report=fitted)
+
+        counts = result.new_tokens["count"].fill_null(0).to_list() if result.new_tokens is not None else None
+        fitted: dict = {}
 
     names = model.token_strings()
     # One context per matrix for every strategy (its mean and norms are computed once), and one
@@ -395,6 +399,7 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         from embscope.extension.distil import work
 
         rec.distil_work = round(work(lm, found.fit), 4)
+        rec.distil_rows_fitted = fitted.get("rows_fitted")
     if lm is None:
         rec.kl_note = rec.fidelity_note = f"not measured: {reason}"
         return {spec: StrategyRecord(**vars(rows[spec])) for spec in specs}

@@ -104,3 +104,6 @@ class ExtensionRecord(Record):
     #: language): fertility and parity before/after with 95 % intervals, bits per byte of each
     #: strategy in that language, English retention; null when the language is unknown
     target_language: TargetLanguageRecord | None = None
+    #: rows distil fitted (the most frequent whose contexts fit in its work budget; the rest keep
+    #: their subword mean); null when distil did not run
+    distil_rows_fitted: int | None = None
