@@ -116,7 +116,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # extension
           top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
           diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-          distil_work: float | None = None,
+          distil_work: float | None = None, lang: str | None = None, norm_correction: bool = False,
           # the check of ``data``
           data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,

@@ -22,7 +22,7 @@ def hindi(smollm2_model):
 
     # small samples: the figures' machinery is the point here, not their precision
     return suggest(smollm2_model, HINDI, top=20, min_freq=2, init=("subword-mean", "random"), lang="hin",
-                   plan=Plan(corpus_bytes=2048, screen_bytes=1024, confirm=1, general_bytes=2048))
+                   plan=Plan(corpus_bytes=4096, screen_bytes=1024, confirm=1, general_bytes=2048))
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +187,29 @@ def test_norm_correction_hits_the_script_norm(smollm2_model, contexts, hindi):
     lctx = dataclasses.replace(ctx, pieces=[[0], [1]], terms=[" hospital", "Zebra"], memo={})
     got = initialise("random+norm", lctx).double().norm(dim=1).numpy()
     np.testing.assert_allclose(got, norms[latin].mean(), rtol=1e-4)
+
+
+def test_distil_fits_the_most_frequent_rows_within_its_budget():
+    """10,000 new rows, one fit context each, SmolLM2-135M's parameter count: the work planned is
+    within the budget, and the rows chosen are the most frequent (sorted here)."""
+    import types
+
+    import torch
+
+    from embscope.extension.contexts import TermContext
+    from embscope.extension.distil import work, within_budget
+
+    lm = types.SimpleNamespace(parameters=lambda: [torch.empty(134_515_008, device="meta")])
+    rng = np.random.default_rng(0)
+    n = 10_000
+    ctxs = [TermContext(k, list(range(int(rng.integers(5, 48)))), [1, 2], [3, 4, 5]) for k in range(n)]
+    counts = rng.integers(2, 5000, n)
+    assert work(lm, ctxs) > 20  # the whole fit is far over the budget
+    chosen = within_budget(lm, ctxs, counts, 20.0)
+    assert work(lm, chosen) <= 20.0
+    terms = {c.term for c in chosen}
+    assert 0 < len(terms) < n
+    # most frequent first: every chosen row is at least as frequent as the rows that would have fit next
+    ranked = sorted(range(n), key=lambda t: -counts[t])
+    first = ranked[:len(terms) - 5]
+    assert set(first) <= terms

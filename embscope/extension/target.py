@@ -30,12 +30,9 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from embscope.extension.bpb import BitsPerByte
 from embscope.records import Record
-
-if TYPE_CHECKING:  # pragma: no cover
-    from embscope.extension.bpb import BitsPerByte
 
 #: held-out corpus text the tokenizer-cost figures read (tokenizing is cheap: 512 KB in ~1 s)
 SLICE_BYTES = 512 * 1024
@@ -54,19 +51,23 @@ class CostFigures(Record):
     source: str
     #: units (UDHR articles, or corpus texts) read
     units: int
-    #: words (:mod:`embscope.languages.segment`) and UTF-8 bytes in them
+    #: words (:mod:`embscope.languages.segment`)
     words: int
+    #: UTF-8 bytes of the units
     bytes: int
-    #: tokens with the original and with the extended tokenizer
+    #: tokens with the original tokenizer
     tokens_before: int
+    #: tokens with the extended tokenizer
     tokens_after: int
-    #: tokens per word, original and extended (lower is cheaper)
+    #: tokens per word with the original tokenizer (lower is cheaper)
     fertility_before: list[float]
+    #: tokens per word with the extended tokenizer
     fertility_after: list[float]
     #: tokens after / tokens before, paired by unit (below 1: the extension saves)
     token_ratio: list[float]
-    #: tokens(L) / tokens(eng) over aligned units, original and extended (null without alignment)
+    #: tokens(L) / tokens(eng) over aligned units, original tokenizer (null without alignment)
     parity_before: list[float] | None = None
+    #: the same with the extended tokenizer
     parity_after: list[float] | None = None
 
 
@@ -74,11 +75,13 @@ class CostFigures(Record):
 class TargetBits(Record):
     """One strategy's bits per byte on L's UDHR units."""
 
-    #: bits per UTF-8 byte (lower is better) and its SE over units
+    #: bits per UTF-8 byte (lower is better)
     bits_per_byte: float
+    #: its standard error over units
     bits_per_byte_se: float
-    #: against the original model + tokenizer, paired by unit, and its SE
+    #: minus the original model + tokenizer's, paired by unit (below 0: better than the original)
     change: float
+    #: its standard error over units
     change_se: float
 
 
@@ -95,12 +98,14 @@ class TargetLanguageRecord(Record):
     #: cost on the held-out corpus slice
     corpus: CostFigures | None = None
     #: the original model on L's UDHR units (bits per byte ± SE)
-    bits_per_byte_original: "BitsPerByte | None" = None
+    bits_per_byte_original: BitsPerByte | None = None
     #: {strategy: its bits per byte on the same units}
     strategies: dict[str, TargetBits] = field(default_factory=dict)
-    #: English bits per byte (UDHR English) before, after with ``english_strategy``, its SE over units
+    #: English bits per byte (UDHR English) of the original model
     english_before: float | None = None
+    #: the same with ``english_strategy``'s rows
     english_after: float | None = None
+    #: the SE over units of ``english_before``
     english_se: float | None = None
     #: the strategy whose English figure is reported (the recommended one)
     english_strategy: str | None = None
@@ -220,7 +225,7 @@ def model_figures(rec: TargetLanguageRecord, lm, tok, ext_tok, new_ids: Sequence
                   max_bytes: int = BPB_BYTES) -> None:
     """Fill the original's and each strategy's bits per byte on L's UDHR units (``rows``: the
     strategies to measure, ``{name: {"embed", "output"?}}``)."""
-    from embscope.extension.bpb import BitsPerByte, summarize, text_losses
+    from embscope.extension.bpb import summarize, text_losses
     from embscope.extension.contexts import spread, start_ids
 
     units = list(udhr_units(rec.lang).values())
