@@ -213,3 +213,16 @@ def test_distil_fits_the_most_frequent_rows_within_its_budget():
     ranked = sorted(range(n), key=lambda t: -counts[t])
     first = ranked[:len(terms) - 5]
     assert set(first) <= terms
+
+
+def test_lang_and_init_names_are_checked():
+    from embscope.errors import SpecError
+    from embscope.extension.init import expand_specs
+    from embscope.sections.options import RunOptions
+
+    assert RunOptions.build(lang="hin", norm_correction=True).lang == "hin"
+    with pytest.raises(SpecError, match="not a language code"):
+        RunOptions.build(lang="Hindi")
+    assert {"focus", "random"} <= set(expand_specs(["auto"]))
+    with pytest.raises(SpecError, match="did you mean 'focus'"):
+        expand_specs(["focsu+norm"])

@@ -389,9 +389,10 @@ def check_strategy(name: str) -> str:
     with a "did you mean"."""
     from embscope.extension.norms import SUFFIX
 
-    if name.removesuffix(SUFFIX) not in STRATEGIES:
-        raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(name, [*STRATEGIES, AUTO])}; "
-                              f"choose from {AUTO}, {', '.join(STRATEGIES)}")
+    base = name.removesuffix(SUFFIX)
+    if base not in STRATEGIES:
+        raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(base, [*STRATEGIES, AUTO])}; "
+                              f"choose from {AUTO}, {', '.join(STRATEGIES)} (any with {SUFFIX})")
     return name
 
 
