@@ -228,8 +228,15 @@ def model_figures(rec: TargetLanguageRecord, lm, tok, ext_tok, new_ids: Sequence
     from embscope.extension.bpb import summarize, text_losses
     from embscope.extension.contexts import spread, start_ids
 
-    units = list(udhr_units(rec.lang).values())
-    if not units or not rows:
+    # articles of at most a quarter of the budget (the preamble, 4.8 KB in Hindi, would fill a
+    # 4 KB sample alone: an SE needs several units), evenly spread
+    every = udhr_units(rec.lang)
+    units = [u for u in every.values() if len(u.encode("utf-8")) <= max_bytes // 4]
+    if not every:  # tokenizer_costs said so
+        return
+    if len(units) < 2 or not rows:
+        rec.notes.append(f"bits per byte in {rec.lang} not measured: fewer than 2 UDHR articles of at most "
+                         f"{max_bytes // 4} bytes" if rows else "no strategy to measure in the target language")
         return
     texts = spread(units, max_bytes)
     losses = text_losses(lm, texts, tok, ext_tok, start_ids(tok, lm.config.bos_token_id), new_ids, rows)
