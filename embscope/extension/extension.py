@@ -69,6 +69,8 @@ class ExtensionResult:
     new_tokens: "pl.DataFrame | None" = field(default=None, repr=False)
     #: ``focus``: the corpus's static token embeddings, trained on first call (memoised)
     static: "Any" = field(default=None, repr=False)
+    #: the held-out corpus slice of the target language (its tokenizer costs: the extension section)
+    target_texts: list[str] = field(default_factory=list, repr=False)
 
     @property
     def token_ids(self) -> list[int]:
@@ -178,10 +180,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         distil_work: the most work ``distil`` may do inside ``auto``, 10¹² multiply-adds
             (:func:`embscope.extension.distil.work`, estimated before it runs; ``None``: no limit);
             a named ``distil`` always runs.
-        lang: the target language (ISO 639-3, as ``corpora/udhr`` names it): its before/after
-            figures (:mod:`embscope.extension.target`), and ``auto`` picks on its bits per byte.
-            ``None``: the corpus's main language, for the figures only.
-        norm_correction: diagnose each strategy's per-script norm-corrected twin too (``NAME+norm``).
+        lang, norm_correction: the target language (:mod:`.target`), each strategy's ``+norm`` twin too.
 
     Returns:
         :class:`ExtensionResult`.
@@ -193,15 +192,14 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     from embscope.corpus.engine import Engine
     from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
     from embscope.extension.focus import corpus_static
-    from embscope.extension.target import target_costs
     from embscope.extension.init import AUTO, expand_specs
+    from embscope.extension.target import target_record
     from embscope.models.fullmodel import load_hf_tokenizer
 
     _check_args(top, max_ngram, min_freq, as_)
     specs = expand_specs(init, norm_correction)  # unknown names fail before any work
     optional = set(expand_specs([AUTO], norm_correction)) - set(init) if AUTO in init else set()
-    steps = steps or Steps(verbose=False)
-    engine = engine or Engine()
+    steps, engine = steps or Steps(verbose=False), engine or Engine()
     tok = load_hf_tokenizer(model)
     with steps.step("candidates", "reading the corpus and counting terms"):
         cands, report = corpus_candidates(tok, corpus_path, max_ngram=max_ngram, min_freq=min_freq,
@@ -222,13 +220,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
                              piece_counts=saved.counts, extension=ext,
                              new_tokens=new_tokens_table(ext, saved.counts_extended),
                              static=corpus_static(corpus_path, ext.tokenizer, sample_bytes, options))
-    with steps.step("target language", "tokenizer cost in the target language, before and after"):
-        target = target_costs(tok, ext.tokenizer, corpus_path, lang, sample_bytes, options)
-    summary.target_language = target
+    summary.target_language, result.target_texts = target_record(corpus_path, lang, sample_bytes, options)
     if diagnostics:
         _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
                      {"distil": distil_work} if "distil" in optional else {}, sample_bytes, options,
-                     target, lang is not None)
+                     summary.target_language, lang is not None)
     return result
 
 

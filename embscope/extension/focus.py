@@ -37,8 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
 
-    from embscope.extension.init import InitContext
-
 #: static vector size: FOCUS trains 300-d fastText vectors; 100 keeps training on a few MB of text
 #: within a minute on one core, and cosine neighbours of frequent tokens barely change above it
 DIM = 100
@@ -125,18 +123,19 @@ def focus_weights(new_vecs: "torch.Tensor", overlap_vecs: "torch.Tensor"):
     return out
 
 
-def init_focus(ctx: "InitContext") -> "torch.Tensor":
-    """FOCUS rows (module docstring); needs ``ctx.static`` (the corpus's static embeddings)."""
+def init_focus(ctx, fallback: "torch.Tensor") -> "torch.Tensor":
+    """FOCUS rows (module docstring) for an :class:`~embscope.extension.init.InitContext` with
+    ``static`` (the corpus's static embeddings); ``fallback`` (n_new, d): the rows of new tokens
+    without a static vector (their subword mean)."""
     import torch
 
     from embscope.errors import SpecError
-    from embscope.extension.init import init_subword_mean
 
     if ctx.static is None or ctx.new_ids is None:
         raise SpecError("--init focus trains static embeddings on the corpus; run it through suggest() "
                         "(extend) with the corpus")
     emb = ctx.static()
-    out = init_subword_mean(ctx)
+    out = fallback.clone()
     pos = {int(t): k for k, t in enumerate(emb.ids.tolist())}
     n_old = ctx.matrix.shape[0]
     new_set = {int(i) for i in ctx.new_ids}

@@ -75,6 +75,8 @@ if TYPE_CHECKING:  # pragma: no cover
 HEWITT_EPS = 1e-5
 #: rows per chunk when scanning a (V, d) matrix: 8192 × 4096 float32 = 128 MiB at most
 CHUNK_ROWS = 8192
+#: the spec suffix that rescales a strategy's rows per script (:mod:`embscope.extension.norms`)
+NORM_SUFFIX = "+norm"
 #: knn-pull: neighbours and pull strength (0 = pure subword-mean, 1 = neighbour mean)
 KNN_K = 10
 KNN_ALPHA = 0.5
@@ -342,7 +344,7 @@ STRATEGIES: dict[str, Callable[[InitContext], "torch.Tensor"]] = {
 def _focus(ctx: InitContext) -> "torch.Tensor":
     from embscope.extension.focus import init_focus
 
-    return init_focus(ctx)
+    return init_focus(ctx, init_subword_mean(ctx))
 
 
 #: ``--init auto``: diagnose these and recommend one (:mod:`embscope.extension.choose`)
@@ -369,14 +371,12 @@ def expand_specs(specs: Sequence[str], norm_correction: bool = False) -> list[st
     >>> expand_specs(["focus", "mean/random"], norm_correction=True)
     ['focus', 'focus+norm', 'mean/random', 'mean+norm/random+norm']
     """
-    from embscope.extension.norms import SUFFIX
-
     out: list[str] = []
     for spec in specs:
         for s in (auto_strategies() if spec == AUTO else [spec]):
             twins = [s]
             if norm_correction:
-                twins.append("/".join(p if p.endswith(SUFFIX) else p + SUFFIX for p in s.split("/")))
+                twins.append("/".join(p if p.endswith(NORM_SUFFIX) else p + NORM_SUFFIX for p in s.split("/")))
             for t in twins:
                 parse_init(t)
                 if t not in out:
@@ -387,12 +387,10 @@ def expand_specs(specs: Sequence[str], norm_correction: bool = False) -> list[st
 def check_strategy(name: str) -> str:
     """``name`` if registered (with or without the ``+norm`` suffix), else :class:`UnknownStrategy`
     with a "did you mean"."""
-    from embscope.extension.norms import SUFFIX
-
-    base = name.removesuffix(SUFFIX)
+    base = name.removesuffix(NORM_SUFFIX)
     if base not in STRATEGIES:
         raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(base, [*STRATEGIES, AUTO])}; "
-                              f"choose from {AUTO}, {', '.join(STRATEGIES)} (any with {SUFFIX})")
+                              f"choose from {AUTO}, {', '.join(STRATEGIES)} (any with {NORM_SUFFIX})")
     return name
 
 
@@ -411,12 +409,12 @@ def parse_init(spec: str) -> tuple[str, str]:
 def initialise(name: str, ctx: InitContext) -> "torch.Tensor":
     """Rows for the new terms, ``(len(ctx.pieces), d)`` float32, by strategy ``name`` (``NAME+norm``:
     then rescaled per script, :func:`embscope.extension.norms.norm_correct`)."""
-    from embscope.extension.norms import SUFFIX, norm_correct
+    from embscope.extension.norms import norm_correct
 
-    base = check_strategy(name).removesuffix(SUFFIX)
-    if not name.endswith(SUFFIX):
+    base = check_strategy(name).removesuffix(NORM_SUFFIX)
+    if not name.endswith(NORM_SUFFIX):
         return STRATEGIES[base](ctx)
     key = f"rows:{base}"  # NAME and NAME+norm share one run of NAME (distil fits once)
     if key not in ctx.memo:
         ctx.memo[key] = STRATEGIES[base](ctx)
-    return norm_correct(ctx, ctx.memo[key])
+    return norm_correct(ctx, ctx.memo[key], trained_norms(ctx))

@@ -23,25 +23,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from embscope.extension.init import InitContext
-
 #: fewest trained rows of a script whose mean norm is used; below it, every trained row's
 #: (a mean of 20 norms is within ~5 % of the script's own when norms vary by ~20 %)
 MIN_ROWS = 20
-#: the spec suffix that applies the correction to a strategy
-SUFFIX = "+norm"
-
-
-def script_norms(ctx: "InitContext") -> tuple[dict[str, tuple[float, int]], float]:
-    """``({script: (mean norm, rows)}, mean norm of every trained row)``, memoised per context."""
+def script_norms(ctx, norms: "torch.Tensor") -> tuple[dict[str, tuple[float, int]], float]:
+    """``({script: (mean norm, rows)}, mean norm of every trained row)`` of an
+    :class:`~embscope.extension.init.InitContext`, ``norms`` its trained rows' norms in id order;
+    memoised per context."""
     if "script_norms" in ctx.memo:
         return ctx.memo["script_norms"]
     import torch
 
-    from embscope.extension.init import trained_norms
     from embscope.text.script import script_of
 
-    norms = trained_norms(ctx)                                    # (n_trained,) in id order
     ids = torch.nonzero(ctx.trained).flatten().tolist()
     texts = ctx.token_text or []
     acc: dict[str, list[float]] = defaultdict(list)
@@ -54,13 +48,13 @@ def script_norms(ctx: "InitContext") -> tuple[dict[str, tuple[float, int]], floa
     return out
 
 
-def target_norms(ctx: "InitContext") -> "torch.Tensor":
+def target_norms(ctx, norms: "torch.Tensor") -> "torch.Tensor":
     """(n_new,) the norm each new row is rescaled to (module docstring)."""
     import torch
 
     from embscope.text.script import script_of
 
-    per_script, overall = script_norms(ctx)
+    per_script, overall = script_norms(ctx, norms)
     terms = ctx.terms or [""] * len(ctx.pieces)
     out = []
     for t in terms:
@@ -69,7 +63,7 @@ def target_norms(ctx: "InitContext") -> "torch.Tensor":
     return torch.tensor(out, dtype=torch.float32)
 
 
-def norm_correct(ctx: "InitContext", rows: "torch.Tensor") -> "torch.Tensor":
+def norm_correct(ctx, rows: "torch.Tensor", norms: "torch.Tensor") -> "torch.Tensor":
     """``rows`` (n_new, d) rescaled to :func:`target_norms`."""
-    target = target_norms(ctx)
+    target = target_norms(ctx, norms)
     return rows.float() * (target / rows.float().norm(dim=1).clamp_min(1e-12))[:, None]

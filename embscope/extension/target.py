@@ -3,7 +3,8 @@
 ``extend --lang CODE`` (default: the corpus's main language) adds, for language L:
 
 - **Tokenizer cost**, original tokenizer against extended, with 95 % percentile-bootstrap
-  intervals over units (:func:`embscope.languages.bootstrap.ratio_interval`), on two samples:
+  intervals over units (:func:`embscope.languages.bootstrap.ratio_interval`; measured by
+  :mod:`embscope.languages.adaptation`, brought in by the extension section), on two samples:
   L's UDHR articles (``corpora/udhr/<L>.jsonl``, aligned with ``eng.jsonl`` by ``unit``) and a
   held-out slice of the corpus (1 text in 4, never fitted on; the texts of L where the corpus
   labels languages). Per sample:
@@ -170,53 +171,25 @@ def main_language(sizes: Counter) -> tuple[str | None, str]:
     return lang, f"the corpus's main language ({100 * n / sum(sizes.values()):.0f} % of its bytes)"
 
 
-def _lengths(tok, texts: Sequence[str]):
-    import numpy as np
-
-    return np.array([len(e.ids) for e in tok.encode_batch(list(texts), add_special_tokens=False)], dtype=np.float64)
-
-
-def _triple(num, den, seed: int = 0) -> list[float]:
-    from embscope.languages.bootstrap import ratio_interval
-
-    return [round(v, 5) for v in ratio_interval(num, den, seed=seed)]
-
-
-def cost_figures(old_tok, ext_tok, texts: Sequence[str], source: str,
-                 reference: Sequence[str] | None = None) -> CostFigures:
-    """:class:`CostFigures` of ``texts`` (one unit each); ``reference``: the aligned English units
-    (parity), in the same order."""
-    import numpy as np
-
-    from embscope.languages.segment import count_words
-
-    words = np.array([count_words(t) for t in texts], dtype=np.float64)
-    before, after = _lengths(old_tok, texts), _lengths(ext_tok, texts)
-    out = CostFigures(source=source, units=len(texts), words=int(words.sum()),
-                      bytes=sum(len(t.encode("utf-8")) for t in texts), tokens_before=int(before.sum()),
-                      tokens_after=int(after.sum()), fertility_before=_triple(before, words),
-                      fertility_after=_triple(after, words), token_ratio=_triple(after, before))
-    if reference:
-        out.parity_before = _triple(before, _lengths(old_tok, reference))
-        out.parity_after = _triple(after, _lengths(ext_tok, reference))
-    return out
-
-
-def tokenizer_costs(rec: TargetLanguageRecord, old_tok, ext_tok, held: Sequence[str]) -> None:
-    """Fill ``rec.udhr`` and ``rec.corpus`` (the notes say what is missing)."""
+def tokenizer_costs(rec: TargetLanguageRecord, old_tok, ext_tok, held: Sequence[str], measure) -> None:
+    """Fill ``rec.udhr`` and ``rec.corpus`` (the notes say what is missing). ``measure(old_tok,
+    ext_tok, texts, reference)`` gives a sample's figures as :class:`CostFigures`' fields other
+    than ``source`` (:func:`embscope.languages.adaptation.cost_figures`: the languages package
+    counts words and bootstraps; the extension section brings the two together)."""
     units = udhr_units(rec.lang)
     if units:
         eng = udhr_units(REFERENCE)
         shared = [u for u in units if u in eng]
-        rec.udhr = cost_figures(old_tok, ext_tok, [units[u] for u in shared],
-                                f"UDHR {rec.lang} (corpora/udhr/{rec.lang}.jsonl), {len(shared)} articles aligned "
-                                f"with {REFERENCE}", [eng[u] for u in shared] if rec.lang != REFERENCE else None)
+        rec.udhr = CostFigures(source=f"UDHR {rec.lang} (corpora/udhr/{rec.lang}.jsonl), {len(shared)} articles "
+                                      f"aligned with {REFERENCE}",
+                               **measure(old_tok, ext_tok, [units[u] for u in shared],
+                                         [eng[u] for u in shared] if rec.lang != REFERENCE else None))
     else:
         rec.notes.append(f"corpora/udhr has no {rec.lang}.jsonl: no UDHR figures (the UDHR files are named by "
                          "ISO 639-3 code, e.g. hin, tam, ben)")
     if held:
-        rec.corpus = cost_figures(old_tok, ext_tok, held, f"held-out corpus text (1 text in 4, never fitted on), "
-                                                          f"{len(held)} texts")
+        rec.corpus = CostFigures(source=f"held-out corpus text (1 text in 4, never fitted on), {len(held)} texts",
+                                 **measure(old_tok, ext_tok, held, None))
     else:
         rec.notes.append("the corpus has no held-out text of this language")
 
@@ -279,18 +252,17 @@ def recommend_target(rec: TargetLanguageRecord, strategies: dict, english_se: fl
     return best, why
 
 
-def target_costs(tok, ext_tok, corpus_path, lang, sample_bytes, options):
-    """The target language's record with its tokenizer costs, or None when the language is
-    neither given nor found in the corpus."""
+def target_record(corpus_path, lang, sample_bytes, options) -> tuple[TargetLanguageRecord | None, list[str]]:
+    """``(the target language's record, its held-out corpus slice)``; ``(None, [])`` when the
+    language is neither given nor found in the corpus. The tokenizer costs are filled by
+    :func:`tokenizer_costs`, the model's figures by :func:`target_bits`."""
     held, sizes = corpus_slice(corpus_path, lang, sample_bytes=sample_bytes, options=options)
     source = "--lang"
     if lang is None:
         lang, source = main_language(sizes)
         if lang is None:
-            return None
-    rec = TargetLanguageRecord(lang=lang, lang_source=source)
-    tokenizer_costs(rec, tok, ext_tok, held)
-    return rec
+            return None, []
+    return TargetLanguageRecord(lang=lang, lang_source=source), held
 
 
 def english_retention(rec, target, strategies, pick_on_target: bool) -> None:

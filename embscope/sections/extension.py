@@ -43,5 +43,20 @@ def extension_section(inputs: Inputs) -> SectionOutput:
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
         finally:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
+        target_costs(ext, inputs.model)
     return SectionOutput(record=ext.summary, tables={"candidates": ext.table, "new_tokens": ext.new_tokens},
                          result=ext, gives={"extension": ext})
+
+
+def target_costs(ext, model) -> None:
+    """The target language's tokenizer cost before → after (fertility, parity, token ratio with
+    their intervals) into ``ext.summary.target_language``: measured by the languages package
+    (:func:`embscope.languages.adaptation.cost_figures`) on the texts the extension chose
+    (:func:`embscope.extension.target.tokenizer_costs`)."""
+    from embscope.extension.target import tokenizer_costs
+    from embscope.languages.adaptation import cost_figures
+    from embscope.models.fullmodel import load_hf_tokenizer
+
+    rec = ext.summary.target_language
+    if rec is not None and ext.extension is not None:
+        tokenizer_costs(rec, load_hf_tokenizer(model), ext.extension.tokenizer, ext.target_texts, cost_figures)
