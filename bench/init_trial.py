@@ -2,7 +2,7 @@
 
     python bench/init_trial.py [--model smollm2-135m] [--top 200] [--steps 30] [--batch 4] [--seq 64]
                                [--lr 3e-3] [--eval-every 5] [--held-bytes 4096] [--init auto,distil]
-                               [--json OUT]
+                               [--json OUT] [--corpus PATH] [--lang CODE] [--min-freq N] [--norm-correction]
 
 1. :func:`embscope.extension.suggest` on ``corpora/medical`` with ``--init auto,distil`` (every
    strategy, ``distil`` named so that its time budget, estimated in wall seconds and so at the
@@ -16,7 +16,10 @@
 3. Every ``--eval-every`` steps, the held-out loss: bits per byte of the same held-out corpus sample
    the extension measures (4 KB, extended tokenizer; :func:`embscope.extension.bpb.text_losses`,
    all strategies in one pass), and at the start and the end bits per byte on general text (UDHR
-   English), each against the original model + tokenizer.
+   English), each against the original model + tokenizer. With ``--lang CODE`` (a target
+   language), also at the start and the end bits per byte on that language's UDHR articles
+   (``corpora/udhr/CODE.jsonl``: never in the corpus the rows learn from), and ``suggest`` picks on
+   the target language.
 
 Prints one table (Δ bits per byte against the original model at each evaluated step, the area
 under the curve, ranks) and the answer: does the strategy ``auto`` recommends start lowest and
@@ -83,6 +86,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", default="auto,distil", help="comma-separated specs for suggest")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--lang", default=None, help="target language: suggest(lang=...) and UDHR bits per byte in it")
+    ap.add_argument("--min-freq", type=int, default=5)
+    ap.add_argument("--norm-correction", action="store_true", help="each strategy's +norm twin too")
     args = ap.parse_args()
 
     import torch
@@ -100,7 +106,8 @@ def main() -> None:
     torch.manual_seed(args.seed)
     w0, c0 = time.perf_counter(), cpu()
     model = embscope.load_model(args.model)
-    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), plan=plan_for(24 * 1024))
+    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), plan=plan_for(24 * 1024),
+                  min_freq=args.min_freq, lang=args.lang, norm_correction=args.norm_correction)
     t_suggest = (time.perf_counter() - w0, cpu() - c0)
     s = res.summary
     lm = load_causal_lm(model)
@@ -152,6 +159,11 @@ def main() -> None:
     w1, c1 = time.perf_counter(), cpu()
     with fastest_threads():  # under load one intra-op thread can be 10x faster (fullmodel.py)
         _, g0 = evaluate(general)
+        if args.lang:
+            from embscope.extension.target import udhr_units
+
+            target = spread(list(udhr_units(args.lang).values()), 8 * 1024)
+            t_base, t0 = evaluate(target)
         for step in range(args.steps + 1):
             if step % args.eval_every == 0 or step == args.steps:
                 base, figs = evaluate(held)
@@ -166,6 +178,8 @@ def main() -> None:
                 train_step(n, batches[step])
             t_train += time.perf_counter() - t
         _, g1 = evaluate(general)
+        if args.lang:
+            _, t1 = evaluate(target)
     t_trial = (time.perf_counter() - w1, cpu() - c1)
 
     rec = s.recommended
@@ -187,6 +201,17 @@ def main() -> None:
         sc = "—" if score[n] is None else f"{score[n]:+.4f}"
         vals = " | ".join(f"{v:+.4f} ± {e:.4f}" for v, e in curves[n])
         print(f"| {n}{mark} | {sc} | {vals} | {auc[n]:+.4f} | {g0[n][0]:+.5f} → {g1[n][0]:+.5f} |")
+    if args.lang:
+        print(f"\n{args.lang} UDHR ({len(target)} articles, {t_base['bytes']} bytes, original {t_base['bits_per_byte']} "
+              f"± {t_base['bits_per_byte_se']} bits/byte), Δ bits per byte at step 0 → {args.steps}:")
+        print("| strategy | Δ bpb @0 | Δ bpb @end |\n|---|---|---|")
+        for n in sorted(names, key=lambda n: t1[n][0]):
+            print(f"| {n} | {t0[n][0]:+.4f} ± {t0[n][1]:.4f} | {t1[n][0]:+.4f} ± {t1[n][1]:.4f} |")
+        tl = s.target_language
+        if tl is not None and tl.udhr is not None:
+            print(f"fertility {tl.udhr.fertility_before} → {tl.udhr.fertility_after}; parity {tl.udhr.parity_before} "
+                  f"→ {tl.udhr.parity_after}; English {tl.english_before} → {tl.english_after} ± {tl.english_se} "
+                  f"({tl.english_strategy}, retained {tl.english_retained})")
     scored = [n for n in names if score[n] is not None]
     best_start, best_end, best_auc = (min(names, key=d.get) for d in (start0, final, auc))
     rank_end = sorted(names, key=final.get).index(rec) + 1 if rec in names else None
@@ -200,6 +225,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({
             "summary": {k: v for k, v in s.to_dict().items() if k != "strategies"}, "strategies": to_json(s.strategies),
             "evals": evals, "curves": curves, "general": {"start": g0, "end": g1}, "args": vars(args),
+            "target": {"start": t0, "end": t1} if args.lang else None,
             "times": {"suggest": t_suggest, "trial": t_trial, "train_s": t_train}}, default=str, indent=1))
 
 

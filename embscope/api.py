@@ -120,7 +120,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # extension
           top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
           diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-          distil_work: float | None = None,
+          distil_work: float | None = None, lang: str | None = None, norm_correction: bool = False,
           # the check of ``data``
           data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
@@ -338,7 +338,8 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
            device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
-           limits: Sequence[str] = ()) -> tuple[RunResult, dict | None]:
+           limits: Sequence[str] = (), lang: str | None = None,
+           norm_correction: bool = False) -> tuple[RunResult, dict | None]:
     """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.
 
     Both output folders and ``apply_init`` are checked before any work, so a bad one fails at once;
@@ -355,6 +356,8 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
         method: ``terms`` (the best words) or ``merges`` (continued BPE on the corpus, up to
             ``rows`` new tokens; the corpus may be a ``word<TAB>count`` list).
         rows: the most new tokens (rows), intermediates included; needed by ``merges``.
+        lang: the target language (``--lang``; :mod:`embscope.extension.target`).
+        norm_correction: diagnose each strategy's per-script norm-corrected twin (``--norm-correction``).
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).
     Example:

@@ -127,6 +127,8 @@ RUN_OPTS: dict[str, RunOpt] = {
     "distil_work": RunOpt("distil_work", Annotated[Optional[float], _opt("--distil-work", min=0, help="the work distil may do inside --init auto, in 10^12 multiply-adds (tokens x the model's parameters, known before it runs: SmolLM2-135M + corpora/medical needs ~2.4; default: 20 in extend, 0 in audit); --init distil always runs it")]),
     "method": RunOpt("method", Annotated[str, _opt("--method", help=f"how new tokens are picked ({names('method')}): terms (the best words by estimated savings, each with its merge chain) or merges (continued BPE on the corpus from the model's own tokenization, up to --rows new tokens; the corpus may be a word<TAB>count list; --min-freq: the least count of a merged pair)")]),
     "rows": RunOpt("rows", Annotated[Optional[int], _opt("--rows", min=1, help="the most rows (new tokens, intermediates included) the tokenizer grows by; needed by --method merges, bounds --method terms too")]),
+    "lang": RunOpt("lang", Annotated[Optional[str], _opt("--lang", help="the extension's target language (ISO 639-3, as corpora/udhr names it: hin, tam, ben): fertility and parity before/after with 95% intervals, bits per byte of each initialisation in it, English retention; auto picks on it (default: the corpus's main language, figures only)")]),
+    "norm_correction": RunOpt("norm_correction", Annotated[bool, _opt("--norm-correction", help="also diagnose each initialisation with its new rows rescaled to the mean norm of the model's rows in their script (NAME+norm)")]),
     # corpus reading and where the passes run
     "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], _opt("--sample-bytes", min=1, help="read at most N bytes of text per language")]),
     "engine": RunOpt("engine", Annotated[EngineKind, _opt("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")],
@@ -161,7 +163,8 @@ LOAD = ("device", "trust_pickle", "download")
 SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sample", "verify_work", "repair", "repair_init")
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
-EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work")
+EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work",
+             "lang", "norm_correction")
 #: extend's own: how new tokens are picked, and how many rows
 EXTEND_ONLY = ("method", "rows")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")

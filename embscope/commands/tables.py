@@ -123,6 +123,10 @@ def extension_table(res: Any) -> None:
                        "such words are added only with --as added", style="yellow"))
     if s.terms_skipped:
         con.print(Text(f"{len(s.terms_skipped)} terms not added (summary.json → terms_skipped)", style="yellow"))
+    target = getattr(s, "target_language", None)
+    first = target is not None and target.lang_source == "--lang"
+    if first:  # the language asked for leads
+        target_table(con, target)
     if s.strategies:
         t = Table("init", "score b/B", "Δ corpus ± SE", "Δ general", "reading", "fidelity KL (term / after)",
                   "top-1", "KL old text (mean / max)", "mass max", title=Text(s.kl_note or ""))
@@ -153,7 +157,44 @@ def extension_table(res: Any) -> None:
             con.print(Text(f"* recommended: {s.recommended_why}"))
         if s.general_note:
             con.print(Text(s.general_note, style="yellow"))
+    if target is not None and not first:
+        target_table(con, target)
     con.print(Text(f"candidates: {res.folder / 'candidates.parquet'}"))
     applied = res.summary.sections.apply
     if applied is not None:
         con.print(Text(f"extended model ({applied.format}, {applied.init}): {applied.folder}"))
+
+
+def _ci(v) -> str:
+    """``[point, lo, hi]`` as ``point [lo, hi]``."""
+    return "—" if not v else f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"
+
+
+def target_table(con, t) -> None:
+    """The target language's before/after figures (:class:`embscope.extension.target.TargetLanguageRecord`)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    tab = Table("sample", "units", "fertility before → after", "parity before → after", "tokens after / before",
+                title=Text(f"target language {t.lang} ({t.lang_source}); 95 % bootstrap intervals over units"))
+    for c in (t.udhr, t.corpus):
+        if c is not None:
+            tab.add_row(c.source, f"{c.units:,}", f"{_ci(c.fertility_before)} → {_ci(c.fertility_after)}",
+                        "—" if c.parity_before is None else f"{_ci(c.parity_before)} → {_ci(c.parity_after)}",
+                        _ci(c.token_ratio))
+    con.print(tab)
+    base = t.bits_per_byte_original
+    if base is not None and t.strategies:
+        bits = Table("init", f"bits/byte in {t.lang} ± SE", "Δ ± SE (paired)",
+                     title=Text(f"original model: {base.bits_per_byte} ± {base.bits_per_byte_se} bits/byte on "
+                                f"{base.bytes:,} bytes of {base.source}"))
+        for name, b in sorted(t.strategies.items(), key=lambda kv: kv[1].change):
+            bits.add_row(name, f"{b.bits_per_byte:.4f} ± {b.bits_per_byte_se:.4f}", f"{b.change:+.4f} ± {b.change_se:.4f}")
+        con.print(bits)
+    if t.english_before is not None:
+        ok = t.english_retained
+        con.print(Text(f"English retention ({t.english_strategy}): {t.english_before} → {t.english_after} bits/byte "
+                       f"(SE {t.english_se}): " + ("within its SE" if ok else "moved by more than its SE"),
+                       style="" if ok else "yellow"))
+    for note in t.notes:
+        con.print(Text(note, style="yellow"))

@@ -12,6 +12,12 @@ Each prefix is run once (no gradient) and its key/value cache reused, so a step 
 forward and backward of 1 + AFTER positions per context. Rows of terms without a fit context
 stay at their start. For tied models the fitted row is the output row too; the disturbance
 checks of :mod:`.diagnostics` measure what that does to old text.
+
+**Many rows.** The work grows with the rows (one fit context each), so a language-sized extension
+(10,000 rows: ~135×10¹² multiply-adds on SmolLM2-135M) would exceed any fixed budget. Given the
+rows' corpus counts (``priority``), a fit over its budget fits the most frequent rows whose
+contexts fit in the budget (:func:`within_budget`) and leaves the rest at their start: the rows
+that carry most of the text are fitted, and the work stays what the budget says at any row count.
 """
 
 from __future__ import annotations
@@ -58,6 +64,27 @@ def work(lm, ctxs: Sequence["TermContext"], steps: int | None = None) -> float:
     return tokens * params / 1e12
 
 
+def within_budget(lm, ctxs: Sequence["TermContext"], priority: Sequence[float], budget: float,
+                  steps: int | None = None) -> list["TermContext"]:
+    """The contexts of the highest-``priority`` terms (``priority[term]``: its corpus count) whose
+    :func:`work` adds up to at most ``budget`` (10¹² multiply-adds), most frequent first.
+
+    Example: three terms of counts [5, 50, 9] and one context each of work 0.4 under budget 1.0 →
+    the contexts of terms 1 and 2.
+    """
+    per_term: dict[int, list] = {}
+    for c in ctxs:
+        per_term.setdefault(c.term, []).append(c)
+    out, used = [], 0.0
+    for term in sorted(per_term, key=lambda t: -float(priority[t]) if t < len(priority) else 0.0):
+        need = work(lm, per_term[term], steps)
+        if used + need > budget:
+            continue
+        out.extend(per_term[term])
+        used += need
+    return out
+
+
 def _chunks(ctxs: Sequence["TermContext"], size: int):
     """Contexts sorted by term, cut at term boundaries after ``size`` contexts."""
     order = sorted(ctxs, key=lambda c: c.term)
@@ -73,12 +100,15 @@ def _chunks(ctxs: Sequence["TermContext"], size: int):
 
 
 def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: Sequence[int], *,
-             steps: int | None = None, lr: float = LR, budget: float | None = None) -> "torch.Tensor":
+             steps: int | None = None, lr: float = LR, budget: float | None = None,
+             priority: Sequence[float] | None = None, report: dict | None = None) -> "torch.Tensor":
     """(n_terms, d) rows fitted from ``start`` on ``ctxs`` (see the module docstring);
     ``steps`` defaults to :data:`STEPS`, read at call time.
 
-    ``budget`` (10¹² multiply-adds): a fit whose :func:`work` is over it raises
-    :class:`OverBudget` before any forward pass.
+    ``budget`` (10¹² multiply-adds): a fit whose :func:`work` is over it fits only the most
+    frequent rows that fit in it when ``priority`` (per term, its corpus count) is given and the
+    budget is above 0 (:func:`within_budget`); otherwise it raises :class:`OverBudget` before any
+    forward pass. ``report`` receives ``rows_fitted`` and ``work`` (what was spent).
     """
     from embscope.extension.fidelity import old_vocabulary, parts
     from embscope.progress import bar
@@ -87,6 +117,10 @@ def fit_rows(lm, ctxs: Sequence["TermContext"], start: "torch.Tensor", new_ids: 
     rows = start.detach().float().clone()
     if not ctxs or steps < 1:
         return rows
+    if budget is not None and priority is not None and budget > 0 and work(lm, ctxs, steps) > budget:
+        ctxs = within_budget(lm, ctxs, priority, budget, steps)
+    if report is not None:
+        report.update(rows_fitted=len({c.term for c in ctxs}), work=round(work(lm, ctxs, steps), 4))
     if budget is not None:
         need = work(lm, ctxs, steps)
         if need > budget:

@@ -68,6 +68,10 @@ class ExtensionResult:
     extension: "TokenizerExtension | None" = field(default=None, repr=False)
     #: new_tokens.parquet: every new token, its kind, pieces and corpus count
     new_tokens: "pl.DataFrame | None" = field(default=None, repr=False)
+    #: ``focus``: the corpus's static token embeddings, trained on first call (memoised)
+    static: "Any" = field(default=None, repr=False)
+    #: the held-out corpus slice of the target language (its tokenizer costs: the extension section)
+    target_texts: list[str] = field(default_factory=list, repr=False)
 
     @property
     def token_ids(self) -> list[int]:
@@ -88,11 +92,13 @@ def reference_mask(model: "LoadedModel", tokens: "pl.DataFrame | None"):
 
 
 def init_contexts(model: "LoadedModel", pieces: Sequence[Sequence[int]], trained, piece_counts=None,
-                  terms: Sequence[str] | None = None, distil=None):
+                  terms: Sequence[str] | None = None, distil=None, new_ids: Sequence[int] | None = None,
+                  static=None):
     """``{"embed": ctx, "output": ctx}`` (output only for untied models).
 
     ``terms`` (the new terms' texts) lets ``omp`` look words up; ``distil`` (start rows → fitted
     rows) lets ``distil`` fit input rows; output rows of untied models keep their start.
+    ``new_ids`` and ``static`` (a memoised call for the corpus's static embeddings) let ``focus`` run.
     """
     from embscope.extension.init import InitContext
 
@@ -100,10 +106,11 @@ def init_contexts(model: "LoadedModel", pieces: Sequence[Sequence[int]], trained
     # The matrices stay in their stored dtype (memory-mapped bf16 for most checkpoints); every
     # strategy converts the row chunks it reads.
     ctxs = {"embed": InitContext(model.embed, trained, pieces, piece_counts, token_text=text, terms=terms,
-                                 distil=distil)}
+                                 distil=distil, new_ids=new_ids, static=static)}
     if not model.tied and model.output is not None:
         ctxs["output"] = InitContext(model.output, trained, pieces, piece_counts, token_text=text, terms=terms,
-                                     distil=(lambda start: start) if distil is not None else None)
+                                     distil=(lambda start: start) if distil is not None else None,
+                                     new_ids=new_ids, static=static)
     return ctxs
 
 
@@ -135,7 +142,8 @@ def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=N
 
     names = dict(zip(("embed", "output"), parse_init(spec)))
     trained = reference_mask(model, None) if trained is None else trained
-    ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms)
+    ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms,
+                         new_ids=result.token_ids if result.extension is not None else None, static=result.static)
     return {which: initialise(names[which], ctx) for which, ctx in ctxs.items()}
 
 
@@ -144,7 +152,8 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
             diagnostics: bool = True, steps: Steps | None = None, engine: "Engine | None" = None,
             sample_bytes: int | None = None, options: "ReadOptions | None" = None, as_: str = "model",
             plan: "Plan | None" = None, distil_work: float | None = DISTIL_WORK, method: str = "terms",
-            rows: int | None = None) -> ExtensionResult:
+            rows: int | None = None, lang: str | None = None,
+            norm_correction: bool = False) -> ExtensionResult:
     """Rank vocabulary-extension candidates, write the top ``top`` into the tokenizer, measure what
     that saves, and check each initialisation strategy in ``init``.
 
@@ -178,6 +187,7 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
             may be a ``word<TAB>count`` list; ``min_freq`` is then the least count of a pair).
         rows: the most new tokens (rows) the tokenizer grows by, intermediates included; needed
             by ``merges``; with ``terms`` the best terms whose chains fit are taken.
+        lang, norm_correction: the target language (:mod:`.target`), each strategy's ``+norm`` twin too.
 
     Returns:
         :class:`ExtensionResult`.
@@ -189,18 +199,20 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     from embscope.corpus.engine import Engine
     # long: its docstring documents every argument of the extension
     from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
+    from embscope.extension.focus import corpus_static
     from embscope.extension.init import AUTO, expand_specs
+    from embscope.extension.target import target_record
     from embscope.models.fullmodel import load_hf_tokenizer
 
     _check_args(top, max_ngram, min_freq, as_, method, rows)
-    specs = expand_specs(init)  # unknown names fail before any work
-    optional = set(expand_specs([AUTO])) - set(init) if AUTO in init else set()
+    specs = expand_specs(init, norm_correction)  # unknown names fail before any work
+    optional = set(expand_specs([AUTO], norm_correction)) - set(init) if AUTO in init else set()
     steps = steps or Steps(verbose=False)
     engine = engine or Engine()
     tok = load_hf_tokenizer(model)
     if method == "merges":
         return _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps,
-                               diagnostics, specs, optional, init, tokens, plan, distil_work)
+                               diagnostics, specs, optional, init, tokens, plan, distil_work, lang)
     tally: Counter = Counter()
     with steps.step("candidates", "reading the corpus and counting terms"):
         cands, report = corpus_candidates(tok, corpus_path, max_ngram=max_ngram, min_freq=min_freq,
@@ -226,10 +238,13 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     result = ExtensionResult(table=candidates_table(cands, added_terms), summary=summary,
                              terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
                              piece_counts=saved.counts, extension=ext,
-                             new_tokens=new_tokens_table(ext, saved.counts_extended))
+                             new_tokens=new_tokens_table(ext, saved.counts_extended),
+                             static=corpus_static(corpus_path, ext.tokenizer, sample_bytes, options))
+    summary.target_language, result.target_texts = target_record(corpus_path, lang, sample_bytes, options)
     if diagnostics:
         _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
-                     {"distil": distil_work} if "distil" in optional else {}, sample_bytes, options)
+                     {"distil": distil_work} if "distil" in optional else {}, sample_bytes, options,
+                     target=summary.target_language, pick_on_target=lang is not None)
     return result
 
 
@@ -257,7 +272,7 @@ def _check_args(top: int, max_ngram: int, min_freq: int, as_: str, method: str =
 
 
 def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps: Steps,
-                    diagnostics, specs, optional, init, tokens, plan, distil_work) -> ExtensionResult:
+                    diagnostics, specs, optional, init, tokens, plan, distil_work, lang=None) -> ExtensionResult:
     """:func:`suggest` with ``method="merges"``: merges learned from the corpus
     (:mod:`embscope.extension.merges`), measured and diagnosed as the terms are."""
     from embscope.extension.candidates import new_tokens_table
@@ -279,10 +294,17 @@ def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_byte
     result = ExtensionResult(table=table, summary=summary, terms=[t.text for t in ext.tokens],
                              pieces=[list(t.pieces) for t in ext.tokens], piece_counts=saved.counts, extension=ext,
                              new_tokens=new_tokens_table(ext, saved.counts_extended))
+    if not listed:  # running text: focus's static embeddings, and the target language's figures
+        from embscope.extension.focus import corpus_static
+        from embscope.extension.target import target_record
+
+        result.static = corpus_static(corpus_path, ext.tokenizer, sample_bytes, options)
+        summary.target_language, result.target_texts = target_record(corpus_path, lang, sample_bytes, options)
     if diagnostics:
         _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
                      {"distil": distil_work} if "distil" in optional else {}, None if listed else sample_bytes,
-                     options, no_text="a word-frequency list has no running text to measure on" if listed else None)
+                     options, no_text="a word-frequency list has no running text to measure on" if listed else None,
+                     target=summary.target_language, pick_on_target=lang is not None)
     return result
 
 
@@ -347,7 +369,8 @@ def _record(model, corpus_path, report, engine, cands, ext, saved, twins, skippe
 
 def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, init, tokens, tok, steps: Steps,
                  plan, general, budget: dict[str, float | None], sample_bytes, options,
-                 no_text: str | None = None) -> None:
+                 no_text: str | None = None, target=None,
+                 pick_on_target: bool = False) -> None:
     """Each strategy's rows measured (:func:`_diagnose`), the recommended one picked, into the summary."""
     from embscope.corpus.stream import CorpusWarning, iter_corpus
     from embscope.extension.choose import general_note, ordered, recommend
@@ -372,7 +395,7 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
                else contextlib.nullcontext())
     with steps.step("diagnostics", "checking each initialisation"), threads:
         strategies = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
-                               steps, unloadable, plan, general, budget)
+                               steps, unloadable, plan, general, budget, target)
     rec = result.summary
     if rec.bits_per_byte_original is not None:  # the summary names the text each figure came from
         rec.bits_per_byte_original.source = (
@@ -383,12 +406,20 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     elif strategies:  # one strategy asked for: --apply-init auto writes that one
         rec.recommended = next(iter(strategies))
         rec.recommended_why = f"{rec.recommended}: the only strategy diagnosed"
+    if target is not None:
+        from embscope.extension.target import english_retention
+
+        english_retention(rec, target, strategies, pick_on_target)
+        if pick_on_target and rec.recommended in strategies:
+            strategies = ordered(strategies, rec.recommended)
     rec.general_note = general_note(strategies, general[1])
     rec.strategies = strategies
 
 
+
+
 def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, texts, steps: Steps,
-              reason: str | None, plan, general, budget: dict[str, float | None]):
+              reason: str | None, plan, general, budget: dict[str, float | None], target=None):
     """Figures per strategy: rows per strategy, their norms and neighbours, and with the whole
     model the measurements of :mod:`embscope.extension.evaluate` (the original model's figures
     and the notes go into ``result.summary``)."""
@@ -418,12 +449,17 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
 
             with steps.step("distil", f"fitting {start.shape[0]} rows on {len(found.fit)} corpus contexts"), \
                     fastest_threads(model.dim, compute_precision(), lm), forward_precision():
-                return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"))
+                return fit_rows(lm, found.fit, start, new_ids, budget=budget.get("distil"), priority=counts,
+                                report=fitted)
+
+        counts = result.new_tokens["count"].fill_null(0).to_list() if result.new_tokens is not None else None
+        fitted: dict = {}
 
     names = model.token_strings()
     # One context per matrix for every strategy (its mean and norms are computed once), and one
     # pass per matrix for the nearest neighbours of every strategy's rows.
-    ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms, distil=distil)
+    ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms, distil=distil,
+                         new_ids=new_ids, static=result.static)
     rows_of, skipped = _strategy_rows(specs, ctxs, optional)
     specs = [s for s in specs if s in rows_of]
     result.rows = rows_of
@@ -435,12 +471,18 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         from embscope.extension.distil import work
 
         rec.distil_work = round(work(lm, found.fit), 4)
+        rec.distil_rows_fitted = fitted.get("rows_fitted")
     if lm is None:
         rec.kl_note = rec.fidelity_note = f"not measured: {reason}"
         return {spec: StrategyRecord(**vars(rows[spec])) for spec in specs}
     figures, measured = measure(lm, tok, ext.tokenizer, new_ids, {s: rows_of[s] for s in specs}, found,
                                 steps=steps, plan=plan, general=general)
     out = {spec: StrategyRecord(**{**vars(rows[spec]), **figures.get(spec, {})}) for spec in specs}
+    if target is not None and target.lang != "eng":  # English is the general text, measured above
+        from embscope.extension.target import BPB_BYTES as TARGET_BYTES, target_bits
+
+        target_bits(target, lm, tok, ext.tokenizer, new_ids, rows_of, specs, figures, steps,
+                    min(TARGET_BYTES, plan.corpus_bytes))
     rec = result.summary = dataclasses.replace(  # Measured's fields are ExtensionRecord's
         rec, **{f.name: getattr(measured, f.name) for f in dataclasses.fields(measured)})
     base = measured.bits_per_byte_original
@@ -451,6 +493,8 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         + (" (audit's sample; extend reads more)" if plan == AUDIT_PLAN else "")
         if found.held else "no held-out context holds a new token")
     return out
+
+
 
 
 def _strategy_rows(specs, ctxs, optional) -> tuple[dict[str, dict], dict[str, str]]:

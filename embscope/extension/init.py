@@ -48,6 +48,14 @@ Strategies (``--init NAME``):
   distributions after the new token match those after the old pieces on corpus contexts
   (:mod:`embscope.extension.distil`; Dobler, Elliott & de Melo 2025, "Token Distillation").
   Needs the whole model; output rows of untied models stay ``subword-mean``.
+- ``focus``: sparsemax-weighted combinations of old rows, the weights from static embeddings
+  trained on the corpus itself (:mod:`embscope.extension.focus`; Dobler & de Melo 2023, FOCUS).
+- ``random``: a sample from N(μ, Σ), the trained rows' own distribution (Hewitt's sampler with
+  ε = 1): a row that looks like any trained row and knows nothing; the baseline every trial reports.
+
+Any strategy with ``+norm`` (``subword-mean+norm``; ``--norm-correction`` adds the ``+norm`` twin of
+every strategy diagnosed) has its rows rescaled to the mean norm of the model's rows in each new
+token's script (:mod:`embscope.extension.norms`).
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ if TYPE_CHECKING:  # pragma: no cover
 HEWITT_EPS = 1e-5
 #: rows per chunk when scanning a (V, d) matrix: 8192 × 4096 float32 = 128 MiB at most
 CHUNK_ROWS = 8192
+#: the spec suffix that rescales a strategy's rows per script (:mod:`embscope.extension.norms`)
+NORM_SUFFIX = "+norm"
 #: knn-pull: neighbours and pull strength (0 = pure subword-mean, 1 = neighbour mean)
 KNN_K = 10
 KNN_ALPHA = 0.5
@@ -96,6 +106,10 @@ class InitContext:
     terms: "Sequence[str] | None" = None
     #: ``distil``: rows (n, d) to start from → fitted rows; None where no model and contexts
     distil: "Callable[[torch.Tensor], torch.Tensor] | None" = None
+    #: ``focus``: the new tokens' ids (extended tokenizer), in ``pieces`` order, and the corpus's
+    #: static embeddings (a memoised call: both matrices of an untied model share one training)
+    new_ids: "Sequence[int] | None" = None
+    static: "Callable[[], object] | None" = None
     #: values derived from the matrix alone (trained mean, trained norms), computed once per
     #: context: each is a pass over a matrix that is gigabytes at 7B scale
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -144,7 +158,18 @@ def init_mean(ctx: InitContext) -> "torch.Tensor":
 
 
 def init_hewitt(ctx: InitContext) -> "torch.Tensor":
-    """Sample each new row from N(μ, εΣ), Σ the covariance of the trained rows (Hewitt 2021).
+    """Sample each new row from N(μ, εΣ), Σ the covariance of the trained rows (Hewitt 2021)
+    (:func:`_sample`)."""
+    return _sample(ctx, HEWITT_EPS)
+
+
+def init_random(ctx: InitContext) -> "torch.Tensor":
+    """Sample each new row from N(μ, Σ): the trained rows' mean and covariance (:func:`_sample`)."""
+    return _sample(ctx, 1.0)
+
+
+def _sample(ctx: InitContext, eps: float) -> "torch.Tensor":
+    """Rows drawn from N(μ, εΣ), Σ the covariance of the trained rows.
 
     Σ (d × d) is never formed: with X_c the (n, d) centred trained rows, Σ = X_cᵀX_c / n, and
     x = μ + √(ε/n) · X_cᵀ z with z ~ N(0, I_n) has exactly covariance εΣ. Built in row chunks:
@@ -172,7 +197,7 @@ def init_hewitt(ctx: InitContext) -> "torch.Tensor":
         z_sum += z.sum(1, dtype=torch.float64)
         n += z.shape[1]
     acc -= (z_sum[:, None] * mu.double()[None, :]).float()
-    return mu + acc * (HEWITT_EPS / max(n, 1)) ** 0.5
+    return mu + acc * (eps / max(n, 1)) ** 0.5
 
 
 def _piece_rows(ctx: InitContext, ids: Sequence[int]):
@@ -311,7 +336,15 @@ STRATEGIES: dict[str, Callable[[InitContext], "torch.Tensor"]] = {
     "subword-mean-norm": init_subword_mean_norm,
     "omp": init_omp,
     "distil": init_distil,
+    "focus": lambda ctx: _focus(ctx),
+    "random": init_random,
 }
+
+
+def _focus(ctx: InitContext) -> "torch.Tensor":
+    from embscope.extension.focus import init_focus
+
+    return init_focus(ctx, init_subword_mean(ctx))
 
 
 #: ``--init auto``: diagnose these and recommend one (:mod:`embscope.extension.choose`)
@@ -327,28 +360,37 @@ def auto_strategies() -> list[str]:
     return [n for n in STRATEGIES if n not in NAMED_ONLY]
 
 
-def expand_specs(specs: Sequence[str]) -> list[str]:
-    """Validated specs, ``auto`` replaced by :func:`auto_strategies` (duplicates dropped).
+def expand_specs(specs: Sequence[str], norm_correction: bool = False) -> list[str]:
+    """Validated specs, ``auto`` replaced by :func:`auto_strategies` (duplicates dropped); with
+    ``norm_correction``, each followed by its ``+norm`` twin (:mod:`.norms`).
 
     >>> expand_specs(["subword-mean", "auto"])[:3]
     ['subword-mean', 'mean', 'hewitt']
     >>> "distil" in expand_specs(["auto"])
     True
+    >>> expand_specs(["focus", "mean/random"], norm_correction=True)
+    ['focus', 'focus+norm', 'mean/random', 'mean+norm/random+norm']
     """
     out: list[str] = []
     for spec in specs:
         for s in (auto_strategies() if spec == AUTO else [spec]):
-            parse_init(s)
-            if s not in out:
-                out.append(s)
+            twins = [s]
+            if norm_correction:
+                twins.append("/".join(p if p.endswith(NORM_SUFFIX) else p + NORM_SUFFIX for p in s.split("/")))
+            for t in twins:
+                parse_init(t)
+                if t not in out:
+                    out.append(t)
     return out
 
 
 def check_strategy(name: str) -> str:
-    """``name`` if registered, else :class:`UnknownStrategy` with a "did you mean"."""
-    if name not in STRATEGIES:
-        raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(name, [*STRATEGIES, AUTO])}; "
-                              f"choose from {AUTO}, {', '.join(STRATEGIES)}")
+    """``name`` if registered (with or without the ``+norm`` suffix), else :class:`UnknownStrategy`
+    with a "did you mean"."""
+    base = name.removesuffix(NORM_SUFFIX)
+    if base not in STRATEGIES:
+        raise UnknownStrategy(f"unknown --init strategy {name!r}{did_you_mean(base, [*STRATEGIES, AUTO])}; "
+                              f"choose from {AUTO}, {', '.join(STRATEGIES)} (any with {NORM_SUFFIX})")
     return name
 
 
@@ -365,5 +407,14 @@ def parse_init(spec: str) -> tuple[str, str]:
 
 
 def initialise(name: str, ctx: InitContext) -> "torch.Tensor":
-    """Rows for the new terms, ``(len(ctx.pieces), d)`` float32, by strategy ``name``."""
-    return STRATEGIES[check_strategy(name)](ctx)
+    """Rows for the new terms, ``(len(ctx.pieces), d)`` float32, by strategy ``name`` (``NAME+norm``:
+    then rescaled per script, :func:`embscope.extension.norms.norm_correct`)."""
+    from embscope.extension.norms import norm_correct
+
+    base = check_strategy(name).removesuffix(NORM_SUFFIX)
+    if not name.endswith(NORM_SUFFIX):
+        return STRATEGIES[base](ctx)
+    key = f"rows:{base}"  # NAME and NAME+norm share one run of NAME (distil fits once)
+    if key not in ctx.memo:
+        ctx.memo[key] = STRATEGIES[base](ctx)
+    return norm_correct(ctx, ctx.memo[key], trained_norms(ctx))

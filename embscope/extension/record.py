@@ -10,6 +10,7 @@ from embscope.corpus.stream import CorpusRead
 from embscope.extension.bpb import BitsPerByte
 from embscope.extension.diagnostics import StrategyRecord
 from embscope.extension.evaluate import ScorePlan
+from embscope.extension.target import TargetLanguageRecord
 from embscope.records import Record
 from embscope.tokenizer.tokenization_check import TokenizationCheck
 
@@ -117,3 +118,10 @@ class ExtensionRecord(Record):
     words_split: int | None = None
     #: words_split / corpus_words; lower is better for an extension by merges
     words_split_share: float | None = None
+    #: the extension measured in its target language (``--lang``, else the corpus's main
+    #: language): fertility and parity before/after with 95 % intervals, bits per byte of each
+    #: strategy in that language, English retention; null when the language is unknown
+    target_language: TargetLanguageRecord | None = None
+    #: rows distil fitted (the most frequent whose contexts fit in its work budget; the rest keep
+    #: their subword mean); null when distil did not run
+    distil_rows_fitted: int | None = None

@@ -120,6 +120,8 @@ def extension_view(ext) -> dict[str, Any]:
                 for name, r in ext.strategies.items() if r.examples}
     view["strategies"] = strategies
     view["strategy_groups"] = strategy_groups(cols)
+    tl = getattr(ext, "target_language", None)
+    view["target_first"] = tl is not None and tl.lang_source == "--lang"  # the language asked for leads
     view["examples"] = examples
     return view
 

@@ -37,11 +37,27 @@ def extension_section(inputs: Inputs) -> SectionOutput:
                           sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub,
                           as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
                           distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work,
-                          method=opts.method, rows=opts.rows)
+                          method=opts.method, rows=opts.rows,
+                          lang=opts.lang, norm_correction=opts.norm_correction)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
         finally:
             inputs.steps.timings.update({f"extension:{k}": v for k, v in sub.timings.items()})
+        target_costs(ext, inputs.model)
     return SectionOutput(record=ext.summary, tables={"candidates": ext.table, "new_tokens": ext.new_tokens},
                          result=ext, gives={"extension": ext})
+
+
+def target_costs(ext, model) -> None:
+    """The target language's tokenizer cost before → after (fertility, parity, token ratio with
+    their intervals) into ``ext.summary.target_language``: measured by the languages package
+    (:func:`embscope.languages.adaptation.cost_figures`) on the texts the extension chose
+    (:func:`embscope.extension.target.tokenizer_costs`)."""
+    from embscope.extension.target import tokenizer_costs
+    from embscope.languages.adaptation import cost_figures
+    from embscope.models.fullmodel import load_hf_tokenizer
+
+    rec = ext.summary.target_language
+    if rec is not None and ext.extension is not None:
+        tokenizer_costs(rec, load_hf_tokenizer(model), ext.extension.tokenizer, ext.target_texts, cost_figures)

@@ -291,15 +291,24 @@ class ExtensionOptions(Record):
     #: the most rows (new tokens, intermediates included) the tokenizer grows by (null: ``--top``
     #: terms and their chains); ``--method merges`` needs it
     rows: int | None = None
+    #: the extension's target language (ISO 639-3, as corpora/udhr names it): before/after figures
+    #: in it, and ``auto`` picks on its bits per byte (null: the corpus's main language, figures only)
+    lang: str | None = None
+    #: also diagnose each strategy's per-script norm-corrected twin (``NAME+norm``)
+    norm_correction: bool = False
 
     def check(self):
         import math
+        import re
 
         from embscope.extension.init import expand_specs, parse_init
 
         for name in ("top", "max_ngram", "min_freq"):
             _at_least(f"--{name.replace('_', '-')}", getattr(self, name), 1)
         expand_specs(self.init)  # unknown strategy names fail here, with "did you mean"
+        if self.lang is not None and not re.fullmatch(r"[a-z]{2,3}(_[a-z]{4})?", self.lang):
+            raise SpecError(f"--lang {self.lang!r} is not a language code: use ISO 639-3 as corpora/udhr names "
+                            "its files (hin, tam, ben, cmn_hans)")
         forms = choices()["extend_as"]
         if self.extend_as not in forms:
             raise SpecError(f"--as {self.extend_as!r}: choose from {', '.join(forms)}{did_you_mean(self.extend_as, forms)}")
