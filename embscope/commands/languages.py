@@ -6,7 +6,7 @@ the first tokenizer's parity (the reference, the cheapest, first).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -29,15 +29,17 @@ def _show(res, common) -> None:
     print_bottom_line(res.summary)
 
 
-@run_command(run_fertility, "reference", *CORPUS)
+@run_command(run_fertility, "reference", *CORPUS, "model_work", "device")
 def fertility(
-    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec")],
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec (default with --model: the model's own)")] = None,
     corpus: Corpus = "udhr",
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="also score a few languages' aligned text with this whole model: bits_per_byte, information_parity (its own tokenizer is measured first); alias, HF hub id, model folder or .gguf file")] = None,
     options=None,
     common=None,
 ) -> None:
-    """Fertility, parity, continued-word rate and more per language, for one tokenizer."""
-    _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, **options), common)
+    """Fertility, parity, continued-word rate and more per language, for one tokenizer; with --model,
+    the model's bits per byte and information parity too."""
+    _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, model=model, **options), common)
 
 
 @run_command(run_compare, "reference", *CORPUS)

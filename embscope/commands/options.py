@@ -108,6 +108,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "repair_init": RunOpt("repair_init", Annotated[str, _opt("--repair-init", help=f"strategy for --repair: NAME or INPUT/OUTPUT (names: {names('init').replace('auto, ', '')})")]),
     # languages
     "reference": RunOpt("reference", Annotated[str, _opt("--reference", help="language that parity divides by (a language code of the corpus)")]),
+    "model_work": RunOpt("model_work", Annotated[Optional[float], _opt("--model-work", min=0, help="the work the whole model may do scoring each language's aligned text (bits_per_byte, information_parity), in 10^12 multiply-adds (tokens x the model's parameters: SmolLM2-135M on 5 UDHR languages needs ~4.4); units past it are left out in every language; default: 20 in fertility --model, 2 in audit; 0: off")]),
     # extension
     "top": RunOpt("top", Annotated[int, _opt("--top", min=1, help="vocabulary-extension terms to add (best estimated savings first)")]),
     "init": RunOpt("init", Annotated[list[str], _opt("--init", help=f"initialisation to diagnose: auto (every training-free strategy, and recommend one), NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: {names('init')} (distil fits each row through the model; named only)")],
