@@ -48,6 +48,9 @@ GPU_BATCH_TOKENS = 8 * BATCH_TOKENS
 LOGIT_ROWS = 128
 #: the precisions :func:`sequence_bits` accepts
 PRECISIONS = ("auto", "float32", "bfloat16")
+#: the precision when none is asked for (module docstring): ``auto``. On corpora/udhr's English,
+#: SmolLM2-135M's bfloat16 body gave 0.8621 bits per byte against float32's 0.8611
+PRECISION = "auto"
 
 
 @dataclass
@@ -112,7 +115,7 @@ def _precision(lm, device: str, precision: str):
     return getattr(torch, precision)
 
 
-def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", precision: str = "auto") -> SequenceBits:
+def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", precision: str | None = None) -> SequenceBits:
     """Bits of each token sequence (its first token given, the rest scored; module docstring) under
     ``lm``, a transformers ``*ForCausalLM`` (left on the CPU afterwards).
 
@@ -120,7 +123,8 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
         lm: the whole model, float32 (:func:`embscope.models.fullmodel.load_causal_lm`).
         seqs: token id sequences, each starting with the start token (:func:`start_token`).
         device: ``cpu`` or ``cuda``.
-        precision: ``auto`` (module docstring), ``float32`` or ``bfloat16`` (the body; the head is float32).
+        precision: ``auto`` (module docstring), ``float32`` or ``bfloat16`` (the body; the head is
+            float32); None: :data:`PRECISION`.
     """
     import numpy as np
     import torch
@@ -131,7 +135,7 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
     from embscope.progress import bar
 
     t0 = time.perf_counter()
-    dtype = _precision(lm, device, precision)
+    dtype = _precision(lm, device, precision or PRECISION)
     out = np.zeros(len(seqs), dtype=np.float64)
     lm.to(device)
     low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
