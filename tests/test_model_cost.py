@@ -104,7 +104,7 @@ def test_bits_per_byte_and_information_parity_equal_transformers(ours, reference
 
 
 @pytest.mark.slow  # one SmolLM2-135M load, ~330 scored tokens
-def test_the_work_budget_cuts_the_same_units_in_every_language(corpus, reference, tmp_path):
+def test_the_work_budget_cuts_the_same_units_in_every_language(corpus, reference, tmp_path, capsys):
     """``--model-work 0.05``: 0.05×10¹² multiply-adds / 134.5 M parameters = 371 tokens: units 1
     (225 tokens in the three languages, start tokens included) and 3 (102) fit, unit 4 (174) does not."""
     import polars as pl
@@ -114,6 +114,7 @@ def test_the_work_budget_cuts_the_same_units_in_every_language(corpus, reference
     out = tmp_path / "run"
     assert main(["fertility", "--model", "smollm2-135m", "--corpus", str(corpus), "--model-work", "0.05",
                  "--device", "cpu", "--out", str(out), "--quiet"]) == 0
+    assert "The model's cost" in capsys.readouterr().out
     rows = _rows(pl.read_parquet(out / "languages.parquet"))
     for lang, units in reference.items():
         taken = [units[u] for u in (1, 3)]
@@ -155,3 +156,19 @@ def test_plan_takes_whole_units_in_order():
     assert plan_units(lengths, 10**11, None) == ([0, 3, 1, 2], pytest.approx(5.1), False)
     taken, work, stopped = plan_units(lengths, 10**11, 4.6)
     assert taken == [0, 3, 1] and work == pytest.approx(4.6) and stopped
+
+
+@pytest.mark.slow  # the context and tokens sections without the scan, and ~330 scored tokens
+def test_audit_scores_within_its_budget(corpus, reference):
+    """``audit`` loads the whole model for the same columns (its own budget: ``model_work``)."""
+    import embscope
+
+    res = embscope.audit("smollm2-135m", languages=corpus, scan=False, verify=0, device="cpu", model_work=0.05)
+    rows = _rows(res.tables["languages"])
+    for lang, units in reference.items():
+        taken = [units[u] for u in (1, 3)]
+        assert rows[lang]["model_units"] == 2
+        assert rows[lang]["bits_per_byte"] == pytest.approx(sum(u[0] for u in taken) / sum(u[1] for u in taken), abs=0.01)
+    record = res.summary.sections.languages.corpora[str(corpus)].model
+    assert record.work_budget == 0.05 and record.stopped_at_budget and record.units == 2
+    assert res.summary.parameters.model_work == 0.05

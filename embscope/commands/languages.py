@@ -25,8 +25,26 @@ def _show(res, common) -> None:
 
     record = res.summary.sections.languages
     languages_table(res.tables["languages"], record.tokenizers, record.reference, res.summary)
+    _model_cost_lines(res.tables["languages"], record.reference)
     typer.echo(f"wrote {res.folder}/languages.parquet, summary.json, index.html")
     print_bottom_line(res.summary)
+
+
+def _model_cost_lines(table, reference: str) -> None:
+    """One line per language the model scored: bits per byte ± its standard error, information parity."""
+    if "bits_per_byte" not in table.columns:
+        return
+    rows = table.filter(table["bits_per_byte"].is_not_null()).sort("bits_per_byte")
+    if rows.height == 0:
+        return
+    from embscope.report.escape import display_token
+
+    typer.echo(f"The model's cost (bits per UTF-8 byte ± standard error over units; information parity: "
+               f"bits of {reference!r} / bits of the language on the same units):")
+    for r in rows.iter_rows(named=True):
+        ip = "–" if r["information_parity"] is None else f"{r['information_parity']:.3f}"
+        typer.echo(f"  {display_token(str(r['language'])):<12} {r['bits_per_byte']:.4f} ± {r['bits_per_byte_se']:.4f}"
+                   f"   parity {ip}   ({r['model_units']} units)")
 
 
 @run_command(run_fertility, "reference", *CORPUS, "model_work", "device")

@@ -11,7 +11,7 @@ texts cost and B_L(u) their UTF-8 bytes:
   the language's text better.
 - ``bits_per_byte_se``: its standard error over units, the ratio estimator's delta-method
   formula ``sqrt(n/(n−1) · Σ_u (y_u − bpb·B_u)²) / Σ_u B_u``
-  (:func:`embscope.extension.bpb.ratio_se`; Cochran, *Sampling Techniques*, 1977, §6.3).
+  (:func:`embscope.models.likelihood.ratio_se`; Cochran, *Sampling Techniques*, 1977, §6.3).
   Example: y = [10, 30] bits, B = [10, 10] bytes → 2.0 ± 1.0.
 - ``information_parity`` = Σ_{u∈S} y_ref(u) / Σ_{u∈S} y_L(u), S the units both the reference
   language and L have — Tsvetkov & Kipnis 2024, "Information Parity: Measuring and Predicting the
@@ -62,6 +62,11 @@ WORK = 20.0
 #: ``audit``'s: the first units of the default languages that fit (SmolLM2-135M: 14 of corpora/udhr's
 #: 31 units, 1.97; at the ~2,700 tokens/s of its forwards on 2 quiet cores, ~5 s)
 AUDIT_WORK = 2.0
+#: the longest sequence scored, in tokens (the start token included; at most the model's context):
+#: a unit with a longer text is left out in every language, so that one forward pass's attention
+#: stays bounded (SmolLM2-135M at 8,192 tokens: ~2.4 GB of attention scores per layer without a
+#: fused kernel)
+MAX_SEQUENCE = 8192
 #: the columns :func:`add_columns` writes
 COLUMNS = ("bits_per_byte", "bits_per_byte_se", "information_parity", "model_units")
 
@@ -157,9 +162,6 @@ def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str
     Returns:
         :class:`ModelCost`; a model that cannot be scored gets an empty one whose record says why.
     """
-    import numpy as np
-
-    from embscope.extension.bpb import ratio_se
     from embscope.models.likelihood import sequence_bits, start_token
 
     t0 = time.perf_counter()
@@ -168,12 +170,7 @@ def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str
                 languages=list(languages), selection=selection)
     why = None if vocab is not None else f"{model.name} ships no tokenizer"
     if why is None and lm is None:
-        from embscope.geometry.verify import _load
-        from embscope.models.fullmodel import why_not_causal
-
-        why = why_not_causal(model)
-        if why is None:
-            lm, why = _load(model)
+        lm, why = _whole_model(model)
     start, kind = start_token(model.config)
     if start is None and lm is not None:
         start, kind = start_token(lm.config.to_dict())
@@ -185,6 +182,9 @@ def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str
     ids = {g: vocab.encode_batch([t for _, t in texts[g]]) for g in languages}
     params = sum(p.numel() for p in lm.parameters())  # tied matrices once
     lengths = {g: [(key, len(x) + 1) for (key, _), x in zip(texts[g], ids[g])] for g in languages}
+    window = min(MAX_SEQUENCE, int(getattr(lm.config, "max_position_embeddings", 0) or MAX_SEQUENCE))
+    too_long = {key for units in lengths.values() for key, n in units if n > window}
+    lengths = {g: [(key, n) for key, n in units if key not in too_long] for g, units in lengths.items()}
     taken, work, stopped = plan_units(lengths, params, budget)
     keep = set(taken)
     seqs, owner = [], []  # the sequences scored, and (language, unit, bytes) of each
@@ -193,33 +193,56 @@ def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str
             if key in keep:
                 seqs.append([start, *x])
                 owner.append((g, key, len(text.encode("utf-8"))))
+    if not seqs:  # not one unit fits what is left of the budget
+        return ModelCost(record=ModelCostRecord(**base, start_token=int(start), start=kind,
+                                                units_available=len({k for g in languages for k, _ in texts[g]}),
+                                                stopped_at_budget=stopped, note="not scored: no unit fits the work "
+                                                f"budget left ({budget:g}×10¹² multiply-adds)"))
     scored = sequence_bits(lm, seqs, device=device, precision=precision)
     bits: dict[str, dict] = {g: {} for g in languages}  # language → unit → [bits, bytes]
     for (g, key, size), y in zip(owner, scored.bits):
         acc = bits[g].setdefault(key, [0.0, 0])
         acc[0] += float(y)
         acc[1] += size
-    ref = bits.get(reference, {})
-    rows = {}
-    for g in languages:
-        if not bits[g]:
-            continue
-        y = np.array([v[0] for v in bits[g].values()])
-        b = np.array([v[1] for v in bits[g].values()], dtype=np.float64)
-        bpb, se = ratio_se(y, b)
-        shared = [k for k in bits[g] if k in ref and not _own(k)]
-        ip = None
-        if shared and sum(bits[g][k][0] for k in shared) > 0:
-            ip = sum(ref[k][0] for k in shared) / sum(bits[g][k][0] for k in shared)
-        rows[g] = {"bits_per_byte": bpb, "bits_per_byte_se": se, "information_parity": ip, "model_units": len(bits[g])}
+    rows = {g: _figures(units, bits.get(reference, {})) for g, units in bits.items() if units}
     available = {k for g in languages for k, _ in texts[g]}
     record = ModelCostRecord(
         **base, start_token=int(start), start=kind, units=len(taken), units_available=len(available),
+        units_too_long=len(too_long), window=window,
         texts=len(seqs), tokens=int(sum(len(s) - 1 for s in seqs)), work=round(work, 4), stopped_at_budget=stopped,
         device=scored.device, dtype=scored.dtype, threads=scored.threads, seconds=round(time.perf_counter() - t0, 2),
         note=(f"stopped at the work budget of {budget:g}×10¹² multiply-adds: {len(taken)} of {len(available)} units "
               "scored in every language" if stopped else None))
     return ModelCost(rows=rows, record=record)
+
+
+def _figures(units: dict, ref: dict) -> dict:
+    """One language's columns from ``{unit: [bits, bytes]}`` and the reference's (module docstring)."""
+    import numpy as np
+
+    from embscope.models.likelihood import ratio_se
+
+    y = np.array([v[0] for v in units.values()])
+    b = np.array([v[1] for v in units.values()], dtype=np.float64)
+    bpb, se = ratio_se(y, b)
+    shared = [k for k in units if k in ref and not _own(k)]
+    mine = sum(units[k][0] for k in shared)
+    ip = sum(ref[k][0] for k in shared) / mine if shared and mine > 0 else None
+    return {"bits_per_byte": bpb, "bits_per_byte_se": se, "information_parity": ip, "model_units": len(units)}
+
+
+def _whole_model(model: "LoadedModel"):
+    """``(the whole causal LM, None)``, or ``(None, why)`` when it is not one or its weights do not
+    load (a note, not an error: the rest of the run goes on)."""
+    from embscope.models.fullmodel import load_causal_lm, why_not_causal
+
+    why = why_not_causal(model)
+    if why is not None:
+        return None, why
+    try:
+        return load_causal_lm(model), None
+    except Exception as exc:  # noqa: BLE001 - weights that do not load are a note
+        return None, f"the weights did not load ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
 
 
 def _own(key) -> bool:

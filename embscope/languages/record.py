@@ -104,3 +104,7 @@ class ModelCostRecord(Record):
                       "(y_u bits, B_u bytes of unit u; Cochran 1977, 6.3)")
     #: why nothing was scored, when nothing was
     note: str | None = None
+    #: units left out in every language because a text of theirs is longer than ``window``
+    units_too_long: int = 0
+    #: the longest sequence scored, tokens (the start token included): the model's context, at most 8,192
+    window: int | None = None

@@ -7,9 +7,9 @@ it has none: :func:`start_token`) that is given, not scored; every token after i
 
 Worked example: a model that gives each of 3 tokens probability ½ spends 3 bits on them.
 
-**Batches.** Sequences are sorted by length and cut into batches of similar length, at most
-:data:`CHUNK` sequences and :data:`BATCH_TOKENS` padded tokens (:func:`batches`), so little padding
-is computed (a batch of UDHR's 8 first English units padded to the longest computed 4.7 times
+**Batches.** Sequences are sorted by length and cut into batches of similar length (padding
+within a quarter of their tokens, plus 8), at most :data:`CHUNK` sequences and
+:data:`BATCH_TOKENS` padded tokens (:func:`batches`), so little padding is computed (a batch of UDHR's 8 first English units padded to the longest computed 4.7 times
 their tokens) and a batch's attention scores stay bounded. Padding goes on the right: a causal model's real
 positions never attend to the padding after them, and a right-padded row's positions are its own
 0..L−1, so each row's figures are those of the sequence alone (up to float rounding).
@@ -85,22 +85,56 @@ def start_token(config: dict) -> tuple[int | None, str]:
     return None, "none"
 
 
-def batches(lengths: Sequence[int], *, size: int = CHUNK, tokens: int = BATCH_TOKENS) -> list[list[int]]:
-    """Indices in chunks of similar length (:func:`embscope.extension.fidelity._length_chunks`: at
-    most ``size`` sequences, padding within a quarter of their tokens plus 8), each cut again so it
-    holds at most ``tokens`` padded tokens (a longer sequence alone).
+def batches(lengths: Sequence[int], *, size: int = CHUNK, tokens: int = BATCH_TOKENS, slack: float = 1.25) -> list[list[int]]:
+    """Indices by increasing length, cut into batches of at most ``size`` sequences and ``tokens``
+    padded tokens whose padding stays within ``slack − 1`` of their real tokens plus 8 (a longer
+    sequence alone).
 
     >>> batches([5, 1, 3, 40], size=3, tokens=12)
     [[1, 2], [0], [3]]
     """
-    from embscope.extension.fidelity import _length_chunks
-
     out: list[list[int]] = []
-    for chunk in _length_chunks(lengths, size=size):
-        width = max(max(lengths[i] for i in chunk), 1)
-        per = max(1, tokens // width)
-        out.extend(chunk[a:a + per] for a in range(0, len(chunk), per))
-    return out
+    cur: list[int] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        n = max(lengths[i], 1)
+        padded = (len(cur) + 1) * n
+        if cur and (len(cur) >= size or padded > tokens or padded - (real + n) > (slack - 1) * (real + n) + 8):
+            out.append(cur)
+            cur, real = [], 0
+        cur.append(i)
+        real += n
+    return out + ([cur] if cur else [])
+
+
+def ratio_se(y: "np.ndarray", b: "np.ndarray") -> tuple[float, float]:
+    """``(Σy / Σb, its standard error)`` over n pairs (bits y_t and bytes B_t of n texts): a ratio
+    estimator, whose standard error by the delta method (Cochran, *Sampling Techniques*, 1977,
+    §6.3) is ``sqrt(n/(n − 1) · Σ_t (y_t − r·B_t)²) / Σ_t B_t``; SE 0 for n < 2, NaN without bytes.
+
+    >>> import numpy as np
+    >>> [round(v, 3) for v in ratio_se(np.array([10.0, 30.0]), np.array([10.0, 10.0]))]
+    [2.0, 1.0]
+    """
+    import numpy as np
+
+    total = float(b.sum())
+    if total <= 0:
+        return float("nan"), float("nan")
+    r = float(y.sum()) / total
+    n = len(y)
+    if n < 2:
+        return r, 0.0
+    return r, float(np.sqrt(n / (n - 1) * float(((y - r * b) ** 2).sum())) / total)
+
+
+def _decoder_and_head(lm):
+    """``(decoder, (V, d) head weight, bias or None, final soft-cap or None)`` of a ``*ForCausalLM``."""
+    head = lm.get_output_embeddings()
+    bias = getattr(head, "bias", None)
+    cap = getattr(lm.config, "final_logit_softcapping", None) or None
+    return (getattr(lm, lm.base_model_prefix), head.weight.detach(), None if bias is None else bias.detach().float(),
+            None if cap is None else float(cap))
 
 
 def _precision(lm, device: str, precision: str):
@@ -129,7 +163,6 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
     import numpy as np
     import torch
 
-    from embscope.extension.fidelity import _cap, parts
     from embscope.models.forward import low_precision_copy
     from embscope.models.fullmodel import fastest_threads
     from embscope.progress import bar
@@ -140,9 +173,9 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
     lm.to(device)
     low = low_precision_copy(lm, dtype) if dtype != torch.float32 else None
     net = low if low is not None else lm
-    p = parts(net)
-    head = p.head.float()
-    bias = None if p.bias is None else p.bias.to(device)
+    base, head, bias, cap = _decoder_and_head(net)
+    head = head.float()
+    bias = None if bias is None else bias.to(device)
     body = str(dtype).replace("torch.", "")
     lengths = [len(s) for s in seqs]
     gpu = device != "cpu"
@@ -157,7 +190,7 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
                 for r, i in enumerate(idx):
                     ids[r, :lengths[i]] = torch.tensor(list(seqs[i]), dtype=torch.long)
                     mask[r, :lengths[i]] = 1
-                h = p.base(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state  # (B, L, d)
+                h = base(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state  # (B, L, d)
                 # the state at position j predicts the token at j + 1: (M, d) states, (M,) targets
                 keep = mask[:, 1:].bool()
                 states = h[:, :-1][keep.to(device)]
@@ -168,7 +201,8 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
                     lg = states[a:a + rows].float() @ head.T  # (rows, V) float32
                     if bias is not None:
                         lg = lg + bias
-                    lg = _cap(p, lg)
+                    if cap is not None:  # Gemma 2's final soft-capping
+                        lg = torch.tanh(lg / cap) * cap
                     t = targets[a:a + rows]
                     part = (torch.logsumexp(lg, 1) - lg.gather(1, t[:, None])[:, 0]).double()
                     nll.index_add_(0, owner[a:a + rows], part)
