@@ -163,7 +163,7 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
     import numpy as np
     import torch
 
-    from embscope.models.forward import low_precision_copy
+    from embscope.models.forward import low_precision_copy, model_shape
     from embscope.models.fullmodel import fastest_threads
     from embscope.progress import bar
 
@@ -180,7 +180,7 @@ def sequence_bits(lm, seqs: Sequence[Sequence[int]], *, device: str = "cpu", pre
     lengths = [len(s) for s in seqs]
     gpu = device != "cpu"
     rows = LOGIT_ROWS * (8 if gpu else 1)
-    threads = (fastest_threads(int(lm.config.hidden_size), body, net) if not gpu else nullcontext([]))
+    threads = (fastest_threads(model_shape(lm)[0], body, net) if not gpu else nullcontext([]))
     try:
         with threads as used, torch.no_grad(), bar(len(seqs), "scoring text with the model", unit="texts") as advance:
             for idx in batches(lengths, tokens=GPU_BATCH_TOKENS if gpu else BATCH_TOKENS):
