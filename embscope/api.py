@@ -126,7 +126,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
           lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
           gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
-          response_part: str | None = None) -> RunResult:
+          response_part: str | None = None, model_work: float | None = None) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -151,10 +151,12 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
     """
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES
     from embscope.extension.extension import AUDIT_DISTIL_WORK
+    from embscope.languages.model_cost import AUDIT_WORK
 
     langs, notes = _languages(languages, "languages=")
     options = _options(locals(), bpb_bytes=AUDIT_CORPUS_BYTES if bpb_bytes is None else bpb_bytes,  # a smaller
-                       distil_work=AUDIT_DISTIL_WORK if distil_work is None else distil_work)  # extension
+                       distil_work=AUDIT_DISTIL_WORK if distil_work is None else distil_work,  # extension
+                       model_work=AUDIT_WORK if model_work is None else model_work)
     return run(model, sections=("context", "tokens", "languages", "extension", "finetune", "repair"),
                languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
                options=options, command="audit", verbose=verbose, warnings=notes)
@@ -275,27 +277,37 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
 
 
 @api_function
-def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: Out = None, force: bool = False,
+def fertility(tokenizer: str | None, corpus: str | Path = DEFAULT_LANGUAGES, *, out: Out = None, force: bool = False,
               verbose: bool | None = None, reference: str = "eng", sample_bytes: int | None = None,
               engine: str = "local", workers: int | None = None, ray_address: str | None = None,
               text_field: str = "text", lang_field: str = "lang", limits: Sequence[str] = (),
               renyi_alpha: float = 2.5, weights: str | Path | None = None, resamples: int = 1000, seed: int = 0,
-              level: float = 0.95) -> RunResult:
+              level: float = 0.95,
+              model: str | None = None, model_work: float | None = None, device: str = "auto") -> RunResult:
     """Per-language fertility, parity and friends for one tokenizer (the languages section).
 
     Args:
-        tokenizer: tokenizer spec (``gpt2``, ``cl100k_base``, a tokenizer file or a model spec).
+        tokenizer: tokenizer spec (``gpt2``, ``cl100k_base``, a tokenizer file or a model spec);
+            None with ``model``: the model's own.
         corpus: a parallel multilingual corpus (default the shipped ``udhr``).
         out, force, verbose: as :func:`audit`'s.
         renyi_alpha: the order α of ``renyi_efficiency``; weights: a data mix's shares (JSON or TSV,
             :mod:`embscope.languages.weights`); resamples, seed, level: the bootstrap intervals'.
+        model: a model spec: its own tokenizer is measured first, and the whole model scores the
+            aligned text of a few languages (``bits_per_byte``, ``bits_per_byte_se``,
+            ``information_parity``: :mod:`embscope.languages.model_cost`) within ``model_work``.
     Example:
         >>> res = fertility("gpt2", "udhr")
         >>> t = res.tables["languages"]
         >>> t.filter(t["language"] == "eng")["parity"].to_list()
         [1.0]
     """
-    return _languages_run([tokenizer], corpus, out, force, verbose, _options(locals()))
+    from embscope.errors import SpecError
+
+    if tokenizer is None and model is None:
+        raise SpecError("fertility needs a tokenizer or a model: pass --tokenizer NAME or --model M")
+    tokenizers = [tokenizer] if tokenizer is not None and tokenizer != model else []
+    return _languages_run(tokenizers, corpus, out, force, verbose, _options(locals()), model=model)
 
 
 @api_function
@@ -322,8 +334,9 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
     return _languages_run(list(tokenizers), corpus, out, force, verbose, _options(locals()))
 
 
-def _languages_run(tokenizers: list[str], corpus, out, force, verbose, options: RunOptions) -> RunResult:
-    return run(None, sections=("languages",), languages=[corpus], tokenizers=tokenizers, out=out, force=force,
+def _languages_run(tokenizers: list[str], corpus, out, force, verbose, options: RunOptions,
+                   model: str | None = None) -> RunResult:
+    return run(model, sections=("languages",), languages=[corpus], tokenizers=tokenizers, out=out, force=force,
                options=options, command="compare" if len(tokenizers) > 1 else "fertility", kind="languages",
                verbose=verbose, required=["languages"])
 

@@ -6,7 +6,7 @@ the first tokenizer's parity (the reference, the cheapest, first).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -25,21 +25,41 @@ def _show(res, common) -> None:
 
     record = res.summary.sections.languages
     languages_table(res.tables["languages"], record.tokenizers, record.reference, res.summary)
+    _model_cost_lines(res.tables["languages"], record.reference)
     comparisons_table(res.tables.get("comparisons"), record.tokenizers)
     written = [s for s in ("languages", "tokenizers", "language_groups", "comparisons") if s in res.tables]
     typer.echo(f"wrote {res.folder}/{', '.join(s + '.parquet' for s in written)}, summary.json, index.html")
     print_bottom_line(res.summary)
 
 
-@run_command(run_fertility, "reference", *CORPUS, *LANGUAGE_STATS)
+def _model_cost_lines(table, reference: str) -> None:
+    """One line per language the model scored: bits per byte ± its standard error, information parity."""
+    if "bits_per_byte" not in table.columns:
+        return
+    rows = table.filter(table["bits_per_byte"].is_not_null()).sort("bits_per_byte")
+    if rows.height == 0:
+        return
+    from embscope.report.escape import display_token
+
+    typer.echo(f"The model's cost (bits per UTF-8 byte ± standard error over units; information parity: "
+               f"bits of {reference!r} / bits of the language on the same units):")
+    for r in rows.iter_rows(named=True):
+        ip = "–" if r["information_parity"] is None else f"{r['information_parity']:.3f}"
+        typer.echo(f"  {display_token(str(r['language'])):<12} {r['bits_per_byte']:.4f} ± {r['bits_per_byte_se']:.4f}"
+                   f"   parity {ip}   ({r['model_units']} units)")
+
+
+@run_command(run_fertility, "reference", *CORPUS, *LANGUAGE_STATS, "model_work", "device")
 def fertility(
-    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec")],
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec (default with --model: the model's own)")] = None,
     corpus: Corpus = "udhr",
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="also score a few languages' aligned text with this whole model: bits_per_byte, information_parity (its own tokenizer is measured first); alias, HF hub id, model folder or .gguf file")] = None,
     options=None,
     common=None,
 ) -> None:
-    """Fertility, parity, continued-word rate and more per language, for one tokenizer."""
-    _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, **options), common)
+    """Fertility, parity, continued-word rate and more per language, for one tokenizer; with --model,
+    the model's bits per byte and information parity too."""
+    _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, model=model, **options), common)
 
 
 @run_command(run_compare, "reference", *CORPUS, *LANGUAGE_STATS)

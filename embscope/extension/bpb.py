@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from embscope.records import Record
+from embscope.models.likelihood import ratio_se
 from embscope.extension.fidelity import LOGIT_ROWS, Parts, _cap, _embed_ids, _hidden_of, exact, parts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,25 +108,6 @@ class TextLosses:
                           {n: cat([self.strategies[n], other.strategies[n]]) for n in names},
                           {n: tuple(cat([a, b]) for a, b in zip(self.disturbance[n], other.disturbance[n]))
                            for n in names if n in self.disturbance and n in other.disturbance})
-
-
-def ratio_se(y: "np.ndarray", b: "np.ndarray") -> tuple[float, float]:
-    """``(Σy / Σb, its standard error)`` over the n pairs (module docstring); SE 0 for n < 2.
-
-    >>> import numpy as np
-    >>> [round(v, 3) for v in ratio_se(np.array([10.0, 30.0]), np.array([10.0, 10.0]))]
-    [2.0, 1.0]
-    """
-    import numpy as np
-
-    total = float(b.sum())
-    if total <= 0:
-        return float("nan"), float("nan")
-    r = float(y.sum()) / total
-    n = len(y)
-    if n < 2:
-        return r, 0.0
-    return r, float(np.sqrt(n / (n - 1) * float(((y - r * b) ** 2).sum())) / total)
 
 
 def summarize(losses: TextLosses, *, disturbance: bool = False) -> tuple[dict, dict[str, dict]]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from embscope.corpus.backend import EngineRecord
 from embscope.corpus.stream import CorpusRead
@@ -67,3 +67,59 @@ class CorpusMeasure(Record):
     gini_units: dict[str, int] | None = None
     #: languages of ``--weights`` that the corpus does not hold (left out of the mix)
     weights_missing: list[str] | None = None
+    #: the model's cost per language (``bits_per_byte``, ``information_parity``): how it was scored;
+    #: null when no whole model was given
+    model: "ModelCostRecord | None" = None
+
+
+@dataclass
+class ModelCostRecord(Record):
+    """How the model scored the aligned units of one corpus
+    (:func:`embscope.languages.model_cost.model_cost`): the ``bits_per_byte``,
+    ``bits_per_byte_se`` and ``information_parity`` columns of ``languages.parquet``."""
+
+    #: the model
+    model: str
+    #: the tokenizer whose rows carry the columns (the model's own)
+    tokenizer: str
+    #: the token every scored text follows (not scored itself)
+    start_token: int | None = None
+    #: which token that is: ``bos``, else ``eos`` (the model has no BOS)
+    start: str | None = None
+    #: the languages scored, the reference first
+    languages: list[str] = field(default_factory=list)
+    #: how they were chosen: ``default`` (the documented default set), ``all`` (every language the
+    #: run measures: the run was narrowed to them) or ``corpus`` (its first languages: none of the
+    #: default set is in it)
+    selection: str = "default"
+    #: aligned units scored: the same units in every language that has them
+    units: int = 0
+    #: aligned units the scored languages hold
+    units_available: int = 0
+    #: texts scored, over every language
+    texts: int = 0
+    #: tokens scored, over every language (the start tokens not counted)
+    tokens: int = 0
+    #: the work budget, 10¹² multiply-adds (tokens × the model's parameters; null: none)
+    work_budget: float | None = None
+    #: the work done, 10¹² multiply-adds (every position of every sequence, start token included)
+    work: float = 0.0
+    #: units were left out to stay within the budget
+    stopped_at_budget: bool = False
+    #: where the forward passes ran (cpu, cuda)
+    device: str | None = None
+    #: the dtype of the model's body in those passes (the head is float32)
+    dtype: str | None = None
+    #: the most threads a forward pass ran on (CPU)
+    threads: int | None = None
+    #: wall seconds of the scoring (forward passes and tokenising)
+    seconds: float = 0.0
+    #: the estimator of ``bits_per_byte_se``
+    se_method: str = ("ratio estimator over units, delta method: sqrt(n/(n-1) * sum_u (y_u - bpb*B_u)^2) / sum_u B_u "
+                      "(y_u bits, B_u bytes of unit u; Cochran 1977, 6.3)")
+    #: why nothing was scored, when nothing was
+    note: str | None = None
+    #: units left out in every language because a text of theirs is longer than ``window``
+    units_too_long: int = 0
+    #: the longest sequence scored, tokens (the start token included): the model's context, at most 8,192
+    window: int | None = None

@@ -109,6 +109,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
 
         weights = read_weights(opts.weights)
     extra: dict[str, list] = {}
+    spent = 0.0  # the model's scoring work so far (10¹² multiply-adds), against one budget for the run
     for corpus in inputs.languages:
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(vocabs, corpus, reference=opts.reference,
@@ -117,7 +118,8 @@ def languages_section(inputs: Inputs) -> SectionOutput:
                           engine=opts.corpus_engine(), options=opts.read_options(),
                           max_languages=opts.bounds().languages, boot=opts.bootstrap(),
                           renyi_alpha=opts.renyi_alpha, weights=weights)
-        tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
+        table, res.summary.model, spent = _model_cost(inputs, corpus, res.table, spent)
+        tables.append(table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
         for stem, frame in res.tables.items():
             extra.setdefault(stem, []).append(frame.with_columns(pl.lit(str(corpus)).alias("corpus")))
@@ -214,3 +216,32 @@ def _exact_isolation(embed):
         return np.array([known[r] for r in rows.tolist()], dtype=np.float64)
 
     return isolation
+
+
+def _model_cost(inputs: Inputs, corpus, table, spent: float):
+    """``(table with the model's columns, their record or None, work spent so far)``: the model
+    scores the corpus's languages (:mod:`embscope.languages.model_cost`) when the run has a model
+    with a tokenizer and a work budget left (``model_work``; null: the default of
+    :data:`~embscope.languages.model_cost.WORK`; ``audit`` passes its own); the columns are null
+    otherwise."""
+    from embscope.languages.counting import OTHER
+    from embscope.languages.model_cost import WORK, add_columns, model_cost, pick_languages
+
+    opts = inputs.options
+    budget = WORK if opts.model_work is None else opts.model_work
+    model = inputs.model
+    if model is None or model.vocab is None or budget - spent <= 0 or not inputs.vocabs:
+        return add_columns(table, None, None), None, spent
+    from embscope.models.load import pick_device
+
+    name = model.vocab.name
+    measured = [g for g in table.filter(table["tokenizer"] == name)["language"].to_list() if g != OTHER]
+    langs, selection = pick_languages(measured, opts.reference, bool(getattr(opts, "lang", None)))
+    if not langs:
+        return add_columns(table, None, None), None, spent
+    with inputs.steps.step(f"model-cost:{corpus.name}", f"score {len(langs)} languages of {corpus} with the model"):
+        cost = model_cost(model, corpus, langs, opts.reference, budget=budget - spent, selection=selection,
+                          device=pick_device(opts.device), sample_bytes=opts.sample_bytes, options=opts.read_options())
+    if cost.record is not None:
+        cost.record.work_budget = budget
+    return add_columns(table, cost, name), cost.record, spent + (cost.record.work if cost.record else 0.0)

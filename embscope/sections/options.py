@@ -231,8 +231,15 @@ class LanguageOptions(Record):
     seed: int = 0
     #: the intervals' coverage
     level: float = 0.95
+    #: the work the model may do scoring each language's aligned text (``bits_per_byte``,
+    #: ``information_parity``), 10¹² multiply-adds (tokens × parameters, known before it runs;
+    #: units past it are left out in every language; null: 20 in ``fertility --model``, 2 in
+    #: ``audit``; 0: off)
+    model_work: float | None = None
 
     def check(self):
+        import math
+
         if not self.reference:
             raise SpecError("--reference must name a language of the corpus, e.g. eng")
         if not self.renyi_alpha > 0:
@@ -244,6 +251,8 @@ class LanguageOptions(Record):
             from embscope.languages.weights import read_weights
 
             read_weights(self.weights)  # a bad file fails before any work
+        if self.model_work is not None and not (math.isfinite(self.model_work) and self.model_work >= 0):
+            raise SpecError(f"--model-work must be a number (10^12 multiply-adds), 0 or more (got {self.model_work})")
         return self
 
     def bootstrap(self):
