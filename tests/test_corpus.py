@@ -74,7 +74,7 @@ def test_udhr_language_is_read_with_alignment():
 
 
 def test_udhr_folder_has_required_languages():
-    meta = json.loads((UDHR / "languages.json").read_text())
+    meta = json.loads((UDHR / "languages.json").read_text())["languages"]
     codes = {m["code"] for m in meta}
     need = ("eng fra deu spa por ita nld pol rus ukr ell tur arb pes heb hin ben urd tam tel mar guj "
             "tha lao khm mya vie ind cmn_hans jpn kor swh yor ibo hau zul amh tir kat hye sin npi pan "

@@ -127,6 +127,8 @@ def language_names(corpus: str) -> dict[str, str]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    if isinstance(doc, dict) and isinstance(doc.get("languages"), list):
+        doc = doc["languages"]  # the shipped UDHR's: {"rule", "languages", "left_out"}
     return {str(d["code"]): str(d["name"]) for d in doc if isinstance(d, dict) and "code" in d and "name" in d} \
         if isinstance(doc, list) else {}
 
