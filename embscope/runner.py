@@ -243,6 +243,12 @@ def _check_before_work(opts: RunOptions, names: list[str], given: "_Given", out,
     given.check_readable()
     if "languages" in names:
         _check_reference(opts, given.languages)
+    if opts.lang and ("languages" in names or "diff" in names):
+        from embscope.languages.selection import selected_languages
+
+        for corpus in given.languages:  # --lang selects in the languages corpus, not in --corpus ones
+            if corpus not in given.corpora:
+                selected_languages(opts.lang, corpus, opts.reference)
     if "finetune" in names and opts.split is not None:
         from embscope.corpus.conversations import check_split
 

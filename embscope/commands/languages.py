@@ -29,7 +29,7 @@ def _show(res, common) -> None:
     print_bottom_line(res.summary)
 
 
-@run_command(run_fertility, "reference", *CORPUS)
+@run_command(run_fertility, "reference", *CORPUS, "unit_field", "lang")
 def fertility(
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec")],
     corpus: Corpus = "udhr",
@@ -40,7 +40,7 @@ def fertility(
     _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, **options), common)
 
 
-@run_command(run_compare, "reference", *CORPUS)
+@run_command(run_compare, "reference", *CORPUS, "unit_field", "lang")
 def compare(
     tokenizer: Annotated[list[str], typer.Option("--tokenizer", "-t", help="tokenizer spec; repeat for each tokenizer to compare")],
     corpus: Corpus = "udhr",

@@ -144,6 +144,9 @@ RUN_OPTS: dict[str, RunOpt] = {
     "instruction_part": RunOpt("instruction_part", Annotated[Optional[str], _opt("--instruction-part", help="--responses-only: the text that opens a user turn, e.g. '<|im_start|>user\\n'")]),
     "response_part": RunOpt("response_part", Annotated[Optional[str], _opt("--response-part", help="--responses-only: the text that opens an assistant turn, e.g. '<|im_start|>assistant\\n'")]),
     "split": RunOpt("split", Annotated[Optional[str], _opt("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
+    "unit_field": RunOpt("unit_field", Annotated[str, _opt("--unit-field", help="field of records that aligns them across languages (parity compares the units two languages share); a FLORES Parquet table without it aligns by id")]),
+    "lang": RunOpt("lang", Annotated[Optional[list[str]], _opt("--lang", help="measure only these languages (the reference too): a code, script:XXXX (ISO 15924, e.g. script:Deva), family:NAME (e.g. family:Dravidian) or set:audit; repeat or comma-separate; see docs/languages.md")],
+                   to_field=lambda v: _split_specs(v or []), from_field=lambda v: list(v) or None),
     # the bounds of docs/limits.md
     "limit": RunOpt("limits", Annotated[Optional[list[str]], _opt("--limit", help=f"raise a bound, NAME=VALUE (e.g. file-bytes=8G; names: {names('limits')}); repeat for several; see docs/limits.md")],
                     to_field=lambda v: list(v or []), from_field=lambda v: list(v) or None),

@@ -12,6 +12,8 @@ What is read (the suffix decides; a compression suffix is looked through first):
                     ``datasets.save_to_disk`` writes (``data-00000-of-00003.arrow``)
 ``.gz`` ``.zst``    any of the text formats above, compressed (``eng.jsonl.zst``,
 ``.zstd`` ``.bz2``  ``notes.txt.gz``): decompressed as a stream, never whole
+FLORES              ``dev.eng_Latn`` (a release file: one sentence a line, aligned by line) and
+                    Parquet with ``iso_639_3``/``iso_15924`` columns: :mod:`embscope.corpus.flores`
 ==================  ===========================================================================
 
 Which files a corpus path (file, folder, HF dataset folder, glob) means:
@@ -188,7 +190,7 @@ def sniff(file: SourceFile, issues: FileIssues) -> bool:
     if not head:
         issues.add(file.path, "empty_files")
         return False
-    if file.fmt in ("text", "jsonl") and b"\x00" in head:
+    if file.fmt in ("text", "jsonl", "flores") and b"\x00" in head:
         issues.add(file.path, "binary_files")
         return False
     return True
@@ -407,7 +409,10 @@ def _texts_of(rb, field_name: str, meter: _Meter):
 def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
     import pyarrow as pa
 
+    from embscope.corpus import flores
+
     text_ok = [True]
+    form: dict = {}  # a FLORES table: its (iso, script) → id, the unit column and the split
 
     def columns_of(schema):
         names = schema.names
@@ -416,6 +421,10 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
             return None
         t = schema.field(opts.text_field).type
         text_ok[0] = _is_string(t) or (pa.types.is_dictionary(t) and _is_string(t.value_type))
+        if file.fmt == "parquet" and flores.is_table(names):
+            form.update(ids=flores.table_ids(file.path), unit=flores.unit_column(names, opts),
+                        split=flores.split_of(file.path))
+            return [opts.text_field, *flores.ISO_COLUMNS] + ([form["unit"]] if form["unit"] else [])
         return [opts.text_field] + [c for c in (opts.lang_field, opts.unit_field) if c and c in names]
 
     meter = _Meter(file, opts, issues)
@@ -434,6 +443,10 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
                     continue
                 langs = d.get(opts.lang_field) if opts.lang_field else None
                 units = d.get(opts.unit_field) if opts.unit_field else None
+                if form:  # FLORES: language from the two columns, unit split-qualified
+                    langs = [form["ids"].get((i, s)) for i, s in zip(*(d[c] for c in flores.ISO_COLUMNS))]
+                    units = [None if u is None else f"{form['split']}:{u}" if form["split"] else u
+                             for u in d[form["unit"]]] if form["unit"] else None
                 langs = langs or [None] * rows
                 units = units or [None] * rows
                 for text, lang, unit in zip(d[opts.text_field], langs, units):
@@ -481,6 +494,10 @@ def iter_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
         yield from _table_records(file, opts, issues)
     elif file.fmt == "jsonl":
         yield from _jsonl_records(file, opts, issues)
+    elif file.fmt == "flores":
+        from embscope.corpus.flores import iter_lines
+
+        yield from iter_lines(file, opts, issues)
     else:
         for line in _lines(file, issues, opts):
             line = line.rstrip("\r\n")

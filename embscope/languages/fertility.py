@@ -84,7 +84,8 @@ def space_prefix(vocab: Vocabulary) -> bool:
 def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference: str = "eng",
             sample_bytes: int | None = None, embed=None, tokens=None, exact_isolation=None,
             batch_size: int = 512, engine: "Engine | None" = None,
-            options: "ReadOptions | None" = None, max_languages: int = Limits.languages) -> LanguageResult:
+            options: "ReadOptions | None" = None, max_languages: int = Limits.languages,
+            languages: "frozenset[str] | None" = None) -> LanguageResult:
     """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
 
     Args:
@@ -104,6 +105,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).
         max_languages: languages measured one by one; later ones are measured together as
             :data:`~embscope.languages.counting.OTHER` (``summary.languages_folded`` counts them).
+        languages: measure only these language ids (:mod:`embscope.languages.selection`); None: all.
 
     Returns:
         :class:`LanguageResult`.
@@ -120,7 +122,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     vocabs = list(vocabs)
     names = [v.name for v in vocabs]
     engine = engine or Engine()
-    counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs, max_languages=max_languages),
+    counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs, max_languages=max_languages,
+                                                             keep=languages),
                               functools.partial(merge_counts, max_languages=max_languages),
                               engine=engine, sample_bytes=sample_bytes, batch_size=batch_size,
                               options=options, description="tokenising corpus")
@@ -144,7 +147,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         reference=reference, reference_present=reference in langs, languages=len(langs),
         max_languages=max_languages, languages_folded=len(counts.folded), sample_bytes=sample_bytes,
         segmentation=SEGMENTATION_NOTE, word_sample_bytes=WORD_SAMPLE_BYTES, roundtrip_texts=ROUNDTRIP_TEXTS,
-        corpus=report.record(), engine=engine.record())
+        corpus=report.record(), engine=engine.record(),
+        selected=sorted(languages) if languages is not None else None)
     counts = {(names[k], lang): a.counts for (k, lang), a in acc.items()}
     return LanguageResult(table=table, summary=summary, token_counts=counts)
 

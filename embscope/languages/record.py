@@ -52,3 +52,9 @@ class CorpusMeasure(Record):
     corpus: CorpusRead
     #: where the pass ran
     engine: EngineRecord | None = None
+    #: the language ids ``--lang`` selected (the reference with them); null: every language read
+    selected: list[str] | None = None
+    #: the ``--lang`` values that selected them (``set:audit``: audit's default on the shipped UDHR)
+    selection: list[str] | None = None
+    #: languages the corpus names before it is read (its languages.json, file names); null when unknown
+    available: int | None = None

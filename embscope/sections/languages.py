@@ -63,6 +63,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     import polars as pl
 
     from embscope.languages.fertility import measure
+    from embscope.languages.selection import catalog, describe, select
 
     if not inputs.languages:
         return SectionOutput(skipped="no corpus given")
@@ -73,12 +74,21 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     tables, per_corpus, warnings = [], {}, []
     isolation = _exact_isolation(embed)  # one per run: a row searched for one corpus is not searched again
     for corpus in inputs.languages:
+        # --lang selects in the languages corpus; a --corpus (domain) one is measured whole
+        specs = opts.lang if corpus not in inputs.corpora else []
+        names = catalog(corpus)
+        available = len(names) or None
+        keep = select(specs, names, opts.reference) if specs else None
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
                           exact_isolation=isolation,
                           engine=opts.corpus_engine(), options=opts.read_options(),
-                          max_languages=opts.bounds().languages)
+                          max_languages=opts.bounds().languages, languages=keep)
+        res.summary.selection, res.summary.available = (list(specs) or None), available
+        if keep is not None and available:
+            warnings.append(f"{corpus}: measured {res.summary.languages} of its {available} languages "
+                            f"({describe(specs)}, with the reference); --lang set:all measures every one")
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
         if res.summary.languages_folded:

@@ -182,6 +182,9 @@ class CorpusOptions(Record):
     lang_field: str = "lang"
     #: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults (docs/limits.md)
     limits: list[str] = field(default_factory=list)
+    #: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages
+    #: (parity compares the units two languages share); a FLORES table without it aligns by ``id``
+    unit_field: str = "unit"
 
     def bounds(self):
         """The :class:`~embscope.limits.Limits` of this run (defaults raised by ``limits``)."""
@@ -201,6 +204,7 @@ class CorpusOptions(Record):
 
         b = self.bounds()
         return ReadOptions(text_field=self.text_field, lang_field=self.lang_field or None,
+                           unit_field=self.unit_field or None,
                            max_file_bytes=b.file_bytes, max_corpus_bytes=b.corpus_bytes, max_ratio=b.ratio)
 
     def check(self):
@@ -220,10 +224,16 @@ class LanguageOptions(Record):
 
     #: reference language for parity
     reference: str = "eng"
+    #: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
+    #: (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md)
+    lang: list[str] = field(default_factory=list)
 
     def check(self):
         if not self.reference:
             raise SpecError("--reference must name a language of the corpus, e.g. eng")
+        for spec in self.lang:
+            if not isinstance(spec, str) or not spec.strip() or spec.endswith(":"):
+                raise SpecError(f"--lang {spec!r} needs a value: a language code, script:XXXX or family:NAME")
         return self
 
 
