@@ -56,5 +56,6 @@ class CorpusMeasure(Record):
     selected: list[str] | None = None
     #: the ``--lang`` values that selected them (``set:audit``: audit's default on the shipped UDHR)
     selection: list[str] | None = None
-    #: languages the corpus names before it is read (its languages.json, file names); null when unknown
+    #: languages the corpus names before it is read (its languages.json, file names), counted when
+    #: ``--lang`` selects; null otherwise
     available: int | None = None

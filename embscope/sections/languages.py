@@ -76,7 +76,7 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     for corpus in inputs.languages:
         # --lang selects in the languages corpus; a --corpus (domain) one is measured whole
         specs = opts.lang if corpus not in inputs.corpora else []
-        names = catalog(corpus)
+        names = catalog(corpus) if specs else {}
         available = len(names) or None
         keep = select(specs, names, opts.reference) if specs else None
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
