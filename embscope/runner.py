@@ -272,7 +272,9 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
             return
         if len(langs) > 1 and len(set(langs)) == len(langs):
             shown = ", ".join(sorted(langs)[:12]) + (", …" if len(langs) > 12 else "")
-            raise SpecError(f"--reference {ref!r} is not a language of {corpus}{did_you_mean(ref, langs)}; pass one "
+            from embscope.languages.selection import suggest
+
+            raise SpecError(f"--reference {ref!r} is not a language of {corpus}{suggest(ref, langs)}; pass one "
                             f"of its {len(langs)} languages ({shown})")
 
 

@@ -92,3 +92,17 @@ def test_fertility_measures_every_language_and_audit_a_named_set():
     assert measure.available == len(LANGS)
     assert any(f"measured 68 of its {len(LANGS)} languages (the audit set" in w for w in res.warnings)
     assert res.summary.parameters.lang == [AUDIT_SET]
+
+
+@pytest.mark.parametrize("argv", [["audit", "--no-scan", "--lang", "hinn"],
+                                  ["diff", "smollm2-135m", "smollm2-135m", "--lang", "hinn"]])
+def test_audit_and_diff_take_lang_and_refuse_a_typo_before_the_model_loads(argv, monkeypatch, capsys):
+    import embscope.runner as runner
+    from embscope.cli import main
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before --lang was checked")
+
+    monkeypatch.setattr(runner, "_resolve", no_load)
+    assert main(argv) == 2
+    assert "--lang 'hinn' is not a language of the corpus (did you mean 'hin'?)" in " ".join(capsys.readouterr().err.split())

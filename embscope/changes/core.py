@@ -137,8 +137,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
         status: per BASE row, the scan's ``undertrained_status``: a row prompting ``cleared`` is
             trained (never ``untrained-still``), a ``verified`` one is under-trained, as in ``check``.
-        languages: a multilingual corpus for per-language drift (None: none); ``keep_languages``
-            its languages to count (None: all).
+        languages: a multilingual corpus for per-language drift (None: none; ``keep_languages``: its languages counted).
     Returns:
         :class:`DiffResult`.
     """

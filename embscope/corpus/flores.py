@@ -28,11 +28,6 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from embscope.corpus.readers import FileIssues, ReadOptions, SourceFile
-    from embscope.languages.selection import Language
 
 #: FLORES+ ``dev.eng_Latn`` and FLORES-200 ``eng_Latn.dev``
 _PLUS = re.compile(r"^(?P<split>[a-z]+)\.(?P<lang>[a-z]{3})_(?P<script>[A-Z][a-z]{3})$")
@@ -94,7 +89,7 @@ def is_table(names) -> bool:
     return all(c in names for c in ISO_COLUMNS)
 
 
-def unit_column(names, opts: "ReadOptions") -> str | None:
+def unit_column(names, opts) -> str | None:
     """The alignment column of a FLORES table: ``--unit-field`` when it has one, else ``id``."""
     if opts.unit_field and opts.unit_field in names:
         return opts.unit_field
@@ -125,58 +120,77 @@ def table_ids(path: str) -> dict[tuple[str, str], str]:
     return {(iso, s): language_id(iso, s, scripts) for iso, ss in scripts.items() for s in ss}
 
 
-def file_languages(file: "SourceFile") -> list["Language"]:
-    """The languages a FLORES file holds, from its name or its columns; [] for other files."""
-    from embscope.languages.selection import Language
-
-    hit = flores_name(file.path)
+def file_ids(path: str, fmt: str | None) -> list[tuple[str, str, str]]:
+    """``(id, ISO 639-3, ISO 15924)`` of the languages a FLORES file holds, from its name or its
+    columns; [] for any other file."""
+    hit = flores_name(path)
     if hit:
         _, iso, script = hit
-        return [Language(language_id(iso, script, _folder_scripts(str(Path(file.path).parent))), iso, script)]
-    if file.fmt == "parquet":
+        return [(language_id(iso, script, _folder_scripts(str(Path(path).parent))), iso, script)]
+    if fmt == "parquet":
         try:
             import pyarrow.parquet as pq
 
-            if not is_table(pq.ParquetFile(file.path).schema_arrow.names):
+            if not is_table(pq.ParquetFile(path).schema_arrow.names):
                 return []
-        except Exception:
+        except Exception:  # an unreadable file is the reader's to count
             return []
-        return [Language(code, iso, script) for (iso, script), code in sorted(table_ids(file.path).items())]
+        return [(code, iso, script) for (iso, script), code in sorted(table_ids(path).items())]
     return []
 
 
-def iter_lines(file: "SourceFile", opts: "ReadOptions", issues: "FileIssues"):
-    """``(text, language id, "<split>:<line>")`` per non-blank line of a release file, within the
-    file's byte limits; a line over ``MAX_LINE_BYTES`` is skipped and counted
-    (``aligned_lines_over_1MiB``): a piece of it would align with nothing."""
-    from embscope.corpus.readers import MAX_LINE_BYTES, _Meter, _read_error, open_binary
+def table_form(path: str, names, opts) -> dict | None:
+    """How the rows of a FLORES table are read: ``ids`` ((iso, script) → id), ``unit`` (its column,
+    or None) and ``split``; None when the columns are not the FLORES form."""
+    if not is_table(names):
+        return None
+    return {"ids": table_ids(path), "unit": unit_column(names, opts), "split": split_of(path)}
 
-    split, iso, script = flores_name(file.path)
-    lang = language_id(iso, script, _folder_scripts(str(Path(file.path).parent)))
-    meter = _Meter(file, opts, issues)
-    line = 0
+
+def table_rows(d: dict, form: dict) -> tuple[list, list | None]:
+    """The language ids and split-qualified units of a record batch (``to_pydict``) of a FLORES table."""
+    langs = [form["ids"].get(pair) for pair in zip(*(d[c] for c in ISO_COLUMNS))]
+    if not form["unit"]:
+        return langs, None
+    split = form["split"]
+    return langs, [None if u is None else f"{split}:{u}" if split else u for u in d[form["unit"]]]
+
+
+def iter_lines(path: str, opener, allows, add_issue, read_error, max_line_bytes: int):
+    """``(text, language id, "<split>:<line>")`` per non-blank line of the release file ``path``,
+    read from ``opener()`` (a binary stream) while ``allows(nbytes)`` (the file's byte limits). A
+    line over ``max_line_bytes`` is skipped and counted (``add_issue(path,
+    "aligned_lines_over_1MiB")``): a piece of it would align with nothing. An exception for which
+    ``read_error(e)`` is true (I/O, damaged compression) ends the file, counted as ``unreadable_files``."""
     try:
-        with open_binary(file) as f:
-            while True:
-                raw = f.readline(MAX_LINE_BYTES)
-                if not raw or not meter.allows(len(raw)):
-                    return
-                line += 1
-                if not raw.endswith(b"\n") and len(raw) >= MAX_LINE_BYTES:
-                    while raw and not raw.endswith(b"\n"):
-                        raw = f.readline(MAX_LINE_BYTES)
-                        if not meter.allows(len(raw)):
-                            return
-                    issues.add(file.path, "aligned_lines_over_1MiB")
-                    continue
-                try:
-                    text = raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError:
-                    issues.add(file.path, "invalid_utf8_lines")
-                    continue
-                if text.strip():
-                    yield text, lang, f"{split}:{line}"
+        with opener() as f:
+            yield from _lines(path, f, allows, add_issue, max_line_bytes)
     except Exception as e:
-        if not _read_error(e):
+        if not read_error(e):
             raise
-        issues.add(file.path, "unreadable_files")
+        add_issue(path, "unreadable_files")
+
+
+def _lines(path: str, f, allows, add_issue, max_line_bytes: int):
+    split, iso, script = flores_name(path)
+    lang = language_id(iso, script, _folder_scripts(str(Path(path).parent)))
+    line = 0
+    while True:
+        raw = f.readline(max_line_bytes)
+        if not raw or not allows(len(raw)):
+            return
+        line += 1
+        if not raw.endswith(b"\n") and len(raw) >= max_line_bytes:
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(max_line_bytes)
+                if not allows(len(raw)):
+                    return
+            add_issue(path, "aligned_lines_over_1MiB")
+            continue
+        try:
+            text = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            add_issue(path, "invalid_utf8_lines")
+            continue
+        if text.strip():
+            yield text, lang, f"{split}:{line}"

@@ -12,8 +12,7 @@ What is read (the suffix decides; a compression suffix is looked through first):
                     ``datasets.save_to_disk`` writes (``data-00000-of-00003.arrow``)
 ``.gz`` ``.zst``    any of the text formats above, compressed (``eng.jsonl.zst``,
 ``.zstd`` ``.bz2``  ``notes.txt.gz``): decompressed as a stream, never whole
-FLORES              ``dev.eng_Latn`` (a release file: one sentence a line, aligned by line) and
-                    Parquet with ``iso_639_3``/``iso_15924`` columns: :mod:`embscope.corpus.flores`
+FLORES              ``dev.eng_Latn``, Parquet with ``iso_639_3``: :mod:`embscope.corpus.flores`
 ==================  ===========================================================================
 
 Which files a corpus path (file, folder, HF dataset folder, glob) means:
@@ -66,6 +65,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from embscope.corpus import flores
 from embscope.formats.json_stream import SURROGATE
 from embscope.limits import Limits
 
@@ -409,8 +409,6 @@ def _texts_of(rb, field_name: str, meter: _Meter):
 def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
     import pyarrow as pa
 
-    from embscope.corpus import flores
-
     text_ok = [True]
     form: dict = {}  # a FLORES table: its (iso, script) → id, the unit column and the split
 
@@ -422,8 +420,7 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
         t = schema.field(opts.text_field).type
         text_ok[0] = _is_string(t) or (pa.types.is_dictionary(t) and _is_string(t.value_type))
         if file.fmt == "parquet" and flores.is_table(names):
-            form.update(ids=flores.table_ids(file.path), unit=flores.unit_column(names, opts),
-                        split=flores.split_of(file.path))
+            form.update(flores.table_form(file.path, names, opts))
             return [opts.text_field, *flores.ISO_COLUMNS] + ([form["unit"]] if form["unit"] else [])
         return [opts.text_field] + [c for c in (opts.lang_field, opts.unit_field) if c and c in names]
 
@@ -444,9 +441,7 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
                 langs = d.get(opts.lang_field) if opts.lang_field else None
                 units = d.get(opts.unit_field) if opts.unit_field else None
                 if form:  # FLORES: language from the two columns, unit split-qualified
-                    langs = [form["ids"].get((i, s)) for i, s in zip(*(d[c] for c in flores.ISO_COLUMNS))]
-                    units = [None if u is None else f"{form['split']}:{u}" if form["split"] else u
-                             for u in d[form["unit"]]] if form["unit"] else None
+                    langs, units = flores.table_rows(d, form)
                 langs = langs or [None] * rows
                 units = units or [None] * rows
                 for text, lang, unit in zip(d[opts.text_field], langs, units):
@@ -494,10 +489,9 @@ def iter_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
         yield from _table_records(file, opts, issues)
     elif file.fmt == "jsonl":
         yield from _jsonl_records(file, opts, issues)
-    elif file.fmt == "flores":
-        from embscope.corpus.flores import iter_lines
-
-        yield from iter_lines(file, opts, issues)
+    elif file.fmt == "flores":  # a FLORES release file: one aligned sentence a line
+        yield from flores.iter_lines(file.path, lambda: open_binary(file), _Meter(file, opts, issues).allows, issues.add,
+                              _read_error, MAX_LINE_BYTES)
     else:
         for line in _lines(file, issues, opts):
             line = line.rstrip("\r\n")

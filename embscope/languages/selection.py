@@ -2,11 +2,8 @@
 ``--lang family:Dravidian``, and audit's bounded default set (``set:audit``).
 
 A corpus's languages, with their ISO 15924 script and family, come from what it says about itself
-before it is read (:func:`catalog`): its ``languages.json`` (the shipped UDHR's lists code, ISO
-639-3 code, script, name, family and lineage), the language in a file's name (``eng.jsonl``,
-``cmn_hans.txt``: a 4-letter suffix is the script) and a FLORES layout's names and columns
-(:mod:`embscope.corpus.flores`). A language without a family there takes the one the shipped UDHR
-gives its ISO 639-3 code.
+before it is read (:mod:`embscope.corpus.catalog`); a language without a family there takes the
+one the shipped UDHR gives its ISO 639-3 code.
 
 Each ``--lang`` value selects:
 
@@ -35,11 +32,9 @@ embscope.errors.SpecError: --lang 'hni' is not a language of the corpus (did you
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
+from embscope.corpus.catalog import Language, read_names_file
 from embscope.errors import SpecError, did_you_mean
 
 #: the languages ``audit`` (and ``diff``) measure on the shipped UDHR unless ``--lang`` says
@@ -56,80 +51,13 @@ AUDIT_SET = "set:audit"
 SETS = ("audit", "all")
 #: the group kinds ``KIND:VALUE`` selects by
 KINDS = ("script", "family", "set")
-#: a names file this large is not a list of languages (the shipped UDHR's is about 250 KiB)
-MAX_BYTES = 4 << 20
-
-
-@dataclass(frozen=True)
-class Language:
-    """One language of a corpus, as the corpus names it before it is read."""
-
-    #: the id its records are measured under (``cmn_hans``)
-    code: str
-    #: ISO 639-3 code (null when not known)
-    iso639_3: str | None = None
-    #: ISO 15924 script code (null when not known)
-    script: str | None = None
-    #: top-level Glottolog family (null when not known, or an isolate)
-    family: str | None = None
-    #: every Glottolog group it belongs to, largest first
-    lineage: tuple[str, ...] = field(default=())
-
-
-def read_names_file(folder: str | Path) -> list[dict]:
-    """The entries of a corpus folder's ``languages.json`` (a list of objects with ``code``, or the
-    shipped UDHR's ``{"languages": [...]}``); [] when there is none or it is another shape."""
-    path = Path(folder) / "languages.json"
-    try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_BYTES:
-            return []
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return []
-    if isinstance(doc, dict):
-        doc = doc.get("languages")
-    return [d for d in doc if isinstance(d, dict) and isinstance(d.get("code"), str)] if isinstance(doc, list) else []
-
-
-def _entry(d: dict) -> Language:
-    text = lambda v: v if isinstance(v, str) and v else None  # noqa: E731
-    lineage = tuple(g for g in d.get("lineage") or () if isinstance(g, str))
-    return Language(d["code"], text(d.get("iso639_3")), text(d.get("script")), text(d.get("family")), lineage)
-
-
-def _from_code(code: str) -> Language:
-    """A language known by its id alone: ``cmn_hans`` → ISO 639-3 ``cmn``, script ``Hans``."""
-    head, _, tail = code.replace("-", "_").partition("_")
-    iso = head.lower() if len(head) == 3 and head.isalpha() else None
-    script = tail.title() if len(tail) == 4 and tail.isalpha() else None
-    return Language(code, iso, script)
 
 
 def catalog(paths) -> dict[str, Language]:
-    """``{code: Language}`` of the corpora ``paths`` (see the module doc); {} when they name none."""
-    from embscope.corpus.flores import file_languages
-    from embscope.corpus.listing import list_files
-    from embscope.corpus.stream import looks_like_lang
-    from embscope.corpus.listing import stem
+    """:func:`embscope.corpus.catalog.catalog`, languages without a family given the shipped UDHR's."""
+    from embscope.corpus.catalog import catalog as named
 
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    out: dict[str, Language] = {}
-    for p in paths:
-        if Path(p).is_dir():
-            for d in read_names_file(p):
-                out.setdefault(d["code"], _entry(d))
-        for f in list_files([p]):
-            named = file_languages(f)
-            if named:
-                for lang in named:
-                    out.setdefault(lang.code, lang)
-                continue
-            path, root = Path(f.path), Path(f.root)
-            for name in ((path.parent.name,) if path.parent != root and root.is_dir() else ()) + (stem(path),):
-                if looks_like_lang(name):
-                    out.setdefault(name, _from_code(name))
-                    break
-    return _with_families(out)
+    return _with_families(named(paths))
 
 
 def _with_families(cat: dict[str, Language]) -> dict[str, Language]:
@@ -149,6 +77,19 @@ def _with_families(cat: dict[str, Language]) -> dict[str, Language]:
         if not lang.family and d is not None:
             cat[code] = replace(lang, family=d["family"], lineage=tuple(d.get("lineage") or ()))
     return cat
+
+
+def suggest(word: str, codes: Iterable[str]) -> str:
+    """`` (did you mean 'eng'?)``: the shortest code that starts with ``word`` (a two-letter ISO
+    639-1 code names its three-letter one: ``en`` → ``eng``, not the equally similar ``ven``),
+    else the closest by :func:`~embscope.errors.did_you_mean`.
+
+    >>> suggest("en", ["ven", "eng", "enq_x"]), suggest("hinn", ["hin", "hun"])
+    (" (did you mean 'eng'?)", " (did you mean 'hin'?)")
+    """
+    codes = list(codes)
+    starts = sorted((c for c in codes if c.startswith(word) and c != word), key=lambda c: (len(c), c))
+    return f" (did you mean {starts[0]!r}?)" if starts and len(word) >= 2 else did_you_mean(word, codes)
 
 
 def select(specs: Sequence[str], cat: dict[str, Language], reference: str = "eng") -> frozenset[str] | None:
@@ -174,7 +115,7 @@ def _one(spec: str, cat: dict[str, Language]) -> set[str]:
         if not hit:
             codes = sorted(cat)
             shown = ", ".join(codes[:12]) + (", …" if len(codes) > 12 else "")
-            raise SpecError(f"--lang {spec!r} is not a language of the corpus{did_you_mean(spec, codes)}; pass a "
+            raise SpecError(f"--lang {spec!r} is not a language of the corpus{suggest(spec, codes)}; pass a "
                             f"code ({shown}), script:XXXX or family:NAME")
         return hit
     kind = kind.lower()

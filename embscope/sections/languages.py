@@ -57,7 +57,7 @@ class LanguagesRecord(Record):
 
 
 @section("languages", record=LanguagesRecord, tables=("languages",),
-         reads=("vocabs", "model", "languages", "tokens"))
+         reads=("vocabs", "model", "languages", "tokens", "corpora"))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
