@@ -100,10 +100,18 @@ def _languages(languages: str | Path | None, flag: str) -> tuple[list[str | Path
 
 
 def _audit_lang(lang: Sequence[str], languages) -> list[str]:
-    """``lang`` as given; none given on the shipped UDHR: audit's bounded set (``set:audit``)."""
+    """``lang`` as given; none given on the shipped UDHR (by name or path): audit's bounded set
+    (``set:audit``); on any other corpus, every language."""
+    from embscope.errors import CorpusError
     from embscope.languages.selection import AUDIT_SET
 
-    return list(lang) if lang or languages != DEFAULT_LANGUAGES else [AUDIT_SET]
+    if lang or languages in (None, "none"):
+        return list(lang)
+    try:
+        shipped = Path(corpus_path(languages)).resolve() == Path(corpus_path(DEFAULT_LANGUAGES)).resolve()
+    except CorpusError:  # a missing corpus is the run's to report
+        shipped = False
+    return [AUDIT_SET] if shipped else []
 
 
 @api_function

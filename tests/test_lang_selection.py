@@ -83,8 +83,8 @@ def test_fertility_measures_every_language_and_audit_a_named_set():
     (measure,) = rec.values()
     assert res.tables["languages"].height == len(LANGS) == measure.languages and measure.languages_folded == 0
     assert measure.selected is None and measure.selection is None
-    assert _audit_lang((), "udhr") == [AUDIT_SET] and _audit_lang((), "my/corpus") == [] \
-        and _audit_lang(["hin"], "udhr") == ["hin"]
+    assert _audit_lang((), "udhr") == [AUDIT_SET] == _audit_lang((), UDHR) and _audit_lang((), "my/corpus") == [] \
+        and _audit_lang(["hin"], "udhr") == ["hin"] and _audit_lang((), None) == []
     res = embscope.fertility("cl100k_base", "udhr", lang=[AUDIT_SET])
     (measure,) = res.summary.sections.languages.corpora.values()
     assert set(res.tables["languages"]["language"]) == set(AUDIT_LANGUAGES)
