@@ -106,3 +106,20 @@ def test_audit_and_diff_take_lang_and_refuse_a_typo_before_the_model_loads(argv,
     monkeypatch.setattr(runner, "_resolve", no_load)
     assert main(argv) == 2
     assert "--lang 'hinn' is not a language of the corpus (did you mean 'hin'?)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_codes_in_records_are_taken_as_given_and_a_missing_one_is_named(tmp_path):
+    """A corpus whose languages are only inside its records: ``--lang`` codes select, a script cannot,
+    and a code that never appears is named after the pass."""
+    import embscope
+    from embscope.errors import SpecError
+
+    rows = [{"text": t, "lang": lang, "unit": i} for i, (lang, t) in enumerate(
+        [("eng", "All human beings are born free."), ("fra", "Tous les êtres humains naissent libres."),
+         ("deu", "Alle Menschen sind frei geboren.")])]
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = embscope.fertility("cl100k_base", str(tmp_path), lang=["fra", "ita"])
+    assert set(res.tables["languages"]["language"]) == {"eng", "fra"}
+    assert any("--lang ita: no such language in its records" in w for w in res.warnings)
+    with pytest.raises(SpecError, match="names no languages before it is read"):
+        embscope.fertility("cl100k_base", str(tmp_path), lang=["script:Latn"])

@@ -86,6 +86,9 @@ def languages_section(inputs: Inputs) -> SectionOutput:
                           engine=opts.corpus_engine(), options=opts.read_options(),
                           max_languages=opts.bounds().languages, languages=keep)
         res.summary.selection, res.summary.available = (list(specs) or None), available
+        missing = sorted(keep - set(res.table["language"].to_list())) if keep is not None and not names else []
+        if missing:  # codes taken as given (the languages are inside the records): say which never came
+            warnings.append(f"{corpus}: --lang {', '.join(missing)}: no such language in its records")
         if keep is not None and available:
             warnings.append(f"{corpus}: measured {res.summary.languages} of its {available} languages "
                             f"({describe(specs)}, with the reference); --lang set:all measures every one")
