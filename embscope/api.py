@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from embscope.arguments import checked
 from embscope.models.registry import DEFAULT_MODEL
 from embscope.output import DEFAULT_OUT, DefaultFolder
 from embscope.runner import DEFAULT_LANGUAGES, SHIPPED_CORPORA, RunResult, corpus_path, run
@@ -41,11 +42,13 @@ Paths = Sequence[str | Path]
 
 
 def api_function(fn: F) -> F:
-    """Check ``fn``'s keyword names before it runs (a typo is one line with "did you mean", not a
-    ``TypeError``), and append the documentation of its option keywords to its docstring (each
+    """Check ``fn``'s keyword names and argument types before it runs (a typo is one line with "did
+    you mean", a wrong type one :class:`~embscope.errors.ArgumentError` line: :mod:`embscope.arguments`),
+    and append the documentation of its option keywords to its docstring (each
     :class:`RunOptions` field's ``#:`` comment, with the default), so ``help()`` lists them all."""
     import inspect
 
+    from embscope.arguments import check_call
     from embscope.errors import SpecError, did_you_mean
     from embscope.records import field_docs
 
@@ -58,6 +61,7 @@ def api_function(fn: F) -> F:
             if name not in params:
                 raise SpecError(f"{fn.__name__}() has no option {name!r}{did_you_mean(name, names)}; "
                                 f"see help(embscope.{fn.__name__})")
+        check_call(fn, args, kwargs)  # types from the annotations, before any work (embscope.arguments)
         return fn(*args, **kwargs)
 
     docs, fields, known = field_docs(RunOptions), set(RunOptions.names()), option_choices()
@@ -295,7 +299,8 @@ def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: Ou
               verbose: bool | None = None, reference: str = "eng", sample_bytes: int | None = None,
               engine: str = "local", workers: int | None = None, ray_address: str | None = None,
               text_field: str = "text", lang_field: str = "lang", limits: Sequence[str] = (),
-              unit_field: str = "unit", lang: Sequence[str] = ()) -> RunResult:
+              renyi_alpha: float = 2.5, weights: str | Path | None = None, resamples: int = 1000, seed: int = 0,
+              level: float = 0.95, unit_field: str = "unit", lang: Sequence[str] = ()) -> RunResult:
     """Per-language fertility, parity and friends for one tokenizer (the languages section).
 
     Args:
@@ -304,6 +309,8 @@ def fertility(tokenizer: str, corpus: str | Path = DEFAULT_LANGUAGES, *, out: Ou
             it; ``lang`` selects some: ``["hin", "script:Taml", "family:Dravidian"]``), or a local
             FLORES+ / FLORES-200 folder, read in place.
         out, force, verbose: as :func:`audit`'s.
+        renyi_alpha: the order α of ``renyi_efficiency``; weights: a data mix's shares (JSON or TSV,
+            :mod:`embscope.languages.weights`); resamples, seed, level: the bootstrap intervals'.
     Example:
         >>> res = fertility("gpt2", "udhr")
         >>> t = res.tables["languages"]
@@ -318,8 +325,11 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
             force: bool = False, verbose: bool | None = None, reference: str = "eng",
             sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
             ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
-            limits: Sequence[str] = (), unit_field: str = "unit", lang: Sequence[str] = ()) -> RunResult:
-    """The same as :func:`fertility` for several tokenizers, side by side.
+            limits: Sequence[str] = (), renyi_alpha: float = 2.5, weights: str | Path | None = None,
+            resamples: int = 1000, seed: int = 0, level: float = 0.95, unit_field: str = "unit",
+            lang: Sequence[str] = ()) -> RunResult:
+    """The same as :func:`fertility` for several tokenizers, side by side, with a verdict per language
+    and pair of tokenizers (``comparisons`` table: :mod:`embscope.languages.comparison`).
 
     Args:
         tokenizers: tokenizer specs; the first one orders the table.
@@ -328,6 +338,10 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
         >>> compare(["gpt2", "cl100k_base"], "udhr").summary.sections.languages.tokenizers
         ['gpt2', 'cl100k_base']
     """
+    if len(list(tokenizers)) < 2:
+        from embscope.errors import SpecError
+
+        raise SpecError("compare needs at least two tokenizers (repeat --tokenizer); for one, run `embscope fertility`")
     return _languages_run(list(tokenizers), corpus, out, force, verbose, _options(locals()))
 
 
@@ -343,7 +357,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
            tokens: str | Path | None = None, verbose: bool | None = None,
            top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
            diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-           distil_work: float | None = None,
+           distil_work: float | None = None, method: str = "terms", rows: int | None = None,
            device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
@@ -361,6 +375,9 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
             load whole, its new rows) to this folder.
         rows_only: with ``apply_to``: write only the new rows.
         tokens: a ``tokens.parquet`` of an earlier scan: its ``flagged`` rows stay out of every mean.
+        method: ``terms`` (the best words) or ``merges`` (continued BPE on the corpus, up to
+            ``rows`` new tokens; the corpus may be a ``word<TAB>count`` list).
+        rows: the most new tokens (rows), intermediates included; needed by ``merges``.
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).
     Example:
@@ -376,6 +393,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
     return res, applied.result if applied is not None else None
 
 
+@checked
 def rope(model: str):
     """The context summary of any model spec (reads the config only, no weights): RoPE reach,
     KV-cache bytes per token and per context, embedding share
@@ -391,6 +409,7 @@ def rope(model: str):
     return context_summary(resolve_config(model))
 
 
+@checked
 def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bool = False) -> Path:
     """The token map of an output folder as Embedding Atlas reads it (:mod:`embscope.report.atlas`).
 
@@ -407,6 +426,7 @@ def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bo
     return target / ATLAS_FILE
 
 
+@checked
 def export_projector(report: str | Path, *, out: str | Path | None = None, model: str | None = None,
                      sample: int = 10_000, force: bool = False, download: str = "ranges") -> dict[str, Any]:
     """The input embedding and the token metadata in the TensorBoard projector's formats
@@ -414,9 +434,8 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     (``model`` overrides the spec in its ``summary.json``; the matrix must hash to the fingerprint
     recorded there). Default ``out``: ``report/projector``. Returns ``{folder, rows, dim, files}``.
     """
-    import json
-
-    from embscope.errors import SpecError
+    from embscope.errors import EmbscopeError, SpecError
+    from embscope.formats.files import read_json
     from embscope.models.load import load_model
     from embscope.output import claim
     from embscope.provenance import tensor_digest
@@ -427,9 +446,9 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     src = report / "tokens.parquet"
     if not src.is_file():
         raise SpecError(f"{report} has no tokens.parquet; pass a folder written by `embscope audit` or `scan`")
-    try:
-        recorded = json.loads((report / "summary.json").read_text(encoding="utf-8"))["inputs"]["model"]
-    except (OSError, ValueError, KeyError, TypeError):
+    try:  # read as every untrusted JSON is: size and nesting bounded (a bad one names no model)
+        recorded = read_json(report / "summary.json", what="summary")["inputs"]["model"]
+    except (OSError, KeyError, TypeError, EmbscopeError):
         recorded = None
     spec = model or (recorded or {}).get("spec")
     if not spec:
@@ -446,6 +465,7 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     return {"folder": target, **info}
 
 
+@checked
 def read_tokens_table(path: str | Path):
     """A ``tokens.parquet`` of an earlier run (its ``flagged`` rows stay out of the extension's
     means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`."""

@@ -60,7 +60,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 2 user error, 130 interrupted).
+    """Run the CLI; returns the exit code (0 ok, 2 user error, 130 interrupted, 141 stdout closed).
 
     Usage errors (unknown option, bad value) become ``error: <message> (see '… --help')`` and
     exit code 2; :class:`EmbscopeError` from the library becomes ``error: <message>`` and exit code
@@ -69,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     import warnings
 
+    import os
+
     from embscope.output import Terminated, handle_sigterm
 
     handle_sigterm()
+    pipe = _stdout_pipe()
     usage_error = _usage_error_class()
     shown, usage = warnings.showwarning, usage_error.show
     warnings.showwarning = _warning_line
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except EmbscopeError as err:
         typer.secho(f"error: {_one_line(err.cli_message())}", err=True, fg=typer.colors.RED)
         return 2
+    except BrokenPipeError:  # a write outside click's own handler
+        return _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - never exit 1 (the code for findings) on a crash
         return _crashed(exc, sys.argv[1:] if argv is None else argv)
     except Terminated:
@@ -90,10 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted()
     except SystemExit as exc:  # typer always ends this way in standalone mode
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == 1 and _reader_gone(pipe):  # click's and rich's exit(1) on EPIPE
+            return _stdout_closed()
         return _interrupted() if code == 130 else code
     finally:
         warnings.showwarning = shown
         usage_error.show = usage
+        if pipe is not None:
+            os.close(pipe)
     return 0
 
 
@@ -116,17 +125,35 @@ def _usage_line(self, file=None) -> None:
 
 def _crashed(exc: BaseException, argv: list[str]) -> int:
     """An exception no check turned into an :class:`EmbscopeError`: one line and exit code 2 (the
-    traceback too with ``--verbose``), so CI never reads a crash as findings (exit 1)."""
+    traceback too with ``--verbose`` on the commands that have it, ``EMBSCOPE_TRACEBACK=1`` on the
+    others), so CI never reads a crash as findings (exit 1)."""
+    import os
     import traceback
 
-    if "--verbose" in argv or "-v" in argv:
+    verbose = _has_verbose(argv)
+    if verbose and ("--verbose" in argv or "-v" in argv):
         traceback.print_exception(exc, file=sys.stderr)
     text = _one_line(str(exc))
     text = text if len(text) <= 300 else text[:297] + "..."
+    how = "rerun with --verbose for the traceback" if verbose else \
+        "rerun with EMBSCOPE_TRACEBACK=1 for the traceback"
+    if os.environ.get("EMBSCOPE_TRACEBACK") and not verbose:
+        traceback.print_exception(exc, file=sys.stderr)
     typer.secho(f"error: unexpected {type(exc).__name__}" + (f": {text}" if text else "") + " — nothing was "
-                "written; this is a bug in embscope: rerun with --verbose for the traceback and report it",
-                err=True, fg=typer.colors.RED)
+                f"written; this is a bug in embscope: {how} and report it", err=True, fg=typer.colors.RED)
     return 2
+
+
+def _has_verbose(argv: list[str]) -> bool:
+    """Whether the command ``argv`` names (``export projector`` included) has a ``--verbose``
+    option, so the crash line advises it only where it exists."""
+    cmd = typer.main.get_command(app)
+    for word in argv:
+        sub = getattr(cmd, "commands", {}).get(word)
+        if sub is None:
+            break
+        cmd = sub
+    return any("--verbose" in getattr(p, "opts", ()) for p in getattr(cmd, "params", ()))
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
@@ -138,6 +165,55 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
 def _one_line(text: str) -> str:
     """Messages are one line; a library message that is not (a wrapped exception) is folded."""
     return " ".join(text.split())
+
+
+#: the exit code of a command whose stdout was closed before it finished (``cmd | head``): 128 +
+#: SIGPIPE, what a shell reports for a process the signal ends; never 1, which means "findings"
+STDOUT_CLOSED = 141
+
+
+def _stdout_pipe() -> int | None:
+    """A duplicate of stdout's descriptor when stdout is a pipe (else None): click and rich point
+    stdout at ``/dev/null`` when a write fails with EPIPE, so whether the pipe's reader has gone is
+    asked of this copy (:func:`_reader_gone`)."""
+    import os
+    import stat
+
+    try:
+        fd = sys.stdout.fileno()
+        return os.dup(fd) if stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _reader_gone(pipe: int | None) -> bool:
+    """Whether the reader of the pipe ``pipe`` writes to has closed it (``poll`` reports POLLERR on
+    the write end of a pipe without readers)."""
+    import select
+
+    if pipe is None:
+        return False
+    try:
+        p = select.poll()
+        p.register(pipe, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _stdout_closed() -> int:
+    """A closed stdout (the reader of a pipe has gone): no message (the reader asked for no more),
+    stdout pointed at ``/dev/null`` so the interpreter's last flush cannot fail again, and
+    :data:`STDOUT_CLOSED`: the command's own code is not known, as it was stopped mid-way."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return STDOUT_CLOSED
 
 
 def _interrupted() -> int:

@@ -137,17 +137,29 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:20] + f"...({len(text)} characters)"
 
 
+#: largest value a float config key may state, where one is known (a factor of 1e308 overflows the
+#: scaling maths; 1e20 claims a 10^22-token context): far past every published model, whose
+#: largest RoPE scaling factor is 64-128 (LongRoPE, Phi-3) and largest rope_theta 10^8
+NUMBER_MAXIMA = {"factor": float(1 << 16), "rope_theta": 1e12, "low_freq_factor": 1e4, "high_freq_factor": 1e4,
+                 "beta_fast": 1e4, "beta_slow": 1e4}
+
+
 def positive_number(config: dict, key: str, *, default: float | None = None, where: str = "config",
                     minimum: float = 0.0, prefix: str = "") -> float | None:
-    """A finite number > ``minimum`` under ``key`` (``default`` when absent or ``None``); the error
-    names the key as ``prefix + key`` (``rope_scaling.factor``)."""
+    """A finite number > ``minimum`` and at most :data:`NUMBER_MAXIMA` ``[key]`` under ``key``
+    (``default`` when absent or ``None``); the error names the key as ``prefix + key``
+    (``rope_scaling.factor``)."""
     value = config.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ModelFileError(f"{where} {prefix}{key}={value!r} is not a number; fix it in config.json")
+        raise ModelFileError(f"{where} {prefix}{key}={_short(value)} is not a number; fix it in config.json")
     if value <= minimum:
         raise ModelFileError(f"{where} {prefix}{key}={value!r} must be > {minimum:g}; fix it in config.json")
+    top = NUMBER_MAXIMA.get(key)
+    if top is not None and value > top:
+        raise ModelFileError(f"{where} {prefix}{key}={value:g} is above {top:g}, far past any real model; fix it "
+                             "in config.json")
     return float(value)
 
 

@@ -56,7 +56,28 @@ class CorpusError(EmbscopeError):
 
 
 class OutputError(EmbscopeError):
-    """An output folder that cannot be written."""
+    """An output folder that cannot be written. Its messages name the command-line options
+    (``--out``, ``--force``, ``--apply``, ``--repair``), which :meth:`cli_message` keeps;
+    ``str(err)``, what a library caller reads, names the keywords instead (``out``, ``force=True``,
+    ``apply_to``, ``repair_to``).
+
+    >>> str(OutputError("x exists; pass another --out, or --force to replace it"))
+    'x exists; pass another out, or force=True to replace it'
+    """
+
+    #: the command-line option → the API keyword that does the same
+    KEYWORDS = {"--out": "out", "--force": "force=True", "--apply": "apply_to", "--repair": "repair_to"}
+
+    def __str__(self) -> str:
+        import re
+
+        text = super().__str__()
+        for flag, keyword in self.KEYWORDS.items():
+            text = re.sub(rf"{flag}(?![\w-])", keyword, text)
+        return text
+
+    def cli_message(self) -> str:
+        return super().__str__()
 
 
 class InputError(EmbscopeError):
@@ -75,3 +96,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class ArgumentError(SpecError, TypeError):
+    """A Python API argument of the wrong type (``scan(123)``, ``corpora="medical"`` where a list is
+    expected, ``top=True``), refused at the call before any work; a ``TypeError`` too."""

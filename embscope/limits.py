@@ -19,7 +19,9 @@ embscope.errors.SpecError: --limit languages=many: the value must be a whole num
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from embscope.errors import SpecError, did_you_mean
@@ -64,6 +66,12 @@ class Limits:
     #: bytes a hub GGUF's metadata and tensor table may take (read before its tensors): a
     #: 262k-token vocabulary takes under 10 MB
     gguf_metadata_bytes: int = 64 << 20
+    #: bytes of a ``tokenizer.json`` (checked before it is read): parsing takes about 40 times the
+    #: file in memory (a 206 MB one peaked at 8.1 GB); Gemma 3's 262k-token one is 33 MB
+    tokenizer_bytes: int = 128 << 20
+    #: BPE merges of a ``tokenizer.json`` (checked before the tokenizer is built): about one per
+    #: token in real vocabularies (GPT-2 50k, Llama 3 280k, Gemma 3 514k)
+    merges: int = 1 << 22
 
     @classmethod
     def names(cls) -> list[str]:
@@ -107,3 +115,23 @@ def check_at_most(option: str, value: int, limit: int, name: str) -> None:
     if value > limit:
         raise SpecError(f"{option} {value} is above the limit of {limit:,}; pass a smaller value, or raise "
                         f"the limit with --limit {name}={value}")
+
+
+#: the bounds of the run in progress (:func:`using`); readers deep in the stack (the tokenizer
+#: loader) read them with :func:`active` instead of taking them through every call
+_ACTIVE: ContextVar[Limits | None] = ContextVar("embscope_limits", default=None)
+
+
+def active() -> Limits:
+    """The bounds of the run in progress (:func:`using`), else the defaults."""
+    return _ACTIVE.get() or Limits()
+
+
+@contextmanager
+def using(limits: Limits) -> Iterator[Limits]:
+    """Make ``limits`` the :func:`active` bounds inside the ``with`` block."""
+    token = _ACTIVE.set(limits)
+    try:
+        yield limits
+    finally:
+        _ACTIVE.reset(token)

@@ -12,7 +12,9 @@
 3. **Nothing half-written.** The folder is built as ``.<name>.<pid>.partial`` (private while being
    written) and renamed over ``out`` at the end; an error, Ctrl-C or SIGTERM removes it.
    ``.partial`` folders of dead processes (identified by the pid in their marker) are removed on
-   the next claim of the same ``out``.
+   the next claim of the same ``out``. Replacing an earlier folder renames it aside
+   (``.<name>.<pid>.old``) before the new one goes in; a process killed between the two renames
+   leaves it there, and the next claim puts it back (or removes it once the new one is in place).
 4. **No write follows a symlink.** Files are created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` inside the
    claimed folder (:func:`write_new`); files replaced in an existing folder go through a temporary
    name made the same way and :func:`os.replace`, which replaces a link rather than its target.
@@ -223,6 +225,36 @@ def _clean_stale(parent: Path, name: str) -> list[str]:
     return removed
 
 
+def _recover_swap(parent: Path, name: str) -> list[str]:
+    """Finish a :func:`_swap` that a killed process left between its two renames: its earlier
+    folder, renamed aside to ``.<name>.<pid>.old``, is put back when ``<name>`` is missing (killed
+    after the first rename), or removed when ``<name>`` is there (killed after the second). Only a
+    folder of that name, of a dead pid, that carries embscope's marker is touched; return what was
+    restored or removed (``restored:``/``removed:`` and its name)."""
+    import re
+
+    done = []
+    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.old")
+    try:
+        entries = sorted(os.scandir(parent), key=lambda e: e.name)
+    except OSError:
+        return done
+    for e in entries:
+        m = pattern.fullmatch(e.name)
+        if not m or e.is_symlink() or not e.is_dir() or _pid_alive(int(m.group(1))):
+            continue
+        if read_marker(Path(e.path)) is None:  # not a folder embscope made: leave it
+            continue
+        out = parent / name
+        if not os.path.lexists(out):
+            os.rename(e.path, out)
+            done.append(f"restored: {e.name}")
+        else:
+            shutil.rmtree(e.path, ignore_errors=True)
+            done.append(f"removed: {e.name}")
+    return done
+
+
 @contextmanager
 def _lock(parent: Path, name: str, out: Path) -> Iterator[None]:
     import fcntl
@@ -286,7 +318,7 @@ def check_distinct(targets: Iterable[tuple[str, str | Path | None]]) -> None:
     >>> check_distinct([("--out", "r"), ("--apply", "r/m")])
     Traceback (most recent call last):
     ...
-    embscope.errors.OutputError: --apply r/m is inside --out r: the run would write one over the other; pass two separate folders
+    embscope.errors.OutputError: apply_to r/m is inside out r: the run would write one over the other; pass two separate folders
     """
     named = [(flag, str(p), Path(p).expanduser().resolve()) for flag, p in targets if p is not None]
     for i, (fa, ta, a) in enumerate(named):
@@ -329,6 +361,7 @@ def claim(out: str | Path, *, force: bool = False, inputs: Iterable[str | Path] 
         raise OutputError(f"cannot create {parent} ({err.strerror}); pass a writable --out") from None
     out = parent.resolve() / name
     with _lock(parent.resolve(), name, out):
+        _recover_swap(parent, name)
         check_target(out, force=force, inputs=inputs)
         replace = out.exists()
         _clean_stale(parent, name)

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from embscope.arguments import checked
 from embscope.assets import corpora_root
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
+from embscope.output import DefaultFolder
 from embscope.progress import Steps
 from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
 from embscope.sections.registry import BY_NAME, SECTION_NAMES
@@ -111,9 +113,10 @@ def check_sections(sections: Sequence[str]) -> list[str]:
     return [s for s in SECTION_NAMES if s in sections]
 
 
+@checked
 def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
         languages: Sequence[str | Path] = (), domain: str | Path | None = None, corpora: Sequence[str | Path] = (),
-        data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | None = None,
+        data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | DefaultFolder | None = None,
         force: bool = False, options: RunOptions | None = None, render: bool = True, tokens=None,
         command: str = "run", kind: str = "", verbose: bool | None = None,
         warnings: Sequence[str] = (), required: Sequence[str] = (), **fields: Any) -> RunResult:
@@ -302,6 +305,7 @@ def _check_apply(opts: RunOptions, given: _Given, out, force: bool) -> None:
 
 def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):
     """``(Resolved or None, the extra tokenizers loaded)``; the device is checked first."""
+    from embscope.limits import using
     from embscope.models.load import pick_device
     from embscope.models.resolve import resolve
     from embscope.models.vocabulary import load_vocabulary
@@ -311,7 +315,8 @@ def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):
                        limits=opts.bounds()) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
-    return resolved, [load_vocabulary(t) for t in tokenizers]
+    with using(opts.bounds()):  # the tokenizer loader's bounds (tokenizer-bytes, merges)
+        return resolved, [load_vocabulary(t) for t in tokenizers]
 
 
 def _run_sections(specs, state: Inputs, steps: Steps, required) -> "tuple[dict[str, SectionOutput], Inputs]":
@@ -338,11 +343,12 @@ def _load(resolved, opts: RunOptions, steps: Steps, *, finetune: bool):
     """The model's matrices and tokenizer (None for tokenizer-only runs); the values that need them
     (``--unused-ids``, ``--pad-token``) checked before any analysis; ``finetune``: the check runs
     (it reads the tokenizer's ids past the matrix's rows too)."""
+    from embscope.limits import using
     from embscope.models.load import load_model
 
     if resolved is None:
         return None
-    with steps.step("load", f"load {resolved.spec}"):
+    with steps.step("load", f"load {resolved.spec}"), using(opts.bounds()):
         loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
                             tokens_past_rows=finetune)
     bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]

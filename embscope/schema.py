@@ -150,9 +150,9 @@ TABLES: dict[str, list[tuple[str, str, str, str]]] = {
         ('bytes_per_token', 'float64',
          'UTF-8 bytes / tokens; higher = more text per token',
          ''),
-        ('continued_word_rate', 'float64',
-         'share of words split into ≥ 2 tokens when each word is encoded alone (frequency-weighted, over the first 256 KiB of each language)',
-         'Rust et al. 2021'),
+        ('split_word_rate', 'float64',
+         "share of words split into ≥ 2 tokens when each word is encoded alone, with its preceding space where the tokenizer marks spaces (frequency-weighted, over the first 256 KiB of each language); not tokka-bench's `continued_word_rate` (docs/languages.md)",
+         'Rust et al. 2021 ("continued words")'),
         ('single_token_word_rate', 'float64',
          'share of words encoded as exactly one token (same sample)',
          ''),
@@ -352,6 +352,64 @@ TABLES: dict[str, list[tuple[str, str, str, str]]] = {
          ''),
     ],
 }
+
+#: the bootstrap intervals of the per-language costs (embscope.languages.intervals)
+_INTERVALS = ("fertility", "tokens_per_char", "bytes_per_token", "split_word_rate", "single_token_word_rate",
+              "parity", "mean_in_norm", "mean_isolation", "isolation_exact_share", "flagged_share")
+TABLES["languages"] += [
+    ('renyi_efficiency', 'float64',
+     "Rényi entropy of order α (`--renyi-alpha`, 2.5) of the language's token distribution / log(vocabulary size): 1 = every token equally used; equal to `tokenization-scorer`'s `renyi` with `vocab` = vocabulary size",
+     'Zouhar et al. 2023, *Tokenization and the Noiseless Channel*'),
+] + [
+    (f'{name}_{end}', 'float64',
+     f"{'lower' if end == 'lo' else 'upper'} end of `{name}`'s percentile bootstrap interval (95 % by default) over the aligned units"
+     + (" (paired: the same units resampled for the language and the reference)" if name == "parity" else "")
+     + "; null without unit keys", 'Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 13')
+    for name in _INTERVALS for end in ("lo", "hi")
+]
+TABLES["tokenizers"] = [
+    ('tokenizer', 'string', 'tokenizer name', ''),
+    ('languages', 'int64', 'languages measured (besides `other`)', ''),
+    ('gini', 'float64',
+     'tokenization fairness Gini over the languages\' mean tokens per aligned unit c_i: Σ_i Σ_j |c_i − c_j| / (2 n² μ); 0 = every language costs the same',
+     'TokEval; Petrov et al. 2023'),
+    ('gini_lo', 'float64', "lower end of the Gini's bootstrap interval (units resampled, the same draw for every language)", ''),
+    ('gini_hi', 'float64', "upper end of the Gini's bootstrap interval", ''),
+    ('parity_median', 'float64', 'median parity over the languages besides the reference', 'Petrov et al. 2023'),
+    ('parity_max', 'float64', 'highest parity', ''),
+    ('parity_max_language', 'string', 'the language with the highest parity', ''),
+    ('double_cost_languages', 'int64', 'languages with parity ≥ 2 (pay double or more)', ''),
+    ('double_cost_sure', 'int64', "of those, the languages whose parity interval's lower end is ≥ 2 too", ''),
+    ('mix_tokens_per_unit', 'float64',
+     'with `--weights`: Σ_L w_L c_L / Σ_L w_L, the expected tokens per aligned unit of the data mix (languages the corpus holds)', ''),
+    ('mix_tokens_per_unit_lo', 'float64', 'lower end of its bootstrap interval', ''),
+    ('mix_tokens_per_unit_hi', 'float64', 'upper end of its bootstrap interval', ''),
+    ('corpus', 'string', 'corpus path', ''),
+]
+TABLES["language_groups"] = [
+    ('tokenizer', 'string', 'tokenizer name', ''),
+    ('grouping', 'string', '`script` (the languages\' dominant script) or `family` (from the corpus\'s `languages.json`)', ''),
+    ('group', 'string', 'the script or family', ''),
+    ('languages', 'int64', 'languages in the group', ''),
+    ('tokens_per_unit', 'float64', "mean over the group's languages of their mean tokens per aligned unit", ''),
+    ('tokens_per_unit_lo', 'float64', 'lower end of its bootstrap interval (units resampled)', ''),
+    ('tokens_per_unit_hi', 'float64', 'upper end of its bootstrap interval', ''),
+    ('parity_median', 'float64', "median parity of the group's languages", ''),
+    ('parity_max', 'float64', "highest parity of the group's languages", ''),
+    ('corpus', 'string', 'corpus path', ''),
+]
+TABLES["comparisons"] = [
+    ('language', 'string', 'language code', ''),
+    ('tokenizer_a', 'string', 'the first tokenizer of the pair (earlier on the command line)', ''),
+    ('tokenizer_b', 'string', 'the second tokenizer of the pair', ''),
+    ('units', 'int64', 'aligned units compared (0: no unit keys, no interval)', ''),
+    ('ratio', 'float64', 'Σ_u tokens_B(u) / Σ_u tokens_A(u) on the same units; below 1: B is cheaper', ''),
+    ('ratio_lo', 'float64', 'lower end of its paired bootstrap interval (the same units resampled for A and B)',
+     'Efron & Tibshirani 1993'),
+    ('ratio_hi', 'float64', 'upper end of its paired bootstrap interval', ''),
+    ('verdict', 'string', '`<B> cheaper` (interval below 1), `<A> cheaper` (above 1) or `not distinguishable` (it holds 1); null without units', ''),
+    ('corpus', 'string', 'corpus path', ''),
+]
 
 
 def dtype_of(name: str):

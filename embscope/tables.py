@@ -11,25 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from embscope.models.model import LoadedModel
-
-#: rows per chunk when reducing over a matrix on CPU (fp32: 8192 × 4096 × 4 B = 128 MiB at most)
-CHUNK_ROWS = 8192
-
-
-def row_norms(matrix) -> "Any":
-    """L2 norm of every row, ‖x_i‖₂ = sqrt(Σ_j x_ij²), computed in fp32 in row chunks.
-
-    >>> import torch; row_norms(torch.tensor([[3.0, 4.0], [0.0, 0.0]])).tolist()
-    [5.0, 0.0]
-    """
-    import torch
-
-    from embscope.allocator import converted_blocks
-
-    out = torch.empty(matrix.shape[0], dtype=torch.float32)
-    for start, block in converted_blocks(matrix, CHUNK_ROWS):
-        out[start:start + block.shape[0]] = torch.linalg.vector_norm(block, dim=1).cpu()
-    return out.numpy()
+from embscope.models.rows import row_norms
 
 
 def scan_flags(table, n_rows: int | None = None) -> tuple["Any", list | None]:

@@ -137,17 +137,33 @@ def languages_verdicts(langs, facts: RunFacts) -> list[Verdict]:
         return []
     out = []
     several = len({c.tokenizer for c in langs.costs}) > 1
+    levels = [m.bootstrap_level for m in langs.corpora.values() if getattr(m, "bootstrap_level", None)]
+    pct = f"{100 * levels[0]:g} %" if levels else "95 %"
     for c in langs.costs:
         if c.languages < 1:
             continue
         who = f"{c.name} ({c.language})" if c.name else c.language
-        text = (f"{who} pays {c.parity:.1f}× {c.reference_name or langs.reference} for the same text"
+        ci = (f" ({pct} interval {c.parity_lo:.1f}–{c.parity_hi:.1f})"
+              if getattr(c, "parity_lo", None) is not None and getattr(c, "parity_hi", None) is not None else "")
+        gini = (f"; fairness Gini {c.gini:.3f} ({c.gini_lo:.3f}–{c.gini_hi:.3f})"
+                if getattr(c, "gini", None) is not None and c.gini_lo is not None and c.gini_hi is not None else "")
+        text = (f"{who} pays {c.parity:.1f}×{ci} {c.reference_name or langs.reference} for the same text"
                 + (f" with {c.tokenizer}" if several else "")
-                + f"; {c.double:,} of {c.languages:,} other languages pay double or more")
+                + f"; {c.double:,} of {c.languages:,} other languages pay double or more" + gini)
         out.append(Verdict(section="languages", level="note" if c.parity >= 2 else "ok", text=text,
                            value=c.parity, source="languages.costs[].parity",
                            next=f"embscope extend --model {_q(facts.model)} --corpus YOUR_{c.language.upper()}_TEXT"
                            if facts.model and c.parity >= 2 else None))
+    for p in getattr(langs, "comparisons", None) or []:
+        n = p.a_cheaper + p.b_cheaper + p.not_distinguishable
+        if not n:
+            continue
+        median = f"; median ratio {p.tokenizer_b}/{p.tokenizer_a} {p.median_ratio:.2f}" if p.median_ratio is not None else ""
+        text = (f"{p.tokenizer_b} is cheaper than {p.tokenizer_a} on {p.b_cheaper:,} of {n:,} languages, "
+                f"{p.tokenizer_a} on {p.a_cheaper:,}; {p.not_distinguishable:,} not distinguishable "
+                f"({pct} paired intervals){median}")
+        out.append(Verdict(section="languages", level="ok", text=text, value=p.b_cheaper,
+                           source="languages.comparisons[].b_cheaper"))
     return out
 
 
@@ -168,28 +184,49 @@ def context_verdict(ctx, facts: RunFacts) -> Verdict | None:
                    next=f"embscope rope --model {_q(facts.model)}" if risky and facts.model else None)
 
 
+#: an extension saving less than this share of the corpus's tokens is not worth its new rows: the
+#: bottom line never marks it a success
+MIN_SAVED = 0.01
+
+
 def extension_verdict(ext, facts: RunFacts, applied: bool) -> Verdict | None:
-    """What the extension would save, with which initialisation."""
+    """What the extension would save, with which initialisation. Under :data:`MIN_SAVED` it is
+    said to be not worth it (a note, never a ✓, and no command to apply it)."""
     if ext is None:
         return None
     terms = f"{ext.top_n:,} new terms" + (f" ({ext.tokens_added:,} tokens with their merge chains)"
                                          if ext.tokens_added != ext.top_n else "")
+    if getattr(ext, "method", "terms") == "merges":
+        terms = f"{ext.tokens_added:,} merges learned from the corpus"
     text = f"{terms} save {100 * ext.saved_fraction:.1f} % of the tokens of {ext.corpus}"
-    if ext.recommended:
+    worth = ext.saved_fraction >= MIN_SAVED
+    if not worth:
+        text += f": under {100 * MIN_SAVED:g} %, not worth new rows"
+        split = getattr(ext, "words_split_share", None)
+        if split:
+            text += f" ({100 * split:.0f} % of its words are cut by the pre-tokenizer, which no merge crosses)"
+    elif ext.recommended:
         text += f", initialised with {ext.recommended}"
     nxt = None
-    if not applied and facts.model:
-        nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} --top {ext.top_n} "
+    if worth and not applied and facts.model:
+        size = (f"--method merges --rows {ext.rows}" if getattr(ext, "method", "terms") == "merges"
+                else f"--top {ext.top_n}")
+        nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} {size} "
                f"--apply OUT" + (f" --apply-init {ext.recommended}" if ext.recommended else ""))
-    return Verdict(section="extension", level="note" if ext.saved_fraction > 0 else "ok", text=text,
+    return Verdict(section="extension", level="note", text=text,
                    value=round(100 * ext.saved_fraction, 2), source="extension.saved_fraction", next=nxt)
 
 
-def apply_verdict(ap, facts: RunFacts) -> Verdict | None:
+def apply_verdict(ap, facts: RunFacts, ext=None) -> Verdict | None:
+    """The extended model written; a note, not a ✓, when its extension (``ext``) saves under
+    :data:`MIN_SAVED` of the corpus's tokens."""
     if ap is None:
         return None
-    return Verdict(section="apply", level="ok",
-                   text=f"wrote {_plural(ap.n_added, 'new token')} ({ap.init}) to {ap.folder}", value=ap.n_added,
+    small = ext is not None and ext.saved_fraction < MIN_SAVED
+    text = f"wrote {_plural(ap.n_added, 'new token')} ({ap.init}) to {ap.folder}"
+    if small:
+        text += f", which save only {100 * ext.saved_fraction:.1f} % of the corpus's tokens"
+    return Verdict(section="apply", level="note" if small else "ok", text=text, value=ap.n_added,
                    source="apply.n_added",
                    next=f"fine-tune {_q(ap.folder)}, then: embscope diff {_q(ap.folder)} TUNED --data YOUR_DATA")
 
@@ -262,7 +299,7 @@ def bottom_line(sections, facts: RunFacts) -> BottomLine:
     out = [tokens_verdict(sections.tokens.geometry if sections.tokens is not None else None, facts, sections.finetune),
            *languages_verdicts(sections.languages, facts),
            extension_verdict(sections.extension, facts, applied=sections.apply is not None),
-           apply_verdict(sections.apply, facts), finetune_verdict(sections.finetune, facts),
+           apply_verdict(sections.apply, facts, sections.extension), finetune_verdict(sections.finetune, facts),
            repair_verdict(sections.repair, facts), diff_verdict(sections.diff, facts),
            context_verdict(sections.context, facts)]
     verdicts = [v for v in out if v is not None]

@@ -93,3 +93,93 @@ def sentencepiece_gguf(fields: dict):
     norm.escape_whitespaces = True
     sp = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
     return lambda texts: sp.encode(list(texts))
+
+
+# ------------------------------------------------------------------ plain continued BPE
+
+
+def naive_continued_bpe(tok, texts, rows: int, min_freq: int = 2):
+    """Plain continued BPE, written without embscope: the training texts tokenized by ``tok``
+    itself (``encode``: its normalizer, pre-tokenizer and model), each word the run of tokens of
+    one pre-token (``Encoding.word_ids``; for a tokenizer without pre-tokenizer, the tokens between
+    two tokens starting with ``▁``). Every step recounts every adjacent pair inside every word,
+    takes the largest count (ties: the pair whose strings sort first), and merges it everywhere,
+    left to right. A pair whose result is already a token, or with an added token or ``<0xNN>``
+    byte piece on one side, is never merged. Stops at ``rows`` new tokens or when no pair occurs
+    ``min_freq`` times. Returns the merges as ``[(left, right)]``, in order.
+    """
+    import json
+    import re
+    from collections import Counter
+
+    spec = json.loads(tok.to_str())
+    known = set(spec["model"]["vocab"]) | {a["content"] for a in spec.get("added_tokens") or []}
+    bad = {a["content"] for a in spec.get("added_tokens") or []}
+    words: list[list[str]] = []
+    for enc in tok.encode_batch(list(texts), add_special_tokens=False):
+        current: list[str] = []
+        last = object()
+        for t, w in zip(enc.tokens, enc.word_ids):
+            starts = (w != last) if tok.pre_tokenizer is not None else t.startswith("▁")
+            if starts and current:
+                words.append(current)
+                current = []
+            current.append(t)
+            last = w
+        if current:
+            words.append(current)
+
+    def usable(s):
+        return s not in bad and not re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", s)
+
+    merges: list[tuple[str, str]] = []
+    banned: set = set()
+    while len(merges) < rows:
+        counts: Counter = Counter()
+        for w in words:
+            for a, b in zip(w, w[1:]):
+                if usable(a) and usable(b) and (a, b) not in banned:
+                    counts[(a, b)] += 1
+        best = None
+        for pair, c in counts.items():
+            if c < min_freq:
+                continue
+            if best is None or c > counts[best] or (c == counts[best] and pair < best):
+                best = pair
+        if best is None:
+            break
+        if best[0] + best[1] in known:
+            banned.add(best)
+            continue
+        known.add(best[0] + best[1])
+        merges.append(best)
+        for k, w in enumerate(words):
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            words[k] = out
+    return merges
+
+
+def with_merges(tok, merges):
+    """A copy of ``tok`` (``tokenizers.Tokenizer``) with ``merges`` appended after its own and their
+    results added to its vocabulary (ids after every existing one), written here without embscope."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tok.to_str())
+    model = spec["model"]
+    nxt = max([*model["vocab"].values(), *(a["id"] for a in spec.get("added_tokens") or [])]) + 1
+    for a, b in merges:
+        if a + b not in model["vocab"]:
+            model["vocab"][a + b] = nxt
+            nxt += 1
+    as_lists = not model["merges"] or isinstance(model["merges"][0], list)
+    model["merges"] += [[a, b] if as_lists else f"{a} {b}" for a, b in merges]
+    return Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))

@@ -447,3 +447,40 @@ def test_gemma_norms_all_equal_and_context_in_words(browser, tmp_path):
     key = js("return document.querySelector('#wavelength-chart svg').textContent")
     assert "orange" not in key  # no pair is drawn orange: the trained context is unknown
     assert no_inner_scroll(js) == []
+
+
+def test_language_intervals_and_verdicts_in_browser(browser, tmp_path):
+    """One tokenizer: an error bar on every language's bar, spanning its interval on the bar's
+    scale. Two: an interval under each heatmap cell and a winner per language."""
+    import polars as pl
+
+    from embscope.cli import main
+
+    corpus = tmp_path / "udhr"
+    corpus.mkdir()
+    for name in ("eng.jsonl", "fra.jsonl", "hin.jsonl", "amh.jsonl", "languages.json"):
+        (corpus / name).write_bytes((ROOT / "corpora" / "udhr" / name).read_bytes())
+    out = tmp_path / "fert"
+    assert main(["fertility", "-t", "gpt2", "--corpus", str(corpus), "--out", str(out)]) == 0
+    check_page(browser, out / "index.html", tmp_path, "report-fertility-intervals")
+    js = browser.execute_script
+    bars = js("return Array.from(document.querySelectorAll('#lang-bars .barrow')).map(r => {"
+              " var e = r.querySelector('.err'), t = r.querySelector('.track'), f = r.querySelector('.fill');"
+              " return e ? [r.querySelector('.lbl').innerText, e.getBoundingClientRect().left - t.getBoundingClientRect().left,"
+              " e.getBoundingClientRect().width, f.getBoundingClientRect().width, t.getBoundingClientRect().width] : null; })")
+    t = pl.read_parquet(out / "languages.parquet")
+    assert len(bars) == t.height and all(b is not None for b in bars)
+    top = max(max(t["fertility"]), max(t["fertility_hi"]))
+    for label, left, width, fill, track in bars:
+        r = t.filter(pl.col("language") == label.split("(")[-1].rstrip(")").strip()).row(0, named=True)
+        assert left == pytest.approx(r["fertility_lo"] / top * track, abs=1.5)
+        assert left + width == pytest.approx(r["fertility_hi"] / top * track, abs=1.5)
+        assert left <= fill <= left + width + 1  # the bar's end lies inside its interval
+    out = tmp_path / "cmp"
+    assert main(["compare", "-t", "gpt2", "-t", "o200k_base", "--corpus", str(corpus), "--out", str(out)]) == 0
+    check_page(browser, out / "index.html", tmp_path, "report-compare-verdicts")
+    cells = js("return Array.from(document.querySelectorAll('#lang-heat tbody td .ci')).length")
+    assert cells == 8
+    rows = js("return Array.from(document.querySelectorAll('#comparison-table tbody tr')).map(r => r.cells[5].innerText)")
+    verdicts = pl.read_parquet(out / "comparisons.parquet")["verdict"].to_list()
+    assert sorted(rows) == sorted(v.removesuffix(" cheaper") for v in verdicts)

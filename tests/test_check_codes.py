@@ -22,7 +22,7 @@ DOCUMENTED = {
     "id-beyond-matrix": {"error"}, "added-in-padding": {"error", "warning"}, "exceeds-context": {"warning"},
     "no-labels": {"warning"}, "unknown-tokens": {"warning", "info"}, "no-chat-template": {"error"},
     "render-refused": {"error"}, "render-failed": {"error"}, "prompt-not-prefix": {"warning"},
-    "unmapped-roles": {"warning"}, "trainer-drops": {"warning"}, "unreadable-records": {"warning"},
+    "unmapped-roles": {"warning"}, "trainer-drops": {"warning", "error"}, "unreadable-records": {"warning"},
     "ignored-fields": {"info"},
 }
 EXIT = {"error": 1, "warning": 0, "info": 0}

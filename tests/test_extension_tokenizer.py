@@ -68,7 +68,7 @@ def test_bpe_merges_never_cut_a_word_and_round_trip(smol, texts):
     """SmolLM2 + 200 medical terms as merges: on UDHR English and the held-out medical lines, text
     decodes back to itself, no new token starts or ends inside an old token, and every word that
     changes only has runs of its old tokens joined into the new token made of exactly those."""
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
 
     tok, cands, ext = smol
     assert ext.form == "merges" and not ext.skipped
@@ -111,7 +111,7 @@ def test_every_term_is_one_token_where_its_word_occurs(smol):
 def test_added_tokens_do_cut_words(smol, texts):
     """The same terms as HF added tokens (``--as added``) are matched inside words: the check
     above would fail for them (what the merges fix)."""
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.extend import extend_tokenizer
 
     tok, cands, _ = smol
@@ -145,7 +145,7 @@ def test_sentencepiece_bpe_merges_never_cut_a_word():
     """Llama 2's SentencePiece BPE (no pre-tokenizer: a line is one word to the model): new merges
     join only runs of old pieces inside one ▁-word."""
     from embscope.corpus.stream import read_texts
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.load import load_tokenizer_file
 
     tok = load_tokenizer_file(VOCABS / "ggml-vocab-llama-spm.gguf").tok
@@ -165,7 +165,7 @@ def test_unigram_pieces_change_only_their_own_runs():
     """XLM-R's Unigram (nomic's GGUF): each new piece scores its pieces' sum plus (k − 1)·ε, so
     Viterbi takes it exactly where the old best segmentation held its pieces."""
     from embscope.corpus.stream import read_texts
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.load import load_tokenizer_file
 
     tok = load_tokenizer_file(VOCABS / "ggml-vocab-nomic-bert-moe.gguf").tok

@@ -80,12 +80,12 @@ def test_parity_and_ratios(result):
         for r in rows.values():
             assert r["fertility"] == pytest.approx(r["tokens"] / r["words"])
             assert r["bytes_per_token"] == pytest.approx(r["bytes"] / r["tokens"])
-            assert 0 <= r["continued_word_rate"] <= 1
-            assert r["continued_word_rate"] + r["single_token_word_rate"] == pytest.approx(1.0)
+            assert 0 <= r["split_word_rate"] <= 1
+            assert r["split_word_rate"] + r["single_token_word_rate"] == pytest.approx(1.0)
             assert r["roundtrip"] == 1.0  # byte-level BPE is lossless
             assert r["unk_rate"] == 0 and r["byte_fallback_rate"] == 0
             assert 0 < r["vocab_utilisation"] < 0.1
-        assert rows["eng"]["continued_word_rate"] < 0.2 < rows["amh"]["continued_word_rate"]
+        assert rows["eng"]["split_word_rate"] < 0.2 < rows["amh"]["split_word_rate"]
         assert rows["tha"]["segmentation"] == "characters" and rows["eng"]["segmentation"] == "words"
     assert "tokka-bench" in result.summary.segmentation
     assert result.summary.corpus.skipped == {}

@@ -19,7 +19,7 @@ PKG = ROOT / "embscope"
 #: within a layer only from its own package (so the analyses never import each other)
 LAYERS = [
     ("errors", "signals", "allocator", "records", "assets", "progress", "provenance", "output", "config", "limits", "machine",
-     "compiled"),
+     "compiled", "arguments", "children"),
     ("formats",),
     ("text",),
     ("corpus",),

@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from embscope.api import extend as run_extend
-from embscope.commands.options import CORPUS, EXTENSION, LOAD, Corpus, ModelOpt, print_json, print_warnings, run_command
+from embscope.commands.options import CORPUS, EXTEND_ONLY, EXTENSION, LOAD, Corpus, ModelOpt, print_json, print_warnings, run_command
 
 
-@run_command(run_extend, *EXTENSION, *CORPUS, *LOAD)
+@run_command(run_extend, *EXTENSION, *EXTEND_ONLY, *CORPUS, *LOAD)
 def extend(
     model: ModelOpt,
     corpus: Corpus,

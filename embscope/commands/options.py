@@ -108,6 +108,12 @@ RUN_OPTS: dict[str, RunOpt] = {
     "repair_init": RunOpt("repair_init", Annotated[str, _opt("--repair-init", help=f"strategy for --repair: NAME or INPUT/OUTPUT (names: {names('init').replace('auto, ', '')})")]),
     # languages
     "reference": RunOpt("reference", Annotated[str, _opt("--reference", help="language that parity divides by (a language code of the corpus)")]),
+    "renyi_alpha": RunOpt("renyi_alpha", Annotated[float, _opt("--renyi-alpha", help="the order α of renyi_efficiency (Zouhar et al. 2023: 2.5)")]),
+    "weights": RunOpt("weights", Annotated[Optional[Path], _opt("--weights", help="a data mix's language shares (JSON object or TSV: code, share): its expected tokens per aligned unit in tokenizers.parquet")],
+                      to_field=lambda v: None if v is None else str(v), from_field=lambda v: None if v is None else Path(v)),
+    "resamples": RunOpt("resamples", Annotated[int, _opt("--resamples", min=10, help="bootstrap resamples of every interval over aligned units")]),
+    "seed": RunOpt("seed", Annotated[int, _opt("--seed", help="the bootstrap's seed (the same seed gives the same intervals)")]),
+    "level": RunOpt("level", Annotated[float, _opt("--level", help="the intervals' coverage (0.95: 95 % intervals)")]),
     # extension
     "top": RunOpt("top", Annotated[int, _opt("--top", min=1, help="vocabulary-extension terms to add (best estimated savings first)")]),
     "init": RunOpt("init", Annotated[list[str], _opt("--init", help=f"initialisation to diagnose: auto (every training-free strategy, and recommend one), NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: {names('init')} (distil fits each row through the model; named only)")],
@@ -119,6 +125,8 @@ RUN_OPTS: dict[str, RunOpt] = {
     "extend_as": RunOpt("extend_as", Annotated[str, _opt("--as", help=f"how new tokens are written ({names('extend_as')}): model (BPE merges ranked after every existing merge, Unigram pieces with a score: built only where the tokenizer would build them) or added (HF added tokens, matched anywhere in the raw text, with spaced twins)")]),
     "bpb_bytes": RunOpt("bpb_bytes", Annotated[Optional[int], _opt("--bpb-bytes", min=256, help="held-out corpus bytes for the extension's bits per byte (default: 24576 in extend, 4096 in audit)")]),
     "distil_work": RunOpt("distil_work", Annotated[Optional[float], _opt("--distil-work", min=0, help="the work distil may do inside --init auto, in 10^12 multiply-adds (tokens x the model's parameters, known before it runs: SmolLM2-135M + corpora/medical needs ~2.4; default: 20 in extend, 0 in audit); --init distil always runs it")]),
+    "method": RunOpt("method", Annotated[str, _opt("--method", help=f"how new tokens are picked ({names('method')}): terms (the best words by estimated savings, each with its merge chain) or merges (continued BPE on the corpus from the model's own tokenization, up to --rows new tokens; the corpus may be a word<TAB>count list; --min-freq: the least count of a merged pair)")]),
+    "rows": RunOpt("rows", Annotated[Optional[int], _opt("--rows", min=1, help="the most rows (new tokens, intermediates included) the tokenizer grows by; needed by --method merges, bounds --method terms too")]),
     # corpus reading and where the passes run
     "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], _opt("--sample-bytes", min=1, help="read at most N bytes of text per language")]),
     "engine": RunOpt("engine", Annotated[EngineKind, _opt("--engine", help="where corpus passes run: local processes, or Ray Data (a local Ray, or --ray-address)")],
@@ -157,7 +165,11 @@ SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sampl
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work")
+#: extend's own: how new tokens are picked, and how many rows
+EXTEND_ONLY = ("method", "rows")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
+#: the language measurement's statistics (fertility, compare)
+LANGUAGE_STATS = ("renyi_alpha", "weights", "resamples", "seed", "level")
 CHECK = ("format", "max_length", "chat_template", "trainer", "pad_token", "lf_template", "train_on_prompt",
          "mask_history", "gguf_tokenizer", "responses_only", "instruction_part", "response_part", "split")
 

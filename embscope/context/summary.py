@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from embscope.arguments import checked
 from embscope.records import Record
-from embscope.config import dims, first, max_positions, positive_int, text_config
+from embscope.config import CONFIG_MAXIMA, dims, first, max_positions, positive_int, text_config
 from embscope.models.params import ABSOLUTE_POSITIONS, ALIBI, ParamEstimate, estimate_parameters, tied
 from embscope.context.rope import RopeSummary, extension_band, rope_parameters, rope_summary
 from embscope.context.rope import rope_type as rope_type_of
@@ -222,12 +223,17 @@ def _lengths(cfg: dict, params: dict | None, kind: str, max_pos: int | None
         claimed = max(max_pos or 0, int(round(reference * factor)))
     elif kind == "linear" and not max_pos and stated and factor > 1:
         claimed = int(round(stated * factor))
+    top = CONFIG_MAXIMA["max positions"]
+    if claimed is not None and claimed > top:  # each in range, their product is not
+        raise ModelFileError(f"config RoPE scaling claims a context of {claimed:.3g} tokens ({reference:,} × factor "
+                             f"{factor:g}), above {top:,}, far past any real model; fix the factor in config.json")
     return stated, source, reference, claimed
 
 
 # --------------------------------------------------------------------------------------- summary
 
 
+@checked
 def context_summary(config: dict, *, gguf_metadata: dict | None = None,
                     stored_dtype: str | None = None) -> ContextSummary:
     """Read position, KV-cache and embedding-size facts from an HF config (v4 or v5) or GGUF metadata.

@@ -67,6 +67,10 @@ _STATE: dict = {}
 
 
 def _init_worker(state: dict):
+    from embscope.children import die_with_parent
+
+    if state.get("parent"):
+        die_with_parent(state["parent"])  # a stopped run leaves no worker computing for it
     # One tokenizer thread per process: N processes already use the N cores.
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -140,7 +144,7 @@ def _ordered(shards: Iterable[Shard], work, workers: int, state: dict) -> Iterat
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                             initargs=(state,)) as pool:
+                             initargs=({**state, "parent": os.getpid()},)) as pool:
         window: deque = deque()
         for shard in shards:
             window.append(pool.submit(work, shard))

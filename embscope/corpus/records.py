@@ -119,7 +119,9 @@ def _array_bytes(arr) -> "Any":
 def table_objects(file: SourceFile, issues: FileIssues, opts: ReadOptions | None = None) -> Iterator[dict]:
     """The rows of a Parquet or Arrow file as dicts, in order, each at most 1 MiB (see the module
     docstring); Parquet row groups and Arrow batches are charged to the file's limits before they
-    are read, as the corpus readers charge them."""
+    are read, as the corpus readers charge them, and each batch's rows again by their decoded size
+    before they are built (a dictionary-encoded column stores a repeated value once: a 3 KB file
+    can decode to 60 GiB), so the ratio bound stops a dictionary bomb after a few MiB."""
     import pyarrow as pa
 
     meter = _Meter(file, opts or ReadOptions(), issues)
@@ -130,6 +132,8 @@ def table_objects(file: SourceFile, issues: FileIssues, opts: ReadOptions | None
             over = sizes > MAX_LINE_BYTES
             if over.any():
                 issues.add(file.path, "table_records_over_1MiB", int(over.sum()))
+            if not meter.allows(int(sizes[~over].sum())):  # decoded bytes, charged before the rows are
+                return  # built: a dictionary repeats one stored value into gigabytes (a bomb)
             for start, rows in _runs(sizes, over):
                 try:
                     yield from rb.slice(start, rows).to_pylist()

@@ -58,6 +58,9 @@ class Candidate:
     piece_ids: list[int]
     #: number of words (1 for unigrams)
     n_words: int
+    #: pre-tokens it spans: ``n_words`` unless the pre-tokenizer cuts a word itself (GPT-2's regex
+    #: cuts Devanagari at vowel signs); more than one cannot become a merge, only an added token
+    n_pretokens: int = 1
 
     @property
     def n_pieces(self) -> int:
@@ -74,26 +77,31 @@ extended_tokenizer = added_tokenizer
 
 
 def _is_word(surface: str) -> bool:
-    """A word pre-token: letters only after an optional leading space (or ``▁``); no numbers.
+    """A one-word surface: a whole word (:mod:`embscope.text.words`: letters and their combining
+    marks) after an optional leading space (or ``▁``); no numbers or punctuation.
 
-    >>> _is_word(" hypertension"), _is_word("▁Cholera"), _is_word(" 2"), _is_word(" A01"), _is_word(",")
+    >>> _is_word(" hypertension"), _is_word("▁नहीं"), _is_word(" 2"), _is_word(" A01"), _is_word(",")
     (True, True, False, False, False)
     """
+    from embscope.text.words import word_spans
+
     core = surface[1:] if surface[:1] in (" ", SPACE) else surface
-    return len(core) >= 2 and core.isalpha()
+    return len(core) >= 2 and word_spans(core) == [(0, len(core))]
 
 
 def _starts_spaced(surface: str) -> bool:
     return surface[:1] in (" ", SPACE)
 
 
-#: raw-text words for SentencePiece-style tokenizers: a letter run with the space in front of it,
-#: or one other non-space character (so "hypertension," gives "▁hypertension" and ",")
-_RAW_WORD = re.compile(r" ?[^\W\d_]+| ?\S")
+#: the shortest word counted, in code points, outside the no-space scripts (one letter is one
+#: token in every vocabulary worth extending; a Han character or Thai syllable may not be)
+MIN_WORD = 2
 
 
-def _raw_words(text: str):
-    return _RAW_WORD.finditer(text)
+def _long_enough(word: str) -> bool:
+    from embscope.text.words import no_space
+
+    return len(word) >= MIN_WORD or no_space(word)
 
 
 def pretokens(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
@@ -102,37 +110,95 @@ def pretokens(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
     ``surface`` is the slice of the (normalized) text the pre-token covers, ``pretoken`` the string
     the BPE model receives (``Ġhypertension`` for byte-level BPE). Tokenizers without a
     pre-tokenizer are split on whitespace, keeping the space in front of each word. For
-    SentencePiece-style tokenizers (:func:`metaspace_style`) the words are cut from the raw text
-    and ``surface`` and ``pretoken`` are both the ``▁`` form (``▁hypertension``); offsets are the
-    raw text's.
+    SentencePiece-style tokenizers (:func:`metaspace_style`) each word (:mod:`embscope.text.words`)
+    is one pre-token, with the space in front of it, and both strings are its ``▁`` form
+    (``▁hypertension``); offsets are the raw text's.
     """
     metaspace, prepends = metaspace_style(tok)
     if metaspace:
-        out = []
-        for m in _raw_words(text):
-            w = m.group().replace(" ", SPACE)
-            if m.start() == 0 and prepends:
-                w = SPACE + w
-            out.append((w, w, m.start(), m.end()))
-        return out
+        return [(w, w, s, e) for w, s, e in _metaspace_words(text, prepends)]
     if tok.normalizer is not None:
         text = tok.normalizer.normalize_str(text)
-    if tok.pre_tokenizer is None:
-        import re
+    return _split(tok, text)
 
+
+def _split(tok: "Tokenizer", text: str) -> list[tuple[str, str, int, int]]:
+    """Pre-tokens of normalized ``text`` (whitespace-delimited without a pre-tokenizer)."""
+    if tok.pre_tokenizer is None:
         return [(m.group(), m.group(), m.start(), m.end()) for m in re.finditer(r"\s?\S+", text)]
     return [(text[s:e], p, s, e) for p, (s, e) in tok.pre_tokenizer.pre_tokenize_str(text)]
 
 
-def _terms_of(tok: "Tokenizer", text: str, max_ngram: int):
-    """``(term, words)`` for every word n-gram (n ≤ max_ngram) of one text, in text order."""
-    run: list[tuple[str, str, int, int]] = []  # current run of adjacent word pre-tokens
-    for surface, pre, s, e in pretokens(tok, text):
-        if not _is_word(surface) or (run and (run[-1][3] != s or not _starts_spaced(surface))):
-            run = []
-        if not _is_word(surface):
+def _metaspace_words(text: str, prepends: bool):
+    """``(▁form, start, end)`` per word of raw ``text``: a word after a space keeps it (``▁word``,
+    starting at the space), and so does the text's first word under a dummy prefix."""
+    from embscope.text.words import word_spans
+
+    for s, e in word_spans(text):
+        if s > 0 and text[s - 1] == " ":
+            yield SPACE + text[s:e], s - 1, e
+        elif s == 0 and prepends:
+            yield SPACE + text[s:e], s, e
+        else:
+            yield text[s:e], s, e
+
+
+def _words_of(tok: "Tokenizer", text: str, tally: Counter | None = None):
+    """``(surface, pre-token parts, start, end)`` per word of ``text`` the model can be given a
+    token for, in text order.
+
+    SentencePiece-style: every word (the model sees whole lines). Otherwise a word counts where
+    the pre-tokenizer cuts the text at its ends (the first pre-token may hold the space in front of
+    it): its parts are the pre-tokens covering it, more than one where the pre-tokenizer cuts the
+    word itself (GPT-2's regex at a Devanagari vowel sign: ``" नह" + "ीं"``), which no merge can
+    join. A word of a no-space script inside a longer pre-token (a Thai phrase) is one part, its
+    own pre-token string. ``tally`` counts ``words`` and the words the pre-tokenizer ``split``.
+    """
+    import bisect
+
+    from embscope.text.words import no_space, word_spans
+
+    metaspace, prepends = metaspace_style(tok)
+    if metaspace:
+        for w, s, e in _metaspace_words(text, prepends):
+            if tally is not None:
+                tally["words"] += 1
+            if _long_enough(w.lstrip(SPACE)):
+                yield w, [w], s, e
+        return
+    if tok.normalizer is not None:
+        text = tok.normalizer.normalize_str(text)
+    pts = _split(tok, text)
+    starts = [p[2] for p in pts]
+    for s, e in word_spans(text):
+        i, j = bisect.bisect_right(starts, s) - 1, bisect.bisect_right(starts, e - 1) - 1
+        if i < 0 or pts[i][3] <= s or pts[j][3] < e:
+            continue  # not inside pre-tokens (a pre-tokenizer that drops characters)
+        if tally is not None:
+            tally["words"] += 1
+            tally["split"] += j > i
+        word = text[s:e]
+        if not _long_enough(word):
             continue
-        run.append((surface, pre, s, e))
+        begin = pts[i][2]
+        spaced = begin == s - 1 and text[begin] == " "
+        if (begin == s or spaced) and pts[j][3] == e:
+            yield text[begin:e], [p[1] for p in pts[i:j + 1]], begin, e
+        elif i == j and no_space(word):
+            surface = text[begin:e] if spaced else word
+            own = _split(tok, surface)
+            if len(own) == 1:
+                yield surface, [own[0][1]], s - spaced, e
+
+
+def _terms_of(tok: "Tokenizer", text: str, max_ngram: int, tally: Counter | None = None):
+    """``(term, words)`` for every word n-gram (n ≤ max_ngram) of one text, in text order; each
+    word is ``(surface, parts, start, end)`` (:func:`_words_of`)."""
+    run: list = []  # current run of adjacent words
+    for surface, parts, s, e in _words_of(tok, text, tally):
+        if run and (run[-1][3] != s or not _starts_spaced(surface)):
+            run = []
+        run.append((surface, parts, s, e))
         run = run[-max_ngram:]
         for n in range(1, len(run) + 1):  # every n-gram ending at this word
             gram = run[-n:]
@@ -140,11 +206,12 @@ def _terms_of(tok: "Tokenizer", text: str, max_ngram: int):
 
 
 def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
-                total: int | None = None) -> tuple[Counter, dict[str, list[str]]]:
-    """Count word terms (1..max_ngram adjacent word pre-tokens) in their surface form.
+                total: int | None = None, tally: Counter | None = None) -> tuple[Counter, dict[str, list[list[str]]]]:
+    """Count word terms (1..max_ngram adjacent words) in their surface form.
 
     Returns ``(counts, pretoken_parts)``: counts per surface form, and for each form the pre-token
-    strings it is made of (what the BPE model sees, one entry per word).
+    strings it is made of (what the BPE model sees), one list per word. ``tally`` (a ``Counter``)
+    gets the number of ``words`` read and of those the pre-tokenizer ``split``.
 
     >>> # "Acute gastritis. Acute gastritis" -> {"Acute": 2, " gastritis": 2, "Acute gastritis": 2}
     """
@@ -153,7 +220,7 @@ def count_terms(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1,
     counts: Counter = Counter()
     parts: dict[str, list[str]] = {}
     for text in track(texts, total=total, description="counting terms", unit="texts"):
-        for key, gram in _terms_of(tok, text, max_ngram):
+        for key, gram in _terms_of(tok, text, max_ngram, tally):
             counts[key] += 1
             if key not in parts:
                 parts[key] = [g[1] for g in gram]
@@ -169,28 +236,29 @@ def piece_ids(tok: "Tokenizer", pre_parts: Sequence[str]) -> list[int]:
 
 
 def find_candidates(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 1, min_freq: int = 5,
-                    total: int | None = None) -> list[Candidate]:
+                    total: int | None = None, tally: Counter | None = None) -> list[Candidate]:
     """All multi-piece word terms with ``frequency ≥ min_freq``, best estimated savings first.
 
     Excluded: numbers and anything with a digit or punctuation, terms that are already one token,
-    and terms that already are an added token of the tokenizer.
+    and terms that already are an added token of the tokenizer. ``tally``: :func:`count_terms`.
     """
-    counts, parts = count_terms(tok, texts, max_ngram=max_ngram, total=total)
+    counts, parts = count_terms(tok, texts, max_ngram=max_ngram, total=total, tally=tally)
     return _ranked(tok, ((t, f, parts[t]) for t, f in counts.items()), min_freq)
 
 
 def _ranked(tok: "Tokenizer", terms, min_freq: int) -> list[Candidate]:
-    """Candidates from ``(term, frequency, pre-token parts)``, best estimated savings first."""
+    """Candidates from ``(term, frequency, pre-token parts per word)``, best estimated savings first."""
     existing = set(tok.get_vocab(with_added_tokens=True))
     out: list[Candidate] = []
     for term, freq, parts in terms:
         if freq < min_freq or term in existing:
             continue
-        ids = piece_ids(tok, parts)
+        flat = [p for word in parts for p in word]
+        ids = piece_ids(tok, flat)
         if len(ids) < 2:
             continue
         pieces = [tok.decode([i], skip_special_tokens=False) for i in ids]
-        out.append(Candidate(term, freq, pieces, ids, len(parts)))
+        out.append(Candidate(term, freq, pieces, ids, len(parts), len(flat)))
     out.sort(key=lambda c: (-c.savings_tokens, -c.frequency, c.term))
     return out
 
@@ -304,6 +372,8 @@ def space_twins(tok: "Tokenizer", terms: Sequence[str]) -> list[tuple[str, list[
 #: term in several chunks has its counts added by the merge.
 CHUNK_TERMS = 500_000
 _POS = 22  # width of the zero-padded "shard index + first position" prefix of a term's first key
+#: prefix of the tally's keys among the terms ("#words", "#split"): no term holds a "#"
+TALLY = "#"
 
 
 def term_chunks(tok: "Tokenizer", batches, shard: int, *, max_ngram: int = 1,
@@ -312,34 +382,43 @@ def term_chunks(tok: "Tokenizer", batches, shard: int, *, max_ngram: int = 1,
 
     ``first`` = shard index (10 digits), position of the term's first occurrence in the shard
     (12 digits), then the JSON list of its pre-token parts; the least ``first`` over all shards is
-    the corpus's first occurrence, whose parts :func:`count_terms` keeps too.
+    the corpus's first occurrence, whose parts :func:`count_terms` keeps too. The words read and
+    split (:func:`count_terms`' tally) travel as the keys :data:`TALLY_KEYS`.
     """
     import json
 
     counts: Counter = Counter()
+    tally: Counter = Counter()
     first: dict[str, str] = {}
     pos = 0
+
+    def chunk():
+        out = [(k, n, first[k]) for k, n in counts.items()]
+        return out + [(TALLY + k, n, "0" * _POS + "[]") for k, n in tally.items() if n]
+
     for batch in batches:
         for text in batch.texts:
-            for key, gram in _terms_of(tok, text, max_ngram):
+            for key, gram in _terms_of(tok, text, max_ngram, tally):
                 if key not in first:
                     first[key] = f"{shard:010d}{pos:012d}" + json.dumps([g[1] for g in gram])
                     pos += 1
                 counts[key] += 1
         if len(counts) >= chunk_terms:
-            yield [(k, n, first[k]) for k, n in counts.items()]
-            counts, first = Counter(), {}
-    if counts:
-        yield [(k, n, first[k]) for k, n in counts.items()]
+            yield chunk()
+            counts, first, tally = Counter(), {}, Counter()
+    if counts or tally:
+        yield chunk()
 
 
 def corpus_candidates(tok: "Tokenizer", corpus, *, max_ngram: int = 1, min_freq: int = 5,
                       engine=None, sample_bytes: int | None = None, options=None,
-                      chunk_terms: int = CHUNK_TERMS):
+                      chunk_terms: int = CHUNK_TERMS, tally: Counter | None = None):
     """:func:`find_candidates` over a corpus on an engine: ``(candidates, corpus report)``.
 
     Equal to ``find_candidates(tok, texts)`` over the same texts (same terms, frequencies, pieces
-    and order) on every engine (:class:`embscope.corpus.engine.Engine`).
+    and order) on every engine (:class:`embscope.corpus.engine.Engine`). ``tally`` (a
+    ``Counter``) gets the words read and split (:func:`count_terms`; counts under ``min_freq``
+    are dropped with the terms).
     """
     import functools
     import json
@@ -349,6 +428,10 @@ def corpus_candidates(tok: "Tokenizer", corpus, *, max_ngram: int = 1, min_freq:
     chunker = functools.partial(term_chunks, tok, max_ngram=max_ngram, chunk_terms=chunk_terms)
     counts, report = count_keys(corpus, chunker, min_count=min_freq, engine=engine,
                                 sample_bytes=sample_bytes, options=options)
+    for key in [k for k in counts if k.startswith(TALLY)]:
+        n, _ = counts.pop(key)
+        if tally is not None:
+            tally[key[len(TALLY):]] += n
     terms = ((t, n, json.loads(first[_POS:])) for t, (n, first) in counts.items())
     return _ranked(tok, terms, min_freq), report
 
@@ -365,7 +448,7 @@ def shard_savings(tok: "Tokenizer", ext, batches):
     counts only)."""
     import numpy as np
 
-    from embscope.tokenizer.changes import Changes, count_changes
+    from embscope.tokenizer.tokenization_check import Changes, count_changes
     from embscope.tokenizer.extend import TokenizerExtension
 
     full = isinstance(ext, TokenizerExtension)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections import Counter
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -142,7 +143,8 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
             min_freq: int = 5, init: Sequence[str] = ("auto",), tokens: "pl.DataFrame | None" = None,
             diagnostics: bool = True, steps: Steps | None = None, engine: "Engine | None" = None,
             sample_bytes: int | None = None, options: "ReadOptions | None" = None, as_: str = "model",
-            plan: "Plan | None" = None, distil_work: float | None = DISTIL_WORK) -> ExtensionResult:
+            plan: "Plan | None" = None, distil_work: float | None = DISTIL_WORK, method: str = "terms",
+            rows: int | None = None) -> ExtensionResult:
     """Rank vocabulary-extension candidates, write the top ``top`` into the tokenizer, measure what
     that saves, and check each initialisation strategy in ``init``.
 
@@ -171,6 +173,11 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         distil_work: the most work ``distil`` may do inside ``auto``, 10¹² multiply-adds
             (:func:`embscope.extension.distil.work`, estimated before it runs; ``None``: no limit);
             a named ``distil`` always runs.
+        method: ``terms`` (the best ``top`` words by estimated savings, each with its merge chain)
+            or ``merges`` (continued BPE on the corpus, :mod:`embscope.extension.merges`; the corpus
+            may be a ``word<TAB>count`` list; ``min_freq`` is then the least count of a pair).
+        rows: the most new tokens (rows) the tokenizer grows by, intermediates included; needed
+            by ``merges``; with ``terms`` the best terms whose chains fit are taken.
 
     Returns:
         :class:`ExtensionResult`.
@@ -180,23 +187,32 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
         >>> r.summary.tokens_saved, r.table["term"][:3].to_list()  # doctest: +SKIP
     """
     from embscope.corpus.engine import Engine
+    # long: its docstring documents every argument of the extension
     from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
     from embscope.extension.init import AUTO, expand_specs
     from embscope.models.fullmodel import load_hf_tokenizer
 
-    _check_args(top, max_ngram, min_freq, as_)
+    _check_args(top, max_ngram, min_freq, as_, method, rows)
     specs = expand_specs(init)  # unknown names fail before any work
     optional = set(expand_specs([AUTO])) - set(init) if AUTO in init else set()
     steps = steps or Steps(verbose=False)
     engine = engine or Engine()
     tok = load_hf_tokenizer(model)
+    if method == "merges":
+        return _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps,
+                               diagnostics, specs, optional, init, tokens, plan, distil_work)
+    tally: Counter = Counter()
     with steps.step("candidates", "reading the corpus and counting terms"):
         cands, report = corpus_candidates(tok, corpus_path, max_ngram=max_ngram, min_freq=min_freq,
-                                          engine=engine, sample_bytes=sample_bytes, options=options)
+                                          engine=engine, sample_bytes=sample_bytes, options=options, tally=tally)
     if not cands:
         raise CorpusError(f"no term in {corpus_path} occurs {min_freq}+ times and takes 2+ tokens; "
                           "lower --min-freq or pass a larger corpus")
     chosen, twins, skipped = _choose_terms(tok, cands, top, as_)
+    if rows is not None:
+        from embscope.extension.merges import within_rows
+
+        chosen, twins = within_rows(tok, chosen, twins, as_, rows, skipped)
     with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
         ext, saved, general, general_changes = _extend_and_measure(tok, chosen, twins, as_, corpus_path, engine,
                                                                    sample_bytes, options)
@@ -204,6 +220,9 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     added_terms = {t.text: int(saved.counts_extended[t.id]) for t in ext.tokens if t.kind == "term"}
     summary = _record(model, corpus_path, report, engine, cands, ext, saved, twins, skipped, chosen, added_terms,
                       general, general_changes, max_ngram, min_freq)
+    summary.rows = rows
+    summary.corpus_words, summary.words_split = tally["words"], tally["split"]
+    summary.words_split_share = round(tally["split"] / tally["words"], 5) if tally["words"] else None
     result = ExtensionResult(table=candidates_table(cands, added_terms), summary=summary,
                              terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
                              piece_counts=saved.counts, extension=ext,
@@ -214,7 +233,12 @@ def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, ma
     return result
 
 
-def _check_args(top: int, max_ngram: int, min_freq: int, as_: str) -> None:
+#: how ``extend`` picks new tokens: the best words (``terms``), or continued BPE (``merges``)
+METHODS = ("terms", "merges")
+
+
+def _check_args(top: int, max_ngram: int, min_freq: int, as_: str, method: str = "terms",
+                rows: int | None = None) -> None:
     """Refuse impossible sizes and forms before any work."""
     from embscope.tokenizer.extend import FORMS
 
@@ -222,6 +246,44 @@ def _check_args(top: int, max_ngram: int, min_freq: int, as_: str) -> None:
         raise SpecError(f"--top, --max-ngram and --min-freq must be at least 1 (got {top}, {max_ngram}, {min_freq})")
     if as_ not in FORMS:
         raise SpecError(f"--as {as_!r}: choose from {', '.join(FORMS)}")
+    if method not in METHODS:
+        raise SpecError(f"--method {method!r}: choose from {', '.join(METHODS)}")
+    if rows is not None and rows < 1:
+        raise SpecError(f"--rows must be at least 1 (got {rows})")
+    if method == "merges" and rows is None:
+        raise SpecError("--method merges needs --rows N: the most rows the tokenizer may grow by")
+    if method == "merges" and as_ != "model":
+        raise SpecError("--method merges writes merges into the tokenizer's model; drop --as added")
+
+
+def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps: Steps,
+                    diagnostics, specs, optional, init, tokens, plan, distil_work) -> ExtensionResult:
+    """:func:`suggest` with ``method="merges"``: merges learned from the corpus
+    (:mod:`embscope.extension.merges`), measured and diagnosed as the terms are."""
+    from embscope.extension.candidates import new_tokens_table
+    from embscope.extension.evaluate import general_texts
+    from embscope.extension.merges import learn_and_measure, merges_table
+    from embscope.tokenizer.tokenization_check import changes
+
+    with steps.step("merges", f"learning up to {rows} merges from the corpus"):
+        ext, learned, saved, listed, report, n_words = learn_and_measure(
+            tok, corpus_path, rows=rows, min_freq=min_freq, engine=engine, sample_bytes=sample_bytes,
+            options=options)
+    general = general_texts()
+    summary = _record(model, corpus_path, report, engine, [], ext, saved, [], dict(ext.skipped), [], {}, general,
+                      changes(tok, ext, general[0]), 1, min_freq)
+    summary.candidates, summary.top_n = n_words, len(ext.tokens)
+    summary.estimated_savings = int(sum(learned.counts))  # Σ the pairs' counts when merged
+    summary.method, summary.rows, summary.merges_stopped = "merges", rows, learned.stopped
+    table = merges_table(ext, learned.counts, saved.counts_extended)
+    result = ExtensionResult(table=table, summary=summary, terms=[t.text for t in ext.tokens],
+                             pieces=[list(t.pieces) for t in ext.tokens], piece_counts=saved.counts, extension=ext,
+                             new_tokens=new_tokens_table(ext, saved.counts_extended))
+    if diagnostics:
+        _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
+                     {"distil": distil_work} if "distil" in optional else {}, None if listed else sample_bytes,
+                     options, no_text="a word-frequency list has no running text to measure on" if listed else None)
+    return result
 
 
 def _choose_terms(tok, cands, top: int, as_: str):
@@ -233,11 +295,16 @@ def _choose_terms(tok, cands, top: int, as_: str):
     skipped: dict[str, str] = {}
     if as_ == "added":
         twins = space_twins(tok, [c.term for c in chosen])
-    else:  # no merge joins two pre-tokens: the best single words are taken, the passed-over n-grams listed
-        skipped = {c.term: "a multi-word term spans pre-tokens, which no merge joins; add it with --as added"
-                   for c in chosen if c.n_words > 1}
-        chosen = [c for c in cands if c.n_words == 1][:top]
+    else:  # no merge joins two pre-tokens: the best one-pre-token words are taken, the others listed
+        skipped = {c.term: SPANS[c.n_words > 1] for c in chosen if c.n_pretokens > 1}
+        chosen = [c for c in cands if c.n_pretokens == 1][:top]
     return chosen, twins, skipped
+
+
+#: why a term of several pre-tokens is not written as merges: (a word the pre-tokenizer cuts, n-gram)
+SPANS = ("the model's pre-tokenizer cuts this word into several pre-tokens, and no merge joins two "
+         "pre-tokens; add it with --as added",
+         "a multi-word term spans pre-tokens, which no merge joins; add it with --as added")
 
 
 def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sample_bytes, options):
@@ -246,7 +313,7 @@ def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sampl
     from embscope.corpus.stream import CorpusWarning
     from embscope.extension.candidates import corpus_savings
     from embscope.extension.evaluate import general_texts
-    from embscope.tokenizer.changes import changes
+    from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.extend import extend_tokenizer
 
     terms, pieces = [c.term for c in chosen], [c.piece_ids for c in chosen]
@@ -262,7 +329,7 @@ def _record(model, corpus_path, report, engine, cands, ext, saved, twins, skippe
             general_changes, max_ngram, min_freq) -> "ExtensionRecord":
     """The record of what was read, added and saved (measured and estimated); diagnostics fill the rest."""
     from embscope.extension.record import ExtensionRecord
-    from embscope.tokenizer.changes import GeneralChanges, TokenizationCheck
+    from embscope.tokenizer.tokenization_check import GeneralChanges, TokenizationCheck
 
     n_terms = sum(t.kind == "term" for t in ext.tokens)
     return ExtensionRecord(
@@ -279,7 +346,8 @@ def _record(model, corpus_path, report, engine, cands, ext, saved, twins, skippe
 
 
 def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, init, tokens, tok, steps: Steps,
-                 plan, general, budget: dict[str, float | None], sample_bytes, options) -> None:
+                 plan, general, budget: dict[str, float | None], sample_bytes, options,
+                 no_text: str | None = None) -> None:
     """Each strategy's rows measured (:func:`_diagnose`), the recommended one picked, into the summary."""
     from embscope.corpus.stream import CorpusWarning, iter_corpus
     from embscope.extension.choose import general_note, ordered, recommend
@@ -288,6 +356,8 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     from embscope.models.fullmodel import fastest_threads, why_not_loadable
 
     def texts():
+        if no_text:
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CorpusWarning)
             for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
@@ -297,7 +367,7 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     # thread can be faster). Without the whole model the step is products with the (V, d)
     # matrices, which pick their own (Qwen2-7B's nearest-row search of 1,520 rows: 16.0 s on 2
     # threads, 30.6 s on 1).
-    unloadable = why_not_loadable(model)
+    unloadable = no_text or why_not_loadable(model)
     threads = (fastest_threads(model.dim, compute_precision()) if unloadable is None
                else contextlib.nullcontext())
     with steps.step("diagnostics", "checking each initialisation"), threads:

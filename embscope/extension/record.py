@@ -11,7 +11,7 @@ from embscope.extension.bpb import BitsPerByte
 from embscope.extension.diagnostics import StrategyRecord
 from embscope.extension.evaluate import ScorePlan
 from embscope.records import Record
-from embscope.tokenizer.changes import TokenizationCheck
+from embscope.tokenizer.tokenization_check import TokenizationCheck
 
 
 @dataclass
@@ -99,3 +99,21 @@ class ExtensionRecord(Record):
     corpus_report: CorpusRead | None = None
     #: where the corpus passes ran
     engine: EngineRecord | None = None
+    #: how the new tokens were picked: ``terms`` (the best words, each with its merge chain) or
+    #: ``merges`` (continued BPE on the corpus: ``candidates`` then counts its distinct words,
+    #: ``top_n`` the merges learned, ``estimated_savings`` the sum of their pairs' counts)
+    method: str = "terms"
+    #: the most rows the tokenizer could grow by (``--rows``; null: no bound beyond ``--top``)
+    rows: int | None = None
+    #: why ``--method merges`` stopped: ``rows`` (the bound) or ``min_freq`` (no pair occurs that often)
+    merges_stopped: str | None = None
+    #: words of the corpus (letter-and-mark runs, dictionary words in no-space scripts:
+    #: :mod:`embscope.text.words`) the term count read
+    corpus_words: int | None = None
+    #: of those, the words the model's pre-tokenizer cuts into several pre-tokens (GPT-2, Llama 3
+    #: and Qwen2 regexes cut Devanagari at vowel signs; SentencePiece-style models cut none). No
+    #: merge joins two pre-tokens: such words are never written as merges (``terms_skipped``),
+    #: only as added tokens (``--as added``)
+    words_split: int | None = None
+    #: words_split / corpus_words; lower is better for an extension by merges
+    words_split_share: float | None = None

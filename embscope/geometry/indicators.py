@@ -92,6 +92,7 @@ from embscope.geometry.records import IndicatorFit, IndicatorRun, IndicatorsReco
 from embscope.geometry.principal import (_first_pc_exact, first_principal_component,  # noqa: F401
                                          magikarp_similarity, top_eigvec_subspace)
 from embscope.geometry.reference import Reference, discover_reference
+from embscope.models.rows import row_norms, zero_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -113,8 +114,6 @@ COLLAPSE_SPREAD = 0.2
 #: least position of a row's Magikarp similarity between the trained rows' median (0) and the
 #: reference rows' median (1) at which the Magikarp indicator counts (see ``drift``)
 MAGIKARP_POSITION = 2 / 3
-#: rows per block when scanning a matrix (keeps temporaries to ~ block × d floats)
-BLOCK = 16384
 
 
 @dataclass
@@ -152,22 +151,6 @@ class Indicators:
     #: mean relative distance ‖x_i − x_j‖/‖x_i‖ to the ⌈k/2⌉ nearest rows (the collapse gate); None
     #: without the neighbours' ids
     spread: np.ndarray | None = None
-
-
-def zero_rows(m: "torch.Tensor", tol: float = ZERO_TOL) -> np.ndarray:
-    """True where every entry of the row has ``|x| ≤ tol``."""
-    import torch
-
-    out = [(m[s:s + BLOCK].abs() <= tol).all(dim=1) for s in range(0, m.shape[0], BLOCK)]
-    return torch.cat(out).cpu().numpy()
-
-
-def row_norms(m: "torch.Tensor") -> np.ndarray:
-    """``‖m_i‖₂`` per row, float64, in row blocks."""
-    import torch
-
-    return np.concatenate([torch.linalg.vector_norm(m[s:s + BLOCK].float(), dim=1).double().cpu().numpy()
-                           for s in range(0, m.shape[0], BLOCK)])
 
 
 def robust_z(values: np.ndarray, fit: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, float, float]:
@@ -320,11 +303,11 @@ def prepare(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Se
     """Norms, zero rows, the reference set, the rows that fit the z's and Magikarp's similarity."""
     n = embed.shape[0]
     cats = np.asarray(categories)
-    in_norm = row_norms(embed)
-    zero = zero_rows(embed)
+    in_norm = row_norms(embed).astype(np.float64)
+    zero = zero_rows(embed, ZERO_TOL)
     if output is not None:
-        out_norm = row_norms(output)
-        zero |= zero_rows(output)
+        out_norm = row_norms(output).astype(np.float64)
+        zero |= zero_rows(output, ZERO_TOL)
     else:
         out_norm = np.full(n, np.nan)
     ref = discover_reference(categories, strings, zero, vocab, unused_ids)

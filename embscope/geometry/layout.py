@@ -341,15 +341,17 @@ class LayoutJob:
             import tempfile
             from pathlib import Path
 
+            from embscope.children import track
+
             self._dir = tempfile.TemporaryDirectory(prefix="embscope-layout-")
             np.savez(Path(self._dir.name) / "graph.npz", neighbors=self._args[0], sims=self._args[1],
                      seed=np.int64(seed), n_epochs=np.int64(n_epochs or 0), keep=self._keep)
             root = str(Path(__file__).resolve().parents[2])  # the folder holding this embscope
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             with open(Path(self._dir.name) / "stderr.txt", "wb") as log:  # a file: a pipe could fill
-                self._proc = subprocess.Popen([sys.executable, "-m", "embscope.geometry.layout", self._dir.name],
-                                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                              stderr=log)
+                self._proc = track(subprocess.Popen(  # it ends with this process (embscope.children)
+                    [sys.executable, "-m", "embscope.geometry.layout", self._dir.name, str(os.getpid())],
+                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log))
         except Exception:  # noqa: BLE001 - no process: lay it out here when asked
             self._proc = None
 
@@ -395,7 +397,11 @@ class LayoutJob:
             self._dir.cleanup()
 
 
-if __name__ == "__main__":  # LayoutJob's process
+if __name__ == "__main__":  # LayoutJob's process: FOLDER and the parent's pid
     import sys
 
+    from embscope.children import die_with_parent
+
+    if len(sys.argv) > 2:
+        die_with_parent(int(sys.argv[2]))
     sys.exit(_layout_child(sys.argv[1]))

@@ -44,6 +44,44 @@ BATCHES = 16
 KEYS = ("input_ids", "attention_mask", "labels", "completion_mask")
 
 
+def is_stream(dataloader) -> bool:
+    """Whether ``dataloader`` reads a ``torch.utils.data.IterableDataset`` (a stream, or a shard of
+    one): an iterator over it may consume items the trainer would then never see, so its batches
+    are not read ahead (:class:`Capture` takes the ones the trainer itself draws)."""
+    from torch.utils.data import IterableDataset
+
+    loader = getattr(dataloader, "base_dataloader", dataloader)
+    return isinstance(getattr(loader, "dataset", None), IterableDataset)
+
+
+class Capture:
+    """A forward pre-hook on the training model that keeps the first ``limit`` batches the trainer
+    feeds it in training mode (the keys of :data:`KEYS`, as numpy arrays); nothing is read from the
+    data. ``remove()`` takes the hook off; it also goes once ``limit`` batches are kept."""
+
+    def __init__(self, model, limit: int = BATCHES) -> None:
+        self.limit, self.batches = limit, []
+        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        if not module.training or len(self.batches) >= self.limit:
+            return None
+        got = dict(kwargs)
+        if "input_ids" not in got and args and hasattr(args[0], "dtype"):
+            got["input_ids"] = args[0]
+        if got.get("input_ids") is not None:
+            self.batches.append({k: np.asarray(got[k].detach().cpu()) if hasattr(got[k], "detach") else np.asarray(got[k])
+                                 for k in KEYS if got.get(k) is not None})
+        if len(self.batches) >= self.limit:
+            self.remove()
+        return None
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+
 def sample_batches(dataloader, limit: int = BATCHES) -> list[dict[str, np.ndarray]]:
     """The first ``limit`` batches ``dataloader`` yields, as numpy arrays, leaving the training run
     as it was: the global random states (Python, numpy, torch, CUDA) are restored afterwards, and an
@@ -150,7 +188,7 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
     loss (:func:`encode`'s ``pad_masked``) and never have it as a label."""
     from embscope.config import max_positions
     from embscope.corpus.conversations import DataRead
-    from embscope.readiness.check import zero_rows
+    from embscope.models.rows import model_zero_rows
     from embscope.readiness.findings import CheckFacts, find
     from embscope.readiness.record import PadChoice
     from embscope.readiness.specials import special_ids
@@ -167,7 +205,7 @@ def findings(model: "LoadedModel", enc: "Encoded", *, pad_id: int | None, pad_ho
                     how=pad_how)
     context, key = max_positions(model.config)
     facts = CheckFacts(model=model, specials=special_ids(model), encoded=enc, data=DataRead(), flagged=flagged,
-                  zero_row=zero_rows(model), context=context, context_from=f"config {key}" if key else "unknown",
+                  zero_row=model_zero_rows(model), context=context, context_from=f"config {key}" if key else "unknown",
                   template=None, trainer=profile, pad=pad, status=status)
     out = find(facts)
     eos = facts.specials.ids("eos")

@@ -105,9 +105,14 @@ class EmbscopeCallback(TrainerCallback):
         if new_ids is not None and any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0
                                        for i in new_ids):
             raise SpecError("new_ids must be token ids (whole numbers ≥ 0)")
+        _check_paths(manifest, tokens)
         self.every, self.fail_on, self.batches, self.sample, self.patience = every, fail_on, batches, sample, patience
         self.new_ids = list(new_ids) if new_ids is not None else None
         self.manifest, self.tokens, self.report, self.languages = manifest, tokens, report, languages
+        self._reset()
+
+    def _reset(self) -> None:
+        """The state of one training run (set again by each ``on_train_begin``)."""
         #: the findings before the first step, each check's figures, and the end report's record
         self.findings: list = []
         self.checks: list[watching.Check] = []
@@ -119,11 +124,18 @@ class EmbscopeCallback(TrainerCallback):
         self._said: set[str] = set()
         self._tmp: Path | None = None
         self._hook = None
-        self._every = every or EVERY
+        self._every = self.every or EVERY
         self._strings: list[str] = []
         self._weak: set[int] = set()
         #: seconds spent before the first step (``begin``) and at the end (``end``: the report)
         self.seconds: dict[str, float] = {}
+        #: what the end report compares the trained rows with (the base model's folder, or the
+        #: step the run started from when that is not known), in words
+        self.compared_with: str | None = None
+        self._base: Path | None = None
+        self._capture: batch_checks.Capture | None = None
+        self._loaded = None
+        self._tokenizer = None
 
     # -- before the first step -------------------------------------------------------------------------------
 
@@ -131,9 +143,13 @@ class EmbscopeCallback(TrainerCallback):
                        **kwargs):
         t0 = time.perf_counter()
         _first_in_line(self)
+        self._cleanup()
+        self._reset()
+        if not _main_process(args, state):  # under DDP only the main process checks and writes
+            return control
         self._every = self.every or default_every(int(getattr(state, "max_steps", 0) or 0))
         try:
-            self._begin(model, processing_class, train_dataloader)
+            self._begin(model, processing_class, train_dataloader, int(getattr(state, "global_step", 0) or 0))
         except TrainingHazard:
             raise
         except Exception as exc:  # noqa: BLE001 - a monitor never ends a training run on its own failure
@@ -142,11 +158,12 @@ class EmbscopeCallback(TrainerCallback):
             logger.warning("embscope: the callback is off for this run: %s: %s", type(exc).__name__, exc)
             return control
         self.seconds["begin"] = round(time.perf_counter() - t0, 3)
-        logger.info("embscope: watching %d rows (%d new) every %d steps (%.1f s to set up)", len(self._watch.ids),
-                    int(self._watch.new.sum()), self._every, self.seconds["begin"])
+        logger.info("embscope: watching %d rows (%d new) every %d steps (%.1f s to set up); the end report compares "
+                    "with %s", len(self._watch.ids), int(self._watch.new.sum()), self._every, self.seconds["begin"],
+                    self.compared_with)
         return control
 
-    def _begin(self, model, processing_class, train_dataloader) -> None:
+    def _begin(self, model, processing_class, train_dataloader, step: int) -> None:
         """The step-0 copy, the findings on the first batches, the watched rows and the hook."""
         from embscope.changes.manifest import read_token_ids
         from embscope.models.load import load_model
@@ -158,11 +175,21 @@ class EmbscopeCallback(TrainerCallback):
             new |= set(read_token_ids(manifest))
         self._tmp = Path(tempfile.mkdtemp(prefix="embscope-step0-"))
         base = live.write_matrices(model, processing_class, self._tmp / "base", manifest=manifest)
+        self._base, self.compared_with = base, "the weights at step 0"
+        if step:  # resumed from a checkpoint: the step-0 copy is that checkpoint, not the base model
+            self._base, self.compared_with = _resumed_base(model, base, step)
         loaded = load_model(str(base), device="cpu", tokens_past_rows=True)
         self._strings = loaded.token_strings()
         counts = None
         if processing_class is not None and train_dataloader is not None and self.batches:
-            counts = self._check_batches(loaded, processing_class, train_dataloader)
+            if batch_checks.is_stream(train_dataloader):  # reading ahead would consume the trainer's items
+                self._loaded, self._tokenizer = loaded, processing_class
+                self._capture = batch_checks.Capture(model, self.batches)
+                logger.info("embscope: the training data is a stream (IterableDataset): the check reads the first %d "
+                            "batches the trainer draws, after the first step", self.batches)
+            else:
+                counts = self._check_batches(loaded, processing_class, batch_checks.sample_batches(
+                    train_dataloader, self.batches))
         self._watch = watching.start(mats, sorted(new), counts, sample=self.sample)
         self._hook = mats.embed.register_forward_pre_hook(_seen_hook(self._watch))
 
@@ -174,14 +201,13 @@ class EmbscopeCallback(TrainerCallback):
         folder = live.source_folder(model)
         return folder / MANIFEST if folder is not None and (folder / MANIFEST).is_file() else None
 
-    def _check_batches(self, loaded, tokenizer, dataloader) -> np.ndarray:
-        """``check``'s findings on the first batches; raises :class:`TrainingHazard` at ``fail_on``."""
+    def _check_batches(self, loaded, tokenizer, got, *, when: str = "stops before the first step") -> np.ndarray:
+        """``check``'s findings on the first batches ``got``; raises :class:`TrainingHazard` at ``fail_on``."""
         from embscope.api import read_tokens_table
-        from embscope.readiness.check import zero_rows
+        from embscope.models.rows import model_zero_rows
         from embscope.readiness.record import reaches
         from embscope.tables import scan_flags
 
-        got = batch_checks.sample_batches(dataloader, self.batches)
         pad = tokenizer.pad_token_id
         bos = getattr(tokenizer, "bos_token_id", None)
         enc = batch_checks.encode(got, pad_id=pad, n_rows=loaded.n_rows, bos_id=bos)
@@ -189,7 +215,7 @@ class EmbscopeCallback(TrainerCallback):
                                                                                 loaded.n_rows)
         self.findings = batch_checks.findings(loaded, enc, pad_id=pad, pad_how="the tokenizer's pad_token, as the "
                                               "trainer set it up", flagged=flagged, status=status)
-        self._weak = set(np.flatnonzero(zero_rows(loaded)).tolist())
+        self._weak = set(np.flatnonzero(model_zero_rows(loaded)).tolist())
         if flagged is not None:
             self._weak |= set(np.flatnonzero(flagged).tolist())
         for f in self.findings:
@@ -200,12 +226,24 @@ class EmbscopeCallback(TrainerCallback):
             self._cleanup()
             raise TrainingHazard(f"{worst.code} ({worst.severity}) in the first {enc.sequences} training sequences: "
                                  f"{worst.message}" + (f"; fix: {worst.fix}" if worst.fix else "")
-                                 + f" (EmbscopeCallback(fail_on={self.fail_on!r}) stops before the first step)")
+                                 + f" (EmbscopeCallback(fail_on={self.fail_on!r}) {when})")
         return enc.counts
 
     # -- every N steps ---------------------------------------------------------------------------------------
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self._capture is not None and self._capture.batches:  # a stream: the batches the trainer drew
+            capture, self._capture = self._capture, None
+            capture.remove()
+            loaded, self._loaded = self._loaded, None
+            try:
+                self._check_batches(loaded, self._tokenizer, capture.batches,
+                                    when=f"stops at step {state.global_step}: the data is a stream, checked on the "
+                                    "batches the trainer drew")
+            except TrainingHazard:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a monitor never ends a training run on its own failure
+                logger.warning("embscope: no check of the first batches: %s: %s", type(exc).__name__, exc)
         if self._watch is None or state.global_step % self._every:
             return control
         self._run_check(state, control)
@@ -270,7 +308,7 @@ class EmbscopeCallback(TrainerCallback):
             live.write_matrices(model, tokenizer, tuned)
         out = Path(args.output_dir) / REPORT
         try:
-            res = embscope.diff(str(self._tmp / "base"), str(tuned), out=out, force=True, languages=self.languages,
+            res = embscope.diff(str(self._base), str(tuned), out=out, force=True, languages=self.languages,
                                 verbose=False)
         except EmbscopeError as exc:
             logger.warning("embscope: no end report: %s", exc)
@@ -279,18 +317,63 @@ class EmbscopeCallback(TrainerCallback):
         rec = self.diff
         inp = rec.matrices.get("input")
         codes = ", ".join(f"{f.code} ({f.severity})" for f in rec.findings) or "none"
-        logger.info("embscope: training moved %s rows; findings: %s; report: %s", inp.moved if inp else 0, codes, out)
-        return {"embscope/rows_moved": float(inp.moved if inp else 0),
+        logger.info("embscope: training moved %s rows (compared with %s); findings: %s; report: %s",
+                    inp.moved if inp else 0, self.compared_with, codes, out)
+        return {"embscope/compared_with": self.compared_with, "embscope/rows_moved": float(inp.moved if inp else 0),
                 "embscope/new_rows_moved_final_report": float(inp.new_moved if inp else 0),
                 "embscope/findings": codes, "embscope/report": str(out)}
 
     def _cleanup(self) -> None:
+        if getattr(self, "_capture", None) is not None:
+            self._capture.remove()
+            self._capture = None
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _check_paths(manifest, tokens) -> None:
+    """``manifest=`` and ``tokens=`` must name files that exist: checked when the callback is made,
+    not at train begin (where a failure could only switch the callback off)."""
+    from embscope.changes.manifest import MANIFEST
+
+    if manifest is not None:
+        p = Path(manifest).expanduser()
+        if not (p / MANIFEST if p.is_dir() else p).is_file():
+            raise SpecError(f"manifest={str(manifest)!r} is not {MANIFEST} or a folder holding one; pass the folder "
+                            "`embscope extend --apply` wrote (or leave it out: one in the model's folder is found)")
+    if tokens is not None and not Path(tokens).expanduser().is_file():
+        raise SpecError(f"tokens={str(tokens)!r} does not exist; pass the tokens.parquet of an earlier "
+                        "embscope scan or audit of the model")
+
+
+def _main_process(args, state) -> bool:
+    """Whether this process checks and writes: the main one of a distributed run (every process
+    holds the same rows; one report, written once)."""
+    zero = getattr(state, "is_world_process_zero", None)
+    if zero is not None:
+        return bool(zero)
+    return int(getattr(args, "process_index", 0) or 0) == 0
+
+
+def _resumed_base(model, step0: Path, step: int) -> tuple[Path, str]:
+    """The end report's BASE for a run resumed at ``step``: the folder the model was loaded from,
+    when it holds weights (the base, as before the first run); else the step-0 copy, named as the
+    checkpoint it is."""
+    from embscope.models.resolve import resolve
+
+    folder = live.source_folder(model)
+    if folder is not None:
+        try:
+            resolve(str(folder))
+            return folder, f"the base model in {folder} (training resumed at step {step})"
+        except EmbscopeError:
+            pass
+    return step0, (f"the checkpoint training resumed from (step {step}), not the base model (its folder is not "
+                   "known)")
 
 
 def _seen_hook(w: watching.Watch):

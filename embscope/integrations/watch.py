@@ -226,9 +226,17 @@ class Alert:
     ids: list[int]
 
 
-def _named(ids: list[int], strings: list[str]) -> str:
+def _named(ids: list[int], strings: list[str], total: int | None = None) -> str:
+    """The first :data:`NAMED` of ``ids`` with their strings, and how many more of ``total`` rows
+    (default ``len(ids)``; ``ids`` may be a capped list of them).
+
+    >>> _named([3, 5], ["a", "b", "c", "d", "e", "f"], total=12)
+    "3 'd', 5 'f' (+10 more)"
+    """
+    total = len(ids) if total is None else total
     shown = ", ".join(f"{i} {strings[i]!r}" if 0 <= i < len(strings) else str(i) for i in ids[:NAMED])
-    return shown + (f" (+{len(ids) - NAMED} more)" if len(ids) > NAMED else "")
+    rest = total - min(len(ids), NAMED)
+    return shown + (f" (+{rest} more)" if rest > 0 else "")
 
 
 def _cause(ids: list[int], new_ids: set[int], weak: set[int]) -> str:
@@ -253,7 +261,7 @@ def alerts(c: Check, w: Watch, strings: list[str], *, said: set[str], weak: set[
             if ids:
                 n = m.nonfinite_rows if code == "nonfinite-rows" else m.exploded_rows
                 out.append(Alert("stop", code, f"embscope: stopped at step {c.step}: {n} row(s) of the {where} {what}: "
-                                 f"{_named(ids, strings)}; likely cause: {_cause(ids, new_ids, weak)}", ids[:50]))
+                                 f"{_named(ids, strings, n)}; likely cause: {_cause(ids, new_ids, weak)}", ids[:50]))
         key = f"frozen-{m.matrix}"
         if m.new_frozen and m.new_moved == 0 and key not in said:
             side = next(s for s in w.sides if s.name == m.matrix)

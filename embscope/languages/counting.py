@@ -46,6 +46,9 @@ class _Acc:
     tokens: int = 0
     counts: object = None  # numpy int64 (V,): occurrences of each token id
     units: dict = field(default_factory=dict)  # unit → tokens
+    #: unit → [(token ids, occurrences), …] of the unit's texts (the first tokenizer, when the density
+    #: columns ask for it: :func:`count_batches`'s ``unit_tokens``); pieces of one unit just concatenate
+    unit_ids: dict = field(default_factory=dict)
     rt: list = field(default_factory=list)  # decode(encode(t)) == t for the first texts, in order
 
     @property
@@ -63,6 +66,8 @@ class _Acc:
         self.counts += later.counts
         for unit, n in later.units.items():
             self.units[unit] = self.units.get(unit, 0) + n
+        for unit, pieces in later.unit_ids.items():
+            self.unit_ids.setdefault(unit, []).extend(pieces)
         self.rt += later.rt[:ROUNDTRIP_TEXTS - len(self.rt)]
 
 
@@ -81,17 +86,33 @@ class _LangAcc:
     bytes: int = 0
     word_chars: int = 0  # characters of the texts in word_texts
     word_texts: list = field(default_factory=list)  # the language's first texts (< WORD_SAMPLE_BYTES before each)
+    #: the unit key of each text in word_texts (None for a text without one)
+    word_units: list = field(default_factory=list)
+    #: unit → [words, characters, bytes] of the unit's texts (texts with a unit key only)
+    units: dict = field(default_factory=dict)
     script_chars: int = 0
     script_texts: list = field(default_factory=list)  # pieces of its first SCRIPT_SAMPLE_CHARS characters
 
-    def sample_words(self, texts: Sequence[str]) -> None:
-        """Take the language's next ``texts`` (in order) into the word sample while the
-        characters taken before each are under :data:`WORD_SAMPLE_BYTES`."""
-        for t in texts:
+    def sample_words(self, texts: Sequence[str], units: Sequence | None = None) -> None:
+        """Take the language's next ``texts`` (in order, with their ``units``) into the word sample
+        while the characters taken before each are under :data:`WORD_SAMPLE_BYTES`."""
+        for i, t in enumerate(texts):
             if self.word_chars >= WORD_SAMPLE_BYTES:
                 break
             self.word_texts.append(t)
+            self.word_units.append(units[i] if units is not None else None)
             self.word_chars += len(t)
+
+    def add_units(self, texts: Sequence[str], units: Sequence) -> None:
+        """Add each text's words, characters and bytes to its unit's sums."""
+        for t, unit in zip(texts, units):
+            if unit is not None:
+                s = self.units.get(unit)
+                if s is None:
+                    s = self.units[unit] = [0, 0, 0]
+                s[0] += count_words(t)
+                s[1] += len(t)
+                s[2] += len(t.encode("utf-8"))
 
     def sample_chars(self, texts: Sequence[str]) -> None:
         """Take characters of the language's next ``texts`` into the script sample up to
@@ -124,8 +145,13 @@ class _LangAcc:
         self.words += later.words
         self.chars += later.chars
         self.bytes += later.bytes
-        self.sample_words(later.word_texts)
+        self.sample_words(later.word_texts, later.word_units)
         self.sample_chars(later.script_texts)
+        for unit, (w, c, b) in later.units.items():
+            s = self.units.setdefault(unit, [0, 0, 0])
+            s[0] += w
+            s[1] += c
+            s[2] += b
 
 
 @dataclass
@@ -162,11 +188,14 @@ def _fold(batches, out: FertilityCounts, max_languages: int, keep: frozenset | N
 
 
 def count_batches(vocabs: Sequence[Vocabulary], batches, max_languages: int = Limits.languages,
-                  keep: frozenset | None = None) -> FertilityCounts:
+                  unit_tokens: bool = False, keep: frozenset | None = None) -> FertilityCounts:
     """The map step: tokenise every batch with every tokenizer and count (see the module doc).
 
     Languages past the first ``max_languages`` of the batches are counted together as
-    :data:`OTHER`; with ``keep``, only those languages are counted."""
+    :data:`OTHER`. Texts with a unit key also add to their unit's sums (words, characters, bytes
+    per language; tokens per tokenizer; with ``unit_tokens``, the first tokenizer's token ids too):
+    the bootstrap intervals resample those units (:mod:`embscope.languages.bootstrap`). With
+    ``keep``, only those languages are counted (``--lang``)."""
     import numpy as np
 
     out = FertilityCounts()
@@ -180,8 +209,11 @@ def count_batches(vocabs: Sequence[Vocabulary], batches, max_languages: int = Li
         la.words += count_words(joined)
         la.chars += len(joined) - (len(texts) - 1)
         la.bytes += len(joined.encode("utf-8")) - (len(texts) - 1)
-        la.sample_words(texts)
+        has_units = any(u is not None for u in batch.units)
+        la.sample_words(texts, batch.units)
         la.sample_chars(texts)
+        if has_units:
+            la.add_units(texts, batch.units)
         for k, (vocab, ids) in enumerate(zip(vocabs, all_ids)):
             a = acc.get((k, batch.lang))
             if a is None:
@@ -196,10 +228,15 @@ def count_batches(vocabs: Sequence[Vocabulary], batches, max_languages: int = Li
                 a.counts[u[keep]] += c[keep]
             elif flat.size:
                 a.counts += np.bincount(flat, minlength=len(vocab))[:len(vocab)]
-            if any(u is not None for u in batch.units):
+            if has_units:
                 for unit, n in zip(batch.units, lens):
                     if unit is not None:
                         a.units[unit] = a.units.get(unit, 0) + n
+                if unit_tokens and k == 0:
+                    for unit, one in zip(batch.units, ids):
+                        if unit is not None and len(one):
+                            u, c = np.unique(np.asarray(one, dtype=np.int64), return_counts=True)
+                            a.unit_ids.setdefault(unit, []).append((u, c))
             if a.rt_n < ROUNDTRIP_TEXTS:
                 take = min(ROUNDTRIP_TEXTS - a.rt_n, len(ids))
                 a.rt += [d == t for d, t in zip(vocab.decode_batch(ids[:take]), texts[:take])]

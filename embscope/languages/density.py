@@ -23,13 +23,15 @@ TOP_TOKENS = 200
 EXACT_ISOLATION_ROWS = 4096
 
 
-def add_density(rows, name, acc, tokens, embed, exact_isolation=None) -> None:
+def add_density(rows, name, acc, tokens, embed, exact_isolation=None, boot=None) -> None:
     """Add the double-cost columns to ``rows`` of tokenizer ``name`` (vocabs[0]).
 
     ``exact_isolation(ids, bound) -> isolations``: exact search's isolation of the given rows (``bound``:
     the graph's isolation of each, an upper bound that the search may use); with it, the
     rows these averages use whose ``knn_exact`` is false (a certified graph's approximate rows) get
-    their exact value, so every average is exact search's."""
+    their exact value, so every average is exact search's. With ``boot``
+    (:class:`~embscope.languages.intervals.Bootstrap`), the token-weighted means get their
+    ``_lo`` / ``_hi`` over the aligned units (Σ_u Σ value / Σ_u tokens with a value)."""
     import numpy as np
 
     in_norm = isolation = flagged = None
@@ -94,6 +96,33 @@ def add_density(rows, name, acc, tokens, embed, exact_isolation=None) -> None:
                 k = len(top)
                 sim = float((s.sum() - np.trace(s)) / (k * (k - 1)))
         row["mean_within_sim"] = sim
-    for row in rows:  # same columns on every row so the table has one schema
+        if boot is not None:
+            _intervals(row, acc[(0, row["language"])].unit_ids, boot,
+                       {"mean_in_norm": in_norm, "mean_isolation": isolation, "flagged_share": flagged,
+                        "isolation_exact_share": exact if isolation is not None else None})
+    _same_columns(rows)
+
+
+def _same_columns(rows) -> None:
+    """Every density column (and interval end) on every row, so the table has one schema."""
+    for row in rows:
         for col in ("mean_in_norm", "mean_isolation", "isolation_exact_share", "flagged_share", "mean_within_sim"):
             row.setdefault(col, None)
+            if col != "mean_within_sim":
+                row.setdefault(f"{col}_lo", None)
+                row.setdefault(f"{col}_hi", None)
+
+
+def _intervals(row, unit_ids, boot, columns) -> None:
+    """``<col>_lo`` / ``<col>_hi`` of the token-weighted means, resampling the language's units."""
+    import numpy as np
+
+    from embscope.languages.intervals import unit_value_sums
+
+    for col, values in columns.items():
+        lo = hi = None
+        if values is not None and unit_ids:
+            _, s, n = unit_value_sums(unit_ids, values)
+            a, b = boot.interval(s[None], n[None])
+            lo, hi = (float(a[0]), float(b[0])) if np.isfinite(a[0]) else (None, None)
+        row[f"{col}_lo"], row[f"{col}_hi"] = lo, hi

@@ -12,13 +12,18 @@ Metrics (counts are summed over every text of the language that was read):
   Lower is cheaper; 1.0 is one token per word.
 - ``tokens_per_char`` = tokens / characters (code points); ``bytes_per_token`` = UTF-8 bytes /
   tokens (higher = more text per token).
-- ``continued_word_rate``: share of words split into ≥ 2 tokens when each word is tokenised on its
+- ``split_word_rate``: share of words split into ≥ 2 tokens when each word is tokenised on its
   own (Rust et al.'s "proportion of continued words"); ``single_token_word_rate`` = share encoded
   as exactly 1 token. Both are frequency-weighted over the words of the first
-  :data:`WORD_SAMPLE_BYTES` of each language. A word that follows a space in the text is encoded
+  :data:`WORD_SAMPLE_BYTES` of each language (:mod:`embscope.languages.wordrates`, which also says
+  how tokka-bench's ``continued_word_rate`` differs). A word that follows a space in the text is encoded
   with that leading space when the tokenizer marks spaces in its tokens (``" the"`` is one
   token and differs from ``"the"``: GPT-2-style byte-level BPE); otherwise (sentencepiece
   Metaspace adds its own ``▁``; WordPiece drops spaces) the bare word is encoded.
+- ``renyi_efficiency``: Rényi entropy of order α of the language's token distribution / log of the
+  vocabulary size (Zouhar et al. 2023; :mod:`embscope.languages.renyi`).
+- ``<cost>_lo`` / ``<cost>_hi``: the seeded percentile bootstrap interval of each cost over the
+  aligned units (:mod:`embscope.languages.intervals`); null without unit keys.
 - ``parity`` = tokens(lang) / tokens(reference) over the aligned units both have — Petrov et al.
   2023, "Language Model Tokenizers Introduce Unfairness Between Languages" (their "premium").
   Example: UDHR article 1 is 33 gpt2 tokens in English and 61 in French → 61 / 33 = 1.85. Sums
@@ -39,15 +44,17 @@ The counting pass is :mod:`embscope.languages.counting`; the embedding-density c
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from embscope.languages.counting import ROUNDTRIP_TEXTS, WORD_SAMPLE_BYTES, count_batches, merge_counts
+from embscope.languages.intervals import NO_UNITS, Bootstrap, add_cost_intervals
 from embscope.languages.record import CorpusMeasure, TokenizerInfo
+from embscope.languages.renyi import ALPHA, renyi_efficiency
 from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, unit_of
+from embscope.languages.wordrates import unit_word_counts, word_rates
 from embscope.limits import Limits
 from embscope.text.script import label as script_label
 from embscope.tokenizer.base import Vocabulary
@@ -70,10 +77,28 @@ class LanguageResult:
     summary: CorpusMeasure
     #: (tokenizer, language) → (V,) token counts
     token_counts: "dict[tuple[str, str], np.ndarray]" = field(default_factory=dict, repr=False)
+    #: the per-tokenizer tables: ``tokenizers``, ``language_groups`` and (several tokenizers) ``comparisons``
+    tables: "dict[str, pl.DataFrame]" = field(default_factory=dict, repr=False)
+
+
+def distinct_names(vocabs: Sequence[Vocabulary]) -> list[Vocabulary]:
+    """``vocabs`` with every name unique: a name given twice (two copies of ``tokenizer.json``) gets
+    ``#2``, ``#3`` … on its later copies (shallow copies; the tokenizers themselves are shared)."""
+    import copy
+
+    seen: dict[str, int] = {}
+    out = []
+    for v in vocabs:
+        n = seen[v.name] = seen.get(v.name, 0) + 1
+        if n > 1:
+            v = copy.copy(v)
+            v.name = f"{v.name}#{n}"
+        out.append(v)
+    return out
 
 
 def space_prefix(vocab: Vocabulary) -> bool:
-    """Whether words after a space should be encoded with that space (see ``continued_word_rate``).
+    """Whether words after a space should be encoded with that space (see ``split_word_rate``).
 
     True when ``" the"`` encodes as one token that differs from ``"the"`` (GPT-2 ``Ġthe``).
     """
@@ -85,7 +110,8 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
             sample_bytes: int | None = None, embed=None, tokens=None, exact_isolation=None,
             batch_size: int = 512, engine: "Engine | None" = None,
             options: "ReadOptions | None" = None, max_languages: int = Limits.languages,
-            languages: "frozenset[str] | None" = None) -> LanguageResult:
+            boot: Bootstrap | None = None, renyi_alpha: float = ALPHA, weights: dict | None = None,
+            families: dict | None = None, languages: "frozenset[str] | None" = None) -> LanguageResult:
     """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
 
     Args:
@@ -105,6 +131,10 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).
         max_languages: languages measured one by one; later ones are measured together as
             :data:`~embscope.languages.counting.OTHER` (``summary.languages_folded`` counts them).
+        boot: the intervals' resamples, seed and level (:class:`~embscope.languages.intervals.Bootstrap`).
+        renyi_alpha: the order α of ``renyi_efficiency``.
+        weights: language → share of a data mix (``tokenizers.mix_tokens_per_unit``).
+        families: language → family (``language_groups``); default: the corpus's ``languages.json``.
         languages: measure only these language ids (:mod:`embscope.languages.selection`); None: all.
 
     Returns:
@@ -119,21 +149,23 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     """
     from embscope.corpus.engine import Engine, run_pass
 
-    vocabs = list(vocabs)
+    vocabs = distinct_names(vocabs)
     names = [v.name for v in vocabs]
     engine = engine or Engine()
+    boot = boot or Bootstrap()
+    density = tokens is not None or embed is not None
     counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs, max_languages=max_languages,
-                                                             keep=languages),
+                                                             unit_tokens=density, keep=languages),
                               functools.partial(merge_counts, max_languages=max_languages),
                               engine=engine, sample_bytes=sample_bytes, batch_size=batch_size,
                               options=options, description="tokenising corpus")
     acc, langs = counts.acc, counts.langs
 
-    rows = _rows(vocabs, acc, langs, reference, _names(corpus_path))
-    if tokens is not None or embed is not None:
+    rows = _rows(vocabs, acc, langs, reference, _names(corpus_path), boot, renyi_alpha)
+    if density:
         from embscope.languages.density import add_density
 
-        add_density(rows, vocabs[0].name, acc, tokens, embed, exact_isolation)
+        add_density(rows, vocabs[0].name, acc, tokens, embed, exact_isolation, boot)
     import polars as pl
 
     table = pl.DataFrame(rows, infer_schema_length=None)
@@ -147,28 +179,20 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         reference=reference, reference_present=reference in langs, languages=len(langs),
         max_languages=max_languages, languages_folded=len(counts.folded), sample_bytes=sample_bytes,
         segmentation=SEGMENTATION_NOTE, word_sample_bytes=WORD_SAMPLE_BYTES, roundtrip_texts=ROUNDTRIP_TEXTS,
-        corpus=report.record(), engine=engine.record(),
-        selected=sorted(languages) if languages is not None else None)
+        corpus=report.record(), engine=engine.record(), **_settings(boot, langs, renyi_alpha, languages))
+    from embscope.languages.fairness import tokenizer_tables
+
+    extra = tokenizer_tables(vocabs, acc, table, reference, boot, weights=weights,
+                             families=families if families is not None else _families(corpus_path), summary=summary)
     counts = {(names[k], lang): a.counts for (k, lang), a in acc.items()}
-    return LanguageResult(table=table, summary=summary, token_counts=counts)
+    return LanguageResult(table=table, summary=summary, token_counts=counts, tables=extra)
 
 
-def _word_rates(vocab: Vocabulary, freq: Counter, prefix: bool) -> tuple[float | None, float | None]:
-    """Frequency-weighted (continued_word_rate, single_token_word_rate) of ``freq``'s words."""
-    if not freq:
-        return None, None
-    items = list(freq.items())
-    texts = [(" " + w) if (after and prefix) else w for (w, after), _ in items]
-    total = cont = single = 0
-    for start in range(0, len(texts), 8192):
-        chunk = vocab.encode_batch(texts[start:start + 8192])
-        for ids, ((_, _), n) in zip(chunk, items[start:start + 8192]):
-            total += n
-            if len(ids) >= 2:
-                cont += n
-            elif len(ids) == 1:
-                single += n
-    return cont / total, single / total
+def _settings(boot: Bootstrap, langs, renyi_alpha: float, languages=None) -> dict:
+    """The statistics' settings recorded in :class:`CorpusMeasure`, and the languages ``--lang`` selected."""
+    return dict(bootstrap_resamples=boot.resamples, bootstrap_seed=boot.seed, bootstrap_level=boot.level,
+                intervals_null=None if any(la.units for la in langs.values()) else NO_UNITS, renyi_alpha=renyi_alpha,
+                selected=sorted(languages) if languages is not None else None)
 
 
 def _names(corpus_path) -> dict[str, str]:
@@ -179,10 +203,22 @@ def _names(corpus_path) -> dict[str, str]:
     return language_names(*(p for p in paths if Path(p).is_dir()))
 
 
-def _rows(vocabs, acc, langs, reference, names: dict[str, str]) -> list[dict]:
+def _families(corpus_path) -> dict[str, str]:
+    """``{code: family}`` from a corpus folder's ``languages.json`` records that carry a ``family``
+    (a list of records, or the shipped UDHR's ``{"languages": [...]}``)."""
+    from embscope.corpus.catalog import read_names_file
+
+    paths = [corpus_path] if isinstance(corpus_path, (str, Path)) else list(corpus_path)
+    return {d["code"]: str(d["family"]) for p in paths if Path(p).is_dir()
+            for d in read_names_file(p) if d.get("family")}
+
+
+def _rows(vocabs, acc, langs, reference, names: dict[str, str], boot: Bootstrap,
+          renyi_alpha: float = ALPHA) -> list[dict]:
     import numpy as np
 
     rows = []
+    per_unit_words = {lang: unit_word_counts(la.word_texts, la.word_units) for lang, la in langs.items()}
     for k, vocab in enumerate(vocabs):
         prefix = space_prefix(vocab)
         ref = acc.get((k, reference))
@@ -199,7 +235,7 @@ def _rows(vocabs, acc, langs, reference, names: dict[str, str]) -> list[dict]:
                 if shared:
                     units = len(shared)
                     parity = sum(a.units[u] for u in shared) / max(1, sum(ref.units[u] for u in shared))
-            cont, single = _word_rates(vocab, la.word_freq, prefix)
+            split, single, word_sums = word_rates(vocab, per_unit_words[lang], prefix)
             tok = max(a.tokens, 1)
             unk = int(a.counts[vocab.unk_id]) if vocab.unk_id is not None and vocab.unk_id < len(a.counts) else 0
             fallback = int(a.counts[byte_ids].sum()) if byte_ids is not None else 0
@@ -218,7 +254,7 @@ def _rows(vocabs, acc, langs, reference, names: dict[str, str]) -> list[dict]:
                 "fertility": a.tokens / la.words if la.words else None,
                 "tokens_per_char": a.tokens / la.chars if la.chars else None,
                 "bytes_per_token": la.bytes / a.tokens if a.tokens else None,
-                "continued_word_rate": cont,
+                "split_word_rate": split,
                 "single_token_word_rate": single,
                 "parity": parity,
                 "parity_units": units,
@@ -226,5 +262,7 @@ def _rows(vocabs, acc, langs, reference, names: dict[str, str]) -> list[dict]:
                 "byte_fallback_rate": fallback / tok,
                 "roundtrip": a.rt_ok / a.rt_n if a.rt_n else None,
                 "vocab_utilisation": int(np.count_nonzero(a.counts)) / len(vocab),
+                "renyi_efficiency": renyi_efficiency(a.counts, len(vocab), renyi_alpha),
             })
+            add_cost_intervals(rows[-1], a, la, ref, boot, word_sums)
     return rows

@@ -52,6 +52,21 @@ class CorpusMeasure(Record):
     corpus: CorpusRead
     #: where the pass ran
     engine: EngineRecord | None = None
+    #: resamples of every ``_lo`` / ``_hi`` interval (percentile bootstrap over aligned units)
+    bootstrap_resamples: int | None = None
+    #: the seed of the bootstrap's draws (the same seed gives the same intervals)
+    bootstrap_seed: int | None = None
+    #: the intervals' coverage (0.95: 95 % intervals)
+    bootstrap_level: float | None = None
+    #: why every interval is null (no unit keys to resample); null when there are intervals
+    intervals_null: str | None = None
+    #: the order α of ``renyi_efficiency``
+    renyi_alpha: float | None = None
+    #: aligned units the ``tokenizers`` table's Gini and mix figures average over, per tokenizer
+    #: (the units every language of the run has; the languages' own units when they share fewer than half)
+    gini_units: dict[str, int] | None = None
+    #: languages of ``--weights`` that the corpus does not hold (left out of the mix)
+    weights_missing: list[str] | None = None
     #: the language ids ``--lang`` selected (the reference with them); null: every language read
     selected: list[str] | None = None
     #: the ``--lang`` values that selected them (``set:audit``: audit's default on the shipped UDHR)

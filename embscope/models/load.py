@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from embscope.arguments import checked
 from embscope.config import hidden_size  # the one hidden-size reader (re-exported)
 from embscope.errors import DeviceError, ModelFileError, SpecError, VocabError
 from embscope.models.model import LoadedModel
@@ -31,7 +32,7 @@ def pick_device(device: str = "auto") -> str:
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise DeviceError("--device cuda was given but no CUDA GPU is visible to torch; use "
-                              "--device cpu, or install a CUDA build of torch (see README, GPU install)")
+                              "--device cpu, or install a CUDA build of torch (docs/install.md, GPU install)")
         return device
     if device != "cpu":
         raise DeviceError(f"unknown device {device!r}; use auto, cpu or cuda")
@@ -107,6 +108,7 @@ def _read_gguf(r: Resolved):
             names, dtype, [str(r.path)])
 
 
+@checked
 def load_model(spec: "str | Resolved", *, device: str = "auto", trust_pickle: bool = False,
                tokens_past_rows: bool = False, download: str = "ranges") -> LoadedModel:
     """Load the embedding (and untied output) matrix of a model, with its tokenizer.

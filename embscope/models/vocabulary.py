@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from embscope.arguments import checked
 from embscope.errors import SpecError, VocabError, did_you_mean
 from embscope.models.resolve import Resolved, resolve
 from embscope.tokenizer.base import Vocabulary
 from embscope.tokenizer.load import PACKAGED_TOKENIZERS, load_folder_vocabulary, load_tokenizer_file
 
 
+@checked
 def load_vocabulary(spec: str) -> Vocabulary:
     """Resolve a tokenizer spec (see module docstring) to a :class:`Vocabulary`.
 

@@ -42,7 +42,7 @@ def drop_auto_map(folder: Path) -> None:
     for path in folder.glob("*.json"):
         try:
             data = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested past any real file
             continue
         if isinstance(data, dict) and "auto_map" in data:
             del data["auto_map"]

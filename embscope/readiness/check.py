@@ -5,6 +5,7 @@ trainer's sequences needs, shared with ``diff``.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,12 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embscope.models.rows import model_zero_rows
 from embscope.readiness.encode import length_stats
 from embscope.readiness.findings import CheckFacts, find
 from embscope.readiness.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.models.model import LoadedModel
+
+
+class ModelTemplate(enum.Enum):
+    """The default of every ``template`` parameter below: the model's own chat template, read from its
+    files (:func:`~embscope.models.chat_template.read_chat_template`); ``None`` means no template."""
+
+    MODEL = "the model's own chat template"
+
+
+#: ``template=MODEL_TEMPLATE``: render with the template the model ships
+MODEL_TEMPLATE = ModelTemplate.MODEL
 
 
 def _context(model: "LoadedModel", max_length: int | None, trainer) -> tuple[int | None, str]:
@@ -76,7 +89,7 @@ def reference(model: "LoadedModel", gguf_tokenizer: str = "llamacpp") -> str:
 
 
 def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token: str | None = None,
-                 template: str | None = ..., max_length: int | None = None,  # type: ignore[assignment]
+                 template: str | None | ModelTemplate = MODEL_TEMPLATE, max_length: int | None = None,
                  lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
                  gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
                  response_part: str | None = None):
@@ -96,7 +109,7 @@ def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token:
                   response_part=response_part)
     sp = special_ids(model)
     pad = choose_pad(profile, model, sp, pad_token)
-    if template is ...:
+    if template is MODEL_TEMPLATE:
         template = read_chat_template(model)
     context, context_from = _context(model, max_length, profile)
     eos = eos_id(sp)
@@ -122,16 +135,22 @@ def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
     off the chat template)."""
     from embscope.errors import SpecError
     from embscope.readiness.responses_only import detect_parts, markers
-    from embscope.readiness.trainers import eos_id
+    from jinja2 import TemplateError
+
     from embscope.models.chat_template import render
+    from embscope.models.template_budget import RenderRefused
+    from embscope.readiness.trainers import eos_id
 
     if instruction_part is None:
         if ctx.template is None:
             raise SpecError("--responses-only needs the chat template to find the response markers, and there is "
                             "none; pass --instruction-part and --response-part")
         specials = [c for _, c, _ in sp.added] + [v for v in ctx.variables.values() if isinstance(v, str)]
-        instruction_part, response_part = detect_parts(
-            lambda msgs, gen: render(ctx.template, msgs, add_generation_prompt=gen, **ctx.variables), specials)
+        try:
+            instruction_part, response_part = detect_parts(
+                lambda msgs, gen: render(ctx.template, msgs, add_generation_prompt=gen, **ctx.variables), specials)
+        except (TemplateError, RenderRefused):  # the template fails on every conversation: each record's
+            return None  # own rendering reports it (render-failed / render-refused), as without the option
     special = {i for i, _, flag in sp.added if flag} | {i for r in ("bos", "eos", "pad", "unk") for i in sp.ids(r)}
     bos = sp.ids("bos")
     return markers(instruction_part, response_part, lambda t: ctx.vocab.encode_batch([t])[0],
@@ -139,7 +158,7 @@ def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
 
 
 def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None, *, pad_token: str | None = None,
-                      max_length: int | None = None, template: str | None = ...,  # type: ignore[assignment]
+                      max_length: int | None = None, template: str | None | ModelTemplate = MODEL_TEMPLATE,
                       lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
                       gguf_tokenizer: str = "llamacpp", responses_only: bool = False,
                       instruction_part: str | None = None, response_part: str | None = None):
@@ -163,7 +182,7 @@ def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None
 
 def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | None = None,
                text_field: str = "text", flagged: np.ndarray | None = None, max_length: int | None = None,
-               template: str | None = ..., trainer: str | None = None,  # type: ignore[assignment]
+               template: str | None | ModelTemplate = MODEL_TEMPLATE, trainer: str | None = None,
                pad_token: str | None = None, split: str | None = None,
                status: Sequence[str | None] | None = None, engine=None, lf_template: str | None = None,
                train_on_prompt: bool = False, mask_history: bool = False,
@@ -211,7 +230,7 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
                                                          gguf_tokenizer=gguf_tokenizer, responses_only=responses_only,
                                                          instruction_part=instruction_part, response_part=response_part)
     flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
-    zero = zero_rows(model)
+    zero = model_zero_rows(model)
     report = DataRead()
     parts = encode_all(iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=split), ctx,
                        _watched(model, sp, pad, flagged, status) | zero, engine=engine)
@@ -239,18 +258,6 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
 
 #: ids listed under ``top_ids``
 TOP_IDS = 20
-#: rows per block when looking for zero rows: (8192, d) float32 is 128 MiB at d = 4096
-BLOCK_ROWS = 8192
-
-
-def zero_rows(model: "LoadedModel") -> np.ndarray:
-    """Per row: all zeros in the input embedding (or in the untied head)."""
-    zero = np.zeros(model.n_rows, dtype=bool)
-    for a in range(0, model.n_rows, BLOCK_ROWS):
-        zero[a:a + BLOCK_ROWS] = (model.embed[a:a + BLOCK_ROWS].float().abs().amax(dim=1) == 0).cpu().numpy()
-        if model.output is not None:
-            zero[a:a + BLOCK_ROWS] |= (model.output[a:a + BLOCK_ROWS].float().abs().amax(dim=1) == 0).cpu().numpy()
-    return zero
 
 
 def _watched(model: "LoadedModel", sp, pad, flagged: np.ndarray | None, status) -> np.ndarray:

@@ -41,7 +41,8 @@ code                        severity        when
 ``unmapped-roles``          warning         TRL hands ShareGPT's own ``from`` values (``human``,
                                             ``gpt``) to the template as roles
 ``trainer-drops``           warning         examples the trainer itself drops before training
-                                            (LLaMA-Factory: roles that do not alternate)
+                                            (LLaMA-Factory: roles that do not alternate); an
+                                            error when it drops every one
 ``unreadable-records``      warning         records that fit no shape, bad lines
 ``ignored-fields``          info            record fields no reader used, by name
 ==========================  ==============  =========================================================

@@ -108,7 +108,9 @@ def template_rules(f: Any, trainer: Any, add) -> None:
 
 
 #: the fix for each kind of drop, by a word of its reason
-DROP_FIXES = (("prompt alone fills", "shorten those prompts, or raise max_length (--max-length N)"),
+DROP_FIXES = (("no response marker", "pass the instruction and response parts the template writes "
+               "(--instruction-part, --response-part), as to Unsloth's train_on_responses_only"),
+              ("prompt alone fills", "shorten those prompts, or raise max_length (--max-length N)"),
               ("no label", "shorten the prompts or raise max_length, or give each conversation an assistant turn"),
               ("no trainable", "give each conversation an assistant turn (roles_to_train)"),
               ("longer than", "split those examples, or raise sequence_len (or excess_length_strategy: truncate)"),
@@ -126,8 +128,10 @@ def drop_rules(f: Any, trainer: Any, add) -> None:
         fix = next((fx for word, fx in DROP_FIXES if word in top),
                    "fix the turn order (system, then user and assistant turns in turn, ending with the assistant), "
                    "or those examples never train")
-        add("trainer-drops", "warning", f"{trainer.name} drops {total} example(s) before training: {why}", (), total,
-            enc.dropped_examples, fix)
+        every = enc.examples > 0 and total >= enc.examples  # nothing is left to train on: not ready
+        add("trainer-drops", "error" if every else "warning",
+            f"{trainer.name} drops {'every one of the ' if every else ''}{total} example(s) before training: {why}",
+            (), total, enc.dropped_examples, fix)
 
 
 def data_rules(f: Any, add, force: bool = False) -> None:

@@ -44,7 +44,7 @@ CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
 @dataclass
-class Sequence_:
+class TrainSequence:
     """One sequence the model trains on."""
 
     #: example index
@@ -96,7 +96,7 @@ class Context:
 class Built:
     """A batch's sequences and what went wrong on the way."""
 
-    sequences: list[Sequence_] = field(default_factory=list)
+    sequences: list[TrainSequence] = field(default_factory=list)
     #: example index → render error (``TypeError: …``)
     failed: dict[int, str] = field(default_factory=dict)
     #: example index → refusal (``render refused: …``)
@@ -302,7 +302,7 @@ def _finish_plans(ctx: Context, plans: list[tuple[Any, ...]], ids: list[list[int
             out.dropped[ex.index] = why
 
 
-def _dropped(ctx: Context, ex: "Example", seqs: list[Sequence_], prompt_len: int | None) -> str | None:
+def _dropped(ctx: Context, ex: "Example", seqs: list[TrainSequence], prompt_len: int | None) -> str | None:
     """Why the trainer drops this example's sequences before training, or None
     (:mod:`embscope.readiness.trainers`: ``prompt_drop``, ``long_drop``, ``unlabelled_drop``)."""
     t, limit = ctx.trainer, ctx.max_length
@@ -359,7 +359,7 @@ def _turn_mask(ctx: Context, seq: list[int], spans, ids) -> list[bool]:
 
 def _finish(ctx: Context, index: int, ids: list[int], loss: list[bool] | None, chat: bool,
             side: str = "", *, by_id: bool | None = None, cut: bool | None = None,
-            length: int | None = None) -> Sequence_:
+            length: int | None = None) -> TrainSequence:
     """Truncate (keep the start; ``cut``/``length`` given: already cut by the trainer's own rule) and
     clear the pad id's positions when the collator masks by id (``by_id``; default: the profile's)."""
     by_id = ctx.trainer.masks_pad_by_id if by_id is None else by_id
@@ -371,4 +371,4 @@ def _finish(ctx: Context, index: int, ids: list[int], loss: list[bool] | None, c
             loss = loss[:ctx.max_length] if loss is not None else None
     if by_id and ctx.pad_id is not None and ctx.pad_id in ids:
         loss = [(True if loss is None else loss[i]) and x != ctx.pad_id for i, x in enumerate(ids)]
-    return Sequence_(index, ids, loss, chat, side, cut, length or len(ids), by_id)
+    return TrainSequence(index, ids, loss, chat, side, cut, length or len(ids), by_id)

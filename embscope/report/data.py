@@ -354,8 +354,22 @@ def languages_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:
         r["corpus_name"] = corpus
     double = sorted((r for r in rows if isinstance(r.get("parity"), (int, float)) and r["parity"] >= DOUBLE_COST),
                     key=lambda r: -r["parity"])
+    extra = {}
+    for stem in ("tokenizers", "comparisons"):
+        t = _read_parquet(Path(out_dir) / f"{stem}.parquet")
+        extra[stem] = [] if t is None else [{k: _num(v) for k, v in r.items() if not isinstance(v, (list, dict, bytes))}
+                                            for r in t.iter_rows(named=True)]
+    for r in extra["comparisons"]:  # who wins, in words, and the language's name
+        v = r.get("verdict") or ""
+        r["winner"] = v[:-len(" cheaper")] if v.endswith(" cheaper") else None
+        r["language_display"] = f"{names[r['language']]} ({r['language']})" if r.get("language") in names else r.get("language")
+    levels = [getattr(m, "bootstrap_level", None) for m in (summary.sections.languages.corpora or {}).values()] \
+        if summary.sections.languages is not None else []
+    level = next((x for x in levels if x), None)
     return {"columns": columns, "rows": rows, "double": double, "double_threshold": DOUBLE_COST,
-            "cost": cost_table(rows, corpora), "groups": measure_groups(columns, rows)}
+            "cost": cost_table(rows, corpora), "groups": measure_groups(columns, rows),
+            "tokenizers": extra["tokenizers"], "comparisons": extra["comparisons"],
+            "level": f"{100 * level:g} %" if level else None}
 
 
 def candidates_payload(out_dir: Path, summary: Summary) -> dict[str, Any]:

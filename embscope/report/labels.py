@@ -27,7 +27,7 @@ LABELS = {
     # languages
     "language_name": "name", "unit": "word unit", "words": "words (units)", "chars": "characters",
     "fertility": "fertility (tokens / word)", "tokens_per_char": "tokens / char", "bytes_per_token": "bytes / token",
-    "continued_word_rate": "words split", "single_token_word_rate": "one-token words",
+    "split_word_rate": "words split", "single_token_word_rate": "one-token words",
     "parity_units": "aligned units", "unk_rate": "unknown-token share", "byte_fallback_rate": "byte-fallback share",
     "roundtrip": "round-trip share", "vocab_utilisation": "vocabulary used", "mean_in_norm": "mean ‖e‖",
     "mean_isolation": "mean isolation", "isolation_exact_share": "isolation exact share",

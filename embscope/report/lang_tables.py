@@ -15,12 +15,19 @@ DOUBLE_COST = 2.0
 #: show every column at once (a 22-column table would need its own scroll bar)
 MEASURE_GROUPS = (
     ("What was read", ("texts", "words", "chars", "bytes", "tokens", "parity_units")),
-    ("What it costs", ("parity", "fertility", "tokens_per_char", "bytes_per_token", "continued_word_rate",
+    ("What it costs", ("parity", "fertility", "tokens_per_char", "bytes_per_token", "split_word_rate",
                        "single_token_word_rate")),
     ("How well the tokenizer covers it", ("unk_rate", "byte_fallback_rate", "roundtrip", "vocab_utilisation")),
     ("Where its tokens sit in the embedding (first tokenizer)", ("mean_in_norm", "mean_isolation",
                                                                  "isolation_exact_share", "flagged_share",
                                                                  "mean_within_sim")),
+    ("How sure: bootstrap intervals of the costs", ("parity_lo", "parity_hi", "fertility_lo", "fertility_hi",
+                                                    "tokens_per_char_lo", "tokens_per_char_hi", "bytes_per_token_lo",
+                                                    "bytes_per_token_hi")),
+    ("How sure: bootstrap intervals of the word and density columns",
+     ("split_word_rate_lo", "split_word_rate_hi", "single_token_word_rate_lo", "single_token_word_rate_hi",
+      "mean_in_norm_lo", "mean_in_norm_hi", "mean_isolation_lo", "mean_isolation_hi", "isolation_exact_share_lo",
+      "isolation_exact_share_hi", "flagged_share_lo", "flagged_share_hi")),
 )
 #: columns every group repeats (the row's identity), and columns shown inside another
 _LEADS = ("tokenizer", "language", "script", "unit", "corpus")

@@ -36,7 +36,8 @@ def extension_section(inputs: Inputs) -> SectionOutput:
                           diagnostics=opts.diagnostics, engine=opts.corpus_engine(),
                           sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub,
                           as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
-                          distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work)
+                          distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work,
+                          method=opts.method, rows=opts.rows)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])

@@ -18,6 +18,7 @@ from embscope.sections.base import Inputs, SectionOutput, section
 def finetune_section(inputs: Inputs) -> SectionOutput:
     """Check ``inputs.data`` against ``inputs.model``."""
     from embscope.readiness import check_data, findings_frame
+    from embscope.readiness.check import MODEL_TEMPLATE
     from embscope.tables import scan_flags
 
     model = inputs.model
@@ -31,7 +32,7 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     if flagged is None:
         out.warnings.append("finetune: no geometry scan, so only zero rows are checked among the rows the data "
                             "uses (flagged rows need the scan)")
-    template = ...
+    template = MODEL_TEMPLATE
     if opts.chat_template:
         from embscope.formats.files import read_bytes
 

@@ -8,7 +8,9 @@ Runs :func:`embscope.languages.fertility.measure` on every corpus; the table has
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from embscope.corpus.names import language_names
 from embscope.languages.record import CorpusMeasure
 from embscope.records import Record
 from embscope.sections.base import Inputs, SectionOutput, section
@@ -40,6 +42,32 @@ class LanguageCost(Record):
     double: int
     #: the reference language's name where the corpus's ``languages.json`` gives one
     reference_name: str | None = None
+    #: the parity's bootstrap interval over the aligned units (null without units)
+    parity_lo: float | None = None
+    parity_hi: float | None = None
+    #: the tokenizer's fairness Gini over the languages and its interval (``tokenizers.parquet``)
+    gini: float | None = None
+    gini_lo: float | None = None
+    gini_hi: float | None = None
+
+
+@dataclass
+class PairVerdicts(Record):
+    """How two tokenizers compare over the languages of one corpus (``comparisons.parquet``, summed)."""
+
+    #: the corpus path
+    corpus: str
+    #: the pair: ratios are tokens of ``tokenizer_b`` / tokens of ``tokenizer_a``
+    tokenizer_a: str
+    tokenizer_b: str
+    #: languages where A is cheaper (the whole interval of the ratio above 1)
+    a_cheaper: int
+    #: languages where B is cheaper (the whole interval below 1)
+    b_cheaper: int
+    #: languages whose interval holds 1
+    not_distinguishable: int
+    #: the median ratio over the languages (below 1: B is cheaper on the typical language)
+    median_ratio: float | None = None
 
 
 @dataclass
@@ -54,46 +82,51 @@ class LanguagesRecord(Record):
     corpora: dict[str, CorpusMeasure] = field(default_factory=dict)
     #: per corpus with parallel text and tokenizer: its costliest language (:class:`LanguageCost`)
     costs: list[LanguageCost] = field(default_factory=list)
+    #: per corpus and pair of tokenizers (compare): the languages each one is surely cheaper on
+    comparisons: list[PairVerdicts] = field(default_factory=list)
 
 
-@section("languages", record=LanguagesRecord, tables=("languages",),
+@section("languages", record=LanguagesRecord, tables=("languages", "tokenizers", "language_groups", "comparisons"),
          reads=("vocabs", "model", "languages", "tokens", "corpora"))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
 
-    from embscope.languages.fertility import measure
-    from embscope.languages.selection import catalog, describe, select
+    from embscope.languages.fertility import distinct_names, measure
 
     if not inputs.languages:
         return SectionOutput(skipped="no corpus given")
     if not inputs.vocabs:
         return SectionOutput(skipped="the model ships no tokenizer")
     opts = inputs.options
+    vocabs = distinct_names(inputs.vocabs)
     embed = inputs.model.embed if inputs.model is not None else None
     tables, per_corpus, warnings = [], {}, []
     isolation = _exact_isolation(embed)  # one per run: a row searched for one corpus is not searched again
+    weights = None
+    if opts.weights:
+        from embscope.languages.weights import read_weights
+
+        weights = read_weights(opts.weights)
+    extra: dict[str, list] = {}
     for corpus in inputs.languages:
-        # --lang selects in the languages corpus; a --corpus (domain) one is measured whole
-        specs = opts.lang if corpus not in inputs.corpora else []
-        names = catalog(corpus) if specs else {}
-        available = len(names) or None
-        keep = select(specs, names, opts.reference) if specs else None
+        specs, keep, available = _selection(opts, corpus, inputs.corpora)
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
-            res = measure(list(inputs.vocabs), corpus, reference=opts.reference,
+            res = measure(vocabs, corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
                           exact_isolation=isolation,
                           engine=opts.corpus_engine(), options=opts.read_options(),
-                          max_languages=opts.bounds().languages, languages=keep)
+                          max_languages=opts.bounds().languages, boot=opts.bootstrap(),
+                          renyi_alpha=opts.renyi_alpha, weights=weights, languages=keep)
         res.summary.selection, res.summary.available = (list(specs) or None), available
-        missing = sorted(keep - set(res.table["language"].to_list())) if keep is not None and not names else []
-        if missing:  # codes taken as given (the languages are inside the records): say which never came
-            warnings.append(f"{corpus}: --lang {', '.join(missing)}: no such language in its records")
-        if keep is not None and available:
-            warnings.append(f"{corpus}: measured {res.summary.languages} of its {available} languages "
-                            f"({describe(specs)}, with the reference); --lang set:all measures every one")
+        warnings += _selection_notes(corpus, res, specs, keep, available)
         tables.append(res.table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
+        for stem, frame in res.tables.items():
+            extra.setdefault(stem, []).append(frame.with_columns(pl.lit(str(corpus)).alias("corpus")))
+        if res.summary.weights_missing:
+            warnings.append(f"{corpus}: --weights names {len(res.summary.weights_missing)} languages the corpus "
+                            f"does not hold ({', '.join(res.summary.weights_missing[:5])}…): left out of the mix")
         if res.summary.languages_folded:
             warnings.append(f"{corpus}: {res.summary.languages_folded} languages past the first "
                             f"{res.summary.max_languages} were measured together as 'other'; raise "
@@ -102,16 +135,47 @@ def languages_section(inputs: Inputs) -> SectionOutput:
             warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")
     table = pl.concat(tables, how="diagonal_relaxed")
-    record = LanguagesRecord(tokenizers=[v.name for v in inputs.vocabs], reference=opts.reference,
-                             corpora=per_corpus, costs=language_costs(table, opts.reference))
-    return SectionOutput(record=record, tables={"languages": table}, warnings=warnings)
+    tables = {"languages": table, **{stem: pl.concat(parts, how="diagonal_relaxed") for stem, parts in extra.items()}}
+    record = LanguagesRecord(tokenizers=[v.name for v in vocabs], reference=opts.reference,
+                             corpora=per_corpus, costs=language_costs(table, opts.reference, tables.get("tokenizers")),
+                             comparisons=pair_verdicts(tables.get("comparisons")))
+    return SectionOutput(record=record, tables=tables, warnings=warnings)
 
 
-def language_costs(table, reference: str) -> list[LanguageCost]:
+def _selection(opts, corpus, domain) -> tuple[list[str], frozenset | None, int | None]:
+    """``(--lang values, the ids they select or None for all, languages the corpus names)``: --lang
+    selects in the languages corpus; a ``--corpus`` (domain) one is measured whole."""
+    from embscope.languages.selection import catalog, select
+
+    specs = list(opts.lang) if corpus not in domain else []
+    names = catalog(corpus) if specs else {}
+    return specs, (select(specs, names, opts.reference) if specs else None), len(names) or None
+
+
+def _selection_notes(corpus, res, specs, keep, available) -> list[str]:
+    """What a run that measured a subset says: how many of the corpus's languages, or which codes
+    taken as given (languages inside the records) never came."""
+    from embscope.languages.selection import describe
+
+    if keep is None:
+        return []
+    if not available:
+        missing = sorted(keep - set(res.table["language"].to_list()))
+        return [f"{corpus}: --lang {', '.join(missing)}: no such language in its records"] if missing else []
+    return [f"{corpus}: measured {res.summary.languages} of its {available} languages ({describe(specs)}, with the "
+            "reference); --lang set:all measures every one"]
+
+
+def language_costs(table, reference: str, tokenizers=None) -> list[LanguageCost]:
     """Per (corpus, tokenizer) with a parity: the costliest language and how many of the others pay
     double (:class:`LanguageCost`), from the languages table (``corpus``, ``tokenizer``,
-    ``language``, ``parity``); ``reference`` (parity 1 by definition) is not counted."""
+    ``language``, ``parity``); ``reference`` (parity 1 by definition) is not counted. With the
+    ``tokenizers`` table, each gets its tokenizer's Gini too."""
     import polars as pl
+
+    ginis = {}
+    if tokenizers is not None and "gini" in tokenizers.columns:
+        ginis = {(str(r["corpus"]), str(r["tokenizer"])): r for r in tokenizers.iter_rows(named=True)}
 
     if "parity" not in table.columns:
         return []
@@ -119,31 +183,37 @@ def language_costs(table, reference: str) -> list[LanguageCost]:
     rows = table.filter(pl.col("parity").is_not_null() & pl.col("parity").is_finite() & (pl.col("language") != reference))
     for (corpus, tok), part in rows.group_by(["corpus", "tokenizer"], maintain_order=True):
         top = part.sort("parity", descending=True).row(0, named=True)
-        names = language_names(str(corpus))
+        names = language_names(str(corpus)) if Path(str(corpus)).is_dir() else {}
         out.append(LanguageCost(corpus=str(corpus), tokenizer=str(tok), languages=part.height,
                                 language=str(top["language"]), name=names.get(str(top["language"])),
                                 parity=round(float(top["parity"]), 3),
-                                double=int((part["parity"] >= DOUBLE_COST).sum()), reference_name=names.get(reference)))
+                                double=int((part["parity"] >= DOUBLE_COST).sum()), reference_name=names.get(reference),
+                                parity_lo=_round(top.get("parity_lo")), parity_hi=_round(top.get("parity_hi")),
+                                **{k: _round(ginis.get((str(corpus), str(tok)), {}).get(k))
+                                   for k in ("gini", "gini_lo", "gini_hi")}))
     return out
 
 
-def language_names(corpus: str) -> dict[str, str]:
-    """``{code: name}`` from a corpus folder's ``languages.json`` (the shipped UDHR has one: a list
-    of ``{"code", "name"}``); empty when there is none or it is not that shape."""
-    import json
-    from pathlib import Path
+def _round(x, digits: int = 3):
+    return None if x is None or x != x else round(float(x), digits)
 
-    path = Path(corpus) / "languages.json"
-    try:
-        if not path.is_file() or path.stat().st_size > 1 << 20:
-            return {}
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if isinstance(doc, dict) and isinstance(doc.get("languages"), list):
-        doc = doc["languages"]  # the shipped UDHR's: {"rule", "languages", "left_out"}
-    return {str(d["code"]): str(d["name"]) for d in doc if isinstance(d, dict) and "code" in d and "name" in d} \
-        if isinstance(doc, list) else {}
+
+def pair_verdicts(comparisons) -> list[PairVerdicts]:
+    """Per (corpus, tokenizer pair): how many languages each tokenizer is surely cheaper on
+    (:class:`PairVerdicts`), from ``comparisons.parquet``'s rows."""
+    import polars as pl
+
+    if comparisons is None or comparisons.height == 0:
+        return []
+    out = []
+    for (corpus, a, b), part in comparisons.group_by(["corpus", "tokenizer_a", "tokenizer_b"], maintain_order=True):
+        v = part["verdict"]
+        ratios = part.filter(pl.col("ratio").is_not_null())["ratio"]
+        out.append(PairVerdicts(corpus=str(corpus), tokenizer_a=str(a), tokenizer_b=str(b),
+                                a_cheaper=int((v == f"{a} cheaper").sum()), b_cheaper=int((v == f"{b} cheaper").sum()),
+                                not_distinguishable=int((v == "not distinguishable").sum()),
+                                median_ratio=_round(ratios.median()) if len(ratios) else None))
+    return out
 
 
 def _exact_isolation(embed):

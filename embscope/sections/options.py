@@ -58,11 +58,12 @@ def choices() -> dict[str, tuple[str, ...]]:
     from embscope.limits import Limits
     from embscope.models.writer import MODES
     from embscope.tokenizer.extend import FORMS
+    from embscope.extension.extension import METHODS as EXTEND_METHODS
 
     return {"device": DEVICES, "download": DOWNLOADS, "knn_method": METHODS, "verify_sample": SAMPLES,
             "engine": tuple(ENGINES), "extend_as": FORMS, "init": (AUTO, *STRATEGIES), "apply_mode": MODES,
             "data_format": FORMATS, "trainer": tuple(TRAINERS), "gguf_tokenizer": GGUF_TOKENIZERS,
-            "limits": tuple(Limits.names())}
+            "limits": tuple(Limits.names()), "method": EXTEND_METHODS}
 
 
 def _choose(flag: str, value: Any, choices, what: str = "") -> None:
@@ -224,6 +225,16 @@ class LanguageOptions(Record):
 
     #: reference language for parity
     reference: str = "eng"
+    #: the order α of renyi_efficiency (Zouhar et al. 2023: 2.5)
+    renyi_alpha: float = 2.5
+    #: a data mix's language shares (JSON object or TSV code → share) for tokenizers.mix_tokens_per_unit
+    weights: str | None = None
+    #: bootstrap resamples of every interval over aligned units
+    resamples: int = 1000
+    #: the bootstrap's seed
+    seed: int = 0
+    #: the intervals' coverage
+    level: float = 0.95
     #: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
     #: (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md)
     lang: list[str] = field(default_factory=list)
@@ -231,10 +242,25 @@ class LanguageOptions(Record):
     def check(self):
         if not self.reference:
             raise SpecError("--reference must name a language of the corpus, e.g. eng")
+        if not self.renyi_alpha > 0:
+            raise SpecError(f"--renyi-alpha must be a positive number, got {self.renyi_alpha}")
+        _at_least("--resamples", self.resamples, 10)
+        if not 0 < self.level < 1:
+            raise SpecError(f"--level must lie strictly between 0 and 1 (0.95 for 95 % intervals), got {self.level}")
+        if self.weights:
+            from embscope.languages.weights import read_weights
+
+            read_weights(self.weights)  # a bad file fails before any work
         for spec in self.lang:
             if not isinstance(spec, str) or not spec.strip() or spec.endswith(":"):
                 raise SpecError(f"--lang {spec!r} needs a value: a language code, script:XXXX or family:NAME")
         return self
+
+    def bootstrap(self):
+        """The :class:`~embscope.languages.intervals.Bootstrap` these options ask for."""
+        from embscope.languages.intervals import Bootstrap
+
+        return Bootstrap(resamples=self.resamples, seed=self.seed, level=self.level)
 
 
 @dataclass
@@ -269,6 +295,12 @@ class ExtensionOptions(Record):
     #: what ``apply_to`` holds: ``auto`` (a transformers folder when the whole model loads, else the
     #: new rows), ``full`` or ``rows``
     apply_mode: str = "auto"
+    #: how new tokens are picked: ``terms`` (the best words by estimated savings) or ``merges``
+    #: (continued BPE on the corpus, up to ``rows`` new tokens)
+    method: str = "terms"
+    #: the most rows (new tokens, intermediates included) the tokenizer grows by (null: ``--top``
+    #: terms and their chains); ``--method merges`` needs it
+    rows: int | None = None
 
     def check(self):
         import math
@@ -287,6 +319,12 @@ class ExtensionOptions(Record):
         if self.apply_init != "auto":
             parse_init(self.apply_init)
         _choose("--apply-mode", self.apply_mode, choices()["apply_mode"], "an apply mode")
+        _choose("--method", self.method, choices()["method"], "an extension method")
+        _at_least("--rows", self.rows, 1)
+        if self.method == "merges" and self.rows is None:
+            raise SpecError("--method merges needs --rows N: the most rows the tokenizer may grow by")
+        if self.method == "merges" and self.extend_as != "model":
+            raise SpecError("--method merges writes merges into the tokenizer's model; drop --as added")
         return self
 
 

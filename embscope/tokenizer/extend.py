@@ -14,7 +14,11 @@ tokenization leaves side by side; a token it makes is new, so no existing merge 
 
 - every old text tokenizes as before except where new tokens join runs of its old tokens;
 - a new token never starts or ends inside an old token, nor crosses a pre-token (word)
-  boundary: the pre-tokenizer splits before any merge runs.
+  boundary: the pre-tokenizer splits before any merge runs. A term the pre-tokenizer itself cuts
+  (GPT-2's, Llama 3's and Qwen2's regexes cut Hindi ``नहीं`` at its vowel sign: ``" नह" + "ीं"``;
+  o200k's regex keeps marks in words) can therefore never be written as merges: it is skipped,
+  with that reason (:func:`pretoken_count`), and ``--as added`` adds it as one added token
+  instead. ``extend`` reports the share of the corpus's words so cut (``words_split_share``).
 
 A term of k pieces needs k − 1 merges: the left chain ``(p1, p2) → p1p2``,
 ``(p1p2, p3) → p1p2p3``, …; its k − 2 *intermediate* tokens (``" metatars"`` on the way to
@@ -52,7 +56,7 @@ old best with T substituted wherever it held p_1..p_k, unless some other segment
 in every word it begins, as WordPiece would use it; the rest of such a word is matched again, so
 it may be cut anew (6 of 882 new-token occurrences on held-out medical lines with bge's vocabulary).
 
-``tests/test_extension_tokenizer.py`` checks (with :mod:`embscope.tokenizer.changes`) on UDHR English and held-out medical lines that the
+``tests/test_extension_tokenizer.py`` checks (with :mod:`embscope.tokenizer.tokenization_check`) on UDHR English and held-out medical lines that the
 written tokenizer decodes to the text, changes no word except by replacing runs of old tokens with
 the new token built from exactly those, and loads in ``tokenizers`` and transformers with the same
 ids.
@@ -159,6 +163,19 @@ def extend_tokenizer(tok: "Tokenizer", terms: Sequence[str], pieces: Sequence[Se
     return builder(tok, terms, pieces)
 
 
+def pretoken_count(tok: "Tokenizer", term: str) -> int:
+    """Pre-tokens ``tok``'s pre-tokenizer cuts ``term`` into (1 without a pre-tokenizer). A term
+    of more than one can never be a merge: BPE runs inside each pre-token, so its merges would be
+    dead; :func:`extend_tokenizer` skips it with that reason (``--as added`` adds it whole).
+
+    >>> # GPT-2's regex on " नहीं": [" नह", "ीं"] -> 2; on " hypertension" -> 1
+    """
+    if tok.pre_tokenizer is None or metaspace_style(tok)[0]:
+        return 1
+    text = tok.normalizer.normalize_str(term) if tok.normalizer is not None else term
+    return len(tok.pre_tokenizer.pre_tokenize_str(text))
+
+
 def _spec(tok: "Tokenizer") -> dict:
     return json.loads(tok.to_str())
 
@@ -199,6 +216,11 @@ def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
     skipped: dict[str, str] = {}
     word_of: dict[str, str] = {}  # term → its pre-token (the pieces' concatenation)
     for term, ids in zip(terms, pieces):
+        cut = pretoken_count(tok, term)
+        if cut > 1:
+            skipped[term] = (f"the pre-tokenizer cuts it into {cut} pre-tokens and no merge joins two pre-tokens; "
+                             "add it with --as added")
+            continue
         if len(ids) > MAX_TERM_PIECES:
             skipped[term] = (f"it takes {len(ids)} pieces: its merge chain would add up to {len(ids) - 1} rows "
                              f"(at most {MAX_TERM_PIECES - 1} per term)")

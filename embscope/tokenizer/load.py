@@ -27,6 +27,7 @@ from pathlib import Path
 from embscope.assets import package_dir
 from embscope.formats.files import check_regular, read_bytes
 from embscope.errors import SpecError, VocabError
+from embscope.limits import active
 from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, TiktokenVocabulary,
                                          unicode_to_bytes)
 from embscope.tokenizer.base import Vocabulary
@@ -171,8 +172,12 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
         if suffix == ".json":
             from tokenizers import Tokenizer
 
+            bounds = active()
+            _at_most(path, "bytes", path.stat().st_size, bounds.tokenizer_bytes, "tokenizer-bytes")
             text = path.read_text("utf-8")
             spec = json.loads(text)
+            merges = (spec.get("model") or {}).get("merges") if isinstance(spec, dict) else None
+            _at_most(path, "BPE merges", len(merges) if isinstance(merges, list) else 0, bounds.merges, "merges")
             from embscope.tokenizer.tekken import is_tekken, tekken_vocabulary
 
             if is_tekken(spec):
@@ -208,6 +213,13 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
         raise VocabError(f"cannot read tokenizer {path.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
                          "check that the file is complete and of the type its name says") from exc
     raise SpecError(f"unsupported tokenizer file {path.name!r}; pass tokenizer.json, .tiktoken, .model or .gguf")
+
+
+def _at_most(path: Path, what: str, value: int, limit: int, name: str) -> None:
+    """A one-line :class:`VocabError` when a tokenizer file's ``value`` passes the run's limit."""
+    if value > limit:
+        raise VocabError(f"{path} holds {value:,} {what}, above the limit of {limit:,} (real tokenizers hold far "
+                         f"fewer); pass another tokenizer, or raise the limit with --limit {name}={value}")
 
 
 def load_folder_vocabulary(folder: Path, *, name: str) -> Vocabulary | None:

@@ -5,12 +5,12 @@
   /* ---- languages heatmap (several tokenizers) or sorted bars (one) ---- */
   var METRIC_HELP = { fertility: "tokens per word (lower is cheaper)", parity: "tokens relative to the reference language (1 = same cost)",
     tokens_per_char: "tokens per character (lower is cheaper)", bytes_per_token: "UTF-8 bytes per token (higher is cheaper)",
-    continued_word_rate: "share of words split into 2+ tokens", single_token_word_rate: "share of words that are one token",
+    split_word_rate: "share of words split into 2+ tokens", single_token_word_rate: "share of words that are one token",
     unk_rate: "share of unknown tokens", byte_fallback_rate: "share of byte-fallback tokens", vocab_utilisation: "share of the vocabulary used" };
   var HIGHER_BETTER = { bytes_per_token: 1, single_token_word_rate: 1, roundtrip: 1, vocab_utilisation: 1 };
   /* metrics whose denominator is a word: a language counted per character, cluster or syllable
      (Thai, Chinese, Tibetan …) is ranked apart on them, never beside the per-word languages */
-  var PER_WORD = { fertility: 1, continued_word_rate: 1, single_token_word_rate: 1 };
+  var PER_WORD = { fertility: 1, split_word_rate: 1, single_token_word_rate: 1 };
   function languages() {
     var L = DATA.languages || {}, table = document.getElementById("lang-heat");
     if (!table) return;
@@ -19,7 +19,12 @@
     var skip = { tokenizer: 1, language: 1, language_name: 1, script: 1, words: 1, chars: 1, bytes: 1, tokens: 1,
       parity_units: 1, texts: 1 };
     var help = (DATA.help || {}).languages || {};
-    var metrics = L.columns.filter(function (c) { return !skip[c] && L.rows.some(function (r) { return typeof r[c] === "number"; }); });
+    var isEnd = function (c) { return /_(lo|hi)$/.test(c); };  /* interval ends: drawn with their metric */
+    var metrics = L.columns.filter(function (c) { return !skip[c] && !isEnd(c) && L.rows.some(function (r) { return typeof r[c] === "number"; }); });
+    function ends(r, metric) {
+      var a = r[metric + "_lo"], b = r[metric + "_hi"];
+      return typeof a === "number" && typeof b === "number" ? [a, b] : null;
+    }
     ["fertility", "parity"].reverse().forEach(function (pref) {
       var k = metrics.indexOf(pref); if (k > 0) { metrics.splice(k, 1); metrics.unshift(pref); }
     });
@@ -32,11 +37,14 @@
     function name(lang) { var r = info[lang]; return displayToken(r.display || lang) + (r.per_word === false ? " *" : ""); }
     function unitNote(lang) { var r = info[lang]; return r.per_word === false ? "counted per " + displayToken(r.unit) : ""; }
     function draw() {
-      var metric = sel.value, vals = {}, lo = Infinity, hi = -Infinity, apart = !!PER_WORD[metric];
+      var metric = sel.value, vals = {}, cis = {}, lo = Infinity, hi = -Infinity, apart = !!PER_WORD[metric];
       L.rows.forEach(function (r) {
-        var v = r[metric]; vals[r.tokenizer + "\u0000" + r.label] = v;
+        var v = r[metric], e = ends(r, metric); vals[r.tokenizer + "\u0000" + r.label] = v; cis[r.tokenizer + "\u0000" + r.label] = e;
         if (typeof v === "number") { if (v < lo) lo = v; if (v > hi) hi = v; }
+        if (e && e[1] > hi) hi = e[1];
       });
+      var level = L.level || "95 %";
+      var ciText = function (e) { return e ? fmt(e[0]) + "–" + fmt(e[1]) : ""; };
       note.textContent = METRIC_HELP[metric] || (help[metric] || {}).tip || "";
       table.textContent = "";
       var old = document.getElementById("lang-bars");
@@ -61,7 +69,17 @@
           row.appendChild(lbl);
           var track = el("span", "track"), fill = el("span", "fill");
           if (typeof v === "number") { fill.style.width = Math.max(v / (hi || 1) * 100, 0.5) + "%"; fill.style.background = ramp(["#9fd3b0", "#f5d77a", "#f4a582", "#d6604d"], shade(v)); }
-          track.appendChild(fill); row.appendChild(track);
+          track.appendChild(fill);
+          var e = cis[toks[0] + "\u0000" + lang];
+          if (e) {  /* the bootstrap interval as an error bar over the bar */
+            var bar = el("span", "err");
+            bar.style.left = Math.max(e[0] / (hi || 1) * 100, 0) + "%";
+            bar.style.width = Math.max((e[1] - e[0]) / (hi || 1) * 100, 0.2) + "%";
+            bar.title = level + " interval " + ciText(e);
+            track.appendChild(bar);
+            lbl.title += " · " + level + " interval " + ciText(e);
+          }
+          row.appendChild(track);
           row.appendChild(el("span", "val", typeof v === "number" ? fmt(v) + (metric === "parity" ? "×" : "") : "—"));
           bars.appendChild(row);
         });
@@ -80,6 +98,8 @@
         var tr = el("tr"), th = el("th", null, name(lang)); th.title = unitNote(lang); tr.appendChild(th);
         toks.forEach(function (t) {
           var v = vals[t + "\u0000" + lang], td = el("td", null, typeof v === "number" ? fmt(v) + (metric === "parity" ? "×" : "") : "—");
+          var e = cis[t + "\u0000" + lang];
+          if (e) { td.appendChild(el("span", "ci", ciText(e))); td.title = level + " bootstrap interval " + ciText(e); }
           if (typeof v === "number") {
             var tt = shade(v);
             td.style.background = ramp(["#e6f4ea", "#fff7d6", "#fde2c8", "#f4a582", "#d6604d"], tt);
