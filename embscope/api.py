@@ -103,6 +103,21 @@ def _languages(languages: str | Path | None, flag: str) -> tuple[list[str | Path
     return [languages], []
 
 
+def _audit_lang(lang: Sequence[str], languages) -> list[str]:
+    """``lang`` as given; none given on the shipped UDHR (by name or path): audit's bounded set
+    (``set:audit``); on any other corpus, every language."""
+    from embscope.errors import CorpusError
+    from embscope.languages.selection import AUDIT_SET
+
+    if lang or languages in (None, "none"):
+        return list(lang)
+    try:
+        shipped = Path(corpus_path(languages)).resolve() == Path(corpus_path(DEFAULT_LANGUAGES)).resolve()
+    except CorpusError:  # a missing corpus is the run's to report
+        shipped = False
+    return [AUDIT_SET] if shipped else []
+
+
 @api_function
 def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | Path | None = DEFAULT_LANGUAGES,
           data: Paths = (), out: Out = None, force: bool = False, verbose: bool | None = None,
@@ -120,13 +135,14 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
           # extension
           top: int = 200, max_ngram: int = 1, min_freq: int = 5, init: Sequence[str] = ("auto",),
           diagnostics: bool = True, extend_as: str = "model", bpb_bytes: int | None = None,
-          distil_work: float | None = None, lang: str | None = None, norm_correction: bool = False,
+          distil_work: float | None = None, norm_correction: bool = False,
           # the check of ``data``
           data_format: str | None = None, max_length: int | None = None, chat_template: str | Path | None = None,
           trainer: str = "trl", pad_token: str | None = None, split: str | None = None,
           lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
           gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
-          response_part: str | None = None, model_work: float | None = None) -> RunResult:
+          response_part: str | None = None, model_work: float | None = None,
+          unit_field: str = "unit", lang: Sequence[str] = ()) -> RunResult:
     """The whole review: context, tokens + geometry, languages, extension; HTML + Parquet.
 
     Args:
@@ -135,7 +151,8 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
             extension candidates, and each adds its languages to the language table; ``repair_to``
             re-initialises the flagged rows they use.
         languages: the multilingual corpus for per-language costs (default the shipped ``udhr``);
-            ``None`` or ``"none"`` for none.
+            ``None`` or ``"none"`` for none. ``lang`` selects its languages; on the shipped UDHR
+            the default is ``set:audit``, its 68 first languages (``lang=["set:all"]`` for all 512).
         data: training data: adds the "Ready to fine-tune?" section (:func:`check`'s findings).
         out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing.
         force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
@@ -156,7 +173,8 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
     langs, notes = _languages(languages, "languages=")
     options = _options(locals(), bpb_bytes=AUDIT_CORPUS_BYTES if bpb_bytes is None else bpb_bytes,  # a smaller
                        distil_work=AUDIT_DISTIL_WORK if distil_work is None else distil_work,  # extension
-                       model_work=AUDIT_WORK if model_work is None else model_work)
+                       model_work=AUDIT_WORK if model_work is None else model_work,
+                       lang=_audit_lang(lang, languages))
     return run(model, sections=("context", "tokens", "languages", "extension", "finetune", "repair"),
                languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
                options=options, command="audit", verbose=verbose, warnings=notes)
@@ -235,7 +253,8 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
          device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
          scan: bool = True, k: int = 10, knn_method: str = "auto", map: bool = False, threshold: float = 4.0,
          unused_ids: Sequence[int] | None = None, cache_dir: str | Path | None = None,
-         text_field: str = "text", limits: Sequence[str] = (), data_format: str | None = None) -> RunResult:
+         text_field: str = "text", limits: Sequence[str] = (), data_format: str | None = None,
+         lang: Sequence[str] = ()) -> RunResult:
     """After the fine-tune: which token rows training moved, whether new tokens learnt, what broke.
 
     BASE and TUNED are any model spec (TUNED may be a PEFT adapter folder on BASE); only their
@@ -250,7 +269,8 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
             tokens (default: one found in BASE's folder, TUNED's, or next to them, whose terms are
             TUNED's tokens and whose initial rows are intact; else BASE's mean row).
         languages: the multilingual corpus for per-language drift (default the shipped ``udhr``;
-            ``None``/``"none"`` for none).
+            ``None``/``"none"`` for none); ``lang`` selects its languages, by default ``set:audit``
+            on the shipped UDHR.
         tokens: a ``tokens.parquet`` of an earlier scan of BASE: its ``flagged`` rows instead of a scan.
         out: the folder to write (summary.json, diff.parquet, index.html); None (default) writes nothing.
         force, verbose: as :func:`audit`'s.
@@ -270,7 +290,8 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
                                                if p is not None and p.exists()])
     langs, notes = _languages(languages, "languages=")
     table = read_tokens_table(tokens) if tokens is not None else None
-    options = _options(locals(), tuned=str(tuned), manifest=str(manifest) if manifest is not None else None)
+    options = _options(locals(), tuned=str(tuned), manifest=str(manifest) if manifest is not None else None,
+                       lang=_audit_lang(lang, languages))
     sections = ("tokens", "diff") if paths and scan and table is None else ("diff",)
     return run(base, sections=sections, languages=langs, data=paths, tokens=table, out=out, force=force,
                options=options, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
@@ -283,13 +304,16 @@ def fertility(tokenizer: str | None, corpus: str | Path = DEFAULT_LANGUAGES, *, 
               text_field: str = "text", lang_field: str = "lang", limits: Sequence[str] = (),
               renyi_alpha: float = 2.5, weights: str | Path | None = None, resamples: int = 1000, seed: int = 0,
               level: float = 0.95,
-              model: str | None = None, model_work: float | None = None, device: str = "auto") -> RunResult:
+              model: str | None = None, model_work: float | None = None, device: str = "auto",
+              unit_field: str = "unit", lang: Sequence[str] = ()) -> RunResult:
     """Per-language fertility, parity and friends for one tokenizer (the languages section).
 
     Args:
         tokenizer: tokenizer spec (``gpt2``, ``cl100k_base``, a tokenizer file or a model spec);
             None with ``model``: the model's own.
-        corpus: a parallel multilingual corpus (default the shipped ``udhr``).
+        corpus: a parallel multilingual corpus (default the shipped ``udhr``, every language of
+            it; ``lang`` selects some: ``["hin", "script:Taml", "family:Dravidian"]``), or a local
+            FLORES+ / FLORES-200 folder, read in place.
         out, force, verbose: as :func:`audit`'s.
         renyi_alpha: the order α of ``renyi_efficiency``; weights: a data mix's shares (JSON or TSV,
             :mod:`embscope.languages.weights`); resamples, seed, level: the bootstrap intervals'.
@@ -316,7 +340,8 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
             sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
             ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
             limits: Sequence[str] = (), renyi_alpha: float = 2.5, weights: str | Path | None = None,
-            resamples: int = 1000, seed: int = 0, level: float = 0.95) -> RunResult:
+            resamples: int = 1000, seed: int = 0, level: float = 0.95, unit_field: str = "unit",
+            lang: Sequence[str] = ()) -> RunResult:
     """The same as :func:`fertility` for several tokenizers, side by side, with a verdict per language
     and pair of tokenizers (``comparisons`` table: :mod:`embscope.languages.comparison`).
 
@@ -351,7 +376,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
            device: str = "auto", download: str = "ranges", trust_pickle: bool = False,
            sample_bytes: int | None = None, engine: str = "local", workers: int | None = None,
            ray_address: str | None = None, text_field: str = "text", lang_field: str = "lang",
-           limits: Sequence[str] = (), lang: str | None = None,
+           limits: Sequence[str] = (), target_lang: str | None = None,
            norm_correction: bool = False) -> tuple[RunResult, dict | None]:
     """Vocabulary-extension candidates from a domain corpus; with ``apply_to``, the extended model.
 
@@ -369,7 +394,8 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
         method: ``terms`` (the best words) or ``merges`` (continued BPE on the corpus, up to
             ``rows`` new tokens; the corpus may be a ``word<TAB>count`` list).
         rows: the most new tokens (rows), intermediates included; needed by ``merges``.
-        lang: the target language (``--lang``; :mod:`embscope.extension.target`).
+        target_lang: the target language (``--lang``; :mod:`embscope.extension.target`): its figures
+            first, and ``auto`` picks on it.
         norm_correction: diagnose each strategy's per-script norm-corrected twin (``--norm-correction``).
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).

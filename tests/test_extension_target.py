@@ -224,9 +224,9 @@ def test_lang_and_init_names_are_checked():
     from embscope.extension.init import expand_specs
     from embscope.sections.options import RunOptions
 
-    assert RunOptions.build(lang="hin", norm_correction=True).lang == "hin"
+    assert RunOptions.build(target_lang="hin", norm_correction=True).target_lang == "hin"
     with pytest.raises(SpecError, match="not a language code"):
-        RunOptions.build(lang="Hindi")
+        RunOptions.build(target_lang="Hindi")
     assert {"focus", "random"} <= set(expand_specs(["auto"]))
     with pytest.raises(SpecError, match="did you mean 'focus'"):
         expand_specs(["focsu+norm"])

@@ -211,7 +211,7 @@ def test_language_names_come_from_the_corpus_and_per_character_rows_are_marked(t
     corpus.mkdir()
     for name in ("eng.jsonl", "tha.jsonl", "vie.jsonl", "languages.json"):
         (corpus / name).write_bytes((UDHR / name).read_bytes())
-    shipped = {d["code"]: d["name"] for d in json.loads((UDHR / "languages.json").read_text("utf-8"))}
+    shipped = {d["code"]: d["name"] for d in json.loads((UDHR / "languages.json").read_text("utf-8"))["languages"]}
     assert main(["fertility", "-t", "gpt2", "--corpus", str(corpus), "--out", str(tmp_path / "o")]) == 0
     t = pl.read_parquet(tmp_path / "o" / "languages.parquet")
     assert dict(zip(t["language"], t["language_name"])) == {k: shipped[k] for k in ("eng", "tha", "vie")}

@@ -124,7 +124,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
                 status: Sequence[str | None] | None = None,
                 languages: str | Path | None = None, data_format: str | None = None, text_field: str = "text",
                 trust_pickle: bool = False, download: str = "ranges", read_options=None,
-                steps=None) -> DiffResult:
+                steps=None, keep_languages: frozenset | None = None) -> DiffResult:
     """Compare ``base`` with TUNED (a model spec or a PEFT adapter folder on ``base``).
 
     Args:
@@ -137,7 +137,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
         status: per BASE row, the scan's ``undertrained_status``: a row prompting ``cleared`` is
             trained (never ``untrained-still``), a ``verified`` one is under-trained, as in ``check``.
-        languages: a multilingual corpus for per-language drift (None: none).
+        languages: a multilingual corpus for per-language drift (None: none; ``keep_languages``: its languages counted).
     Returns:
         :class:`DiffResult`.
     """
@@ -170,7 +170,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
         from embscope.changes.languages import count_languages, language_drift
 
         t4 = time.perf_counter()
-        per = count_languages(tm.vocab, languages, n_rows=n, options=read_options)
+        per = count_languages(tm.vocab, languages, n_rows=n, options=read_options, keep=keep_languages)
         drift = language_drift(per, facts[0].moved, facts[0].change, strings)
         seconds["languages"] = round(time.perf_counter() - t4, 3)
 

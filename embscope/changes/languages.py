@@ -28,14 +28,18 @@ if TYPE_CHECKING:  # pragma: no cover
 TOP = 5
 
 
-def count_languages(vocab: "Vocabulary", corpus: str | Path, *, n_rows: int, options=None) -> dict[str, dict[str, Any]]:
+def count_languages(vocab: "Vocabulary", corpus: str | Path, *, n_rows: int, options=None,
+                    keep: frozenset | None = None) -> dict[str, dict[str, Any]]:
     """``{language: {ids, counts, script, name}}``: the distinct ids each language's text tokenizes to
-    (``name`` from the corpus's ``languages.json``, :mod:`embscope.corpus.names`)."""
+    (``name`` from the corpus's ``languages.json``, :mod:`embscope.corpus.names`); with ``keep``,
+    only those languages (``--lang``)."""
     from embscope.corpus.stream import iter_corpus
     from embscope.text.script import dominant_script
 
     acc: dict[str, dict[str, Any]] = {}
     for batch in iter_corpus(corpus, options=options):
+        if keep is not None and batch.lang not in keep:
+            continue
         ids = [i for row in vocab.encode_batch(batch.texts) for i in row]
         a = acc.setdefault(batch.lang, {"counts": np.zeros(n_rows, np.int64), "sample": ""})
         if ids:

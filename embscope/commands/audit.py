@@ -13,7 +13,7 @@ from embscope.commands.options import (AUDIT_SCAN, CHECK, CORPUS, EXTENSION, LOA
 from embscope.models.registry import DEFAULT_MODEL
 
 
-@run_command(run_audit, *LOAD, "no_scan", *AUDIT_SCAN, "reference", *EXTENSION, *CORPUS, *CHECK, "model_work")
+@run_command(run_audit, *LOAD, "no_scan", *AUDIT_SCAN, "reference", *EXTENSION, *CORPUS, *CHECK, "model_work", "unit_field", "lang")
 def audit(
     model: Annotated[str, typer.Option("--model", "-m", help="alias (`embscope models`), HF hub id, model folder or .gguf file")] = DEFAULT_MODEL,
     corpus: Annotated[Optional[list[Path]], typer.Option("--corpus", "-c", help="domain corpus (folder/file or shipped name: medical); repeat for several")] = None,

@@ -17,7 +17,7 @@ from embscope.commands.findings import FailOn, FailOnOpt, finish, print_findings
 from embscope.commands.options import LOAD, run_command
 
 
-@run_command(run_diff, *LOAD, "no_scan", "threshold", "unused_ids", "format", "text_field", "limit", writes=False)
+@run_command(run_diff, *LOAD, "no_scan", "threshold", "unused_ids", "format", "text_field", "limit", "lang", writes=False)
 def diff(
     base: Annotated[str, typer.Argument(help="the model training started from: alias, HF hub id, model folder or .gguf file")],
     tuned: Annotated[str, typer.Argument(help="the fine-tuned model (any model spec) or a PEFT adapter folder on BASE")],

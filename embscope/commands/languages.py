@@ -49,7 +49,7 @@ def _model_cost_lines(table, reference: str) -> None:
                    f"   parity {ip}   ({r['model_units']} units)")
 
 
-@run_command(run_fertility, "reference", *CORPUS, *LANGUAGE_STATS, "model_work", "device")
+@run_command(run_fertility, "reference", *CORPUS, *LANGUAGE_STATS, "model_work", "device", "unit_field", "lang")
 def fertility(
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", "-t", help="tokenizer spec: gpt2, cl100k_base, o200k_base, qwen2, llama3, a tokenizer file or a model spec (default with --model: the model's own)")] = None,
     corpus: Corpus = "udhr",
@@ -62,7 +62,7 @@ def fertility(
     _show(run_fertility(tokenizer, corpus, out=common.out, force=common.force, model=model, **options), common)
 
 
-@run_command(run_compare, "reference", *CORPUS, *LANGUAGE_STATS)
+@run_command(run_compare, "reference", *CORPUS, *LANGUAGE_STATS, "unit_field", "lang")
 def compare(
     tokenizer: Annotated[list[str], typer.Option("--tokenizer", "-t", help="tokenizer spec; repeat for each tokenizer to compare")],
     corpus: Corpus = "udhr",

@@ -128,7 +128,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "distil_work": RunOpt("distil_work", Annotated[Optional[float], _opt("--distil-work", min=0, help="the work distil may do inside --init auto, in 10^12 multiply-adds (tokens x the model's parameters, known before it runs: SmolLM2-135M + corpora/medical needs ~2.4; default: 20 in extend, 0 in audit); --init distil always runs it")]),
     "method": RunOpt("method", Annotated[str, _opt("--method", help=f"how new tokens are picked ({names('method')}): terms (the best words by estimated savings, each with its merge chain) or merges (continued BPE on the corpus from the model's own tokenization, up to --rows new tokens; the corpus may be a word<TAB>count list; --min-freq: the least count of a merged pair)")]),
     "rows": RunOpt("rows", Annotated[Optional[int], _opt("--rows", min=1, help="the most rows (new tokens, intermediates included) the tokenizer grows by; needed by --method merges, bounds --method terms too")]),
-    "lang": RunOpt("lang", Annotated[Optional[str], _opt("--lang", help="the extension's target language (ISO 639-3, as corpora/udhr names it: hin, tam, ben): fertility and parity before/after with 95% intervals, bits per byte of each initialisation in it, English retention; auto picks on it (default: the corpus's main language, figures only)")]),
+    "target_lang": RunOpt("target_lang", Annotated[Optional[str], _opt("--lang", help="the extension's target language (ISO 639-3, as corpora/udhr names it: hin, tam, ben): fertility and parity before/after with 95% intervals, bits per byte of each initialisation in it, English retention; auto picks on it (default: the corpus's main language, figures only)")]),
     "norm_correction": RunOpt("norm_correction", Annotated[bool, _opt("--norm-correction", help="also diagnose each initialisation with its new rows rescaled to the mean norm of the model's rows in their script (NAME+norm)")]),
     # corpus reading and where the passes run
     "sample_bytes": RunOpt("sample_bytes", Annotated[Optional[int], _opt("--sample-bytes", min=1, help="read at most N bytes of text per language")]),
@@ -155,6 +155,9 @@ RUN_OPTS: dict[str, RunOpt] = {
     "instruction_part": RunOpt("instruction_part", Annotated[Optional[str], _opt("--instruction-part", help="--responses-only: the text that opens a user turn, e.g. '<|im_start|>user\\n'")]),
     "response_part": RunOpt("response_part", Annotated[Optional[str], _opt("--response-part", help="--responses-only: the text that opens an assistant turn, e.g. '<|im_start|>assistant\\n'")]),
     "split": RunOpt("split", Annotated[Optional[str], _opt("--split", help="check only this split of a DatasetDict or of hub-style shards (train, test, ...); default: every split, each reported on its own")]),
+    "unit_field": RunOpt("unit_field", Annotated[str, _opt("--unit-field", help="field of records that aligns them across languages (parity compares the units two languages share); a FLORES Parquet table without it aligns by id")]),
+    "lang": RunOpt("lang", Annotated[Optional[list[str]], _opt("--lang", help="measure only these languages (the reference too): a code, script:XXXX (ISO 15924, e.g. script:Deva), family:NAME (e.g. family:Dravidian) or set:audit; repeat or comma-separate; see docs/languages.md")],
+                   to_field=lambda v: _split_specs(v or []), from_field=lambda v: list(v) or None),
     # the bounds of docs/limits.md
     "limit": RunOpt("limits", Annotated[Optional[list[str]], _opt("--limit", help=f"raise a bound, NAME=VALUE (e.g. file-bytes=8G; names: {names('limits')}); repeat for several; see docs/limits.md")],
                     to_field=lambda v: list(v or []), from_field=lambda v: list(v) or None),
@@ -165,9 +168,9 @@ SCAN = ("k", "knn", "no_map", "unused_ids", "threshold", "verify", "verify_sampl
 #: audit's scan options: --verify is automatic by default
 AUDIT_SCAN = tuple("audit_verify" if n == "verify" else n for n in SCAN)
 EXTENSION = ("top", "init", "max_ngram", "min_freq", "no_diagnostics", "extend_as", "bpb_bytes", "distil_work",
-             "lang", "norm_correction")
+             "norm_correction")
 #: extend's own: how new tokens are picked, and how many rows
-EXTEND_ONLY = ("method", "rows")
+EXTEND_ONLY = ("method", "rows", "target_lang")
 CORPUS = ("sample_bytes", "engine", "workers", "ray_address", "text_field", "lang_field", "limit")
 #: the language measurement's statistics (fertility, compare)
 LANGUAGE_STATS = ("renyi_alpha", "weights", "resamples", "seed", "level")

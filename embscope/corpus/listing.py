@@ -29,7 +29,12 @@ META_BYTES = 16 << 20
 
 
 def classify(path: Path) -> tuple[str | None, str | None]:
-    """``(format, compression)`` from the suffixes: ``eng.jsonl.zst`` → ``("jsonl", "zst")``."""
+    """``(format, compression)`` from the suffixes: ``eng.jsonl.zst`` → ``("jsonl", "zst")``; a
+    FLORES release file (``dev.eng_Latn``, :mod:`embscope.corpus.flores`) is ``("flores", None)``."""
+    from embscope.corpus.flores import flores_name
+
+    if flores_name(path):
+        return "flores", None
     suffixes = [s.lower() for s in path.suffixes]
     comp = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
     if comp:

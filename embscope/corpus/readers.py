@@ -12,6 +12,7 @@ What is read (the suffix decides; a compression suffix is looked through first):
                     ``datasets.save_to_disk`` writes (``data-00000-of-00003.arrow``)
 ``.gz`` ``.zst``    any of the text formats above, compressed (``eng.jsonl.zst``,
 ``.zstd`` ``.bz2``  ``notes.txt.gz``): decompressed as a stream, never whole
+FLORES              ``dev.eng_Latn``, Parquet with ``iso_639_3``: :mod:`embscope.corpus.flores`
 ==================  ===========================================================================
 
 Which files a corpus path (file, folder, HF dataset folder, glob) means:
@@ -64,6 +65,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from embscope.corpus import flores
 from embscope.formats.json_stream import SURROGATE
 from embscope.limits import Limits
 
@@ -188,7 +190,7 @@ def sniff(file: SourceFile, issues: FileIssues) -> bool:
     if not head:
         issues.add(file.path, "empty_files")
         return False
-    if file.fmt in ("text", "jsonl") and b"\x00" in head:
+    if file.fmt in ("text", "jsonl", "flores") and b"\x00" in head:
         issues.add(file.path, "binary_files")
         return False
     return True
@@ -408,6 +410,7 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
     import pyarrow as pa
 
     text_ok = [True]
+    form: dict = {}  # a FLORES table: its (iso, script) → id, the unit column and the split
 
     def columns_of(schema):
         names = schema.names
@@ -416,6 +419,9 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
             return None
         t = schema.field(opts.text_field).type
         text_ok[0] = _is_string(t) or (pa.types.is_dictionary(t) and _is_string(t.value_type))
+        if file.fmt == "parquet" and flores.is_table(names):
+            form.update(flores.table_form(file.path, names, opts))
+            return [opts.text_field, *flores.ISO_COLUMNS] + ([form["unit"]] if form["unit"] else [])
         return [opts.text_field] + [c for c in (opts.lang_field, opts.unit_field) if c and c in names]
 
     meter = _Meter(file, opts, issues)
@@ -434,6 +440,8 @@ def _table_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
                     continue
                 langs = d.get(opts.lang_field) if opts.lang_field else None
                 units = d.get(opts.unit_field) if opts.unit_field else None
+                if form:  # FLORES: language from the two columns, unit split-qualified
+                    langs, units = flores.table_rows(d, form)
                 langs = langs or [None] * rows
                 units = units or [None] * rows
                 for text, lang, unit in zip(d[opts.text_field], langs, units):
@@ -481,6 +489,9 @@ def iter_records(file: SourceFile, opts: ReadOptions, issues: FileIssues):
         yield from _table_records(file, opts, issues)
     elif file.fmt == "jsonl":
         yield from _jsonl_records(file, opts, issues)
+    elif file.fmt == "flores":  # a FLORES release file: one aligned sentence a line
+        yield from flores.iter_lines(file.path, lambda: open_binary(file), _Meter(file, opts, issues).allows, issues.add,
+                              _read_error, MAX_LINE_BYTES)
     else:
         for line in _lines(file, issues, opts):
             line = line.rstrip("\r\n")

@@ -168,13 +168,16 @@ class FertilityCounts:
     folded: set = field(default_factory=set)
 
 
-def _fold(batches, out: FertilityCounts, max_languages: int):
+def _fold(batches, out: FertilityCounts, max_languages: int, keep: frozenset | None = None):
     """Batches with languages past the first ``max_languages`` renamed :data:`OTHER` (counted in
-    ``out.folded``): every language holds vocabulary-sized counts, so their number is bounded."""
+    ``out.folded``): every language holds vocabulary-sized counts, so their number is bounded.
+    With ``keep``, batches of other languages are left out (``--lang``)."""
     from dataclasses import replace
 
     kept: set = set(out.langs)
     for batch in batches:
+        if keep is not None and batch.lang not in keep:
+            continue
         if batch.lang not in kept:
             if batch.lang == OTHER or len(kept - {OTHER}) < max_languages:
                 kept.add(batch.lang)
@@ -185,18 +188,19 @@ def _fold(batches, out: FertilityCounts, max_languages: int):
 
 
 def count_batches(vocabs: Sequence[Vocabulary], batches, max_languages: int = Limits.languages,
-                  unit_tokens: bool = False) -> FertilityCounts:
+                  unit_tokens: bool = False, keep: frozenset | None = None) -> FertilityCounts:
     """The map step: tokenise every batch with every tokenizer and count (see the module doc).
 
     Languages past the first ``max_languages`` of the batches are counted together as
     :data:`OTHER`. Texts with a unit key also add to their unit's sums (words, characters, bytes
     per language; tokens per tokenizer; with ``unit_tokens``, the first tokenizer's token ids too):
-    the bootstrap intervals resample those units (:mod:`embscope.languages.bootstrap`)."""
+    the bootstrap intervals resample those units (:mod:`embscope.languages.bootstrap`). With
+    ``keep``, only those languages are counted (``--lang``)."""
     import numpy as np
 
     out = FertilityCounts()
     acc, langs = out.acc, out.langs
-    batches = _fold(batches, out, max_languages)
+    batches = _fold(batches, out, max_languages, keep)
 
     def account(batch, all_ids):
         la = langs.setdefault(batch.lang, _LangAcc())

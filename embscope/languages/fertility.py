@@ -111,7 +111,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
             batch_size: int = 512, engine: "Engine | None" = None,
             options: "ReadOptions | None" = None, max_languages: int = Limits.languages,
             boot: Bootstrap | None = None, renyi_alpha: float = ALPHA, weights: dict | None = None,
-            families: dict | None = None) -> LanguageResult:
+            families: dict | None = None, languages: "frozenset[str] | None" = None) -> LanguageResult:
     """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
 
     Args:
@@ -135,6 +135,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         renyi_alpha: the order α of ``renyi_efficiency``.
         weights: language → share of a data mix (``tokenizers.mix_tokens_per_unit``).
         families: language → family (``language_groups``); default: the corpus's ``languages.json``.
+        languages: measure only these language ids (:mod:`embscope.languages.selection`); None: all.
 
     Returns:
         :class:`LanguageResult`.
@@ -154,7 +155,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     boot = boot or Bootstrap()
     density = tokens is not None or embed is not None
     counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs, max_languages=max_languages,
-                                                             unit_tokens=density),
+                                                             unit_tokens=density, keep=languages),
                               functools.partial(merge_counts, max_languages=max_languages),
                               engine=engine, sample_bytes=sample_bytes, batch_size=batch_size,
                               options=options, description="tokenising corpus")
@@ -178,7 +179,7 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
         reference=reference, reference_present=reference in langs, languages=len(langs),
         max_languages=max_languages, languages_folded=len(counts.folded), sample_bytes=sample_bytes,
         segmentation=SEGMENTATION_NOTE, word_sample_bytes=WORD_SAMPLE_BYTES, roundtrip_texts=ROUNDTRIP_TEXTS,
-        corpus=report.record(), engine=engine.record(), **_settings(boot, langs, renyi_alpha))
+        corpus=report.record(), engine=engine.record(), **_settings(boot, langs, renyi_alpha, languages))
     from embscope.languages.fairness import tokenizer_tables
 
     extra = tokenizer_tables(vocabs, acc, table, reference, boot, weights=weights,
@@ -187,10 +188,11 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     return LanguageResult(table=table, summary=summary, token_counts=counts, tables=extra)
 
 
-def _settings(boot: Bootstrap, langs, renyi_alpha: float) -> dict:
-    """The statistics' settings recorded in :class:`CorpusMeasure`."""
+def _settings(boot: Bootstrap, langs, renyi_alpha: float, languages=None) -> dict:
+    """The statistics' settings recorded in :class:`CorpusMeasure`, and the languages ``--lang`` selected."""
     return dict(bootstrap_resamples=boot.resamples, bootstrap_seed=boot.seed, bootstrap_level=boot.level,
-                intervals_null=None if any(la.units for la in langs.values()) else NO_UNITS, renyi_alpha=renyi_alpha)
+                intervals_null=None if any(la.units for la in langs.values()) else NO_UNITS, renyi_alpha=renyi_alpha,
+                selected=sorted(languages) if languages is not None else None)
 
 
 def _names(corpus_path) -> dict[str, str]:
@@ -202,23 +204,13 @@ def _names(corpus_path) -> dict[str, str]:
 
 
 def _families(corpus_path) -> dict[str, str]:
-    """``{code: family}`` from a corpus folder's ``languages.json`` records that carry a ``family``."""
-    import json
+    """``{code: family}`` from a corpus folder's ``languages.json`` records that carry a ``family``
+    (a list of records, or the shipped UDHR's ``{"languages": [...]}``)."""
+    from embscope.corpus.catalog import read_names_file
 
-    out: dict[str, str] = {}
     paths = [corpus_path] if isinstance(corpus_path, (str, Path)) else list(corpus_path)
-    for p in paths:
-        f = Path(p) / "languages.json"
-        try:
-            if not f.is_file() or f.stat().st_size > 16 << 20:
-                continue
-            doc = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        for d in doc if isinstance(doc, list) else []:
-            if isinstance(d, dict) and d.get("code") and d.get("family"):
-                out[str(d["code"])] = str(d["family"])
-    return out
+    return {d["code"]: str(d["family"]) for p in paths if Path(p).is_dir()
+            for d in read_names_file(p) if d.get("family")}
 
 
 def _rows(vocabs, acc, langs, reference, names: dict[str, str], boot: Bootstrap,

@@ -26,11 +26,18 @@ def diff_section(inputs: Inputs) -> SectionOutput:
     flagged, status = scan_flags(inputs.tokens)
     if flagged is None and inputs.data and opts.scan:
         out.warnings.append("diff: no geometry scan, so untrained-still is not checked")
+    corpus = inputs.languages[0] if inputs.languages else None
+    if corpus is not None and opts.lang:
+        from embscope.languages.selection import selected_languages
+
+        keep = selected_languages(opts.lang, corpus, opts.reference)
+    else:
+        keep = None
     with inputs.steps.step("diff", f"diff against {opts.tuned}"):
         res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged, status=status,
                           languages=inputs.languages[0] if inputs.languages else None, data_format=opts.data_format,
                           text_field=opts.text_field, trust_pickle=opts.trust_pickle, download=opts.download,
-                          read_options=opts.read_options())
+                          read_options=opts.read_options(), keep_languages=keep)
     out.record = res.record
     out.tables["diff"] = res.frame
     out.result = res

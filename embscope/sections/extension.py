@@ -38,7 +38,7 @@ def extension_section(inputs: Inputs) -> SectionOutput:
                           as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
                           distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work,
                           method=opts.method, rows=opts.rows,
-                          lang=opts.lang, norm_correction=opts.norm_correction)
+                          lang=opts.target_lang, norm_correction=opts.norm_correction)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])

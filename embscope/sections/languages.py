@@ -87,7 +87,7 @@ class LanguagesRecord(Record):
 
 
 @section("languages", record=LanguagesRecord, tables=("languages", "tokenizers", "language_groups", "comparisons"),
-         reads=("vocabs", "model", "languages", "tokens"))
+         reads=("vocabs", "model", "languages", "tokens", "corpora"))
 def languages_section(inputs: Inputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
@@ -111,13 +111,16 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     extra: dict[str, list] = {}
     spent = 0.0  # the model's scoring work so far (10¹² multiply-adds), against one budget for the run
     for corpus in inputs.languages:
+        specs, keep, available = _selection(opts, corpus, inputs.corpora)
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
             res = measure(vocabs, corpus, reference=opts.reference,
                           sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
                           exact_isolation=isolation,
                           engine=opts.corpus_engine(), options=opts.read_options(),
                           max_languages=opts.bounds().languages, boot=opts.bootstrap(),
-                          renyi_alpha=opts.renyi_alpha, weights=weights)
+                          renyi_alpha=opts.renyi_alpha, weights=weights, languages=keep)
+        res.summary.selection, res.summary.available = (list(specs) or None), available
+        warnings += _selection_notes(corpus, res, specs, keep, available)
         table, res.summary.model, spent = _model_cost(inputs, corpus, res.table, spent)
         tables.append(table.with_columns(pl.lit(str(corpus)).alias("corpus")))
         per_corpus[str(corpus)] = res.summary
@@ -139,6 +142,30 @@ def languages_section(inputs: Inputs) -> SectionOutput:
                              corpora=per_corpus, costs=language_costs(table, opts.reference, tables.get("tokenizers")),
                              comparisons=pair_verdicts(tables.get("comparisons")))
     return SectionOutput(record=record, tables=tables, warnings=warnings)
+
+
+def _selection(opts, corpus, domain) -> tuple[list[str], frozenset | None, int | None]:
+    """``(--lang values, the ids they select or None for all, languages the corpus names)``: --lang
+    selects in the languages corpus; a ``--corpus`` (domain) one is measured whole."""
+    from embscope.languages.selection import catalog, select
+
+    specs = list(opts.lang) if corpus not in domain else []
+    names = catalog(corpus) if specs else {}
+    return specs, (select(specs, names, opts.reference) if specs else None), len(names) or None
+
+
+def _selection_notes(corpus, res, specs, keep, available) -> list[str]:
+    """What a run that measured a subset says: how many of the corpus's languages, or which codes
+    taken as given (languages inside the records) never came."""
+    from embscope.languages.selection import describe
+
+    if keep is None:
+        return []
+    if not available:
+        missing = sorted(keep - set(res.table["language"].to_list()))
+        return [f"{corpus}: --lang {', '.join(missing)}: no such language in its records"] if missing else []
+    return [f"{corpus}: measured {res.summary.languages} of its {available} languages ({describe(specs)}, with the "
+            "reference); --lang set:all measures every one"]
 
 
 def language_costs(table, reference: str, tokenizers=None) -> list[LanguageCost]:

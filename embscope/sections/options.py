@@ -183,6 +183,9 @@ class CorpusOptions(Record):
     lang_field: str = "lang"
     #: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults (docs/limits.md)
     limits: list[str] = field(default_factory=list)
+    #: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages
+    #: (parity compares the units two languages share); a FLORES table without it aligns by ``id``
+    unit_field: str = "unit"
 
     def bounds(self):
         """The :class:`~embscope.limits.Limits` of this run (defaults raised by ``limits``)."""
@@ -202,6 +205,7 @@ class CorpusOptions(Record):
 
         b = self.bounds()
         return ReadOptions(text_field=self.text_field, lang_field=self.lang_field or None,
+                           unit_field=self.unit_field or None,
                            max_file_bytes=b.file_bytes, max_corpus_bytes=b.corpus_bytes, max_ratio=b.ratio)
 
     def check(self):
@@ -236,6 +240,9 @@ class LanguageOptions(Record):
     #: units past it are left out in every language; null: 20 in ``fertility --model``, 2 in
     #: ``audit``; 0: off)
     model_work: float | None = None
+    #: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
+    #: (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md)
+    lang: list[str] = field(default_factory=list)
 
     def check(self):
         import math
@@ -253,6 +260,9 @@ class LanguageOptions(Record):
             read_weights(self.weights)  # a bad file fails before any work
         if self.model_work is not None and not (math.isfinite(self.model_work) and self.model_work >= 0):
             raise SpecError(f"--model-work must be a number (10^12 multiply-adds), 0 or more (got {self.model_work})")
+        for spec in self.lang:
+            if not isinstance(spec, str) or not spec.strip() or spec.endswith(":"):
+                raise SpecError(f"--lang {spec!r} needs a value: a language code, script:XXXX or family:NAME")
         return self
 
     def bootstrap(self):
@@ -302,7 +312,7 @@ class ExtensionOptions(Record):
     rows: int | None = None
     #: the extension's target language (ISO 639-3, as corpora/udhr names it): before/after figures
     #: in it, and ``auto`` picks on its bits per byte (null: the corpus's main language, figures only)
-    lang: str | None = None
+    target_lang: str | None = None
     #: also diagnose each strategy's per-script norm-corrected twin (``NAME+norm``)
     norm_correction: bool = False
 
@@ -315,8 +325,8 @@ class ExtensionOptions(Record):
         for name in ("top", "max_ngram", "min_freq"):
             _at_least(f"--{name.replace('_', '-')}", getattr(self, name), 1)
         expand_specs(self.init)  # unknown strategy names fail here, with "did you mean"
-        if self.lang is not None and not re.fullmatch(r"[a-z]{2,3}(_[a-z]{4})?", self.lang):
-            raise SpecError(f"--lang {self.lang!r} is not a language code: use ISO 639-3 as corpora/udhr names "
+        if self.target_lang is not None and not re.fullmatch(r"[a-z]{2,3}(_[a-z]{4})?", self.target_lang):
+            raise SpecError(f"--lang {self.target_lang!r} is not a language code: use ISO 639-3 as corpora/udhr names "
                             "its files (hin, tam, ben, cmn_hans)")
         forms = choices()["extend_as"]
         if self.extend_as not in forms:
