@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from embscope.extension import candidates as C
+from embscope.extension.savings import corpus_savings
 from embscope.corpus import engine as E
 from embscope.corpus import shards as shards_module
 from embscope.corpus.engine import Engine, EngineError
@@ -175,7 +176,7 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
                                       engine=Engine(workers=2), chunk_terms=2000)
     assert got == medical_ref and len(got) > 1000
     assert report.texts == 26084
-    saved = C.corpus_savings(llama3, llama3, MEDICAL, engine=Engine(workers=2))
+    saved = corpus_savings(llama3, llama3, MEDICAL, engine=Engine(workers=2))
     total, counts = saved.before, saved.counts
     from embscope.corpus.stream import read_texts
 

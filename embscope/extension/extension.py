@@ -4,7 +4,7 @@ Data flow: one pass over the corpus counts terms (:func:`~embscope.extension.can
 → candidates ranked by estimated savings (:mod:`embscope.extension.candidates`) → the top N written
 into a copy of the tokenizer in its own terms (:mod:`embscope.tokenizer.extend`: BPE merges,
 Unigram pieces; added tokens with ``as_="added"``), and a second pass re-tokenizes the corpus with
-both tokenizers (:func:`~embscope.extension.candidates.corpus_savings`: tokens saved and cuts,
+both tokenizers (:func:`~embscope.extension.savings.corpus_savings`: tokens saved and cuts,
 measured with the tokenizer that is written) → rows initialised per strategy
 (:mod:`embscope.extension.init`) → norms and neighbours per strategy
 (:mod:`embscope.extension.diagnostics`) and, with the whole model, the staged measurements of
@@ -333,7 +333,7 @@ def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sampl
     """``(extension, savings, general text, its changes)``: the terms written into the tokenizer,
     the corpus re-tokenized with both tokenizers, and what the extension changes in general text."""
     from embscope.corpus.stream import CorpusWarning
-    from embscope.extension.candidates import corpus_savings
+    from embscope.extension.savings import corpus_savings
     from embscope.extension.evaluate import general_texts
     from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.extend import extend_tokenizer

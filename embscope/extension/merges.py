@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
     from tokenizers import Tokenizer
 
-    from embscope.extension.candidates import Savings
+    from embscope.extension.savings import Savings
 
 #: a word-frequency list's line: a word (no tab), a tab, a count
 _LIST_LINE = re.compile(r"^[^\t]+\t\d+(\.\d+)?$")
@@ -141,13 +141,13 @@ def corpus_words(tok: "Tokenizer", corpus, *, engine=None, sample_bytes: int | N
 
 
 def word_list_savings(tok: "Tokenizer", ext, corpus) -> "Savings":
-    """:class:`~embscope.extension.candidates.Savings` of a word-frequency list: every listed word
+    """:class:`~embscope.extension.savings.Savings` of a word-frequency list: every listed word
     (in its running-text form) encoded by both tokenizers, its tokens counted ``count`` times; the
     tokenization check runs over the distinct words."""
     import numpy as np
 
     from embscope.corpus.stream import CorpusRead
-    from embscope.extension.candidates import Savings
+    from embscope.extension.savings import Savings
     from embscope.tokenizer.tokenization_check import count_changes
 
     listed = read_word_list(corpus)
@@ -175,7 +175,7 @@ def learn_and_measure(tok: "Tokenizer", corpus, *, rows: int, min_freq: int, eng
 
     from embscope.corpus.stream import CorpusWarning
     from embscope.errors import CorpusError
-    from embscope.extension.candidates import corpus_savings
+    from embscope.extension.savings import corpus_savings
     from embscope.tokenizer.learn import learn_merges, write_merges
 
     words, report, listed = corpus_words(tok, corpus, engine=engine, sample_bytes=sample_bytes, options=options)

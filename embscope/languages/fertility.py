@@ -53,7 +53,8 @@ from embscope.languages.counting import ROUNDTRIP_TEXTS, WORD_SAMPLE_BYTES, coun
 from embscope.languages.intervals import NO_UNITS, Bootstrap, add_cost_intervals
 from embscope.languages.record import CorpusMeasure, TokenizerInfo
 from embscope.languages.renyi import ALPHA, renyi_efficiency
-from embscope.languages.segment import CHAR_SCRIPTS, SEGMENTATION_NOTE, unit_of
+from embscope.languages.segment import SEGMENTATION_NOTE, unit_of
+from embscope.text.script import CHAR_SCRIPTS
 from embscope.languages.wordrates import unit_word_counts, word_rates
 from embscope.limits import Limits
 from embscope.text.script import label as script_label

@@ -54,7 +54,6 @@ _CHAR_SCRIPT_RANGES = (
     (0xFF66, 0xFF9F),  # halfwidth Katakana
     (0x20000, 0x323AF),  # CJK extensions B–H
 )
-CHAR_SCRIPTS = ("Han", "Hiragana", "Katakana", "Japanese", "Thai", "Lao", "Khmer", "Myanmar")
 #: the unit a word is, per script (``unit`` column of the languages table); ``word`` otherwise
 UNITS = {"Han": "char", "Hiragana": "char", "Katakana": "char", "Japanese": "char", "Thai": "cluster",
          "Lao": "cluster", "Khmer": "cluster", "Myanmar": "cluster", "Tibetan": "syllable"}

@@ -55,6 +55,10 @@ _KANA = ("Hiragana", "Katakana", JAPANESE)
 #: a text counts as Japanese when kana are at least this share of its Han + kana characters
 #: (Japanese prose runs 30–70 % kana; Chinese text has none, or a stray loanword's worth)
 KANA_SHARE = 0.1
+#: scripts written without spaces between words: a word is not a whitespace chunk there (fertility
+#: counts characters or clusters, :mod:`embscope.languages.segment`; the extension's words come
+#: from a word breaker, :mod:`embscope.text.words`)
+CHAR_SCRIPTS = ("Han", "Hiragana", "Katakana", "Japanese", "Thai", "Lao", "Khmer", "Myanmar")
 #: code points covered by the table; everything above is Common/Inherited/unassigned
 _LIMIT = 0x40000
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 
 from embscope.errors import EmbscopeError
-from embscope.languages.segment import CHAR_SCRIPTS
+from embscope.text.script import CHAR_SCRIPTS
 
 #: scripts written without spaces between words, cut by the dictionary segmenter
 NO_SPACE = tuple(s for s in CHAR_SCRIPTS if s != "Japanese")  # Japanese = Han + kana
