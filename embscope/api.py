@@ -43,14 +43,13 @@ Paths = Sequence[str | Path]
 
 def api_function(fn: F) -> F:
     """Check ``fn``'s keyword names and argument types before it runs (a typo is one line with "did
-    you mean", a wrong type one :class:`~embscope.errors.ArgumentError` line: :mod:`embscope.arguments`),
-    and append the documentation of its option keywords to its docstring (each
-    :class:`RunOptions` field's ``#:`` comment, with the default), so ``help()`` lists them all."""
+    you mean", a wrong type one :class:`~embscope.errors.ArgumentError` line: :mod:`embscope.arguments`).
+    Every parameter is documented in ``fn``'s own docstring, in the source (``tests/test_docs.py``
+    checks that each is named there)."""
     import inspect
 
     from embscope.arguments import check_call
     from embscope.errors import SpecError, did_you_mean
-    from embscope.records import field_docs
 
     params = inspect.signature(fn).parameters
     names = [p for p in params if p not in ("args", "kwargs")]
@@ -64,11 +63,6 @@ def api_function(fn: F) -> F:
         check_call(fn, args, kwargs)  # types from the annotations, before any work (embscope.arguments)
         return fn(*args, **kwargs)
 
-    docs, fields, known = field_docs(RunOptions), set(RunOptions.names()), option_choices()
-    lines = [f"        {n}: {docs[n]} (default {params[n].default!r}"
-             + (f"; one of {', '.join(known[n])})" if n in known else ")") for n in names if n in fields]
-    checked.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n    Options (recorded in summary.json ``parameters``):\n" \
-        + "\n".join(lines) + "\n"
     return checked  # type: ignore[return-value]
 
 
@@ -157,6 +151,102 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
         out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing.
         force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
         verbose: every step and its time (None: the process's progress mode).
+        device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
+        download: a hub model's weights: ``ranges`` (only the embedding/head tensors' bytes) or ``full``
+            (whole shards) (default ``"ranges"``; one of ranges, full).
+        trust_pickle: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``) (default
+            ``False``).
+        scan: run the geometry scan (indicators, kNN graph) inside the tokens section (default ``True``).
+        k: nearest neighbours per row in the kNN graph (default ``10``).
+        knn_method: kNN method (:data:`embscope.geometry.knn_record.METHODS`; embscope.geometry.knn) (default
+            ``"auto"``; one of auto, exact, certified, hnsw, nndescent).
+        map: draw the 2-D UMAP map of the kNN graph (``--no-map``: off; the slowest part of the scan on large
+            vocabularies) (default ``True``).
+        threshold: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row
+            is flagged (see embscope.geometry.indicators) (default ``4.0``).
+        unused_ids: token ids known to be unused (the Magikarp reference set); null finds them automatically
+            (default ``None``).
+        verify: check N flagged rows (and up to 100 trained controls) by prompting the whole model; 0: off;
+            null: automatic (``audit``): a random sample when the whole weights fit the memory budget (default
+            ``None``).
+        verify_sample: which flagged rows ``verify`` checks: top (highest scores) or random (seeded sample of
+            all flags) (default ``"top"``; one of top, random).
+        verify_work: the prompting's work budget, 10¹² multiply-adds (tokens × parameters; null: the automatic
+            run's 30, else none): rows beyond it stay unchecked, so the same rows are checked at any load
+            (default ``None``).
+        cache_dir: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``) (default
+            ``None``).
+        repair_to: also write the model with the flagged rows the data uses re-initialised, to this folder
+            (default ``None``).
+        repair_init: initialisation of the repaired rows: ``NAME`` or ``INPUT/OUTPUT`` (default
+            ``"subword-mean"``).
+        sample_bytes: cap on corpus bytes read per language (null: all) (default ``None``).
+        engine: where corpus passes run: local (processes on this machine) or ray (Ray Data, local or a
+            cluster) (default ``"local"``; one of local, ray).
+        workers: local: worker processes (null: all cores for corpora of 32 MB or more); ray: CPUs of a local
+            Ray (default ``None``).
+        ray_address: an existing Ray cluster (null: $RAY_ADDRESS, else a local Ray started for the run)
+            (default ``None``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        lang_field: the language field of records (an empty string: never read a language from records)
+            (default ``"lang"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
+        reference: reference language for parity (default ``"eng"``).
+        top: extension candidates to add (best estimated savings first) (default ``200``).
+        max_ngram: longest multi-word extension term, in words (default ``1``).
+        min_freq: least occurrences of an extension term (default ``5``).
+        init: initialisation strategies to diagnose for extension candidates (``auto``: all, and recommend
+            one) (default ``("auto",)``; one of auto, mean, hewitt, subword-mean, weighted-subword, knn-pull,
+            subword-mean-norm, omp, distil, focus, random).
+        diagnostics: load the whole model (when it fits) for the extension's KL and new-token-mass check
+            (default ``True``).
+        extend_as: how new tokens are written: ``model`` (BPE merges, Unigram pieces: the tokenizer's own
+            terms) or ``added`` (HF added tokens, matched anywhere in the raw text) (default ``"model"``; one
+            of model, added).
+        bpb_bytes: held-out corpus bytes the extension's bits per byte reads (null: 24 KB in ``extend``, 4 KB
+            in ``audit``, which also reads 5 KB of general text instead of all 10 KB) (default ``None``).
+        distil_work: the work ``distil`` may do inside ``--init auto``, 10¹² multiply-adds (tokens ×
+            parameters, known before it runs; null: 20 in ``extend``, 0 in ``audit``); a named ``--init
+            distil`` always runs (default ``None``).
+        norm_correction: also diagnose each strategy's per-script norm-corrected twin (``NAME+norm``) (default
+            ``False``).
+        data_format: training-data record format for the check (null: detected per record) (default ``None``;
+            one of preference, kto, messages, sharegpt, prompt-completion, alpaca, text).
+        max_length: the trainer's sequence length, tokens (null: the config's context) (default ``None``).
+        chat_template: a chat template file (.jinja) to render the training data with (null: the model's own)
+            (default ``None``).
+        trainer: the trainer whose ids, labels and loss mask the check follows (embscope.readiness.trainers)
+            (default ``"trl"``; one of trl, transformers, unsloth, axolotl, llamafactory).
+        pad_token: the pad token the user will set (null: the trainer's own choice) (default ``None``).
+        split: check only this split of data with several (null: each split, reported on its own) (default
+            ``None``).
+        lf_template: LLaMA-Factory's ``template`` (``--trainer llamafactory``; null: read off the model's chat
+            template, as LLaMA-Factory does when it is unset) (default ``None``).
+        train_on_prompt: LLaMA-Factory's ``train_on_prompt``: the prompts in the loss too (default ``False``).
+        mask_history: LLaMA-Factory's ``mask_history``: only the last response in the loss (default
+            ``False``).
+        gguf_tokenizer: a GGUF model's tokenizer for the check: ``llamacpp`` (as llama.cpp splits) or
+            ``transformers`` (transformers' GGUF conversion: what a TRL or transformers script loading the
+            GGUF gets) (default ``"llamacpp"``; one of llamacpp, transformers).
+        responses_only: Unsloth's ``train_on_responses_only`` (``--trainer unsloth``): only the assistant
+            responses in the loss (default ``False``).
+        instruction_part: its ``instruction_part``, the text that opens a user turn (null: read off the chat
+            template) (default ``None``).
+        response_part: its ``response_part``, the text that opens an assistant turn (null: read off the chat
+            template) (default ``None``).
+        model_work: the work the model may do scoring each language's aligned text (``bits_per_byte``,
+            ``information_parity``), 10¹² multiply-adds (tokens × parameters, known before it runs; units past
+            it are left out in every language; null: 20 in ``fertility --model``, 2 in ``audit``; 0: off)
+            (default ``None``).
+        unit_field: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages
+            (parity compares the units two languages share); a FLORES table without it aligns by ``id``
+            (default ``"unit"``).
+        lang: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
+            (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md) (default
+            ``()``).
     Returns:
         :class:`~embscope.runner.RunResult`: ``.summary`` (one record per section), ``.tables``,
         ``.folder``.
@@ -194,7 +284,45 @@ def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = Fals
         model: model spec.
         corpora: the user's data: the scan lists which flagged rows its text (and the model's chat
             template) produces; ``repair_to`` then writes the model with those rows re-initialised.
-        out, force, verbose: as :func:`audit`'s.
+        out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing
+            (default ``None``).
+        force: replace an earlier embscope folder at ``out`` (never a folder embscope did not write) (default
+            ``False``).
+        verbose: print every step and its time (None: the process's progress mode) (default ``None``).
+        device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
+        download: a hub model's weights: ``ranges`` (only the embedding/head tensors' bytes) or ``full``
+            (whole shards) (default ``"ranges"``; one of ranges, full).
+        trust_pickle: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``) (default
+            ``False``).
+        scan: run the geometry scan (indicators, kNN graph) inside the tokens section (default ``True``).
+        k: nearest neighbours per row in the kNN graph (default ``10``).
+        knn_method: kNN method (:data:`embscope.geometry.knn_record.METHODS`; embscope.geometry.knn) (default
+            ``"auto"``; one of auto, exact, certified, hnsw, nndescent).
+        map: draw the 2-D UMAP map of the kNN graph (``--no-map``: off; the slowest part of the scan on large
+            vocabularies) (default ``True``).
+        threshold: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row
+            is flagged (see embscope.geometry.indicators) (default ``4.0``).
+        unused_ids: token ids known to be unused (the Magikarp reference set); null finds them automatically
+            (default ``None``).
+        verify: check N flagged rows (and up to 100 trained controls) by prompting the whole model; 0: off;
+            null: automatic (``audit``): a random sample when the whole weights fit the memory budget (default
+            ``0``).
+        verify_sample: which flagged rows ``verify`` checks: top (highest scores) or random (seeded sample of
+            all flags) (default ``"top"``; one of top, random).
+        verify_work: the prompting's work budget, 10¹² multiply-adds (tokens × parameters; null: the automatic
+            run's 30, else none): rows beyond it stay unchecked, so the same rows are checked at any load
+            (default ``None``).
+        cache_dir: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``) (default
+            ``None``).
+        repair_to: also write the model with the flagged rows the data uses re-initialised, to this folder
+            (default ``None``).
+        repair_init: initialisation of the repaired rows: ``NAME`` or ``INPUT/OUTPUT`` (default
+            ``"subword-mean"``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
     Example:
         >>> res = scan("minilm-l6", map=False, knn_method="exact")
         >>> res.summary.sections.tokens.geometry.knn.method
@@ -233,7 +361,73 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
             ``messages``, ShareGPT, Alpaca, prompt/completion, preference, KTO or ``text`` format.
         out: the folder to write (summary.json, tokens.parquet, findings.parquet, index.html); None
             (default) writes nothing.
-        force, verbose: as :func:`audit`'s.
+        force: replace an earlier embscope folder at ``out`` (never a folder embscope did not write) (default
+            ``False``).
+        verbose: print every step and its time (None: the process's progress mode) (default ``None``).
+        device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
+        download: a hub model's weights: ``ranges`` (only the embedding/head tensors' bytes) or ``full``
+            (whole shards) (default ``"ranges"``; one of ranges, full).
+        trust_pickle: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``) (default
+            ``False``).
+        scan: run the geometry scan (indicators, kNN graph) inside the tokens section (default ``True``).
+        k: nearest neighbours per row in the kNN graph (default ``10``).
+        knn_method: kNN method (:data:`embscope.geometry.knn_record.METHODS`; embscope.geometry.knn) (default
+            ``"auto"``; one of auto, exact, certified, hnsw, nndescent).
+        map: draw the 2-D UMAP map of the kNN graph (``--no-map``: off; the slowest part of the scan on large
+            vocabularies) (default ``False``).
+        threshold: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row
+            is flagged (see embscope.geometry.indicators) (default ``4.0``).
+        unused_ids: token ids known to be unused (the Magikarp reference set); null finds them automatically
+            (default ``None``).
+        verify: check N flagged rows (and up to 100 trained controls) by prompting the whole model; 0: off;
+            null: automatic (``audit``): a random sample when the whole weights fit the memory budget (default
+            ``0``).
+        verify_sample: which flagged rows ``verify`` checks: top (highest scores) or random (seeded sample of
+            all flags) (default ``"top"``; one of top, random).
+        verify_work: the prompting's work budget, 10¹² multiply-adds (tokens × parameters; null: the automatic
+            run's 30, else none): rows beyond it stay unchecked, so the same rows are checked at any load
+            (default ``None``).
+        cache_dir: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``) (default
+            ``None``).
+        repair_to: also write the model with the flagged rows the data uses re-initialised, to this folder
+            (default ``None``).
+        repair_init: initialisation of the repaired rows: ``NAME`` or ``INPUT/OUTPUT`` (default
+            ``"subword-mean"``).
+        engine: where corpus passes run: local (processes on this machine) or ray (Ray Data, local or a
+            cluster) (default ``"local"``; one of local, ray).
+        workers: local: worker processes (null: all cores for corpora of 32 MB or more); ray: CPUs of a local
+            Ray (default ``None``).
+        ray_address: an existing Ray cluster (null: $RAY_ADDRESS, else a local Ray started for the run)
+            (default ``None``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
+        data_format: training-data record format for the check (null: detected per record) (default ``None``;
+            one of preference, kto, messages, sharegpt, prompt-completion, alpaca, text).
+        max_length: the trainer's sequence length, tokens (null: the config's context) (default ``None``).
+        chat_template: a chat template file (.jinja) to render the training data with (null: the model's own)
+            (default ``None``).
+        trainer: the trainer whose ids, labels and loss mask the check follows (embscope.readiness.trainers)
+            (default ``"trl"``; one of trl, transformers, unsloth, axolotl, llamafactory).
+        pad_token: the pad token the user will set (null: the trainer's own choice) (default ``None``).
+        split: check only this split of data with several (null: each split, reported on its own) (default
+            ``None``).
+        lf_template: LLaMA-Factory's ``template`` (``--trainer llamafactory``; null: read off the model's chat
+            template, as LLaMA-Factory does when it is unset) (default ``None``).
+        train_on_prompt: LLaMA-Factory's ``train_on_prompt``: the prompts in the loss too (default ``False``).
+        mask_history: LLaMA-Factory's ``mask_history``: only the last response in the loss (default
+            ``False``).
+        gguf_tokenizer: a GGUF model's tokenizer for the check: ``llamacpp`` (as llama.cpp splits) or
+            ``transformers`` (transformers' GGUF conversion: what a TRL or transformers script loading the
+            GGUF gets) (default ``"llamacpp"``; one of llamacpp, transformers).
+        responses_only: Unsloth's ``train_on_responses_only`` (``--trainer unsloth``): only the assistant
+            responses in the loss (default ``False``).
+        instruction_part: its ``instruction_part``, the text that opens a user turn (null: read off the chat
+            template) (default ``None``).
+        response_part: its ``response_part``, the text that opens an assistant turn (null: read off the chat
+            template) (default ``None``).
     Returns:
         :class:`~embscope.runner.RunResult`; the findings are ``res.summary.sections.finetune.findings``,
         one row each in ``res.tables["findings"]``.
@@ -273,7 +467,36 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
             on the shipped UDHR.
         tokens: a ``tokens.parquet`` of an earlier scan of BASE: its ``flagged`` rows instead of a scan.
         out: the folder to write (summary.json, diff.parquet, index.html); None (default) writes nothing.
-        force, verbose: as :func:`audit`'s.
+        force: replace an earlier embscope folder at ``out`` (never a folder embscope did not write) (default
+            ``False``).
+        verbose: print every step and its time (None: the process's progress mode) (default ``None``).
+        device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
+        download: a hub model's weights: ``ranges`` (only the embedding/head tensors' bytes) or ``full``
+            (whole shards) (default ``"ranges"``; one of ranges, full).
+        trust_pickle: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``) (default
+            ``False``).
+        scan: run the geometry scan (indicators, kNN graph) inside the tokens section (default ``True``).
+        k: nearest neighbours per row in the kNN graph (default ``10``).
+        knn_method: kNN method (:data:`embscope.geometry.knn_record.METHODS`; embscope.geometry.knn) (default
+            ``"auto"``; one of auto, exact, certified, hnsw, nndescent).
+        map: draw the 2-D UMAP map of the kNN graph (``--no-map``: off; the slowest part of the scan on large
+            vocabularies) (default ``False``).
+        threshold: ``undertrained_score`` (robust sigmas of the strongest indicator) at or above which a row
+            is flagged (see embscope.geometry.indicators) (default ``4.0``).
+        unused_ids: token ids known to be unused (the Magikarp reference set); null finds them automatically
+            (default ``None``).
+        cache_dir: folder for the kNN cache (null: ``$EMBSCOPE_CACHE`` or ``~/.cache/embscope``) (default
+            ``None``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
+        data_format: training-data record format for the check (null: detected per record) (default ``None``;
+            one of preference, kto, messages, sharegpt, prompt-completion, alpaca, text).
+        lang: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
+            (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md) (default
+            ``()``).
     Returns:
         :class:`~embscope.runner.RunResult`; the record is ``res.summary.sections.diff`` (findings,
         per-matrix floors and counts), the per-row table ``res.tables["diff"]``.
@@ -314,12 +537,47 @@ def fertility(tokenizer: str | None, corpus: str | Path = DEFAULT_LANGUAGES, *, 
         corpus: a parallel multilingual corpus (default the shipped ``udhr``, every language of
             it; ``lang`` selects some: ``["hin", "script:Taml", "family:Dravidian"]``), or a local
             FLORES+ / FLORES-200 folder, read in place.
-        out, force, verbose: as :func:`audit`'s.
         renyi_alpha: the order α of ``renyi_efficiency``; weights: a data mix's shares (JSON or TSV,
             :mod:`embscope.languages.weights`); resamples, seed, level: the bootstrap intervals'.
         model: a model spec: its own tokenizer is measured first, and the whole model scores the
             aligned text of a few languages (``bits_per_byte``, ``bits_per_byte_se``,
             ``information_parity``: :mod:`embscope.languages.model_cost`) within ``model_work``.
+        out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing
+            (default ``None``).
+        force: replace an earlier embscope folder at ``out`` (never a folder embscope did not write) (default
+            ``False``).
+        verbose: print every step and its time (None: the process's progress mode) (default ``None``).
+        reference: reference language for parity (default ``"eng"``).
+        sample_bytes: cap on corpus bytes read per language (null: all) (default ``None``).
+        engine: where corpus passes run: local (processes on this machine) or ray (Ray Data, local or a
+            cluster) (default ``"local"``; one of local, ray).
+        workers: local: worker processes (null: all cores for corpora of 32 MB or more); ray: CPUs of a local
+            Ray (default ``None``).
+        ray_address: an existing Ray cluster (null: $RAY_ADDRESS, else a local Ray started for the run)
+            (default ``None``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        lang_field: the language field of records (an empty string: never read a language from records)
+            (default ``"lang"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
+        weights: a data mix's language shares (JSON object or TSV code → share) for
+            tokenizers.mix_tokens_per_unit (default ``None``).
+        resamples: bootstrap resamples of every interval over aligned units (default ``1000``).
+        seed: the bootstrap's seed (default ``0``).
+        level: the intervals' coverage (default ``0.95``).
+        model_work: the work the model may do scoring each language's aligned text (``bits_per_byte``,
+            ``information_parity``), 10¹² multiply-adds (tokens × parameters, known before it runs; units past
+            it are left out in every language; null: 20 in ``fertility --model``, 2 in ``audit``; 0: off)
+            (default ``None``).
+        device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
+        unit_field: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages
+            (parity compares the units two languages share); a FLORES table without it aligns by ``id``
+            (default ``"unit"``).
+        lang: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
+            (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md) (default
+            ``()``).
     Example:
         >>> res = fertility("gpt2", "udhr")
         >>> t = res.tables["languages"]
@@ -347,7 +605,40 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
 
     Args:
         tokenizers: tokenizer specs; the first one orders the table.
-        corpus, out, force, verbose: as :func:`fertility`'s.
+        corpus: a parallel multilingual corpus: a path or a shipped name (default the shipped ``udhr``)
+            (default ``DEFAULT_LANGUAGES``).
+        out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing
+            (default ``None``).
+        force: replace an earlier embscope folder at ``out`` (never a folder embscope did not write) (default
+            ``False``).
+        verbose: print every step and its time (None: the process's progress mode) (default ``None``).
+        reference: reference language for parity (default ``"eng"``).
+        sample_bytes: cap on corpus bytes read per language (null: all) (default ``None``).
+        engine: where corpus passes run: local (processes on this machine) or ray (Ray Data, local or a
+            cluster) (default ``"local"``; one of local, ray).
+        workers: local: worker processes (null: all cores for corpora of 32 MB or more); ray: CPUs of a local
+            Ray (default ``None``).
+        ray_address: an existing Ray cluster (null: $RAY_ADDRESS, else a local Ray started for the run)
+            (default ``None``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        lang_field: the language field of records (an empty string: never read a language from records)
+            (default ``"lang"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
+        renyi_alpha: the order α of renyi_efficiency (Zouhar et al. 2023: 2.5) (default ``2.5``).
+        weights: a data mix's language shares (JSON object or TSV code → share) for
+            tokenizers.mix_tokens_per_unit (default ``None``).
+        resamples: bootstrap resamples of every interval over aligned units (default ``1000``).
+        seed: the bootstrap's seed (default ``0``).
+        level: the intervals' coverage (default ``0.95``).
+        unit_field: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages
+            (parity compares the units two languages share); a FLORES table without it aligns by ``id``
+            (default ``"unit"``).
+        lang: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
+            (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md) (default
+            ``()``).
     Example:
         >>> compare(["gpt2", "cl100k_base"], "udhr").summary.sections.languages.tokenizers
         ['gpt2', 'cl100k_base']
@@ -386,7 +677,6 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
     Args:
         model: model spec.
         corpus: the domain corpus (a folder, a file, or a shipped name such as ``medical``).
-        out, force, verbose: as :func:`audit`'s.
         apply_to: also write the extended model (or, with ``rows_only`` or a model that does not
             load whole, its new rows) to this folder.
         rows_only: with ``apply_to``: write only the new rows.
@@ -397,6 +687,48 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
         target_lang: the target language (``--lang``; :mod:`embscope.extension.target`): its figures
             first, and ``auto`` picks on it.
         norm_correction: diagnose each strategy's per-script norm-corrected twin (``--norm-correction``).
+        out: the folder to write (``DEFAULT_OUT``: ``reports/<name>-<UTC time>``); None writes nothing
+            (default ``None``).
+        force: replace an earlier embscope folder at ``out`` (never a folder embscope did not write) (default
+            ``False``).
+        apply_init: initialisation of the new rows ``apply_to`` writes: ``auto`` (the recommended strategy),
+            ``NAME`` or ``INPUT/OUTPUT`` (default ``"auto"``).
+        verbose: print every step and its time (None: the process's progress mode) (default ``None``).
+        top: extension candidates to add (best estimated savings first) (default ``200``).
+        max_ngram: longest multi-word extension term, in words (default ``1``).
+        min_freq: least occurrences of an extension term (default ``5``).
+        init: initialisation strategies to diagnose for extension candidates (``auto``: all, and recommend
+            one) (default ``("auto",)``; one of auto, mean, hewitt, subword-mean, weighted-subword, knn-pull,
+            subword-mean-norm, omp, distil, focus, random).
+        diagnostics: load the whole model (when it fits) for the extension's KL and new-token-mass check
+            (default ``True``).
+        extend_as: how new tokens are written: ``model`` (BPE merges, Unigram pieces: the tokenizer's own
+            terms) or ``added`` (HF added tokens, matched anywhere in the raw text) (default ``"model"``; one
+            of model, added).
+        bpb_bytes: held-out corpus bytes the extension's bits per byte reads (null: 24 KB in ``extend``, 4 KB
+            in ``audit``, which also reads 5 KB of general text instead of all 10 KB) (default ``None``).
+        distil_work: the work ``distil`` may do inside ``--init auto``, 10¹² multiply-adds (tokens ×
+            parameters, known before it runs; null: 20 in ``extend``, 0 in ``audit``); a named ``--init
+            distil`` always runs (default ``None``).
+        device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
+        download: a hub model's weights: ``ranges`` (only the embedding/head tensors' bytes) or ``full``
+            (whole shards) (default ``"ranges"``; one of ranges, full).
+        trust_pickle: allow PyTorch pickle checkpoints (still loaded with ``weights_only=True``) (default
+            ``False``).
+        sample_bytes: cap on corpus bytes read per language (null: all) (default ``None``).
+        engine: where corpus passes run: local (processes on this machine) or ray (Ray Data, local or a
+            cluster) (default ``"local"``; one of local, ray).
+        workers: local: worker processes (null: all cores for corpora of 32 MB or more); ray: CPUs of a local
+            Ray (default ``None``).
+        ray_address: an existing Ray cluster (null: $RAY_ADDRESS, else a local Ray started for the run)
+            (default ``None``).
+        text_field: the text field of .jsonl records and Parquet/Arrow columns (default ``"text"``).
+        lang_field: the language field of records (an empty string: never read a language from records)
+            (default ``"lang"``).
+        limits: raised bounds, ``NAME=VALUE`` (``file-bytes=8G``); the rest keep their defaults
+            (docs/limits.md) (default ``()``; one of file-bytes, corpus-bytes, ratio, languages, scan-bytes,
+            top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
+            tokenizer-bytes, merges).
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).
     Example:
@@ -418,6 +750,8 @@ def rope(model: str):
     KV-cache bytes per token and per context, embedding share
     (:class:`~embscope.context.summary.ContextSummary`).
 
+    Args:
+        model: model spec (alias, hub id, folder, ``.gguf``): only its config is read.
     Example:
         >>> rope("smollm2-135m").kv_bytes_per_token  # 30 layers × 3 KV heads × 64 dims × (K, V) × 2 bytes
         23040
@@ -434,6 +768,11 @@ def export_atlas(report: str | Path, *, out: str | Path | None = None, force: bo
 
     Writes ``out/tokens.parquet`` (default ``out`` = ``report/atlas``); returns its path. Open it
     with :func:`embscope.report.atlas.atlas_command`'s command.
+
+    Args:
+        report: an output folder of ``audit`` or ``scan`` (its ``tokens.parquet``).
+        out: the folder to write (default ``report/atlas``).
+        force: replace an earlier embscope folder at ``out`` (default ``False``).
     """
     from embscope.output import claim
     from embscope.report.atlas import ATLAS_FILE, write_atlas
@@ -451,7 +790,15 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
     """The input embedding and the token metadata in the TensorBoard projector's formats
     (:mod:`embscope.report.projector`), for the model the output folder ``report`` was made from
     (``model`` overrides the spec in its ``summary.json``; the matrix must hash to the fingerprint
-    recorded there). Default ``out``: ``report/projector``. Returns ``{folder, rows, dim, files}``.
+    recorded there). Returns ``{folder, rows, dim, files}``.
+
+    Args:
+        report: an output folder of ``audit`` or ``scan`` (its ``tokens.parquet`` and ``summary.json``).
+        out: the folder to write (default ``report/projector``).
+        model: the model spec to load the matrix from (default: the one ``summary.json`` names).
+        sample: rows written: every flagged row plus a seeded draw of the rest (default ``10_000``; 0: all).
+        force: replace an earlier embscope folder at ``out`` (default ``False``).
+        download: a hub model's weights: ``ranges`` or ``full`` (default ``"ranges"``).
     """
     from embscope.errors import EmbscopeError, SpecError
     from embscope.formats.files import read_json
@@ -487,7 +834,11 @@ def export_projector(report: str | Path, *, out: str | Path | None = None, model
 @checked
 def read_tokens_table(path: str | Path):
     """A ``tokens.parquet`` of an earlier run (its ``flagged`` rows stay out of the extension's
-    means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`."""
+    means); a file that is not Parquet is a one-line :class:`~embscope.errors.SpecError`.
+
+    Args:
+        path: the ``tokens.parquet`` file.
+    """
     import polars as pl
 
     from embscope.errors import SpecError
