@@ -70,6 +70,13 @@ class CorpusMeasure(Record):
     #: the model's cost per language (``bits_per_byte``, ``information_parity``): how it was scored;
     #: null when no whole model was given
     model: "ModelCostRecord | None" = None
+    #: the language ids ``--lang`` selected (the reference with them); null: every language read
+    selected: list[str] | None = None
+    #: the ``--lang`` values that selected them (``set:audit``: audit's default on the shipped UDHR)
+    selection: list[str] | None = None
+    #: languages the corpus names before it is read (its languages.json, file names), counted when
+    #: ``--lang`` selects; null otherwise
+    available: int | None = None
 
 
 @dataclass
@@ -123,10 +130,3 @@ class ModelCostRecord(Record):
     units_too_long: int = 0
     #: the longest sequence scored, tokens (the start token included): the model's context, at most 8,192
     window: int | None = None
-    #: the language ids ``--lang`` selected (the reference with them); null: every language read
-    selected: list[str] | None = None
-    #: the ``--lang`` values that selected them (``set:audit``: audit's default on the shipped UDHR)
-    selection: list[str] | None = None
-    #: languages the corpus names before it is read (its languages.json, file names), counted when
-    #: ``--lang`` selects; null otherwise
-    available: int | None = None
