@@ -17,6 +17,7 @@ Traceback (most recent call last):
 embscope.errors.SpecError: scan() has no option 'thresold' (did you mean 'threshold'?); see help(embscope.scan)
 """
 
+# long: the public API, one function per command, each documenting every parameter it takes (the docstrings are most of its lines)
 from __future__ import annotations
 
 import functools
@@ -256,6 +257,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
         >>> [s for s in ("context", "tokens", "extension") if getattr(res.summary.sections, s) is not None]
         ['context', 'tokens', 'extension']
     """
+    # long: the docstring documents each of its parameters
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES
     from embscope.extension.extension import AUDIT_DISTIL_WORK
     from embscope.languages.model_cost import AUDIT_WORK
@@ -436,6 +438,7 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
         >>> sorted({f.code for f in res.summary.sections.finetune.findings})
         ['exceeds-context', 'pad-is-eos']
     """
+    # long: the docstring documents each of its parameters
     return run(model, sections=("tokens", "finetune", "repair"), data=_paths(data), out=out, force=force,
                options=_options(locals()), command="check", kind="check", verbose=verbose, required=["finetune"])
 
@@ -736,6 +739,7 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
         >>> res.tables["candidates"].filter("added")["term"].to_list(), manifest
         ([' unspecified', 'Unspecified', ' NOS', 'Poisoning', 'Laceration'], None)
     """
+    # long: the docstring documents each of its parameters
     table = read_tokens_table(tokens) if tokens is not None else None
     options = _options(locals(), apply_mode="rows" if rows_only else "auto")
     res = run(model, sections=("extension", "apply"), domain=corpus, out=out, force=force, tokens=table,

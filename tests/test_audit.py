@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_audit_writes_every_table(smollm2_audit):
     out = smollm2_audit
     assert sorted(p.name for p in out.iterdir()) == [
-        ".embscope", "candidates.parquet", "index.html", "languages.parquet", "new_tokens.parquet", "summary.json",
-        "tokens.parquet"]
+        ".embscope", "candidates.parquet", "index.html", "language_groups.parquet", "languages.parquet",
+        "new_tokens.parquet", "summary.json", "tokenizers.parquet", "tokens.parquet"]
     raw = json.loads((out / "summary.json").read_text())
     s = read_summary(raw)
     assert s.model.rows == 49152 and s.model.tied is True

@@ -349,7 +349,10 @@ def test_every_command_report_leads_with_its_bottom_line(browser, tmp_path, smol
         s = check_bottom_line(browser, demo_reports / name, tmp_path, f"bl-{name}", ["languages", "overview"])
         assert not js("return !!document.querySelector('#overview .card')")  # no model: no matrix cards
         costs = s["sections"]["languages"]["costs"]
-        assert len(costs) == tokenizers == len(s["bottom_line"]["verdicts"])
+        # one verdict per tokenizer's costs, and per pair of tokenizers which is cheaper where
+        pairs = s["sections"]["languages"].get("comparisons") or []
+        assert len(costs) == tokenizers and len(pairs) == tokenizers * (tokenizers - 1) // 2
+        assert len(s["bottom_line"]["verdicts"]) == tokenizers + len(pairs)
         note = js("return document.getElementById('double-note').textContent")
         assert note.startswith(f"{sum(c['double'] for c in costs):,} of ")
 

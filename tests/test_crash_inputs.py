@@ -194,7 +194,7 @@ def _variant(finetune_run, out, how: str, n: int = 100):
 
 
 @pytest.mark.parametrize("how, code, finding", [("zeros", 1, ("new-row-unmoved", "error")),
-                                                  ("normal", 0, ("new-row-unmoved", "warning")),
+                                                  ("normal", 1, ("new-row-unmoved", "error")),
                                                   ("past", 1, ("vocab-mismatch", "error")),
                                                   ("fewer", 1, ("vocab-mismatch", "error"))])
 def test_no_false_green_without_a_manifest(finetune_run, tmp_path, capsys, how, code, finding):

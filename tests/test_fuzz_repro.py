@@ -196,10 +196,10 @@ def test_file_and_corpus_byte_limits_are_counted(tmp_path, out, capsys):
 @pytest.mark.parametrize("item, message", [
     ("file-bytes", "error: --limit 'file-bytes' must be NAME=VALUE, e.g. file-bytes=8G; names: file-bytes, "
                    "corpus-bytes, ratio, languages, scan-bytes, top, max-ngram, hub-file-seconds, hub-run-seconds, "
-                   "hub-min-rate, gguf-metadata-bytes"),
+                   "hub-min-rate, gguf-metadata-bytes, tokenizer-bytes, merges"),
     ("file-byte=1G", "error: --limit 'file-byte' is not a limit (did you mean 'file-bytes'?); names: "
                      "file-bytes, corpus-bytes, ratio, languages, scan-bytes, top, max-ngram, hub-file-seconds, "
-                     "hub-run-seconds, hub-min-rate, gguf-metadata-bytes"),
+                     "hub-run-seconds, hub-min-rate, gguf-metadata-bytes, tokenizer-bytes, merges"),
     ("ratio=lots", "error: --limit ratio=lots: the value must be a whole number (sizes may end in K, M, G or T)"),
     ("ratio=0", "error: --limit ratio=0: the value must be at least 1"),
 ])

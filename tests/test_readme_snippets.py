@@ -51,3 +51,7 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
     trainer = ns["trainer"]
     assert trainer.state.global_step == 4
     assert any("embscope/new_rows_moved" in entry for entry in trainer.state.log_history)
+    # the end report is written, and counts the new rows that moved as the live check does
+    final = next(e for e in reversed(trainer.state.log_history) if "embscope/new_rows_moved_final" in e)
+    assert (tmp_path / "out" / "smollm2-tuned" / "embscope" / "summary.json").is_file(), final.get("embscope/report")
+    assert final["embscope/new_rows_moved_final_report"] == final["embscope/new_rows_moved_final"]

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from embscope.readiness.check import MODEL_TEMPLATE
+
 pytest.importorskip("trl")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +205,7 @@ def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
     tools_template = TOOLS_TEMPLATE.read_text("utf-8")
     tok = copy.deepcopy(hf_tokenizer)
     tok.chat_template = tools_template
-    cases = {"llamafactory-sharegpt-tools": (hf_tokenizer, ...), "openai-tools": (tok, tools_template)}
+    cases = {"llamafactory-sharegpt-tools": (hf_tokenizer, MODEL_TEMPLATE), "openai-tools": (tok, tools_template)}
     for name, (t, template) in cases.items():
         rows = [{k: v for k, v in r.items() if k != "id"} for r in shapes()[name]]
         theirs = _sft_prepared(_tiny_model(t), t, rows, tmp_path, name)

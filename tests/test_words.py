@@ -180,10 +180,10 @@ def test_bottom_line_never_a_success_under_one_percent():
                           recommended="mean", words_split_share=0.9)
     for saved in (0.0, 0.004, 0.0099):
         ext.saved_fraction = saved
-        v = extension_verdict(ext, facts, applied=False)
+        v = extension_verdict(ext, facts, applied=None)
         assert v.level != "ok" and v.next is None and "not worth" in v.text
         ap = SimpleNamespace(n_added=45, init="mean", folder="out")
         assert apply_verdict(ap, facts, ext).level != "ok"
     ext.saved_fraction = 0.078
-    v = extension_verdict(ext, facts, applied=False)
+    v = extension_verdict(ext, facts, applied=None)
     assert "--apply" in v.next and "not worth" not in v.text

@@ -8,6 +8,7 @@ projects each row onto BASE's first two principal components for the map → the
 (:mod:`~embscope.changes.findings`). Only the two embeddings and the two heads are read, each once.
 """
 
+# long: the diff's one pipeline (which rows, their comparison, the floor, the judgement) over the private row record _Rows; a piece moves out when a second caller needs it
 from __future__ import annotations
 
 import time

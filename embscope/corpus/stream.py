@@ -221,7 +221,7 @@ def first_languages(paths, options: ReadOptions | None = None, enough: int = 2) 
 
     >>> from embscope.assets import corpora_root
     >>> sorted(first_languages(corpora_root() / "udhr")), first_languages(corpora_root() / "medical")
-    (['amh', 'arb'], {'eng'})
+    (['aar', 'abk'], {'eng'})
     """
     seen: set[str] = set()
     for file in corpus_files(paths, options):

@@ -13,6 +13,7 @@ measured with the tokenizer that is written) → rows initialised per strategy
 corpus shard by shard, so its size is not bounded by memory; every engine gives the same numbers.
 """
 
+# long: suggest and its two methods (terms, merges) share the record, measurement and diagnostics helpers kept here
 from __future__ import annotations
 
 import contextlib

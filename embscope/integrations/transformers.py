@@ -320,8 +320,19 @@ class EmbscopeCallback(TrainerCallback):
         logger.info("embscope: training moved %s rows (compared with %s); findings: %s; report: %s",
                     inp.moved if inp else 0, self.compared_with, codes, out)
         return {"embscope/compared_with": self.compared_with, "embscope/rows_moved": float(inp.moved if inp else 0),
-                "embscope/new_rows_moved_final_report": float(inp.new_moved if inp else 0),
+                "embscope/new_rows_moved_final_report": float(self._new_moved_in(res.tables.get("diff"))),
                 "embscope/findings": codes, "embscope/report": str(out)}
+
+    def _new_moved_in(self, table) -> int:
+        """The watched new rows the end report finds moved (``in_moved``, against the step-0 copy, as
+        the live ``new_rows_moved`` counts them): the report's own ``new`` rows are those past BASE's
+        vocabulary, and the step-0 copy already holds the new rows."""
+        if table is None or self._watch is None or "in_moved" not in table.columns:
+            return 0
+        import polars as pl
+
+        ids = self._watch.ids[self._watch.new].tolist()
+        return table.filter(pl.col("token_id").is_in(ids) & pl.col("in_moved").fill_null(False)).height
 
     def _cleanup(self) -> None:
         if getattr(self, "_capture", None) is not None:
