@@ -263,7 +263,11 @@ def _model_cost(inputs: Inputs, corpus, table, spent: float):
 
     name = model.vocab.name
     measured = [g for g in table.filter(table["tokenizer"] == name)["language"].to_list() if g != OTHER]
-    langs, selection = pick_languages(measured, opts.reference, bool(getattr(opts, "lang", None)))
+    from embscope.languages.selection import AUDIT_SET
+
+    # narrowed by the user's --lang; audit's own bounded default (set:audit) is not a choice of languages
+    narrowed = bool(opts.lang) and list(opts.lang) != [AUDIT_SET]
+    langs, selection = pick_languages(measured, opts.reference, narrowed)
     if not langs:
         return add_columns(table, None, None), None, spent
     with inputs.steps.step(f"model-cost:{corpus.name}", f"score {len(langs)} languages of {corpus} with the model"):
