@@ -240,7 +240,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
             template) (default ``None``).
         model_work: the work the model may do scoring each language's aligned text (``bits_per_byte``,
             ``information_parity``), 10¹² multiply-adds (tokens × parameters, known before it runs; units past
-            it are left out in every language; null: 20 in ``fertility --model``, 2 in ``audit``; 0: off)
+            it are left out in every language; null: 20 in ``fertility --model``, 0.5 in ``audit``; 0: off)
             (default ``None``).
         unit_field: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages
             (parity compares the units two languages share); a FLORES table without it aligns by ``id``
@@ -572,7 +572,7 @@ def fertility(tokenizer: str | None, corpus: str | Path = DEFAULT_LANGUAGES, *, 
         level: the intervals' coverage (default ``0.95``).
         model_work: the work the model may do scoring each language's aligned text (``bits_per_byte``,
             ``information_parity``), 10¹² multiply-adds (tokens × parameters, known before it runs; units past
-            it are left out in every language; null: 20 in ``fertility --model``, 2 in ``audit``; 0: off)
+            it are left out in every language; null: 20 in ``fertility --model``, 0.5 in ``audit``; 0: off)
             (default ``None``).
         device: auto, cpu or cuda (default ``"auto"``; one of auto, cpu, cuda).
         unit_field: the field of records (jsonl key, Parquet/Arrow column) that aligns them across languages

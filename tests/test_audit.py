@@ -70,7 +70,7 @@ def test_audit_writes_every_table(smollm2_audit):
     assert udhr.filter(pl.col("language") == "eng")["parity"][0] == pytest.approx(1.0)
     medical = langs.filter(pl.col("corpus").str.ends_with("medical"))
     assert medical["language"].to_list() == ["eng"] and medical["fertility"][0] > 1.0
-    # the whole model scored the default languages' first units within audit's budget (2×10¹²)
+    # the whole model scored the default languages' first units within audit's budget (0.5×10¹²)
     scored = udhr.filter(pl.col("bits_per_byte").is_not_null())
     assert sorted(scored["language"].to_list()) == ["arb", "cmn_hans", "eng", "hin", "rus"]
     model = next(c.model for p, c in s.sections.languages.corpora.items() if p.endswith("udhr"))

@@ -114,7 +114,7 @@ RUN_OPTS: dict[str, RunOpt] = {
     "resamples": RunOpt("resamples", Annotated[int, _opt("--resamples", min=10, help="bootstrap resamples of every interval over aligned units")]),
     "seed": RunOpt("seed", Annotated[int, _opt("--seed", help="the bootstrap's seed (the same seed gives the same intervals)")]),
     "level": RunOpt("level", Annotated[float, _opt("--level", help="the intervals' coverage (0.95: 95 % intervals)")]),
-    "model_work": RunOpt("model_work", Annotated[Optional[float], _opt("--model-work", min=0, help="the work the whole model may do scoring each language's aligned text (bits_per_byte, information_parity), in 10^12 multiply-adds (tokens x the model's parameters: SmolLM2-135M on 5 UDHR languages needs ~4.4); units past it are left out in every language; default: 20 in fertility --model, 2 in audit; 0: off")]),
+    "model_work": RunOpt("model_work", Annotated[Optional[float], _opt("--model-work", min=0, help="the work the whole model may do scoring each language's aligned text (bits_per_byte, information_parity), in 10^12 multiply-adds (tokens x the model's parameters: SmolLM2-135M on 5 UDHR languages needs ~4.4); units past it are left out in every language; default: 20 in fertility --model, 0.5 in audit; 0: off")]),
     # extension
     "top": RunOpt("top", Annotated[int, _opt("--top", min=1, help="vocabulary-extension terms to add (best estimated savings first)")]),
     "init": RunOpt("init", Annotated[list[str], _opt("--init", help=f"initialisation to diagnose: auto (every training-free strategy, and recommend one), NAME or INPUT/OUTPUT (untied models); repeat or comma-separate; names: {names('init')} (distil fits each row through the model; named only)")],

@@ -59,9 +59,10 @@ DEFAULT_COUNT = 5
 #: ``fertility --model``'s work budget, 10¹² multiply-adds: SmolLM2-135M on the default languages
 #: of corpora/udhr needs 4.4 (32,600 tokens), a 1.5B model with a multilingual tokenizer ~20
 WORK = 20.0
-#: ``audit``'s: the first units of the default languages that fit (SmolLM2-135M: 14 of corpora/udhr's
-#: 31 units, 1.97; at the ~2,700 tokens/s of its forwards on 2 quiet cores, ~5 s)
-AUDIT_WORK = 2.0
+#: ``audit``'s: the first units of the default languages that fit, kept small so the Quickstart stays
+#: under a minute (SmolLM2-135M in the Quickstart audit on 2 quiet AVX-512 cores: 2.0 scored 14 of
+#: corpora/udhr's 31 units in 28.3 s; 0.5 scores the first few; ``fertility --model`` for the rest)
+AUDIT_WORK = 0.5
 #: the longest sequence scored, in tokens (the start token included; at most the model's context):
 #: a unit with a longer text is left out in every language, so that one forward pass's attention
 #: stays bounded (SmolLM2-135M at 8,192 tokens: ~2.4 GB of attention scores per layer without a
@@ -120,9 +121,11 @@ def read_units(corpus: str | Path, languages: Sequence[str], *, sample_bytes: in
 
 def plan_units(lengths: dict[str, list[tuple[object, int]]], params: int, budget: float | None) -> tuple[list, float, bool]:
     """``(units taken, work, stopped)``: unit keys in order of first appearance (languages in the
-    given order, each language's units in corpus order, interleaved by position), taken while the
-    work of every scored language's sequences of them (their lengths, start token included, ×
-    ``params``, in 10¹² multiply-adds) stays within ``budget`` (None: all).
+    given order, each language's units in corpus order, interleaved by position), each taken when
+    the work of every scored language's sequences of it (their lengths, start token included, ×
+    ``params``, in 10¹² multiply-adds) still fits within ``budget`` (None: all); a unit that does
+    not fit is passed over, so a long first unit (the UDHR's preamble) does not leave a small
+    budget unspent.
 
     >>> plan_units({"eng": [(0, 10), (1, 10)], "fra": [(0, 20), (1, 20)]}, 10**11, 5.0)
     ([0], 3.0, True)
@@ -136,14 +139,15 @@ def plan_units(lengths: dict[str, list[tuple[object, int]]], params: int, budget
     for units in lengths.values():
         for key, n in units:
             order[key] += n
-    taken, work = [], 0.0
+    taken, work, stopped = [], 0.0, False
     for key, tokens in order.items():
         w = tokens * params / 1e12
         if budget is not None and work + w > budget + 1e-12:
-            return taken, work, True
+            stopped = True  # passed over: a later, shorter unit may still fit
+            continue
         taken.append(key)
         work += w
-    return taken, work, False
+    return taken, work, stopped
 
 
 def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str], reference: str, *,

@@ -237,7 +237,7 @@ class LanguageOptions(Record):
     level: float = 0.95
     #: the work the model may do scoring each language's aligned text (``bits_per_byte``,
     #: ``information_parity``), 10¹² multiply-adds (tokens × parameters, known before it runs;
-    #: units past it are left out in every language; null: 20 in ``fertility --model``, 2 in
+    #: units past it are left out in every language; null: 20 in ``fertility --model``, 0.5 in
     #: ``audit``; 0: off)
     model_work: float | None = None
     #: languages measured (empty: every language): codes, ``script:XXXX`` (ISO 15924), ``family:NAME``
