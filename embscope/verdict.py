@@ -226,8 +226,9 @@ def extension_verdict(ext, facts: RunFacts, applied=None) -> Verdict | None:
                 else f"--top {ext.top_n}")
         asked = list(getattr(facts.options, "init", None) or ["auto"])
         init = asked[0] if len(asked) == 1 and asked[0] != "auto" else "auto"
+        lang = getattr(facts.options, "target_lang", None)  # auto picks on the target language: keep it
         nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} {size} "
-               f"--apply OUT --apply-init {_q(init)}")
+               f"--apply OUT --apply-init {_q(init)}" + (f" --lang {_q(lang)}" if lang else ""))
     return Verdict(section="extension", level="note", text=text,
                    value=round(100 * ext.saved_fraction, 2), source="extension.saved_fraction", next=nxt)
 
