@@ -74,7 +74,9 @@ def test_audit_writes_every_table(smollm2_audit):
     scored = udhr.filter(pl.col("bits_per_byte").is_not_null())
     assert sorted(scored["language"].to_list()) == ["arb", "cmn_hans", "eng", "hin", "rus"]
     model = next(c.model for p, c in s.sections.languages.corpora.items() if p.endswith("udhr"))
-    assert model.work <= model.work_budget == 2.0 and 0 < model.units < 31 and model.stopped_at_budget
+    from embscope.languages.model_cost import AUDIT_WORK
+
+    assert model.work <= model.work_budget == AUDIT_WORK and 0 < model.units < 31 and model.stopped_at_budget
     assert scored.filter(pl.col("language") == "eng")["information_parity"][0] == 1.0
 
     cands = pl.read_parquet(out / "candidates.parquet")
