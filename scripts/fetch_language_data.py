@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import glob
 import gzip
-import hashlib
 import html.parser
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -43,6 +41,9 @@ import tempfile
 import unicodedata
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from embscope.assets import cache_dir, file_sha256  # noqa: E402
 
 VERSION = "4:7.4.7-1+deb12u14"
 #: package → (sha256 of the .deb, the script most letters of a kept line are in)
@@ -61,16 +62,8 @@ SCRIPT_SHARE = 0.5
 _BLOCKS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "td", "th", "title", "dt", "dd"}
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def checked(path: Path, want: str) -> Path:
-    got = sha256(path)
+    got = file_sha256(path)
     if got != want:
         sys.exit(f"{path.name}: sha256 {got}, expected {want}; the pinned file changed, stopping")
     return path
@@ -190,8 +183,7 @@ def main(argv=None) -> None:
     ap.add_argument("--wordfreq", default="hi,zh,ja", help="wordfreq languages ('' for none)")
     ap.add_argument("--debs", type=Path, help="a folder holding the .deb files already")
     args = ap.parse_args(argv)
-    base = os.environ.get("EMBSCOPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "embscope")
-    out = args.out or Path(base) / "langdata"
+    out = args.out or cache_dir("langdata")
     if (Path(__file__).resolve().parents[1] / ".git").exists() and Path(__file__).resolve().parents[1] in out.resolve().parents:
         sys.exit("write the data outside the repository (--out)")
     out.mkdir(parents=True, exist_ok=True)
