@@ -207,3 +207,33 @@ def checked(fn: Callable) -> Callable:
         return fn(*args, **kwargs)
 
     return call
+
+
+def one_of(flag: str, value: Any, choices: Sequence[Any], what: str = "") -> None:
+    """A one-line :class:`~embscope.errors.SpecError` when ``value`` is not one of ``choices``, with a
+    "did you mean" (the option groups' checks).
+
+    >>> one_of("--device", "tpu", ("auto", "cpu", "cuda"), "a device")
+    Traceback (most recent call last):
+    ...
+    embscope.errors.SpecError: --device 'tpu' is not a device (did you mean 'cpu'?); choose from auto, cpu, cuda
+    """
+    from embscope.errors import SpecError, did_you_mean
+
+    if value not in choices:
+        raise SpecError(f"{flag} {value!r} is not {what or 'a choice'}{did_you_mean(str(value), choices)}; "
+                        f"choose from {', '.join(choices)}")
+
+
+def at_least(flag: str, value: "int | float | None", least: "int | float") -> None:
+    """A one-line :class:`~embscope.errors.SpecError` when ``value`` (unless None) is below ``least``.
+
+    >>> at_least("--k", 0, 1)
+    Traceback (most recent call last):
+    ...
+    embscope.errors.SpecError: --k must be at least 1, got 0
+    """
+    from embscope.errors import SpecError
+
+    if value is not None and value < least:
+        raise SpecError(f"{flag} must be at least {least:g}, got {value}")
