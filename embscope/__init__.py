@@ -39,6 +39,8 @@ _LAZY = {
     "diff": "embscope.api",
     "run": "embscope.runner",
     "RunResult": "embscope.runner",
+    "Given": "embscope.runner",
+    "Job": "embscope.runner",
     "RunOptions": "embscope.sections.options",
     "DEFAULT_OUT": "embscope.output",
     "Summary": "embscope.summary",

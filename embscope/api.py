@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from embscope.arguments import checked
 from embscope.models.registry import DEFAULT_MODEL
 from embscope.output import DEFAULT_OUT, DefaultFolder
-from embscope.runner import DEFAULT_LANGUAGES, SHIPPED_CORPORA, RunResult, corpus_path, run
+from embscope.runner import DEFAULT_LANGUAGES, SHIPPED_CORPORA, Given, Job, RunResult, corpus_path, run
 from embscope.sections.options import RunOptions
 from embscope.sections.options import choices as option_choices
 
@@ -267,9 +267,9 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
                        distil_work=AUDIT_DISTIL_WORK if distil_work is None else distil_work,  # extension
                        model_work=AUDIT_WORK if model_work is None else model_work,
                        lang=_audit_lang(lang, languages))
-    return run(model, sections=("context", "tokens", "languages", "extension", "finetune", "repair"),
-               languages=[*langs, *corpora], corpora=corpora, data=list(data), out=out, force=force,
-               options=options, command="audit", verbose=verbose, warnings=notes)
+    return run(model, sections=("context", "tokens", "languages", "extension", "readiness", "repair"),
+               given=Given(languages=[*langs, *corpora], corpora=corpora, data=list(data)), out=out, force=force,
+               options=options, job=Job(command="audit", verbose=verbose, warnings=notes))
 
 
 @api_function
@@ -330,8 +330,8 @@ def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = Fals
         >>> res.summary.sections.tokens.geometry.knn.method
         'exact'
     """
-    return run(model, sections=("tokens", "repair"), corpora=corpora, out=out, force=force,
-               options=_options(locals()), command="scan", kind="scan", verbose=verbose, required=["tokens"])
+    return run(model, sections=("tokens", "repair"), given=Given(corpora=corpora), out=out, force=force,
+               options=_options(locals()), job=Job(command="scan", kind="scan", verbose=verbose, required=["tokens"]))
 
 
 @api_function
@@ -431,16 +431,17 @@ def check(model: str, data: str | Path | Paths, *, out: Out = None, force: bool 
         response_part: its ``response_part``, the text that opens an assistant turn (null: read off the chat
             template) (default ``None``).
     Returns:
-        :class:`~embscope.runner.RunResult`; the findings are ``res.summary.sections.finetune.findings``,
+        :class:`~embscope.runner.RunResult`; the findings are ``res.summary.sections.readiness.findings``,
         one row each in ``res.tables["findings"]``.
     Example:
         >>> res = check("smollm2-135m", "corpora/chat/medical-chat.jsonl", scan=False)
-        >>> sorted({f.code for f in res.summary.sections.finetune.findings})
+        >>> sorted({f.code for f in res.summary.sections.readiness.findings})
         ['exceeds-context', 'pad-is-eos']
     """
     # long: the docstring documents each of its parameters
-    return run(model, sections=("tokens", "finetune", "repair"), data=_paths(data), out=out, force=force,
-               options=_options(locals()), command="check", kind="check", verbose=verbose, required=["finetune"])
+    return run(model, sections=("tokens", "readiness", "repair"), given=Given(data=_paths(data)), out=out,
+               force=force, options=_options(locals()),
+               job=Job(command="check", kind="check", verbose=verbose, required=["readiness"]))
 
 
 @api_function
@@ -519,8 +520,9 @@ def diff(base: str, tuned: str | Path, *, data: str | Path | Paths = (), manifes
     options = _options(locals(), tuned=str(tuned), manifest=str(manifest) if manifest is not None else None,
                        lang=_audit_lang(lang, languages))
     sections = ("tokens", "diff") if paths and scan and table is None else ("diff",)
-    return run(base, sections=sections, languages=langs, data=paths, tokens=table, out=out, force=force,
-               options=options, command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes)
+    return run(base, sections=sections, given=Given(languages=langs, data=paths, tokens=table), out=out, force=force,
+               options=options,
+               job=Job(command="diff", kind="diff", verbose=verbose, required=["diff"], warnings=notes))
 
 
 @api_function
@@ -655,9 +657,9 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
 
 def _languages_run(tokenizers: list[str], corpus, out, force, verbose, options: RunOptions,
                    model: str | None = None) -> RunResult:
-    return run(model, sections=("languages",), languages=[corpus], tokenizers=tokenizers, out=out, force=force,
-               options=options, command="compare" if len(tokenizers) > 1 else "fertility", kind="languages",
-               verbose=verbose, required=["languages"])
+    return run(model, sections=("languages",), given=Given(languages=[corpus], tokenizers=tokenizers), out=out,
+               force=force, options=options, job=Job(command="compare" if len(tokenizers) > 1 else "fertility",
+                                                     kind="languages", verbose=verbose, required=["languages"]))
 
 
 @api_function
@@ -742,8 +744,9 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
     # long: the docstring documents each of its parameters
     table = read_tokens_table(tokens) if tokens is not None else None
     options = _options(locals(), apply_mode="rows" if rows_only else "auto")
-    res = run(model, sections=("extension", "apply"), domain=corpus, out=out, force=force, tokens=table,
-              options=options, command="extend", kind="extend", verbose=verbose, required=["extension", "apply"])
+    res = run(model, sections=("extension", "apply"), given=Given(domain=corpus, tokens=table), out=out, force=force,
+              options=options,
+              job=Job(command="extend", kind="extend", verbose=verbose, required=["extension", "apply"]))
     applied = res.outputs.get("apply")
     return res, applied.result if applied is not None else None
 

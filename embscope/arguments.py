@@ -62,7 +62,9 @@ def _hints(fn: Callable) -> dict[str, Any]:
         return typing.get_type_hints(fn)
     except Exception:  # noqa: BLE001 - a forward reference to a TYPE_CHECKING-only name
         out = {}
-        glob = getattr(fn, "__globals__", {})
+        import sys
+
+        glob = getattr(fn, "__globals__", None) or vars(sys.modules.get(fn.__module__, typing))  # a class: its module
         for name, ann in getattr(fn, "__annotations__", {}).items():
             try:
                 out[name] = eval(ann, glob) if isinstance(ann, str) else ann  # noqa: S307 - our own annotations

@@ -30,7 +30,7 @@ from embscope.assets import corpora_root
 from embscope.errors import CorpusError, EmbscopeError, SpecError, did_you_mean
 from embscope.output import DefaultFolder
 from embscope.progress import Steps
-from embscope.sections.base import Inputs, RunOptions, Section, SectionOutput
+from embscope.sections.base import SectionInputs, RunOptions, Section, SectionOutput
 from embscope.sections.registry import BY_NAME, SECTION_NAMES
 from embscope.summary import SCHEMA_VERSION, ModelRecord, Sections, Summary
 
@@ -113,43 +113,77 @@ def check_sections(sections: Sequence[str]) -> list[str]:
     return [s for s in SECTION_NAMES if s in sections]
 
 
-@checked
-def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
-        languages: Sequence[str | Path] = (), domain: str | Path | None = None, corpora: Sequence[str | Path] = (),
-        data: Sequence[str | Path] = (), tokenizers: Sequence[str] = (), out: str | Path | DefaultFolder | None = None,
-        force: bool = False, options: RunOptions | None = None, render: bool = True, tokens=None,
-        command: str = "run", kind: str = "", verbose: bool | None = None,
-        warnings: Sequence[str] = (), required: Sequence[str] = (), **fields: Any) -> RunResult:
-    """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
+@dataclass
+class Given:
+    """What a run reads besides its model. The names are the command line's: ``languages`` is
+    ``--languages`` (the corpus of ``fertility``/``compare``), ``corpora`` is ``--corpus``, ``data``
+    is ``--data``. A corpus is a path or a shipped corpus by name (``medical``, ``udhr``).
 
-    The names are the command line's (and the sections' :class:`~embscope.sections.base.Inputs`):
-    ``data`` is ``--data``, ``corpora`` is ``--corpus``, ``languages`` is ``--languages``.
+    >>> Given(languages="udhr")
+    Traceback (most recent call last):
+    ...
+    embscope.errors.ArgumentError: Given(): languages='udhr' is one string where a list is expected; pass languages=['udhr']
+    """
+
+    #: corpora measured per language (fertility, parity, density; the diff's per-language drift)
+    languages: Sequence[str | Path] = ()
+    #: the corpus extension candidates come from (null: the first of ``languages`` and ``corpora`` in
+    #: one language, :func:`domain_corpus`)
+    domain: str | Path | None = None
+    #: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
+    #: template) produces, and ``repair_to`` re-initialises them
+    corpora: Sequence[str | Path] = ()
+    #: training data for the readiness check (any record format of :mod:`embscope.corpus.conversations`;
+    #: files, folders, globs); ``repair_to`` then re-initialises the rows its error-level findings point at
+    data: Sequence[str | Path] = ()
+    #: extra tokenizer specs measured beside the model's own (or alone, without a model)
+    tokenizers: Sequence[str] = ()
+    #: a tokens table from an earlier run (its ``flagged`` rows are left out of extension means)
+    tokens: "pl.DataFrame | None" = None
+
+    def __post_init__(self):
+        from embscope.arguments import check_call
+
+        check_call(Given, (), {f: getattr(self, f) for f in ("languages", "domain", "corpora", "data", "tokenizers")})
+
+
+@dataclass
+class Job:
+    """How a run is recorded and shown."""
+
+    #: the command recorded in the provenance
+    command: str = "run"
+    #: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit)
+    kind: str = ""
+    #: write ``index.html`` (with ``out``)
+    render: bool = True
+    #: progress lines (null: when standard error is a terminal)
+    verbose: bool | None = None
+    #: things the caller already knows the user should hear (listed with the run's own)
+    warnings: Sequence[str] = ()
+    #: sections without which the run means nothing (a command's only section): their failure ends
+    #: the run with its error and writes nothing, instead of being skipped
+    required: Sequence[str] = ()
+
+
+@checked
+def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES, given: Given | None = None,
+        out: str | Path | DefaultFolder | None = None, force: bool = False, options: RunOptions | None = None,
+        job: Job | None = None, **fields: Any) -> RunResult:
+    """Run ``sections`` on one model (or on tokenizers alone) and write one output folder.
 
     Args:
         model: a model spec (alias, hub id, folder, ``.gguf``); ``None`` for tokenizer-only runs.
         sections: which of :data:`~embscope.sections.registry.SECTION_NAMES` to run (a section
             whose option is off, e.g. ``repair`` without ``repair_to``, does not run).
-        languages: corpora measured per language (paths, or shipped names ``medical``, ``udhr``).
-        domain: the corpus that extension candidates come from (default: the first of ``languages``
-            and ``corpora`` in one language, :func:`domain_corpus`).
-        corpora: the user's own corpora: the scan lists the flagged rows their text (and the model's chat
-            template) produces, and ``repair_to`` re-initialises them.
-        data: training data for the finetune section (any record format of
-            :mod:`embscope.corpus.conversations`; files, folders, globs); ``repair_to`` then
-            re-initialises the rows its error-level findings point at.
-        tokenizers: extra tokenizer specs measured beside the model's own (or alone, without a model).
+        given: what the run reads besides the model (:class:`Given`: corpora, training data,
+            tokenizers); none by default.
         out: the output folder; :data:`~embscope.output.DEFAULT_OUT` for
             ``reports/<name>[-<kind>]-<UTC time>``; None: nothing is written (``RunResult.folder`` is None).
         force: replace an earlier embscope folder at ``out`` (and at ``repair_to``).
-        options: :class:`~embscope.sections.options.RunOptions`; ``**fields`` sets any of its fields
-            (a misspelt name is refused, naming the closest).
-        render: write ``index.html`` (with ``out``).
-        command: the command recorded in the provenance.
-        kind: the folder kind (``scan``, ``extend``, ``languages``; empty for an audit).
-        tokens: a tokens table from an earlier run (``flagged`` rows are left out of extension means).
-        warnings: things the caller already knows the user should hear (listed with the run's own).
-        required: sections without which the run means nothing (a command's only section): their
-            failure ends the run with its error and writes nothing, instead of being skipped.
+        options: :class:`~embscope.sections.options.RunOptions`; ``**fields`` sets any of its options
+            by name (a misspelt name is refused, naming the closest).
+        job: how the run is recorded and shown (:class:`Job`: command, folder kind, progress lines).
     Returns:
         :class:`RunResult`.
     Example:
@@ -163,40 +197,41 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     from embscope.output import DEFAULT_OUT, claim, default_out
 
     opts = RunOptions.build(options, **fields)
-    given = _Given(languages=[corpus_path(c) for c in languages],
-                   domain=corpus_path(domain) if domain is not None else None,
-                   corpora=[corpus_path(c) for c in corpora], data=[_training_path(c) for c in data])
+    given, job = given or Given(), job or Job()
+    paths = _Paths(languages=[corpus_path(c) for c in given.languages],
+                   domain=corpus_path(given.domain) if given.domain is not None else None,
+                   corpora=[corpus_path(c) for c in given.corpora], data=[_training_path(c) for c in given.data])
     specs = [BY_NAME[n] for n in check_sections(sections) if BY_NAME[n].enabled(opts)
-             and all(getattr(given, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
-    if given.domain is None and any(s.name == "extension" for s in specs):
-        given.domain = domain_corpus([*given.languages, *given.corpora], opts)
+             and all(getattr(paths, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
+    if paths.domain is None and any(s.name == "extension" for s in specs):
+        paths.domain = domain_corpus([*paths.languages, *paths.corpora], opts)
     if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
         reuse_freed_blocks()
-    _check_before_work(opts, [s.name for s in specs], given, None if out is DEFAULT_OUT else out, force)
-    resolved, extra_vocabs = _resolve(model, tokenizers, opts)
+    _check_before_work(opts, [s.name for s in specs], paths, None if out is DEFAULT_OUT else out, force)
+    resolved, extra_vocabs = _resolve(model, given.tokenizers, opts)
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)
-    target = None if out is None else default_out(label, kind) if out is DEFAULT_OUT else Path(out)
-    steps = Steps(verbose=verbose)
+    target = None if out is None else default_out(label, job.kind) if out is DEFAULT_OUT else Path(out)
+    steps = Steps(verbose=job.verbose)
 
     # The folder is claimed before the heavy work, so a bad --out fails in a second.
-    with (claim(target, force=force, inputs=given.paths(resolved, tokenizers), kind=kind or "audit")
+    with (claim(target, force=force, inputs=paths.paths(resolved, given.tokenizers), kind=job.kind or "audit")
           if target is not None else nullcontext()) as tmp:
-        loaded = _load(resolved, opts, steps, finetune=any(s.name == "finetune" for s in specs))
+        loaded = _load(resolved, opts, steps, readiness=any(s.name == "readiness" for s in specs))
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
-        state = Inputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, languages=given.languages,
-                       domain=given.domain, tokens=tokens, corpora=given.corpora, data=given.data, force=force)
-        outputs, state = _run_sections(specs, state, steps, required)
-        summary = _summary(command, opts, steps, loaded, resolved, model, outputs, state, tokenizers,
-                           [*warnings, *(w for r in outputs.values() for w in r.warnings)])
+        state = SectionInputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, languages=paths.languages,
+                       domain=paths.domain, tokens=given.tokens, corpora=paths.corpora, data=paths.data, force=force)
+        outputs, state = _run_sections(specs, state, steps, job.required)
+        summary = _summary(job.command, opts, steps, loaded, resolved, model, outputs, state, given.tokenizers,
+                           [*job.warnings, *(w for r in outputs.values() for w in r.warnings)])
         tables = _tables(outputs)
         if tmp is not None:
-            _write(tmp, summary, tables, steps, render)
+            _write(tmp, summary, tables, steps, job.render)
     return RunResult(folder=target, summary=summary, tables=tables, outputs=outputs)
 
 
 @dataclass
-class _Given:
-    """The paths a run was given, by the :class:`Inputs` field they fill."""
+class _Paths:
+    """The paths a run was given (:class:`Given`, each corpus spec resolved), by the :class:`SectionInputs` field they fill."""
 
     languages: list[Path]
     domain: Path | None
@@ -228,34 +263,34 @@ def domain_corpus(corpora: Sequence[Path], opts: RunOptions) -> Path | None:
 
     for c in dict.fromkeys(corpora):
         try:
-            if len(first_languages(c, opts.read_options())) == 1:
+            if len(first_languages(c, opts.corpus.read_options())) == 1:
                 return c
         except EmbscopeError:  # an unreadable corpus is the languages section's to report
             continue
     return None
 
 
-def _check_before_work(opts: RunOptions, names: list[str], given: "_Given", out, force: bool) -> None:
+def _check_before_work(opts: RunOptions, names: list[str], given: "_Paths", out, force: bool) -> None:
     """What the run is given, refused before the model loads (``out``: the folder named, if any): the
     folders it would write, then the inputs it would read (a .csv or an empty file is named), then
     the values that depend on them."""
-    if opts.repair_to is not None:
+    if opts.repair.repair_to is not None:
         _check_repair(opts, given, out, force)
-    if opts.apply_to is not None and "apply" in names:
+    if opts.extension.apply_to is not None and "apply" in names:
         _check_apply(opts, given, out, force)
     given.check_readable()
     if "languages" in names:
         _check_reference(opts, given.languages)
-    if opts.lang and ("languages" in names or "diff" in names):
+    if opts.languages.lang and ("languages" in names or "diff" in names):
         from embscope.languages.selection import selected_languages
 
         for corpus in given.languages:  # --lang selects in the languages corpus, not in --corpus ones
             if corpus not in given.corpora:
-                selected_languages(opts.lang, corpus, opts.reference)
-    if "finetune" in names and opts.split is not None:
+                selected_languages(opts.languages.lang, corpus, opts.languages.reference)
+    if "readiness" in names and opts.readiness.split is not None:
         from embscope.corpus.conversations import check_split
 
-        check_split(given.data, opts.split)
+        check_split(given.data, opts.readiness.split)
 
 
 def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
@@ -265,7 +300,7 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
     appear deep inside one): the languages section warns when parity is empty."""
     from embscope.corpus.stream import corpus_files, iter_file
 
-    ref, read = opts.reference, opts.read_options()
+    ref, read = opts.languages.reference, opts.corpus.read_options()
     for corpus in corpora:
         try:
             langs = [b.lang for f in corpus_files(corpus, read) if (b := next(iter_file(f, options=read), None))]
@@ -281,26 +316,26 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
                             f"of its {len(langs)} languages ({shown})")
 
 
-def _check_repair(opts: RunOptions, given: _Given, out, force: bool) -> None:
+def _check_repair(opts: RunOptions, given: _Paths, out, force: bool) -> None:
     """``--repair OUT``: something to repair, a scan to find it, and a target it may write."""
     from embscope.output import check_distinct, check_target
 
     if not given.corpora and not given.data:
         raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
-    if not opts.scan:
+    if not opts.scan.scan:
         raise SpecError("--repair re-initialises the rows the scan flags (and the zero rows it finds): drop "
                         "--no-scan")
-    check_distinct([("--out", out), ("--repair", opts.repair_to)])
-    check_target(opts.repair_to, force=force, inputs=[*given.corpora, *(p for p in given.data if p.exists())])
-    _check_repair_kind(Path(opts.repair_to))
+    check_distinct([("--out", out), ("--repair", opts.repair.repair_to)])
+    check_target(opts.repair.repair_to, force=force, inputs=[*given.corpora, *(p for p in given.data if p.exists())])
+    _check_repair_kind(Path(opts.repair.repair_to))
 
 
-def _check_apply(opts: RunOptions, given: _Given, out, force: bool) -> None:
+def _check_apply(opts: RunOptions, given: _Paths, out, force: bool) -> None:
     """``--apply OUT``: a target apart from ``--out`` that it may write (checked before any work)."""
     from embscope.output import check_distinct, check_target
 
-    check_distinct([("--out", out), ("--apply", opts.apply_to)])
-    check_target(opts.apply_to, force=force, inputs=[p for p in (given.domain, *given.languages) if p is not None])
+    check_distinct([("--out", out), ("--apply", opts.extension.apply_to)])
+    check_target(opts.extension.apply_to, force=force, inputs=[p for p in (given.domain, *given.languages) if p is not None])
 
 
 def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):
@@ -310,16 +345,16 @@ def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):
     from embscope.models.resolve import resolve
     from embscope.models.vocabulary import load_vocabulary
 
-    pick_device(opts.device)  # fail fast on --device cuda without a GPU
-    resolved = resolve(model, trust_pickle=opts.trust_pickle, download=opts.download,
-                       limits=opts.bounds()) if model is not None else None
+    pick_device(opts.load.device)  # fail fast on --device cuda without a GPU
+    resolved = resolve(model, trust_pickle=opts.load.trust_pickle, download=opts.load.download,
+                       limits=opts.corpus.bounds()) if model is not None else None
     if resolved is None and not tokenizers:
         raise SpecError("nothing to measure: pass a model or at least one tokenizer")
-    with using(opts.bounds()):  # the tokenizer loader's bounds (tokenizer-bytes, merges)
+    with using(opts.corpus.bounds()):  # the tokenizer loader's bounds (tokenizer-bytes, merges)
         return resolved, [load_vocabulary(t) for t in tokenizers]
 
 
-def _run_sections(specs, state: Inputs, steps: Steps, required) -> "tuple[dict[str, SectionOutput], Inputs]":
+def _run_sections(specs, state: SectionInputs, steps: Steps, required) -> "tuple[dict[str, SectionOutput], SectionInputs]":
     """Run the sections in order, each reading what the ones before it gave; work a section left
     running (the map's layout process) is finished once every section has run, and abandoned when
     the run fails."""
@@ -339,26 +374,26 @@ def _run_sections(specs, state: Inputs, steps: Steps, required) -> "tuple[dict[s
     return outputs, state
 
 
-def _load(resolved, opts: RunOptions, steps: Steps, *, finetune: bool):
+def _load(resolved, opts: RunOptions, steps: Steps, *, readiness: bool):
     """The model's matrices and tokenizer (None for tokenizer-only runs); the values that need them
-    (``--unused-ids``, ``--pad-token``) checked before any analysis; ``finetune``: the check runs
+    (``--unused-ids``, ``--pad-token``) checked before any analysis; ``readiness``: the check runs
     (it reads the tokenizer's ids past the matrix's rows too)."""
     from embscope.limits import using
     from embscope.models.load import load_model
 
     if resolved is None:
         return None
-    with steps.step("load", f"load {resolved.spec}"), using(opts.bounds()):
-        loaded = load_model(resolved, device=opts.device, trust_pickle=opts.trust_pickle,
-                            tokens_past_rows=finetune)
-    bad = [i for i in opts.unused_ids or () if i >= loaded.n_rows]
+    with steps.step("load", f"load {resolved.spec}"), using(opts.corpus.bounds()):
+        loaded = load_model(resolved, device=opts.load.device, trust_pickle=opts.load.trust_pickle,
+                            tokens_past_rows=readiness)
+    bad = [i for i in opts.scan.unused_ids or () if i >= loaded.n_rows]
     if bad:
         raise SpecError(f"--unused-ids {bad[0]} is past the last row of {loaded.name} "
                         f"({loaded.n_rows - 1}); pass row ids of this model")
-    if finetune and opts.pad_token is not None:  # the check's pad token, before the scan
+    if readiness and opts.readiness.pad_token is not None:  # the check's pad token, before the scan
         from embscope.readiness.trainers import pad_token_id
 
-        pad_token_id(loaded, opts.pad_token)
+        pad_token_id(loaded, opts.readiness.pad_token)
     return loaded
 
 
@@ -380,7 +415,7 @@ def _training_path(spec: str | Path) -> Path:
     return Path(spec) if is_glob(str(spec)) else corpus_path(spec)
 
 
-def _run_section(spec: Section, state: Inputs, steps: Steps, required: bool) -> SectionOutput:
+def _run_section(spec: Section, state: SectionInputs, steps: Steps, required: bool) -> SectionOutput:
     """One section: its output, or — when it fails with an embscope error or runs out of memory —
     the reason as ``skipped`` (a required section's failure ends the run instead)."""
     t0 = time.perf_counter()

@@ -35,7 +35,11 @@ from embscope.verdict import BottomLine
 #: 7: the kNN record has no inverted-file fields (``nlist``, ``nprobe``, ``scanned_share``,
 #: ``tuned_recall``, ``scan``, ``estimated_cost``, ``refine_*``, ``hnsw_pilot``,
 #: ``exact_estimate_seconds``: the ``ivf`` and ``refined`` methods are gone) and an ``nndescent`` one
-SCHEMA_VERSION = 7
+#: 8: ``sections.readiness`` is ``sections.finetune`` (the check's readiness; its verdicts'
+#: ``section`` and ``source`` too); version 7 files are read, the old key taken as the new
+SCHEMA_VERSION = 8
+#: older versions read as the current one, each by its upgrade (:func:`read_summary`)
+UPGRADES = {7: "_from_7"}
 
 
 @dataclass
@@ -89,8 +93,9 @@ class Sections(Record):
     extension: ExtensionRecord | None = None
     #: what ``extend --apply`` wrote (the extended model: tokenizer and new rows)
     apply: ApplyRecord | None = None
-    #: "Ready to fine-tune?": the training data's findings (embscope.readiness)
-    finetune: CheckRecord | None = None
+    #: "Ready to fine-tune?": the training data's findings (embscope.readiness; ``finetune`` before
+    #: schema version 8)
+    readiness: CheckRecord | None = None
     #: what ``--repair`` wrote (the flagged rows the data uses, re-initialised)
     repair: RepairRecord | None = None
     #: "What training changed": BASE against TUNED, row by row (embscope.changes)
@@ -167,6 +172,9 @@ def read_summary(data: Any, *, where: str = "summary.json") -> Summary:
     if not isinstance(data, dict):
         raise RecordError(f"{where} does not hold a JSON object; re-run embscope to rewrite it")
     version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version in UPGRADES:
+        data = globals()[UPGRADES[version]](data)
+        version = data["schema_version"]
     if version != SCHEMA_VERSION:
         raise RecordError(f"{where} has schema version {version!r}, this embscope reads {SCHEMA_VERSION}; "
                           "re-run the command that wrote it")
@@ -174,3 +182,32 @@ def read_summary(data: Any, *, where: str = "summary.json") -> Summary:
         return Summary.from_dict(data)
     except RecordError as err:
         raise RecordError(f"{where}: {err}; re-run the command that wrote it") from None
+
+
+def _from_7(data: dict) -> dict:
+    """A version 7 ``summary.json`` as version 8: ``sections.finetune`` is ``sections.readiness``, and
+    the verdicts that named it name the new key.
+
+    >>> _from_7({"schema_version": 7, "sections": {"finetune": {"x": 1}}, "bottom_line": {"verdicts": [
+    ...     {"section": "finetune", "source": "finetune.findings"}]}})["sections"]
+    {'readiness': {'x': 1}}
+    """
+    data = dict(data, schema_version=8)
+    sections = data.get("sections")
+    if isinstance(sections, dict) and "finetune" in sections and "readiness" not in sections:
+        data["sections"] = {("readiness" if k == "finetune" else k): v for k, v in sections.items()}
+    skipped = data.get("skipped")
+    if isinstance(skipped, dict) and "finetune" in skipped:
+        data["skipped"] = {("readiness" if k == "finetune" else k): v for k, v in skipped.items()}
+    line = data.get("bottom_line")
+    if isinstance(line, dict) and isinstance(line.get("verdicts"), list):
+        data["bottom_line"] = dict(line, verdicts=[_renamed_verdict(v) for v in line["verdicts"]])
+    return data
+
+
+def _renamed_verdict(v: Any) -> Any:
+    if not isinstance(v, dict) or v.get("section") != "finetune":
+        return v
+    source = v.get("source")
+    return dict(v, section="readiness", source=("readiness" + source[len("finetune"):]
+                                                if isinstance(source, str) and source.startswith("finetune") else source))

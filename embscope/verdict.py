@@ -32,7 +32,7 @@ LEVELS = ("ok", "note", "act")
 class Verdict(Record):
     """One section's bottom line."""
 
-    #: the section it sums up (tokens, languages, extension, apply, finetune, repair, diff, context)
+    #: the section it sums up (tokens, languages, extension, apply, readiness, repair, diff, context)
     section: str
     #: ``ok`` (nothing to do), ``note`` (worth knowing) or ``act`` (fix it: the run's own findings
     #: say what breaks)
@@ -124,7 +124,7 @@ def tokens_verdict(geo, facts: RunFacts, ft=None) -> Verdict | None:
     if used:
         text += f"; {used:,} of {them} {'is' if used == 1 else 'are'} in {where}"
         level = "act"
-        if not (facts.options is not None and facts.options.repair_to):  # else the run wrote the repaired model
+        if not (facts.options is not None and facts.options.repair.repair_to):  # else the run wrote the repaired model
             nxt = (f"embscope check --model {model} --data {' '.join(map(_q, facts.data))} --repair OUT" if ft is not None
                    else f"embscope scan --model {model} --corpus {' '.join(map(_q, facts.corpora))} --repair OUT")
     elif used == 0 and n:
@@ -247,7 +247,7 @@ def apply_verdict(ap, facts: RunFacts, ext=None) -> Verdict | None:
                    next=f"fine-tune {_q(ap.folder)}, then: embscope diff {_q(ap.folder)} TUNED --data YOUR_DATA")
 
 
-def finetune_verdict(ft, facts: RunFacts) -> Verdict | None:
+def readiness_verdict(ft, facts: RunFacts) -> Verdict | None:
     """Ready to fine-tune with this trainer: yes, or no and the errors that say why."""
     if ft is None:
         return None
@@ -258,16 +258,16 @@ def finetune_verdict(ft, facts: RunFacts) -> Verdict | None:
     if errors:
         codes = ", ".join(dict.fromkeys(x.code for x in errors))
         text = f"ready to fine-tune with {trainer}: no, {_plural(len(errors), 'error')} ({codes})"
-        repair = any(x.code in ROW_CODES for x in errors) and not (facts.options and facts.options.repair_to)
+        repair = any(x.code in ROW_CODES for x in errors) and not (facts.options and facts.options.repair.repair_to)
         nxt = (f"embscope check --model {_q(facts.model)} --data {data} --repair OUT" if repair
                else f"fix: {errors[0].fix}")
-        return Verdict(section="finetune", level="act", text=text, value=len(errors), source="finetune.findings",
+        return Verdict(section="readiness", level="act", text=text, value=len(errors), source="readiness.findings",
                        next=nxt)
     text = f"ready to fine-tune with {trainer}: yes"
     if warnings:
         text += f", {_plural(len(warnings), 'warning')} ({', '.join(dict.fromkeys(x.code for x in warnings))})"
-    return Verdict(section="finetune", level="note" if warnings else "ok", text=text, value=0,
-                   source="finetune.findings",
+    return Verdict(section="readiness", level="note" if warnings else "ok", text=text, value=0,
+                   source="readiness.findings",
                    next=f"train, then: embscope diff {_q(facts.model)} TUNED --data {data}")
 
 
@@ -306,16 +306,16 @@ def diff_verdict(d, facts: RunFacts) -> Verdict | None:
 
 
 #: which section leads each command's report (and its bottom line)
-LEADS = {"check": "finetune", "diff": "diff", "extend": "extension", "scan": "tokens", "fertility": "languages",
+LEADS = {"check": "readiness", "diff": "diff", "extend": "extension", "scan": "tokens", "fertility": "languages",
          "compare": "languages"}
 
 
 def bottom_line(sections, facts: RunFacts) -> BottomLine:
     """The verdicts of ``sections`` (:class:`embscope.summary.Sections`), the command's own first."""
-    out = [tokens_verdict(sections.tokens.geometry if sections.tokens is not None else None, facts, sections.finetune),
+    out = [tokens_verdict(sections.tokens.geometry if sections.tokens is not None else None, facts, sections.readiness),
            *languages_verdicts(sections.languages, facts),
            extension_verdict(sections.extension, facts, applied=sections.apply),
-           apply_verdict(sections.apply, facts, sections.extension), finetune_verdict(sections.finetune, facts),
+           apply_verdict(sections.apply, facts, sections.extension), readiness_verdict(sections.readiness, facts),
            repair_verdict(sections.repair, facts), diff_verdict(sections.diff, facts),
            context_verdict(sections.context, facts)]
     verdicts = [v for v in out if v is not None]

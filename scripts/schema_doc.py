@@ -68,6 +68,8 @@ def _records():
             return
         seen.add(cls)
         out.append((path, cls))
+        if getattr(cls, "flat", False):  # RunOptions: its groups' fields, written flat
+            return
         hints = field_types(cls)
         for f in written_fields(cls):
             for sub in records_in(hints[f.name]):
@@ -79,6 +81,21 @@ def _records():
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def _keys(cls, hints, docs):
+    """``[(key, type, meaning)]`` of a record as ``summary.json`` writes it: a flat record
+    (:class:`~embscope.sections.options.RunOptions`) lists its groups' fields, each group named."""
+    from embscope.records import field_docs, written_fields
+
+    if not getattr(cls, "flat", False):
+        return [(f.name, hints[f.name], docs.get(f.name, "")) for f in written_fields(cls)]
+    out = []
+    for f in written_fields(cls):
+        group = hints[f.name]
+        sub_hints, sub_docs = typing.get_type_hints(group), field_docs(group)
+        out += [(g.name, sub_hints[g.name], f"({f.name}) {sub_docs.get(g.name, '')}") for g in written_fields(group)]
+    return out
 
 
 def render() -> str:
@@ -98,8 +115,8 @@ def render() -> str:
         title = f"`{where}`" + ("" if where == "summary.json" else f" — `{cls.__module__}.{cls.__name__}`")
         doc = " ".join((cls.__doc__ or "").split())
         out.append(f"\n### {title}\n\n{doc}\n\n| key | type | meaning |\n|---|---|---|\n")
-        for f in written_fields(cls):
-            out.append(f"| `{f.name}` | {_cell(type_name(hints[f.name]))} | {_cell(docs.get(f.name, ''))} |\n")
+        for f, tp, meaning in _keys(cls, hints, docs):
+            out.append(f"| `{f}` | {_cell(type_name(tp))} | {_cell(meaning)} |\n")
     return "".join(out)
 
 

@@ -21,7 +21,7 @@ OWN_DEFAULTS = {("audit", "verify"): None,  # automatic: a capped random sample 
 
 def _field_defaults() -> dict:
     return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            for f in dataclasses.fields(RunOptions)}
+            for group in dataclasses.fields(RunOptions) for f in dataclasses.fields(group.default_factory())}
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -71,7 +71,7 @@ def test_nothing_is_written_without_out(monkeypatch, tmp_path):
     with monkeypatch.context() as mp:
         mp.setattr(embscope.output, "claim", refuse)
         res = embscope.check("smollm2-135m", "corpora/chat/medical-chat.jsonl", scan=False, device="cpu")
-    assert res.folder is None and res.tables["findings"].height == len(res.summary.sections.finetune.findings)
+    assert res.folder is None and res.tables["findings"].height == len(res.summary.sections.readiness.findings)
     written = embscope.check("smollm2-135m", "corpora/chat/medical-chat.jsonl", scan=False, device="cpu",
                              out=tmp_path / "c")
     assert written.folder == tmp_path / "c"

@@ -93,7 +93,7 @@ def test_right_types_pass_including_numpy_numbers_and_paths(tmp_path):
 
     res = embscope.scan("minilm-l6", scan=False, k=np.int64(5), threshold=4, limits=("file-bytes=8G",),
                         unused_ids=(1, np.int32(2)), out=tmp_path / "s")
-    assert res.folder == tmp_path / "s" and res.summary.parameters.k == 5
+    assert res.folder == tmp_path / "s" and res.summary.parameters.scan.k == 5
     assert embscope.rope("smollm2-135m").kv_bytes_per_token == 30 * 3 * 64 * 2 * 2
 
 

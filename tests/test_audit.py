@@ -28,7 +28,7 @@ def test_audit_writes_every_table(smollm2_audit):
     assert s.model.rows == 49152 and s.model.tied is True
     assert s.sections.context.rope.theta == pytest.approx(1e5)
     assert {"load", "tokens", "geometry", "extension", "report"} <= set(s.timings)
-    assert s.embscope.version and s.parameters.k == 10
+    assert s.embscope.version and s.parameters.scan.k == 10
     assert {"torch", "polars", "numpy", "transformers"} <= set(s.versions)
     name, digest = s.inputs.model.tensors.embed.split(":")
     assert name in ("xxh3_128", "blake2b") and len(digest) == 32 and s.inputs.model.tensors.output is None

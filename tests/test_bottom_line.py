@@ -85,7 +85,7 @@ def test_check_settles_the_special_rows_it_would_warn_about(check_run):
     assert tokens["flagged"][1] and tokens["flagged"][2] and status[1] == status[2] == "cleared"
     specials = s["sections"]["tokens"]["geometry"]["verification"]["specials"]
     assert {r["id"]: r["verified"] for r in specials["rows"]} == {1: False, 2: False}
-    codes = {f["code"] for f in s["sections"]["finetune"]["findings"]}
+    codes = {f["code"] for f in s["sections"]["readiness"]["findings"]}
     assert not codes & {"special-row-untrained", "untrained-used"}
     assert "special-row-untrained" not in check_run["stdout"]
     check_counts(s["sections"]["tokens"]["geometry"], tokens)
@@ -95,7 +95,7 @@ def test_check_ends_with_its_bottom_line(check_run):
     """The terminal's last lines are summary.json's bottom line, the check's own verdict first."""
     s = check_run["summary"]
     verdicts = s["bottom_line"]["verdicts"]
-    assert [v["section"] for v in verdicts] == ["finetune", "tokens"]
+    assert [v["section"] for v in verdicts] == ["readiness", "tokens"]
     assert verdicts[0]["text"].startswith("ready to fine-tune with trl: yes")
     f = s["sections"]["tokens"]["geometry"]["flagged"]
     assert verdicts[1]["value"] == f["total"] and f"{f['total']:,} rows flagged" in verdicts[1]["text"]

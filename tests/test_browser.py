@@ -333,9 +333,9 @@ def test_every_command_report_leads_with_its_bottom_line(browser, tmp_path, smol
     assert "--no-map skipped the map" in js("return document.getElementById('map-panel').textContent")
     assert not js("return !!document.getElementById('atlas-hint')")
 
-    s = check_bottom_line(browser, demo_reports / "check", tmp_path, "bl-check", ["finetune", "overview", "tokens"])
+    s = check_bottom_line(browser, demo_reports / "check", tmp_path, "bl-check", ["readiness", "overview", "tokens"])
     check_token_counts(browser, s)
-    findings = s["sections"]["finetune"]["findings"]
+    findings = s["sections"]["readiness"]["findings"]
     assert js("return document.querySelectorAll('#findings-table tbody tr').length") == len(findings)
     assert "special-row-untrained" not in js("return document.body.innerText")
     assert "`check` does not lay out the map" in js("return document.getElementById('map-panel').textContent")

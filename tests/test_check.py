@@ -103,7 +103,7 @@ def _check(folder: Path, data, **kw):
 
     res = embscope.check(str(folder), [str(d) for d in data] if isinstance(data, list) else str(data),
                          device="cpu", threshold=kw.pop("threshold", THRESHOLD), **kw)
-    return res.summary.sections.finetune
+    return res.summary.sections.readiness
 
 
 def _codes(record, severity=None):
@@ -318,6 +318,22 @@ def test_out_folder_and_exit_codes(tmp_path, smol, train_data, capsys):
     assert "Ready to fine-tune?" in html and "pad-is-eos" in html
     assert main(["check", "--model", str(folder), "--data", str(tmp_path / "missing.jsonl"), "-q"]) == 2
     assert "error:" in capsys.readouterr().err
+    # a folder written before schema version 8 held the record under ``finetune``: still read
+    import json
+
+    from embscope.summary import read_summary
+
+    new = json.loads((out / "summary.json").read_text())
+    old = dict(new, schema_version=7, sections={("finetune" if k == "readiness" else k): v
+                                                for k, v in new["sections"].items()})
+    old["bottom_line"] = dict(new["bottom_line"])
+    old["bottom_line"]["verdicts"] = [dict(v, section="finetune", source=v["source"].replace("readiness", "finetune"))
+                                      if v["section"] == "readiness" else v for v in new["bottom_line"]["verdicts"]]
+    assert "readiness" not in old["sections"] and read_summary(old) == read_summary(new)
+    (out / "summary.json").write_text(json.dumps(old))
+    (out / "index.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert "pad-is-eos" in (out / "index.html").read_text("utf-8")
 
 
 def test_repair_fixes_used_zero_rows(tmp_path, smol, train_data):
@@ -345,7 +361,7 @@ def test_byte_fallback_share_on_gemma3(tmp_path):
     data.write_text(json.dumps({"text": "𐀀𐀁𐀂𐀃𐀄𐀅 𓀀𓀁𓀂𓀃 𒀀𒀁𒀂"}, ensure_ascii=False) + "\n"
                     + json.dumps({"text": "plain english text here"}) + "\n", "utf-8")
     res = embscope.check("gemma3-270m", str(data), scan=False, device="cpu")
-    record = res.summary.sections.finetune
+    record = res.summary.sections.readiness
     f = next(f for f in record.findings if f.code == "unknown-tokens")
     assert f.severity == "info" and f.count > 0.5 * record.tokens and f.ids and len(f.tokens) == len(f.ids)
     assert any("no geometry scan" in w for w in res.warnings)
@@ -361,7 +377,7 @@ def test_audit_with_data_has_the_section(tmp_path, smol, train_data):
     assert main(["audit", "--model", str(folder), "--languages", "none", "--no-map", "--data", str(train_data),
                  "--threshold", str(THRESHOLD), "--trainer", "transformers", "--out", str(out), "-q"]) == 0
     summary = json.loads((out / "summary.json").read_text("utf-8"))
-    finetune = summary["sections"]["finetune"]
+    finetune = summary["sections"]["readiness"]
     assert finetune["trainer"]["name"] == "transformers" and summary["parameters"]["trainer"] == "transformers"
     assert {(f["code"], f["severity"]) for f in finetune["findings"]} >= {("pad-is-eos", "error")}
     assert (out / "findings.parquet").is_file() and "Ready to fine-tune?" in (out / "index.html").read_text("utf-8")

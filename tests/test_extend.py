@@ -279,8 +279,8 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
 
     s = read_summary(json.loads((out / "summary.json").read_text()))
     assert s.sections.extension.top_n == 10 and s.sections.extension.tokens_saved > 0
-    assert s.sections.extension.form == "added" and s.parameters.extend_as == "added"
-    assert s.parameters.max_ngram == 2 and s.embscope.command == "extend"
+    assert s.sections.extension.form == "added" and s.parameters.extension.extend_as == "added"
+    assert s.parameters.extension.max_ngram == 2 and s.embscope.command == "extend"
     assert pl.read_parquet(out / "new_tokens.parquet")["kind"].to_list().count("term") >= 10
     assert s.sections.extension.engine == EngineRecord(kind="local", workers=2)
     assert s.sections.extension.corpus_report.texts == s.sections.extension.corpus_texts > 20000

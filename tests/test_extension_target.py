@@ -224,7 +224,7 @@ def test_lang_and_init_names_are_checked():
     from embscope.extension.init import expand_specs
     from embscope.sections.options import RunOptions
 
-    assert RunOptions.build(target_lang="hin", norm_correction=True).target_lang == "hin"
+    assert RunOptions.build(target_lang="hin", norm_correction=True).extension.target_lang == "hin"
     with pytest.raises(SpecError, match="not a language code"):
         RunOptions.build(target_lang="Hindi")
     assert {"focus", "random"} <= set(expand_specs(["auto"]))

@@ -224,9 +224,9 @@ def test_responses_only_template_errors_are_render_failed_findings(body, tmp_pat
     plain = embscope.check("smollm2-135m", str(CHAT), scan=False, chat_template=str(template), trainer="unsloth")
     res = embscope.check("smollm2-135m", str(CHAT), scan=False, chat_template=str(template), trainer="unsloth",
                          responses_only=True)
-    codes = {(f.code, f.severity) for f in res.summary.sections.finetune.findings}
+    codes = {(f.code, f.severity) for f in res.summary.sections.readiness.findings}
     assert ("render-failed", "error") in codes
-    assert codes == {(f.code, f.severity) for f in plain.summary.sections.finetune.findings}
+    assert codes == {(f.code, f.severity) for f in plain.summary.sections.readiness.findings}
 
 
 def test_responses_only_markers_that_never_occur_are_not_ready(tmp_path, capsys):
@@ -237,7 +237,7 @@ def test_responses_only_markers_that_never_occur_are_not_ready(tmp_path, capsys)
 
     res = embscope.check("smollm2-135m", str(CHAT), scan=False, trainer="unsloth", responses_only=True,
                          instruction_part="<<never-instr>>", response_part="<<never-resp>>")
-    drops = [f for f in res.summary.sections.finetune.findings if f.code == "trainer-drops"]
+    drops = [f for f in res.summary.sections.readiness.findings if f.code == "trainer-drops"]
     examples = sum(1 for line in CHAT.read_text("utf-8").splitlines() if line.strip())
     assert len(drops) == 1 and drops[0].severity == "error" and drops[0].count == examples
     assert "every one of the" in drops[0].message and "--response-part" in drops[0].fix

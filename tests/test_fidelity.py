@@ -97,7 +97,7 @@ def test_auto_is_the_default_and_unknown_names_still_fail():
 
     assert inspect.signature(suggest).parameters["init"].default == ("auto",)
     assert inspect.signature(apply).parameters["init"].default == "auto"
-    assert RunOptions().init == ["auto"]
+    assert RunOptions().extension.init == ["auto"]
     assert {"omp", "subword-mean-norm", "mean", "knn-pull", "distil"} <= set(expand_specs(["auto"]))
     with pytest.raises(SpecError, match="did you mean 'omp'"):
         expand_specs(["opm"])

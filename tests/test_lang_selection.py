@@ -91,7 +91,7 @@ def test_fertility_measures_every_language_and_audit_a_named_set():
     assert measure.selection == [AUDIT_SET] and measure.selected == sorted(AUDIT_LANGUAGES)
     assert measure.available == len(LANGS)
     assert any(f"measured 68 of its {len(LANGS)} languages (the audit set" in w for w in res.warnings)
-    assert res.summary.parameters.lang == [AUDIT_SET]
+    assert res.summary.parameters.languages.lang == [AUDIT_SET]
 
 
 @pytest.mark.parametrize("argv", [["audit", "--no-scan", "--lang", "hinn"],

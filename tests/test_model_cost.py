@@ -171,4 +171,4 @@ def test_audit_scores_within_its_budget(corpus, reference):
         assert rows[lang]["bits_per_byte"] == pytest.approx(sum(u[0] for u in taken) / sum(u[1] for u in taken), abs=0.01)
     record = res.summary.sections.languages.corpora[str(corpus)].model
     assert record.work_budget == 0.05 and record.stopped_at_budget and record.units == 2
-    assert res.summary.parameters.model_work == 0.05
+    assert res.summary.parameters.languages.model_work == 0.05

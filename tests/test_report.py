@@ -43,7 +43,7 @@ def build_hostile_run(root: Path, *, scan: bool = True, languages: bool = True) 
     from safetensors.torch import save_file
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from embscope.runner import run
+    from embscope.runner import Given, run
 
     corpus = root / "corpus"
     corpus.mkdir(parents=True)
@@ -78,8 +78,8 @@ def build_hostile_run(root: Path, *, scan: bool = True, languages: bool = True) 
         "intermediate_size": 64, "vocab_size": v, "tie_word_embeddings": True, "rope_theta": 1e5,
         "max_position_embeddings": 8192, "torch_dtype": "float32"}))
     out = root / "report"
-    run(str(model), languages=[corpus] if languages else [], domain=corpus / "eng.txt" if languages else None,
-        out=out, scan=scan, options=RunOptions(map=scan, top=5, diagnostics=False))
+    run(str(model), given=Given(languages=[corpus] if languages else [], domain=corpus / "eng.txt" if languages else None),
+        out=out, scan=scan, options=RunOptions.build(map=scan, top=5, diagnostics=False))
     return out
 
 

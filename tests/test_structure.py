@@ -207,7 +207,7 @@ else:
 
 
 def _section_io(path: Path) -> tuple[set[str], set[str]]:
-    """The :class:`Inputs` fields a section module reads (``inputs.<field>``) and the ones it gives
+    """The :class:`SectionInputs` fields a section module reads (``inputs.<field>``) and the ones it gives
     (``gives["<field>"]``, ``gives={"<field>": ...}``), read from its source."""
     reads, gives = set(), set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -262,12 +262,12 @@ def test_help_imports_neither_numpy_nor_torch():
 
 def test_registry_and_summary_agree():
     """Every registered section has its field in ``Sections``, in run order, typed by its record;
-    every declared hand-off names a field of ``Inputs``."""
+    every declared hand-off names a field of ``SectionInputs``."""
     import dataclasses
     import typing
 
     from embscope.records import field_types
-    from embscope.sections.base import Inputs
+    from embscope.sections.base import SectionInputs
     from embscope.sections.registry import SECTIONS
     from embscope.summary import Sections
 
@@ -276,7 +276,7 @@ def test_registry_and_summary_agree():
     for s in SECTIONS:
         assert s.record in typing.get_args(types[s.name]), s.name
         assert callable(s.function()), s.entry
-    inputs = {f.name for f in dataclasses.fields(Inputs)}
+    inputs = {f.name for f in dataclasses.fields(SectionInputs)}
     assert {n for s in SECTIONS for n in (*s.reads, *s.gives)} <= inputs
 
 

@@ -157,7 +157,7 @@ def test_a_refused_conversation_does_not_refuse_the_template(tmp_path, smol, tra
     big = {"messages": [{"role": "user", "content": "a" * 900_000}, {"role": "assistant", "content": "ok"}]}
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps(big) + "\n" + train_data.read_text("utf-8"), "utf-8")
-    record = embscope.check(str(folder), str(data), device="cpu", scan=False).summary.sections.finetune
+    record = embscope.check(str(folder), str(data), device="cpu", scan=False).summary.sections.readiness
     assert record.template == "rendered 137 of 138 (1 failed or refused)"
     codes = {f.code: f for f in record.findings}
     assert "render-failed" not in codes

@@ -356,7 +356,7 @@ def test_scan_repair_is_a_section_recorded_in_the_summary(tmp_path, smollm2_grap
     manifest = json.loads((rep / "embscope_repair.json").read_text())
     assert record is not None and record.folder == str(rep) and record.format == "transformers"
     assert record.token_ids == manifest["token_ids"] and {"MetaInfoClass", "swigfaiss"} <= set(record.tokens)
-    assert summary.parameters.repair_to == str(rep) and "repair" not in summary.skipped
+    assert summary.parameters.repair.repair_to == str(rep) and "repair" not in summary.skipped
 
 
 def test_repair_rows_are_the_used_flagged_rows_without_specials():
@@ -408,13 +408,13 @@ def test_verify_cap_and_sample_are_refused_in_one_line():
     from embscope.sections.base import RunOptions
 
     with pytest.raises(SpecError) as e:
-        RunOptions(verify=10**9).check()
+        RunOptions.build(verify=10**9)
     msg = str(e.value)
     assert "--verify" in msg and "2000" in msg and "min" in msg and "\n" not in msg
     with pytest.raises(SpecError, match="--verify-sample"):
-        RunOptions(verify=5, verify_sample="best").check()
-    RunOptions(verify=2000, verify_sample="random").check()
-    RunOptions(verify=None).check()  # audit's automatic default
+        RunOptions.build(verify=5, verify_sample="best")
+    RunOptions.build(verify=2000, verify_sample="random")
+    RunOptions.build(verify=None)  # audit's automatic default
 
 
 def test_wilson_interval():

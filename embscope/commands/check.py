@@ -28,14 +28,14 @@ def check(
 ) -> None:
     """Ready to fine-tune? Read the training data as the trainer will and report every vocabulary hazard."""
     res = run_check(model, [str(p) for p in data], out=common.out, force=common.force, **options)
-    finish(res, res.summary.sections.finetune, fail_on, common.as_json, lambda: _print(res))
+    finish(res, res.summary.sections.readiness, fail_on, common.as_json, lambda: _print(res))
 
 
 def _print(res) -> None:
     from embscope.commands.console import console
     from rich.text import Text
 
-    record = res.summary.sections.finetune
+    record = res.summary.sections.readiness
     con = console()
     formats = ", ".join(f"{n} {k}" for k, n in record.data.formats.items())
     limit = f"{record.context} ({record.context_from})" if record.context else "unknown"

@@ -42,7 +42,7 @@ SPLIT_NAME = re.compile(r"^(train|test|validation|valid|dev|eval)(?:[-_.]\d+(?:-
 
 @dataclass
 class DataRead(Record):
-    """What reading the training data found (``summary.json`` → ``sections.finetune.data``). Fill it
+    """What reading the training data found (``summary.json`` → ``sections.readiness.data``). Fill it
     by passing it to :func:`iter_examples` (its counters count up); :meth:`record` is what is written."""
 
     #: records seen (good and rejected)

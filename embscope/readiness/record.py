@@ -1,4 +1,4 @@
-"""The pre-fine-tune check's record (``summary.json`` → ``sections.finetune``) and its findings.
+"""The pre-fine-tune check's record (``summary.json`` → ``sections.readiness``) and its findings.
 
 A finding has a stable code (:data:`CODES`, documented in :mod:`embscope.readiness.findings`), a
 severity (:data:`SEVERITIES`, lowest first), the ids it concerns and a one-line fix; ``diff`` reports
@@ -210,7 +210,7 @@ class SplitRecord(Record):
 
 @dataclass
 class CheckRecord(Record):
-    """The pre-fine-tune check (``summary.json`` ``sections.finetune``)."""
+    """The pre-fine-tune check (``summary.json`` ``sections.readiness``)."""
 
     #: the hazards found, errors first (see embscope.readiness.findings for the codes)
     findings: list[Finding]

@@ -275,7 +275,7 @@ def _top_table(df, cols: set[str], tokens: list[str], n: int) -> dict[str, Any]:
 
 def no_map(summary: Summary) -> str:
     """Why a folder with a scan has no map, from what its run asked for."""
-    command, laid = summary.embscope.command, summary.parameters.map
+    command, laid = summary.embscope.command, summary.parameters.scan.map
     if laid:
         return "the layout placed no row (summary.json → geometry.layout says why)"
     how = "--no-map skipped the map" if command in ("audit", "scan", "run") else f"`{command}` does not lay out the map"

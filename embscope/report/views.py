@@ -191,10 +191,10 @@ def diff_view(d) -> dict[str, Any]:
 
 
 #: the page's sections, in the order an audit shows them, with their titles
-PAGE = {"overview": "Overview", "finetune": "Ready to fine-tune?", "diff": "What training changed",
+PAGE = {"overview": "Overview", "readiness": "Ready to fine-tune?", "diff": "What training changed",
         "tokens": "Under-trained tokens", "languages": "Languages", "extension": "Extension", "context": "Context"}
 #: the section a single-purpose command's report leads with
-LEADS = {"check": "finetune", "diff": "diff", "extend": "extension", "scan": "tokens", "fertility": "languages",
+LEADS = {"check": "readiness", "diff": "diff", "extend": "extension", "scan": "tokens", "fertility": "languages",
          "compare": "languages"}
 #: the mark of each verdict level on the page (as in the terminal)
 MARKS = {"ok": "✓", "note": "•", "act": "✗"}
@@ -251,7 +251,7 @@ def summary_view(s: Summary) -> dict[str, Any]:
         "geo": geometry_view(tokens.geometry if tokens is not None else None, categories),
         "ext": extension_view(s.sections.extension),
         "langs": languages_view(s.sections.languages),
-        "ft": getattr(s.sections, "finetune", None).to_dict() if getattr(s.sections, "finetune", None) else {},
+        "ft": getattr(s.sections, "readiness", None).to_dict() if getattr(s.sections, "readiness", None) else {},
         "df": diff_view(getattr(s.sections, "diff", None)),
         "skipped": s.skipped,
         "warnings": s.warnings,

@@ -1,6 +1,6 @@
 """What every section shares: its inputs and what it hands back (options: :mod:`~embscope.sections.options`).
 
-A section is a function ``(inputs: Inputs) -> SectionOutput``. It reads the loaded model, the
+A section is a function ``(inputs: SectionInputs) -> SectionOutput``. It reads the loaded model, the
 corpora and what earlier sections gave (the tokens table, the scan result, the domain corpus), and
 returns a typed record (a :class:`~embscope.records.Record`), its Parquet tables, the values it
 gives to later sections, and — when it has nothing to report — the reason instead of a record.
@@ -8,7 +8,7 @@ The runner writes the output folder; the one section that writes elsewhere is ``
 folder its option names.
 
 A section registers itself where it is defined, with :func:`section`: its name, its record, its
-tables, the :class:`Inputs` fields it reads and those it gives; :mod:`embscope.sections.registry`
+tables, the :class:`SectionInputs` fields it reads and those it gives; :mod:`embscope.sections.registry`
 imports the section modules in run order.
 """
 
@@ -43,7 +43,7 @@ class Scanned(NamedTuple):
 
 
 @dataclass
-class Inputs:
+class SectionInputs:
     """What a section may read: what the runner loaded, and what earlier sections gave
     (:data:`embscope.sections.registry.SECTIONS` declares who gives what). The names are the
     command line's: ``--data`` is :attr:`data`, ``--corpus`` is :attr:`corpora`, ``--languages`` (and
@@ -69,7 +69,7 @@ class Inputs:
     extension: "ExtensionResult | None" = None
     #: training data (``--data``: records in any format of embscope.corpus.conversations)
     data: Sequence[Path] = ()
-    #: rows the check's error-level findings point at (given by the finetune section): what
+    #: rows the check's error-level findings point at (given by the readiness section): what
     #: ``--repair`` rewrites instead of the scan's used flagged rows; None without a check
     repair_rows: list[int] | None = None
     #: a section that writes a folder of its own (repair) may replace an earlier embscope folder
@@ -90,7 +90,7 @@ class SectionOutput:
     #: the analysis's own result, for a caller after the run (never written): the :class:`Scanned`
     #: scan, the extension's result, the manifest ``apply`` or ``repair`` wrote, the diff's result
     result: Any = None
-    #: values for the :class:`Inputs` of later sections (only the fields the registry says it gives)
+    #: values for the :class:`SectionInputs` of later sections (only the fields the registry says it gives)
     gives: dict[str, Any] = field(default_factory=dict)
     #: work the section started and left running in the background (the map), finished before
     #: the tables are written, cancelled when the run fails
@@ -117,19 +117,19 @@ class Section:
 
     #: the key in ``summary.json`` ``sections`` and in ``run(sections=[...])``
     name: str
-    #: the section function, ``(Inputs) -> SectionOutput``
-    run: Callable[[Inputs], SectionOutput]
+    #: the section function, ``(SectionInputs) -> SectionOutput``
+    run: Callable[[SectionInputs], SectionOutput]
     #: the record class stored under ``sections.<name>``
     record: type[Record]
     #: the Parquet tables it writes (file stems)
     tables: tuple[str, ...] = ()
-    #: the :class:`Inputs` fields it reads (besides ``options`` and ``steps``, which every section may)
+    #: the :class:`SectionInputs` fields it reads (besides ``options`` and ``steps``, which every section may)
     reads: tuple[str, ...] = ()
-    #: the :class:`Inputs` fields it fills for the sections after it
+    #: the :class:`SectionInputs` fields it fills for the sections after it
     gives: tuple[str, ...] = ()
     #: whether the options ask for it at all (a section that is not enabled is not run, not skipped)
     enabled: Callable[[RunOptions], bool] = _always
-    #: the :class:`Inputs` fields without which it is not run (asked for or not)
+    #: the :class:`SectionInputs` fields without which it is not run (asked for or not)
     requires: tuple[str, ...] = ()
 
     @property
@@ -137,7 +137,7 @@ class Section:
         """``module:function`` of the section function."""
         return f"{self.run.__module__}:{self.run.__name__}"
 
-    def function(self) -> Callable[[Inputs], SectionOutput]:
+    def function(self) -> Callable[[SectionInputs], SectionOutput]:
         return self.run
 
 
@@ -156,7 +156,7 @@ def section(name: str, *, record: type[Record], tables: Sequence[str] = (), read
     >>> REGISTERED.pop("demo").entry
     'embscope.sections.base:demo_section'
     """
-    def register(fn: Callable[[Inputs], SectionOutput]) -> Callable[[Inputs], SectionOutput]:
+    def register(fn: Callable[[SectionInputs], SectionOutput]) -> Callable[[SectionInputs], SectionOutput]:
         if name in REGISTERED:
             raise TypeError(f"section {name!r} is registered twice ({REGISTERED[name].entry} and "
                             f"{fn.__module__}:{fn.__name__})")  # a bug, not input

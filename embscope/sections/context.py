@@ -7,11 +7,11 @@ every field and its formula).
 from __future__ import annotations
 
 from embscope.context.summary import ContextSummary
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import SectionInputs, SectionOutput, section
 
 
 @section("context", record=ContextSummary, reads=("model",))
-def context_section(inputs: Inputs) -> SectionOutput:
+def context_section(inputs: SectionInputs) -> SectionOutput:
     """``ContextSummary`` of the model's config (the embedding sized in its stored dtype, and the
     matrix's rows as the vocabulary when the config states none); skipped for tokenizer-only runs."""
     from embscope.context import context_summary

@@ -1,4 +1,4 @@
-"""The diff section: "What training changed" — the run's model (BASE) against ``options.tuned``
+"""The diff section: "What training changed" — the run's model (BASE) against ``options.diff.tuned``
 (:mod:`embscope.changes`); ``diff.parquet`` has one row per tuned row.
 
 It runs after the tokens section and reads its ``flagged`` column (BASE's under-trained rows, for
@@ -9,13 +9,13 @@ It runs after the tokens section and reads its ``flagged`` column (BASE's under-
 from __future__ import annotations
 
 from embscope.changes.record import DiffRecord
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import SectionInputs, SectionOutput, section
 
 
 @section("diff", record=DiffRecord, tables=("diff",), reads=("model", "tokens", "data", "languages"),
-         enabled=lambda o: o.tuned is not None)
-def diff_section(inputs: Inputs) -> SectionOutput:
-    """Diff ``inputs.model`` against ``inputs.options.tuned``."""
+         enabled=lambda o: o.diff.tuned is not None)
+def diff_section(inputs: SectionInputs) -> SectionOutput:
+    """Diff ``inputs.model`` against ``inputs.options.diff.tuned``."""
     from embscope.changes import diff_models
     from embscope.tables import scan_flags
 
@@ -24,20 +24,20 @@ def diff_section(inputs: Inputs) -> SectionOutput:
         return SectionOutput(skipped="no model: the diff compares the model with --tuned")
     out = SectionOutput()
     flagged, status = scan_flags(inputs.tokens)
-    if flagged is None and inputs.data and opts.scan:
+    if flagged is None and inputs.data and opts.scan.scan:
         out.warnings.append("diff: no geometry scan, so untrained-still is not checked")
     corpus = inputs.languages[0] if inputs.languages else None
-    if corpus is not None and opts.lang:
+    if corpus is not None and opts.languages.lang:
         from embscope.languages.selection import selected_languages
 
-        keep = selected_languages(opts.lang, corpus, opts.reference)
+        keep = selected_languages(opts.languages.lang, corpus, opts.languages.reference)
     else:
         keep = None
-    with inputs.steps.step("diff", f"diff against {opts.tuned}"):
-        res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged, status=status,
-                          languages=inputs.languages[0] if inputs.languages else None, data_format=opts.data_format,
-                          text_field=opts.text_field, trust_pickle=opts.trust_pickle, download=opts.download,
-                          read_options=opts.read_options(), keep_languages=keep)
+    with inputs.steps.step("diff", f"diff against {opts.diff.tuned}"):
+        res = diff_models(model, opts.diff.tuned, manifest=opts.diff.manifest, data=list(inputs.data), flagged=flagged, status=status,
+                          languages=inputs.languages[0] if inputs.languages else None, data_format=opts.readiness.data_format,
+                          text_field=opts.corpus.text_field, trust_pickle=opts.load.trust_pickle, download=opts.load.download,
+                          read_options=opts.corpus.read_options(), keep_languages=keep)
     out.record = res.record
     out.tables["diff"] = res.frame
     out.result = res

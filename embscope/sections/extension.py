@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from embscope.extension.record import ExtensionRecord
 from embscope.progress import Steps
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import SectionInputs, SectionOutput, section
 
 
 @section("extension", record=ExtensionRecord, tables=("candidates", "new_tokens"), reads=("model", "domain", "tokens"),
          gives=("extension",))
-def extension_section(inputs: Inputs) -> SectionOutput:
+def extension_section(inputs: SectionInputs) -> SectionOutput:
     """Extension candidates from the domain corpus; skipped without one or without a tokenizer."""
     from embscope.errors import CorpusError
     from embscope.extension import suggest
@@ -31,14 +31,14 @@ def extension_section(inputs: Inputs) -> SectionOutput:
     sub = Steps(verbose=False, announce="extension")  # its parts named as they start; times in summary.json
     with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}") as step:
         try:
-            ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
-                          min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
-                          diagnostics=opts.diagnostics, engine=opts.corpus_engine(),
-                          sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub,
-                          as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
-                          distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work,
-                          method=opts.method, rows=opts.rows,
-                          lang=opts.target_lang, norm_correction=opts.norm_correction)
+            ext = suggest(inputs.model, inputs.domain, top=opts.extension.top, max_ngram=opts.extension.max_ngram,
+                          min_freq=opts.extension.min_freq, init=tuple(opts.extension.init), tokens=inputs.tokens,
+                          diagnostics=opts.extension.diagnostics, engine=opts.corpus.corpus_engine(),
+                          sample_bytes=opts.corpus.sample_bytes, options=opts.corpus.read_options(), steps=sub,
+                          as_=opts.extension.extend_as, plan=plan_for(opts.extension.bpb_bytes or CORPUS_BYTES),
+                          distil_work=DISTIL_WORK if opts.extension.distil_work is None else opts.extension.distil_work,
+                          method=opts.extension.method, rows=opts.extension.rows,
+                          lang=opts.extension.target_lang, norm_correction=opts.extension.norm_correction)
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])

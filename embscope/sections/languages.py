@@ -13,7 +13,7 @@ from pathlib import Path
 from embscope.corpus.names import language_names
 from embscope.languages.record import CorpusMeasure
 from embscope.records import Record
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import SectionInputs, SectionOutput, section
 
 
 #: a (tokenizer, language) pair pays "double" when its parity (tokens relative to the reference
@@ -88,7 +88,7 @@ class LanguagesRecord(Record):
 
 @section("languages", record=LanguagesRecord, tables=("languages", "tokenizers", "language_groups", "comparisons"),
          reads=("vocabs", "model", "languages", "tokens", "corpora"))
-def languages_section(inputs: Inputs) -> SectionOutput:
+def languages_section(inputs: SectionInputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
 
@@ -104,21 +104,21 @@ def languages_section(inputs: Inputs) -> SectionOutput:
     tables, per_corpus, warnings = [], {}, []
     isolation = _exact_isolation(embed)  # one per run: a row searched for one corpus is not searched again
     weights = None
-    if opts.weights:
+    if opts.languages.weights:
         from embscope.languages.weights import read_weights
 
-        weights = read_weights(opts.weights)
+        weights = read_weights(opts.languages.weights)
     extra: dict[str, list] = {}
     spent = 0.0  # the model's scoring work so far (10¹² multiply-adds), against one budget for the run
     for corpus in inputs.languages:
         specs, keep, available = _selection(opts, corpus, inputs.corpora)
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
-            res = measure(vocabs, corpus, reference=opts.reference,
-                          sample_bytes=opts.sample_bytes, embed=embed, tokens=inputs.tokens,
+            res = measure(vocabs, corpus, reference=opts.languages.reference,
+                          sample_bytes=opts.corpus.sample_bytes, embed=embed, tokens=inputs.tokens,
                           exact_isolation=isolation,
-                          engine=opts.corpus_engine(), options=opts.read_options(),
-                          max_languages=opts.bounds().languages, boot=opts.bootstrap(),
-                          renyi_alpha=opts.renyi_alpha, weights=weights, languages=keep)
+                          engine=opts.corpus.corpus_engine(), options=opts.corpus.read_options(),
+                          max_languages=opts.corpus.bounds().languages, boot=opts.languages.bootstrap(),
+                          renyi_alpha=opts.languages.renyi_alpha, weights=weights, languages=keep)
         res.summary.selection, res.summary.available = (list(specs) or None), available
         warnings += _selection_notes(corpus, res, specs, keep, available)
         table, res.summary.model, spent = _model_cost(inputs, corpus, res.table, spent)
@@ -134,12 +134,12 @@ def languages_section(inputs: Inputs) -> SectionOutput:
                             f"{res.summary.max_languages} were measured together as 'other'; raise "
                             "--limit languages=N to measure each")
         if res.table.height > 1 and not res.summary.reference_present:
-            warnings.append(f"reference language {opts.reference!r} is not in {corpus}: parity is empty "
+            warnings.append(f"reference language {opts.languages.reference!r} is not in {corpus}: parity is empty "
                             "there; pass --reference")
     table = pl.concat(tables, how="diagonal_relaxed")
     tables = {"languages": table, **{stem: pl.concat(parts, how="diagonal_relaxed") for stem, parts in extra.items()}}
-    record = LanguagesRecord(tokenizers=[v.name for v in vocabs], reference=opts.reference,
-                             corpora=per_corpus, costs=language_costs(table, opts.reference, tables.get("tokenizers")),
+    record = LanguagesRecord(tokenizers=[v.name for v in vocabs], reference=opts.languages.reference,
+                             corpora=per_corpus, costs=language_costs(table, opts.languages.reference, tables.get("tokenizers")),
                              comparisons=pair_verdicts(tables.get("comparisons")))
     return SectionOutput(record=record, tables=tables, warnings=warnings)
 
@@ -149,9 +149,9 @@ def _selection(opts, corpus, domain) -> tuple[list[str], frozenset | None, int |
     selects in the languages corpus; a ``--corpus`` (domain) one is measured whole."""
     from embscope.languages.selection import catalog, select
 
-    specs = list(opts.lang) if corpus not in domain else []
+    specs = list(opts.languages.lang) if corpus not in domain else []
     names = catalog(corpus) if specs else {}
-    return specs, (select(specs, names, opts.reference) if specs else None), len(names) or None
+    return specs, (select(specs, names, opts.languages.reference) if specs else None), len(names) or None
 
 
 def _selection_notes(corpus, res, specs, keep, available) -> list[str]:
@@ -245,7 +245,7 @@ def _exact_isolation(embed):
     return isolation
 
 
-def _model_cost(inputs: Inputs, corpus, table, spent: float):
+def _model_cost(inputs: SectionInputs, corpus, table, spent: float):
     """``(table with the model's columns, their record or None, work spent so far)``: the model
     scores the corpus's languages (:mod:`embscope.languages.model_cost`) when the run has a model
     with a tokenizer and a work budget left (``model_work``; null: the default of
@@ -255,7 +255,7 @@ def _model_cost(inputs: Inputs, corpus, table, spent: float):
     from embscope.languages.model_cost import WORK, add_columns, model_cost, pick_languages
 
     opts = inputs.options
-    budget = WORK if opts.model_work is None else opts.model_work
+    budget = WORK if opts.languages.model_work is None else opts.languages.model_work
     model = inputs.model
     if model is None or model.vocab is None or budget - spent <= 0 or not inputs.vocabs:
         return add_columns(table, None, None), None, spent
@@ -266,13 +266,13 @@ def _model_cost(inputs: Inputs, corpus, table, spent: float):
     from embscope.languages.selection import AUDIT_SET
 
     # narrowed by the user's --lang; audit's own bounded default (set:audit) is not a choice of languages
-    narrowed = bool(opts.lang) and list(opts.lang) != [AUDIT_SET]
-    langs, selection = pick_languages(measured, opts.reference, narrowed)
+    narrowed = bool(opts.languages.lang) and list(opts.languages.lang) != [AUDIT_SET]
+    langs, selection = pick_languages(measured, opts.languages.reference, narrowed)
     if not langs:
         return add_columns(table, None, None), None, spent
     with inputs.steps.step(f"model-cost:{corpus.name}", f"score {len(langs)} languages of {corpus} with the model"):
-        cost = model_cost(model, corpus, langs, opts.reference, budget=budget - spent, selection=selection,
-                          device=pick_device(opts.device), sample_bytes=opts.sample_bytes, options=opts.read_options())
+        cost = model_cost(model, corpus, langs, opts.languages.reference, budget=budget - spent, selection=selection,
+                          device=pick_device(opts.load.device), sample_bytes=opts.corpus.sample_bytes, options=opts.corpus.read_options())
     if cost.record is not None:
         cost.record.work_budget = budget
     return add_columns(table, cost, name), cost.record, spent + (cost.record.work if cost.record else 0.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from embscope.extension.diagnostics import RowDiagnostics
 from embscope.records import Record, to_json
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import SectionInputs, SectionOutput, section
 
 
 @dataclass
@@ -39,8 +39,8 @@ class RepairRecord(Record):
 
 
 @section("repair", record=RepairRecord, reads=("scan", "repair_rows", "force"),
-         enabled=lambda o: o.repair_to is not None)
-def repair_section(inputs: Inputs) -> SectionOutput:
+         enabled=lambda o: o.repair.repair_to is not None)
+def repair_section(inputs: SectionInputs) -> SectionOutput:
     """Re-initialise the flagged rows the data (and the chat template) uses; write the model."""
     import numpy as np
 
@@ -56,10 +56,10 @@ def repair_section(inputs: Inputs) -> SectionOutput:
     if not rows:
         return SectionOutput(skipped="none of the flagged rows occurs in the data",
                              warnings=["repair: none of the flagged rows occurs in the corpus; nothing was written"])
-    with inputs.steps.step("repair", f"re-initialise {len(rows)} rows, write {opts.repair_to}"):
-        manifest = repair(model, rows, opts.repair_to, init=opts.repair_init, force=inputs.force,
+    with inputs.steps.step("repair", f"re-initialise {len(rows)} rows, write {opts.repair.repair_to}"):
+        manifest = repair(model, rows, opts.repair.repair_to, init=opts.repair.repair_init, force=inputs.force,
                           flagged=np.flatnonzero(np.asarray(scan.columns["flagged"])))
-    record = RepairRecord(folder=str(opts.repair_to), format=manifest["format"], init=manifest["init"],
+    record = RepairRecord(folder=str(opts.repair.repair_to), format=manifest["format"], init=manifest["init"],
                           n_repaired=manifest["n_repaired"], token_ids=manifest["token_ids"],
                           tokens=manifest["tokens"], kl_note=manifest["kl_note"],
                           # the writer's manifest is plain JSON (NaN as null): checked field by field

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from embscope.geometry.records import GeometryRecord
 from embscope.records import Record
-from embscope.sections.base import Inputs, Scanned, SectionOutput, section
+from embscope.sections.base import SectionInputs, Scanned, SectionOutput, section
 
 
 @dataclass
@@ -29,7 +29,7 @@ class TokensRecord(Record):
 
 
 @section("tokens", record=TokensRecord, tables=("tokens",), reads=("model", "corpora", "data"), gives=("tokens", "scan"))
-def tokens_section(inputs: Inputs) -> SectionOutput:
+def tokens_section(inputs: SectionInputs) -> SectionOutput:
     """Base columns and norms for every row, then (option ``scan``) indicators, kNN graph and map.
     With training data (``check``, ``diff``), the special tokens its chat template uses are checked
     in context even without ``verify``: the rules that warn about special rows read their state."""
@@ -45,7 +45,7 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
         columns = base_columns(model)
     geometry = None
     out = SectionOutput()
-    if opts.scan:
+    if opts.scan.scan:
         from embscope.geometry.scan import scan as run_scan
 
         texts = None
@@ -56,14 +56,14 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
             from embscope.corpus.stream import read_texts
 
             # all corpora together hold at most scan_bytes of text, whatever their languages
-            budget, texts, cut = opts.bounds().scan_bytes, [], []
+            budget, texts, cut = opts.corpus.bounds().scan_bytes, [], []
             for corpus in inputs.corpora:
                 if budget <= 0:
                     cut.append(str(corpus))
                     continue
                 with warnings.catch_warnings(record=True) as caught:  # skipped input goes in the summary
                     warnings.simplefilter("always", CorpusWarning)
-                    part = read_texts(corpus, options=opts.read_options(), total_bytes=budget, cut=cut)
+                    part = read_texts(corpus, options=opts.corpus.read_options(), total_bytes=budget, cut=cut)
                 out.warnings += [str(w.message) for w in caught if issubclass(w.category, CorpusWarning)]
                 for w in caught:
                     if not issubclass(w.category, CorpusWarning):
@@ -71,19 +71,19 @@ def tokens_section(inputs: Inputs) -> SectionOutput:
                 texts += part
                 budget -= sum(len(t.encode("utf-8")) for t in part)
             for c in cut:
-                out.warnings.append(f"--corpus {c}: only the first {opts.bounds().scan_bytes:,} bytes of text "
+                out.warnings.append(f"--corpus {c}: only the first {opts.corpus.bounds().scan_bytes:,} bytes of text "
                                     "(all corpora together) were read for the flagged-row count; raise "
                                     "--limit scan-bytes=N to read more")
-        verify, sample, cap = opts.verify, opts.verify_sample, opts.verify_work
+        verify, sample, cap = opts.scan.verify, opts.scan.verify_sample, opts.scan.verify_work
         if verify is None:  # automatic (audit): a capped random sample when the whole model loads
             from embscope.geometry.verify import AUTO_VERIFY, AUTO_WORK
             from embscope.models.fullmodel import why_not_causal
 
             loadable = model.vocab is not None and why_not_causal(model) is None
             verify, sample, cap = (AUTO_VERIFY, "random", cap or AUTO_WORK) if loadable else (0, sample, cap)
-        with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.k})"):
-            result = run_scan(model, k=opts.k, unused_ids=opts.unused_ids, threshold=opts.threshold,
-                              cache_dir=opts.cache_dir, layout=opts.map, knn_method=opts.knn_method,
+        with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.scan.k})"):
+            result = run_scan(model, k=opts.scan.k, unused_ids=opts.scan.unused_ids, threshold=opts.scan.threshold,
+                              cache_dir=opts.scan.cache_dir, layout=opts.scan.map, knn_method=opts.scan.knn_method,
                               verify=verify, verify_sample=sample, verify_work=cap, corpus_texts=texts,
                               verify_specials=bool(inputs.data), defer_layout=True)
         columns.update(result.columns)

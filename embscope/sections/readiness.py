@@ -1,4 +1,4 @@
-"""The finetune section: "Ready to fine-tune?" — the user's training data checked against the
+"""The readiness section (``check``): "Ready to fine-tune?" — the user's training data checked against the
 model (:mod:`embscope.readiness`); ``findings.parquet`` has one row per finding.
 
 It runs after the tokens section and reads its ``flagged`` column, so the under-trained rows are
@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from embscope.readiness.record import ROW_CODES, CheckRecord
-from embscope.sections.base import Inputs, SectionOutput, section
+from embscope.sections.base import SectionInputs, SectionOutput, section
 
 
-@section("finetune", record=CheckRecord, tables=("findings",), reads=("model", "tokens", "data"),
+@section("readiness", record=CheckRecord, tables=("findings",), reads=("model", "tokens", "data"),
          gives=("repair_rows",), requires=("data",))
-def finetune_section(inputs: Inputs) -> SectionOutput:
+def readiness_section(inputs: SectionInputs) -> SectionOutput:
     """Check ``inputs.data`` against ``inputs.model``."""
     from embscope.readiness import check_data, findings_frame
     from embscope.readiness.check import MODEL_TEMPLATE
@@ -30,22 +30,22 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
     out = SectionOutput()
     flagged, status = scan_flags(inputs.tokens)
     if flagged is None:
-        out.warnings.append("finetune: no geometry scan, so only zero rows are checked among the rows the data "
+        out.warnings.append("readiness: no geometry scan, so only zero rows are checked among the rows the data "
                             "uses (flagged rows need the scan)")
     template = MODEL_TEMPLATE
-    if opts.chat_template:
+    if opts.readiness.chat_template:
         from embscope.formats.files import read_bytes
 
-        raw = read_bytes(Path(opts.chat_template), what="chat template", max_bytes=1 << 20)
+        raw = read_bytes(Path(opts.readiness.chat_template), what="chat template", max_bytes=1 << 20)
         template = raw.decode("utf-8", "replace")
-    with inputs.steps.step("finetune", "read, render and tokenize the training data"):
-        record = check_data(model, inputs.data, fmt=opts.data_format, text_field=opts.text_field,
-                            flagged=flagged, max_length=opts.max_length, template=template, trainer=opts.trainer,
-                            pad_token=opts.pad_token, split=opts.split, status=status,
-                            engine=opts.corpus_engine(), lf_template=opts.lf_template,
-                            train_on_prompt=opts.train_on_prompt, mask_history=opts.mask_history,
-                            gguf_tokenizer=opts.gguf_tokenizer, responses_only=opts.responses_only,
-                            instruction_part=opts.instruction_part, response_part=opts.response_part)
+    with inputs.steps.step("readiness", "read, render and tokenize the training data"):
+        record = check_data(model, inputs.data, fmt=opts.readiness.data_format, text_field=opts.corpus.text_field,
+                            flagged=flagged, max_length=opts.readiness.max_length, template=template, trainer=opts.readiness.trainer,
+                            pad_token=opts.readiness.pad_token, split=opts.readiness.split, status=status,
+                            engine=opts.corpus.corpus_engine(), lf_template=opts.readiness.lf_template,
+                            train_on_prompt=opts.readiness.train_on_prompt, mask_history=opts.readiness.mask_history,
+                            gguf_tokenizer=opts.readiness.gguf_tokenizer, responses_only=opts.readiness.responses_only,
+                            instruction_part=opts.readiness.instruction_part, response_part=opts.readiness.response_part)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
     # what --repair rewrites: the rows error-level findings point at (zero rows, flagged rows the data
