@@ -24,21 +24,13 @@ def extension_section(inputs: Inputs) -> SectionOutput:
         return SectionOutput(skipped="no single-language (domain) corpus given")
     if inputs.model.vocab is None:
         return SectionOutput(skipped="the model ships no tokenizer")
-    from embscope.extension.evaluate import CORPUS_BYTES, plan_for
-    from embscope.extension.extension import DISTIL_WORK
-
     opts = inputs.options
     sub = Steps(verbose=False, announce="extension")  # its parts named as they start; times in summary.json
     with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}") as step:
         try:
-            ext = suggest(inputs.model, inputs.domain, top=opts.top, max_ngram=opts.max_ngram,
-                          min_freq=opts.min_freq, init=tuple(opts.init), tokens=inputs.tokens,
-                          diagnostics=opts.diagnostics, engine=opts.corpus_engine(),
-                          sample_bytes=opts.sample_bytes, options=opts.read_options(), steps=sub,
-                          as_=opts.extend_as, plan=plan_for(opts.bpb_bytes or CORPUS_BYTES),
-                          distil_work=DISTIL_WORK if opts.distil_work is None else opts.distil_work,
-                          method=opts.method, rows=opts.rows,
-                          lang=opts.target_lang, norm_correction=opts.norm_correction)
+            ext = suggest(inputs.model, inputs.domain, opts, tokens=inputs.tokens, steps=sub,
+                          engine=opts.corpus_engine(), sample_bytes=opts.sample_bytes,
+                          read_options=opts.read_options())
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
