@@ -65,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import embscope
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.evaluate import AUDIT_CORPUS_BYTES, plan_for
     from embscope.extension.extension import AUDIT_DISTIL_WORK, DISTIL_WORK
     from embscope.records import to_json
@@ -78,8 +78,8 @@ def main() -> None:
     budget = args.distil_work
     if budget is None:
         budget = AUDIT_DISTIL_WORK if args.bpb_bytes == AUDIT_CORPUS_BYTES else DISTIL_WORK
-    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), steps=steps,
-                  plan=plan_for(args.bpb_bytes), distil_work=budget)
+    res = suggest(model, args.corpus, ExtensionOptions(top=args.top, init=args.init.split(","), distil_work=budget),
+                  steps=steps, plan=plan_for(args.bpb_bytes))
     total = (time.perf_counter() - w1, cpu() - c1)
     print(f"model {args.model}: {res.summary.tokens_added} new tokens; load {load[0]:.1f} s wall, "
           f"{load[1]:.1f} s CPU")

@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", default="auto,distil", help="comma-separated specs for suggest")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--lang", default=None, help="target language: suggest(lang=...) and UDHR bits per byte in it")
+    ap.add_argument("--lang", default=None, help="target language: its figures, and the pick on UDHR bits per byte in it")
     ap.add_argument("--min-freq", type=int, default=5)
     ap.add_argument("--norm-correction", action="store_true", help="each strategy's +norm twin too")
     args = ap.parse_args()
@@ -95,7 +95,7 @@ def main() -> None:
 
     import embscope
     from embscope.corpus.stream import read_texts
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.bpb import summarize, text_losses
     from embscope.extension.contexts import is_held_out, spread, start_ids
     from embscope.extension.evaluate import general_texts, plan_for
@@ -106,8 +106,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     w0, c0 = time.perf_counter(), cpu()
     model = embscope.load_model(args.model)
-    res = suggest(model, args.corpus, top=args.top, init=tuple(args.init.split(",")), plan=plan_for(24 * 1024),
-                  min_freq=args.min_freq, lang=args.lang, norm_correction=args.norm_correction)
+    res = suggest(model, args.corpus, ExtensionOptions(top=args.top, init=args.init.split(","), min_freq=args.min_freq,
+                                                       target_lang=args.lang, norm_correction=args.norm_correction),
+                  plan=plan_for(24 * 1024))
     t_suggest = (time.perf_counter() - w0, cpu() - c0)
     s = res.summary
     lm = load_causal_lm(model)

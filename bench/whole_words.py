@@ -107,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     import embscope
     from embscope.errors import CorpusError
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.models.fullmodel import load_hf_tokenizer
 
     model = embscope.load_model(args.model, device="cpu")
@@ -121,7 +121,7 @@ def main() -> None:
         row = f"| {lang} | {n} | {100 * share:.1f} % | {name} |"
         if not args.no_savings:
             try:
-                r = suggest(model, path, top=50, min_freq=2, diagnostics=False)
+                r = suggest(model, path, ExtensionOptions(top=50, min_freq=2, diagnostics=False))
             except CorpusError:
                 print(row + " 0 | 0 | no candidate |", flush=True)
                 continue

@@ -62,9 +62,10 @@ def medical_ref(llama3):
 @pytest.fixture(scope="module")
 def extend_one(smollm2_model):
     """suggest on the medical corpus in this process: the single-process reference."""
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
-    return suggest(smollm2_model, MEDICAL, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=1))
+    return suggest(smollm2_model, MEDICAL, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
+                   engine=Engine(workers=1))
 
 
 def same_extension(a, b):
@@ -186,25 +187,27 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
 
 @pytest.mark.slow
 def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, tmp_path):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
     one = extend_one.summary
     assert (one.engine.kind, one.engine.workers) == ("local", 1) and one.corpus_report.files_read == 2
-    two = suggest(smollm2_model, MEDICAL, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=2))
+    two = suggest(smollm2_model, MEDICAL, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
+                  engine=Engine(workers=2))
     same_extension(extend_one, two)
     assert two.summary.corpus_report == one.corpus_report
     # a sharded, compressed copy (gz, zst, bz2, Parquet, HF dataset folders): the same extension
     copy = sharded_copy(MEDICAL, tmp_path / "medical")
-    sharded = suggest(smollm2_model, copy, top=20, max_ngram=2, diagnostics=False, engine=Engine(workers=2))
+    sharded = suggest(smollm2_model, copy, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
+                      engine=Engine(workers=2))
     same_extension(extend_one, sharded)
     assert sharded.summary.corpus_report.files_read == 6
 
 
 def test_extend_sample_is_the_same_on_workers(smollm2_model, monkeypatch):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
     monkeypatch.setattr(shards_module, "UNIT_BYTES", 100_000)  # the sample goes out in several pieces
-    kw = dict(top=20, diagnostics=False, sample_bytes=600_000)
+    kw = dict(options=ExtensionOptions(top=20, diagnostics=False), sample_bytes=600_000)
     one = suggest(smollm2_model, MEDICAL, engine=Engine(workers=1), **kw)
     two = suggest(smollm2_model, MEDICAL, engine=Engine(workers=2), **kw)
     same_extension(one, two)
@@ -241,10 +244,10 @@ def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_loca
 
 @pytest.mark.slow
 def test_ray_extend_on_sharded_compressed_copy(smollm2_model, extend_one, ray_local, tmp_path):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
     copy = sharded_copy(MEDICAL, tmp_path / "medical")
-    on_ray = suggest(smollm2_model, copy, top=20, max_ngram=2, diagnostics=False, engine=ray_local)
+    on_ray = suggest(smollm2_model, copy, ExtensionOptions(top=20, max_ngram=2, diagnostics=False), engine=ray_local)
     same_extension(extend_one, on_ray)
     assert on_ray.summary.engine.kind == "ray"
     assert on_ray.summary.corpus_report.files_read == 6 and not on_ray.summary.corpus_report.skipped

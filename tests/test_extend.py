@@ -32,12 +32,13 @@ def texts():
 
 @pytest.fixture(scope="module")
 def result(smol):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.evaluate import Plan
 
     # bits per byte is checked against transformers in tests/test_fidelity.py; here it runs on
     # fewer held-out bytes (the KL / new-token-mass diagnostics tested below are unchanged)
-    return suggest(smol, CORPUS, top=TOP, init=("subword-mean", "hewitt", "knn-pull"), plan=Plan(400, 400, 3))
+    return suggest(smol, CORPUS, ExtensionOptions(top=TOP, init=["subword-mean", "hewitt", "knn-pull"]),
+                   plan=Plan(400, 400, 3))
 
 
 @pytest.fixture(scope="module")
@@ -297,9 +298,9 @@ def test_cli_writes_candidates_and_summary(smol, tmp_path, monkeypatch, capsys):
 def test_merges_take_the_best_single_words_and_list_the_ngrams_passed_over(smol):
     """No merge joins two pre-tokens: with --max-ngram 2 the model form adds the 10 best single
     words and names the bigrams among the top 10 it could not add."""
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
-    r = suggest(smol, CORPUS, top=10, max_ngram=2, diagnostics=False)
+    r = suggest(smol, CORPUS, ExtensionOptions(top=10, max_ngram=2, diagnostics=False))
     s = r.summary
     assert s.form == "merges" and s.top_n == 10 and all(" " not in t.strip() for t in r.terms)
     assert s.terms_skipped and all(len(t.split()) == 2 for t in s.terms_skipped)

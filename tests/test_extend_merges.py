@@ -28,13 +28,13 @@ def tok(smollm2_model):
 @pytest.fixture(scope="module")
 def khmer(smollm2_model, tmp_path_factory):
     """Khmer UDHR units 0–22 learned from (units 23–30 held out), up to 150 rows."""
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
     texts = _texts("khm")
     train, held = texts[:23], texts[23:]
     corpus = tmp_path_factory.mktemp("khm") / "khm.txt"
     corpus.write_text("\n".join(t.replace("\n", " ") for t in train) + "\n", "utf-8")
-    result = suggest(smollm2_model, corpus, method="merges", rows=ROWS, min_freq=2, diagnostics=False)
+    result = suggest(smollm2_model, corpus, ExtensionOptions(method="merges", rows=ROWS, min_freq=2, diagnostics=False))
     written = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     result.extension.tokenizer.save(str(written))
     return result, [t.replace("\n", " ") for t in train], held, written
@@ -87,14 +87,14 @@ def test_no_dead_merge_and_old_texts_unchanged(khmer, tok):
 
 
 def test_word_frequency_list_is_a_corpus(smollm2_model, tok, tmp_path):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.merges import is_word_list
 
     counts = Counter(w for t in _texts("hin") for w in t.split())
     listed = tmp_path / "hin.tsv"
     listed.write_text("".join(f"{w}\t{c}\n" for w, c in counts.most_common()), "utf-8")
     assert is_word_list(listed) and not is_word_list(UDHR / "hin.jsonl")
-    result = suggest(smollm2_model, listed, method="merges", rows=40, min_freq=2, diagnostics=False)
+    result = suggest(smollm2_model, listed, ExtensionOptions(method="merges", rows=40, min_freq=2, diagnostics=False))
     s = result.summary
     assert s.corpus_texts == len(counts) and 0 < s.tokens_added <= 40
     # its savings, recounted here: every listed word as " word", weighted by its count
@@ -106,11 +106,11 @@ def test_word_frequency_list_is_a_corpus(smollm2_model, tok, tmp_path):
 
 
 def test_rows_bound_the_term_method(smollm2_model):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
 
-    free = suggest(smollm2_model, ROOT / "corpora" / "medical", top=40, diagnostics=False)
+    free = suggest(smollm2_model, ROOT / "corpora" / "medical", ExtensionOptions(top=40, diagnostics=False))
     assert len(free.extension.tokens) > 25  # the bound below binds
-    bounded = suggest(smollm2_model, ROOT / "corpora" / "medical", top=40, rows=25, diagnostics=False)
+    bounded = suggest(smollm2_model, ROOT / "corpora" / "medical", ExtensionOptions(top=40, rows=25, diagnostics=False))
     n = len(bounded.extension.tokens)
     assert 0 < n <= 25 and bounded.summary.rows == 25
     assert any("past --rows 25" in why for why in bounded.summary.terms_skipped.values())

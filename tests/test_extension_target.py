@@ -17,13 +17,14 @@ HINDI = ROOT / "corpora" / "udhr" / "hin.jsonl"
 
 @pytest.fixture(scope="module")
 def hindi(smollm2_model):
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.evaluate import Plan
 
     from embscope.sections.extension import target_costs
 
     # small samples: the figures' machinery is the point here, not their precision
-    res = suggest(smollm2_model, HINDI, top=20, min_freq=2, init=("subword-mean", "random"), lang="hin",
+    res = suggest(smollm2_model, HINDI, ExtensionOptions(top=20, min_freq=2, init=["subword-mean", "random"],
+                                                      target_lang="hin"),
                   plan=Plan(corpus_bytes=4096, screen_bytes=1024, confirm=1, general_bytes=2048))
     target_costs(res, smollm2_model)  # what the extension section adds: the tokenizer costs
     return res

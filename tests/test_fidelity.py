@@ -91,11 +91,12 @@ def test_auto_is_the_default_and_unknown_names_still_fail():
     import inspect
 
     from embscope.errors import SpecError
-    from embscope.extension import apply, suggest
+    from embscope.extension import ExtensionOptions, apply, suggest
     from embscope.extension.init import expand_specs
     from embscope.sections.base import RunOptions
 
-    assert inspect.signature(suggest).parameters["init"].default == ("auto",)
+    assert inspect.signature(suggest).parameters["options"].default is None  # ExtensionOptions()
+    assert ExtensionOptions().init == ["auto"]
     assert inspect.signature(apply).parameters["init"].default == "auto"
     assert RunOptions().extension.init == ["auto"]
     assert {"omp", "subword-mean-norm", "mean", "knn-pull", "distil"} <= set(expand_specs(["auto"]))
@@ -116,14 +117,14 @@ def _float32():
 @pytest.fixture(scope="module")
 def result(smollm2_model):
     import embscope.extension.distil as distil
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.evaluate import Plan
 
     with pytest.MonkeyPatch.context() as mp:  # fewer texts and steps: the direct check runs each alone
         mp.setattr(distil, "STEPS", 3)
         # auto's every strategy, distil among them: all measured, the direct checks below take SPECS;
         # a screening sample of 250 bytes, 2 strategies confirmed on 500
-        return suggest(smollm2_model, CORPUS, top=TOP, init=("auto",), plan=Plan(500, 250, 2))
+        return suggest(smollm2_model, CORPUS, ExtensionOptions(top=TOP, init=["auto"]), plan=Plan(500, 250, 2))
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path,
     random values (only a warning). Now the full path is refused with the reason in the manifest
     (auto mode: rows only), and ``mode="full"`` is a one-line error."""
     from embscope.errors import SpecError
-    from embscope.extension import apply, suggest
+    from embscope.extension import ExtensionOptions, apply, suggest
     from embscope.models.load import load_model
     from tests.conftest import write_checkpoint
 
@@ -75,7 +75,7 @@ def test_apply_on_shapes_only_checkpoint_writes_rows_not_random_layers(tmp_path,
     assert not (tmp_path / "applied" / "model.safetensors").exists()
 
     model = load_model(str(tmp_path / "m"), device="cpu")
-    result = suggest(model, tmp_path / "corpus.txt", top=3, min_freq=2, diagnostics=False)
+    result = suggest(model, tmp_path / "corpus.txt", ExtensionOptions(top=3, min_freq=2, diagnostics=False))
     with pytest.raises(SpecError, match="lacks .* weights"):
         apply(model, result, tmp_path / "full", mode="full")
     assert not (tmp_path / "full").exists()

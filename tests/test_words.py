@@ -126,13 +126,13 @@ def test_whole_word_terms_save_tokens_on_gemma(gemma, lang):
     """
     import regex
 
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.candidates import count_terms
 
     model, tok = gemma
     texts = _texts(lang)
     text = "\n".join(texts)
-    r = suggest(model, UDHR / f"{lang}.jsonl", top=50, min_freq=2, diagnostics=False)
+    r = suggest(model, UDHR / f"{lang}.jsonl", ExtensionOptions(top=50, min_freq=2, diagnostics=False))
     added = [t.text.lstrip("▁") for t in r.extension.tokens if t.kind == "term"]
     assert len(added) >= 20
     assert r.summary.saved_fraction >= 0.01 and r.summary.tokens_saved > 0

@@ -58,13 +58,13 @@ def test_the_extension_summary_is_the_same_on_a_loaded_machine(smollm2_model):
     """``--init auto`` with distil inside its default budget: the same strategies are measured,
     with the same figures, and the same one is recommended. (With distil's budget in seconds, the
     loaded machine left distil out: its first contexts' time × the contexts was over 180 s.)"""
-    from embscope.extension import suggest
+    from embscope.extension import ExtensionOptions, suggest
     from embscope.extension.evaluate import Plan
     from embscope.extension.extension import DISTIL_WORK
 
     def run():
-        res = suggest(smollm2_model, ROOT / "corpora" / "medical", top=8, init=("auto",),
-                      plan=Plan(600, 300, 2, 800), distil_work=DISTIL_WORK)
+        res = suggest(smollm2_model, ROOT / "corpora" / "medical",
+                      ExtensionOptions(top=8, init=["auto"], distil_work=DISTIL_WORK), plan=Plan(600, 300, 2, 800))
         return _figures(res.summary)
 
     quiet = run()

@@ -1,7 +1,7 @@
 """Vocabulary extension: which domain terms to add, what that saves, how to initialise new rows.
 
-    from embscope.extension import suggest, apply
-    result = suggest(model, "corpora/medical", top=200, init=("subword-mean", "hewitt"))
+    from embscope.extension import ExtensionOptions, suggest, apply
+    result = suggest(model, "corpora/medical", ExtensionOptions(top=200, init=["subword-mean", "hewitt"]))
     apply(model, result, "out/smollm2-medical", init="subword-mean")
 
 Modules: :mod:`.candidates` (terms and measured savings), :mod:`.init` (strategies; :mod:`.omp`
@@ -17,5 +17,6 @@ from __future__ import annotations
 from embscope.extension.apply import apply
 from embscope.extension.extension import ExtensionResult, suggest
 from embscope.extension.init import STRATEGIES
+from embscope.extension.options import ExtensionOptions
 
-__all__ = ["suggest", "apply", "ExtensionResult", "STRATEGIES"]
+__all__ = ["suggest", "apply", "ExtensionResult", "ExtensionOptions", "STRATEGIES"]

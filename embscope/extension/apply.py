@@ -83,7 +83,8 @@ def apply(model: "LoadedModel", result: "ExtensionResult", out_dir: str | Path, 
         tokens: tokens table with ``flagged`` rows to exclude from the means.
 
     Example:
-        >>> apply(model, suggest(model, "corpora/medical", top=20), "out/smollm2-med")  # doctest: +SKIP
+        >>> result = suggest(model, "corpora/medical", ExtensionOptions(top=20))  # doctest: +SKIP
+        >>> apply(model, result, "out/smollm2-med")  # doctest: +SKIP
     """
     from embscope.extension.choose import FALLBACK
     from embscope.extension.extension import new_rows, reference_mask

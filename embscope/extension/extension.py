@@ -3,7 +3,7 @@
 Data flow: one pass over the corpus counts terms (:func:`~embscope.extension.candidates.corpus_candidates`)
 → candidates ranked by estimated savings (:mod:`embscope.extension.candidates`) → the top N written
 into a copy of the tokenizer in its own terms (:mod:`embscope.tokenizer.extend`: BPE merges,
-Unigram pieces; added tokens with ``as_="added"``), and a second pass re-tokenizes the corpus with
+Unigram pieces; added tokens with ``extend_as="added"``), and a second pass re-tokenizes the corpus with
 both tokenizers (:func:`~embscope.extension.savings.corpus_savings`: tokens saved and cuts,
 measured with the tokenizer that is written) → rows initialised per strategy
 (:mod:`embscope.extension.init`) → norms and neighbours per strategy
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from embscope.errors import CorpusError, SpecError
 from embscope.extension.contexts import HOLD_EVERY as HOLD
 from embscope.extension.diagnostics import RowDiagnostics, StrategyRecord
+from embscope.extension.options import METHODS, ExtensionOptions
 from embscope.progress import Steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -148,109 +149,159 @@ def new_rows(model: "LoadedModel", result: ExtensionResult, spec: str, trained=N
     return {which: initialise(names[which], ctx) for which, ctx in ctxs.items()}
 
 
-def suggest(model: "LoadedModel", corpus_path: str | Path, *, top: int = 200, max_ngram: int = 1,
-            min_freq: int = 5, init: Sequence[str] = ("auto",), tokens: "pl.DataFrame | None" = None,
-            diagnostics: bool = True, steps: Steps | None = None, engine: "Engine | None" = None,
-            sample_bytes: int | None = None, options: "ReadOptions | None" = None, as_: str = "model",
-            plan: "Plan | None" = None, distil_work: float | None = DISTIL_WORK, method: str = "terms",
-            rows: int | None = None, lang: str | None = None,
-            norm_correction: bool = False) -> ExtensionResult:
-    """Rank vocabulary-extension candidates, write the top ``top`` into the tokenizer, measure what
-    that saves, and check each initialisation strategy in ``init``.
+@dataclass
+class _Job:
+    """One :func:`suggest` call, its arguments resolved: what each of its steps reads."""
+
+    #: the model, and its HF tokenizer
+    model: "LoadedModel"
+    tok: Any
+    #: the domain corpus (file or folder), and how it is read
+    corpus_path: str | Path
+    engine: "Engine"
+    sample_bytes: int | None
+    read_options: "ReadOptions | None"
+    #: the knobs (top, init, method, rows, target language, ...)
+    options: ExtensionOptions
+    #: strategy specs to diagnose, and those of them ``auto`` may leave out (with the reason)
+    specs: list[str]
+    optional: set[str]
+    #: tokens table with ``flagged`` rows (excluded from every mean), or None
+    tokens: "pl.DataFrame | None"
+    steps: Steps
+    #: held-out text the measurements read
+    plan: "Plan"
+    #: work budgets of optional strategies, 10¹² multiply-adds (``{"distil": 20.0}`` under ``auto``)
+    budget: dict[str, float | None]
+
+
+@dataclass
+class _Measured:
+    """The extended tokenizer and what it changes: on the corpus (``saved``, read as ``report``
+    says) and on general text (``general`` = (texts, source), ``general_changes``)."""
+
+    ext: "TokenizerExtension"
+    saved: Any
+    report: Any
+    general: tuple[list[str], str]
+    general_changes: Any
+
+
+def suggest(model: "LoadedModel", corpus_path: str | Path, options: ExtensionOptions | None = None, *,
+            tokens: "pl.DataFrame | None" = None, steps: Steps | None = None, engine: "Engine | None" = None,
+            sample_bytes: int | None = None, read_options: "ReadOptions | None" = None,
+            plan: "Plan | None" = None) -> ExtensionResult:
+    """Rank vocabulary-extension candidates, write the top ``options.top`` into the tokenizer,
+    measure what that saves, and check each initialisation strategy in ``options.init``.
 
     Args:
         model: from :func:`embscope.load_model`; its tokenizer must be a HF ``tokenizers`` model.
         corpus_path: domain corpus (file or folder).
-        top: how many terms to add (the rest of the table is still written).
-        max_ngram: longest multi-word term, in words (multi-word terms need ``as_="added"``).
-        min_freq: least occurrences of a term.
-        init: strategy specs to diagnose (``NAME`` or ``INPUT/OUTPUT`` for untied models);
-            ``auto`` (the default) diagnoses every strategy and records the recommended one
-            (:mod:`embscope.extension.choose`) as ``summary.recommended``.
+        options: :class:`~embscope.extension.options.ExtensionOptions` (default: its defaults).
+            The fields read here:
+
+            - ``top``: how many terms to add (the rest of the table is still written).
+            - ``max_ngram``: longest multi-word term, in words (multi-word terms need
+              ``extend_as="added"``).
+            - ``min_freq``: least occurrences of a term.
+            - ``init``: strategy specs to diagnose (``NAME`` or ``INPUT/OUTPUT`` for untied
+              models); ``auto`` (the default) diagnoses every strategy and records the recommended
+              one (:mod:`embscope.extension.choose`) as ``summary.recommended``.
+            - ``diagnostics``: also load the whole model (when it fits) for fidelity, bits per
+              byte and the disturbance of old text.
+            - ``extend_as``: ``model`` (merges, Unigram pieces: :mod:`embscope.tokenizer.extend`)
+              or ``added`` (HF added tokens, with spaced twins).
+            - ``bpb_bytes``: held-out corpus bytes the measurements read, when ``plan`` is not
+              given (:func:`~embscope.extension.evaluate.plan_for`; None: 24 KB).
+            - ``distil_work``: the most work ``distil`` may do inside ``auto``, 10¹² multiply-adds
+              (:func:`embscope.extension.distil.work`, estimated before it runs; None:
+              :data:`DISTIL_WORK`; ``math.inf``: no limit); a named ``distil`` always runs.
+            - ``method``: ``terms`` (the best ``top`` words by estimated savings, each with its
+              merge chain) or ``merges`` (continued BPE on the corpus,
+              :mod:`embscope.extension.merges`; the corpus may be a ``word<TAB>count`` list;
+              ``min_freq`` is then the least count of a pair).
+            - ``rows``: the most new tokens (rows) the tokenizer grows by, intermediates included;
+              needed by ``merges``; with ``terms`` the best terms whose chains fit are taken.
+            - ``target_lang``, ``norm_correction``: the target language (:mod:`.target`), each
+              strategy's ``+norm`` twin too.
         tokens: a tokens table with ``flagged`` (under-trained rows), excluded from every mean.
-        diagnostics: also load the whole model (when it fits) for fidelity, bits per byte and
-            the disturbance of old text.
+        steps: progress and timings of the steps (default: quiet).
         engine: where the two corpus passes run (term counting; tokens before and after) —
             :class:`embscope.corpus.engine.Engine`: one process, local worker processes or Ray;
             every engine gives the same candidates and counts. Default: local, all cores for
             corpora of 32 MB or more.
         sample_bytes: read at most this many bytes of text per language (default: all).
-        options: record fields of jsonl/Parquet/Arrow files
+        read_options: record fields of jsonl/Parquet/Arrow files
             (:class:`embscope.corpus.readers.ReadOptions`).
-        as_: ``model`` (merges, Unigram pieces: :mod:`embscope.tokenizer.extend`) or ``added``
-            (HF added tokens, with spaced twins).
-        plan: how much held-out text the measurements read (:class:`~embscope.extension.evaluate.Plan`).
-        distil_work: the most work ``distil`` may do inside ``auto``, 10¹² multiply-adds
-            (:func:`embscope.extension.distil.work`, estimated before it runs; ``None``: no limit);
-            a named ``distil`` always runs.
-        method: ``terms`` (the best ``top`` words by estimated savings, each with its merge chain)
-            or ``merges`` (continued BPE on the corpus, :mod:`embscope.extension.merges`; the corpus
-            may be a ``word<TAB>count`` list; ``min_freq`` is then the least count of a pair).
-        rows: the most new tokens (rows) the tokenizer grows by, intermediates included; needed
-            by ``merges``; with ``terms`` the best terms whose chains fit are taken.
-        lang, norm_correction: the target language (:mod:`.target`), each strategy's ``+norm`` twin too.
+        plan: how much held-out text the measurements read (:class:`~embscope.extension.evaluate.Plan`;
+            default: ``plan_for(options.bpb_bytes or CORPUS_BYTES)``).
 
     Returns:
         :class:`ExtensionResult`.
 
     Example:
-        >>> r = suggest(load_model("smollm2-135m"), "corpora/medical", top=50)  # doctest: +SKIP
+        >>> r = suggest(load_model("smollm2-135m"), "corpora/medical", ExtensionOptions(top=50))  # doctest: +SKIP
         >>> r.summary.tokens_saved, r.table["term"][:3].to_list()  # doctest: +SKIP
     """
     from embscope.corpus.engine import Engine
-    # long: its docstring documents every argument of the extension
-    from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
-    from embscope.extension.focus import corpus_static
+    from embscope.extension.evaluate import CORPUS_BYTES, plan_for
     from embscope.extension.init import AUTO, expand_specs
-    from embscope.extension.target import target_record
     from embscope.models.fullmodel import load_hf_tokenizer
 
-    _check_args(top, max_ngram, min_freq, as_, method, rows)
-    specs = expand_specs(init, norm_correction)  # unknown names fail before any work
-    optional = set(expand_specs([AUTO], norm_correction)) - set(init) if AUTO in init else set()
-    steps = steps or Steps(verbose=False)
-    engine = engine or Engine()
-    tok = load_hf_tokenizer(model)
-    if method == "merges":
-        return _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps,
-                               diagnostics, specs, optional, init, tokens, plan, distil_work, lang)
+    o = options or ExtensionOptions()
+    _check_args(o.top, o.max_ngram, o.min_freq, o.extend_as, o.method, o.rows)
+    specs = expand_specs(o.init, o.norm_correction)  # unknown names fail before any work
+    optional = set(expand_specs([AUTO], o.norm_correction)) - set(o.init) if AUTO in o.init else set()
+    distil_work = DISTIL_WORK if o.distil_work is None else o.distil_work
+    job = _Job(model=model, tok=load_hf_tokenizer(model), corpus_path=corpus_path, engine=engine or Engine(),
+               sample_bytes=sample_bytes, read_options=read_options, options=o, specs=specs, optional=optional,
+               tokens=tokens, steps=steps or Steps(verbose=False),
+               plan=plan if plan is not None else plan_for(o.bpb_bytes or CORPUS_BYTES),
+               budget={"distil": distil_work} if "distil" in optional else {})
+    return _suggest_merges(job) if o.method == "merges" else _suggest_terms(job)
+
+
+def _suggest_terms(job: _Job) -> ExtensionResult:
+    """:func:`suggest` with ``method="terms"``: the best words by estimated savings, written into
+    the tokenizer with their merge chains, measured and diagnosed."""
+    from embscope.extension.candidates import candidates_table, corpus_candidates, new_tokens_table
+    from embscope.extension.focus import corpus_static
+    from embscope.extension.target import target_record
+
+    o, tok = job.options, job.tok
     tally: Counter = Counter()
-    with steps.step("candidates", "reading the corpus and counting terms"):
-        cands, report = corpus_candidates(tok, corpus_path, max_ngram=max_ngram, min_freq=min_freq,
-                                          engine=engine, sample_bytes=sample_bytes, options=options, tally=tally)
+    with job.steps.step("candidates", "reading the corpus and counting terms"):
+        cands, report = corpus_candidates(tok, job.corpus_path, max_ngram=o.max_ngram, min_freq=o.min_freq,
+                                          engine=job.engine, sample_bytes=job.sample_bytes,
+                                          options=job.read_options, tally=tally)
     if not cands:
-        raise CorpusError(f"no term in {corpus_path} occurs {min_freq}+ times and takes 2+ tokens; "
+        raise CorpusError(f"no term in {job.corpus_path} occurs {o.min_freq}+ times and takes 2+ tokens; "
                           "lower --min-freq or pass a larger corpus")
-    chosen, twins, skipped = _choose_terms(tok, cands, top, as_)
-    if rows is not None:
+    chosen, twins, skipped = _choose_terms(tok, cands, o.top, o.extend_as)
+    if o.rows is not None:
         from embscope.extension.merges import within_rows
 
-        chosen, twins = within_rows(tok, chosen, twins, as_, rows, skipped)
-    with steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
-        ext, saved, general, general_changes = _extend_and_measure(tok, chosen, twins, as_, corpus_path, engine,
-                                                                   sample_bytes, options)
-        skipped.update(ext.skipped)
+        chosen, twins = within_rows(tok, chosen, twins, o.extend_as, o.rows, skipped)
+    with job.steps.step("measure", "re-tokenizing the corpus with the extended tokenizer"):
+        m = _extend_and_measure(job, chosen, twins, report)
+        skipped.update(m.ext.skipped)
+    ext, saved = m.ext, m.saved
     added_terms = {t.text: int(saved.counts_extended[t.id]) for t in ext.tokens if t.kind == "term"}
-    summary = _record(model, corpus_path, report, engine, cands, ext, saved, twins, skipped, chosen, added_terms,
-                      general, general_changes, max_ngram, min_freq)
-    summary.rows = rows
+    summary = _record(job, m, cands, twins, skipped, chosen, added_terms, o.max_ngram)
+    summary.rows = o.rows
     summary.corpus_words, summary.words_split = tally["words"], tally["split"]
     summary.words_split_share = round(tally["split"] / tally["words"], 5) if tally["words"] else None
     result = ExtensionResult(table=candidates_table(cands, added_terms), summary=summary,
                              terms=[t.text for t in ext.tokens], pieces=[list(t.pieces) for t in ext.tokens],
                              piece_counts=saved.counts, extension=ext,
                              new_tokens=new_tokens_table(ext, saved.counts_extended),
-                             static=corpus_static(corpus_path, ext.tokenizer, sample_bytes, options))
-    summary.target_language, result.target_texts = target_record(corpus_path, lang, sample_bytes, options)
-    if diagnostics:
-        _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
-                     {"distil": distil_work} if "distil" in optional else {}, sample_bytes, options,
-                     target=summary.target_language, pick_on_target=lang is not None)
+                             static=corpus_static(job.corpus_path, ext.tokenizer, job.sample_bytes,
+                                                  job.read_options))
+    summary.target_language, result.target_texts = target_record(job.corpus_path, o.target_lang, job.sample_bytes,
+                                                                 job.read_options)
+    if o.diagnostics:
+        _diagnostics(job, result, m.general)
     return result
-
-
-#: how ``extend`` picks new tokens: the best words (``terms``), or continued BPE (``merges``)
-METHODS = ("terms", "merges")
 
 
 def _check_args(top: int, max_ngram: int, min_freq: int, as_: str, method: str = "terms",
@@ -272,8 +323,7 @@ def _check_args(top: int, max_ngram: int, min_freq: int, as_: str, method: str =
         raise SpecError("--method merges writes merges into the tokenizer's model; drop --as added")
 
 
-def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_bytes, options, steps: Steps,
-                    diagnostics, specs, optional, init, tokens, plan, distil_work, lang=None) -> ExtensionResult:
+def _suggest_merges(job: _Job) -> ExtensionResult:
     """:func:`suggest` with ``method="merges"``: merges learned from the corpus
     (:mod:`embscope.extension.merges`), measured and diagnosed as the terms are."""
     from embscope.extension.candidates import new_tokens_table
@@ -281,16 +331,17 @@ def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_byte
     from embscope.extension.merges import learn_and_measure, merges_table
     from embscope.tokenizer.tokenization_check import changes
 
-    with steps.step("merges", f"learning up to {rows} merges from the corpus"):
+    o, tok = job.options, job.tok
+    with job.steps.step("merges", f"learning up to {o.rows} merges from the corpus"):
         ext, learned, saved, listed, report, n_words = learn_and_measure(
-            tok, corpus_path, rows=rows, min_freq=min_freq, engine=engine, sample_bytes=sample_bytes,
-            options=options)
+            tok, job.corpus_path, rows=o.rows, min_freq=o.min_freq, engine=job.engine,
+            sample_bytes=job.sample_bytes, options=job.read_options)
     general = general_texts()
-    summary = _record(model, corpus_path, report, engine, [], ext, saved, [], dict(ext.skipped), [], {}, general,
-                      changes(tok, ext, general[0]), 1, min_freq)
+    m = _Measured(ext=ext, saved=saved, report=report, general=general, general_changes=changes(tok, ext, general[0]))
+    summary = _record(job, m, [], [], dict(ext.skipped), [], {}, 1)
     summary.candidates, summary.top_n = n_words, len(ext.tokens)
     summary.estimated_savings = int(sum(learned.counts))  # Σ the pairs' counts when merged
-    summary.method, summary.rows, summary.merges_stopped = "merges", rows, learned.stopped
+    summary.method, summary.rows, summary.merges_stopped = "merges", o.rows, learned.stopped
     table = merges_table(ext, learned.counts, saved.counts_extended)
     result = ExtensionResult(table=table, summary=summary, terms=[t.text for t in ext.tokens],
                              pieces=[list(t.pieces) for t in ext.tokens], piece_counts=saved.counts, extension=ext,
@@ -299,13 +350,12 @@ def _suggest_merges(model, tok, corpus_path, rows, min_freq, engine, sample_byte
         from embscope.extension.focus import corpus_static
         from embscope.extension.target import target_record
 
-        result.static = corpus_static(corpus_path, ext.tokenizer, sample_bytes, options)
-        summary.target_language, result.target_texts = target_record(corpus_path, lang, sample_bytes, options)
-    if diagnostics:
-        _diagnostics(model, result, corpus_path, specs, optional, init, tokens, tok, steps, plan, general,
-                     {"distil": distil_work} if "distil" in optional else {}, None if listed else sample_bytes,
-                     options, no_text="a word-frequency list has no running text to measure on" if listed else None,
-                     target=summary.target_language, pick_on_target=lang is not None)
+        result.static = corpus_static(job.corpus_path, ext.tokenizer, job.sample_bytes, job.read_options)
+        summary.target_language, result.target_texts = target_record(job.corpus_path, o.target_lang,
+                                                                     job.sample_bytes, job.read_options)
+    if o.diagnostics:
+        _diagnostics(job, result, general,
+                     no_text="a word-frequency list has no running text to measure on" if listed else None)
     return result
 
 
@@ -330,61 +380,66 @@ SPANS = ("the model's pre-tokenizer cuts this word into several pre-tokens, and 
          "a multi-word term spans pre-tokens, which no merge joins; add it with --as added")
 
 
-def _extend_and_measure(tok, chosen, twins, as_: str, corpus_path, engine, sample_bytes, options):
-    """``(extension, savings, general text, its changes)``: the terms written into the tokenizer,
-    the corpus re-tokenized with both tokenizers, and what the extension changes in general text."""
+def _extend_and_measure(job: _Job, chosen, twins, report) -> _Measured:
+    """The terms written into the tokenizer, the corpus re-tokenized with both tokenizers (its
+    first pass read as ``report`` says), and what the extension changes in general text."""
     from embscope.corpus.stream import CorpusWarning
     from embscope.extension.savings import corpus_savings
     from embscope.extension.evaluate import general_texts
     from embscope.tokenizer.tokenization_check import changes
     from embscope.tokenizer.extend import extend_tokenizer
 
+    tok = job.tok
     terms, pieces = [c.term for c in chosen], [c.piece_ids for c in chosen]
-    ext = extend_tokenizer(tok, terms + [t for t, _ in twins], pieces + [p for _, p in twins], form=as_)
+    ext = extend_tokenizer(tok, terms + [t for t, _ in twins], pieces + [p for _, p in twins],
+                           form=job.options.extend_as)
     with warnings.catch_warnings():  # the first pass already warned about this corpus's bad input
         warnings.simplefilter("ignore", CorpusWarning)
-        saved = corpus_savings(tok, ext, corpus_path, engine=engine, sample_bytes=sample_bytes, options=options)
+        saved = corpus_savings(tok, ext, job.corpus_path, engine=job.engine, sample_bytes=job.sample_bytes,
+                               options=job.read_options)
     general = general_texts()
-    return ext, saved, general, changes(tok, ext, general[0])
+    return _Measured(ext=ext, saved=saved, report=report, general=general,
+                     general_changes=changes(tok, ext, general[0]))
 
 
-def _record(model, corpus_path, report, engine, cands, ext, saved, twins, skipped, chosen, added_terms, general,
-            general_changes, max_ngram, min_freq) -> "ExtensionRecord":
+def _record(job: _Job, m: _Measured, cands, twins, skipped, chosen, added_terms, max_ngram: int) -> "ExtensionRecord":
     """The record of what was read, added and saved (measured and estimated); diagnostics fill the rest."""
     from embscope.extension.record import ExtensionRecord
     from embscope.tokenizer.tokenization_check import GeneralChanges, TokenizationCheck
 
+    ext, saved, report = m.ext, m.saved, m.report
     n_terms = sum(t.kind == "term" for t in ext.tokens)
     return ExtensionRecord(
-        model=model.name, corpus=str(corpus_path), corpus_texts=report.texts, corpus_report=report.record(),
-        engine=engine.record(), candidates=len(cands), top_n=n_terms - len(twins), form=ext.form,
+        model=job.model.name, corpus=str(job.corpus_path), corpus_texts=report.texts, corpus_report=report.record(),
+        engine=job.engine.record(), candidates=len(cands), top_n=n_terms - len(twins), form=ext.form,
         space_twins_added=len(twins), intermediates=sum(t.kind == "intermediate" for t in ext.tokens),
         tokens_added=len(ext.tokens), merges_added=len(ext.merges), terms_skipped=skipped,
         corpus_tokens=saved.before, corpus_tokens_after=saved.after, tokens_saved=saved.before - saved.after,
         saved_fraction=round((saved.before - saved.after) / max(saved.before, 1), 5),
         estimated_savings=int(sum(c.savings_tokens for c in chosen if c.term in added_terms)),
         tokenization_check=TokenizationCheck(corpus=saved.changes,
-                                             general=GeneralChanges(**vars(general_changes), source=general[1])),
-        max_ngram=max_ngram, min_freq=min_freq, tied=model.tied)
+                                             general=GeneralChanges(**vars(m.general_changes), source=m.general[1])),
+        max_ngram=max_ngram, min_freq=job.options.min_freq, tied=job.model.tied)
 
 
-def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, init, tokens, tok, steps: Steps,
-                 plan, general, budget: dict[str, float | None], sample_bytes, options,
-                 no_text: str | None = None, target=None,
-                 pick_on_target: bool = False) -> None:
-    """Each strategy's rows measured (:func:`_diagnose`), the recommended one picked, into the summary."""
+def _diagnostics(job: _Job, result: ExtensionResult, general, no_text: str | None = None) -> None:
+    """Each strategy's rows measured (:func:`_diagnose`), the recommended one picked, into the
+    summary. ``no_text``: why the corpus has no running text to measure on (None: it has)."""
     from embscope.corpus.stream import CorpusWarning, iter_corpus
     from embscope.extension.choose import general_note, ordered, recommend
     from embscope.extension.fidelity import compute_precision
     from embscope.extension.init import AUTO
     from embscope.models.fullmodel import fastest_threads, why_not_loadable
 
+    model, init, specs = job.model, job.options.init, job.specs
+    target, pick_on_target = result.summary.target_language, job.options.target_lang is not None
+
     def texts():
         if no_text:
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CorpusWarning)
-            for batch in iter_corpus(corpus_path, sample_bytes=sample_bytes, options=options):
+            for batch in iter_corpus(job.corpus_path, sample_bytes=job.sample_bytes, options=job.read_options):
                 yield from batch.texts
 
     # the thread count the model's forward passes run fastest at now (under load one intra-op
@@ -394,13 +449,12 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     unloadable = no_text or why_not_loadable(model)
     threads = (fastest_threads(model.dim, compute_precision()) if unloadable is None
                else contextlib.nullcontext())
-    with steps.step("diagnostics", "checking each initialisation"), threads:
-        strategies = _diagnose(model, result, specs, optional, reference_mask(model, tokens), tok, texts(),
-                               steps, unloadable, plan, general, budget, target)
+    with job.steps.step("diagnostics", "checking each initialisation"), threads:
+        strategies = _diagnose(job, result, reference_mask(model, job.tokens), texts(), unloadable, general, target)
     rec = result.summary
     if rec.bits_per_byte_original is not None:  # the summary names the text each figure came from
         rec.bits_per_byte_original.source = (
-            f"held-out text of {Path(corpus_path).name} (1 text in 4, never fitted on)")
+            f"held-out text of {Path(job.corpus_path).name} (1 text in 4, never fitted on)")
     if AUTO in init or len(specs) > 1:
         rec.recommended, rec.recommended_why = recommend(strategies)
         strategies = ordered(strategies, rec.recommended)
@@ -417,17 +471,15 @@ def _diagnostics(model, result: ExtensionResult, corpus_path, specs, optional, i
     rec.strategies = strategies
 
 
-
-
-def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, texts, steps: Steps,
-              reason: str | None, plan, general, budget: dict[str, float | None], target=None):
+def _diagnose(job: _Job, result: ExtensionResult, trained, texts, reason: str | None, general, target=None):
     """Figures per strategy: rows per strategy, their norms and neighbours, and with the whole
     model the measurements of :mod:`embscope.extension.evaluate` (the original model's figures
-    and the notes go into ``result.summary``)."""
+    and the notes go into ``result.summary``). ``reason``: why the whole model is not loaded
+    (None: it is)."""
     from embscope.extension.contexts import collect, start_ids
-    from embscope.extension.evaluate import AUDIT_PLAN, Plan, measure
+    from embscope.extension.evaluate import AUDIT_PLAN, measure
 
-    plan = plan or Plan()
+    model, tok, steps, plan, budget = job.model, job.tok, job.steps, job.plan, job.budget
     ext = result.extension
     new_ids = ext.ids
     lm = found = None
@@ -461,8 +513,8 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
     # pass per matrix for the nearest neighbours of every strategy's rows.
     ctxs = init_contexts(model, result.pieces, trained, result.piece_counts, terms=result.terms, distil=distil,
                          new_ids=new_ids, static=result.static)
-    rows_of, skipped = _strategy_rows(specs, ctxs, optional)
-    specs = [s for s in specs if s in rows_of]
+    rows_of, skipped = _strategy_rows(job.specs, ctxs, job.optional)
+    specs = [s for s in job.specs if s in rows_of]
     result.rows = rows_of
     rows = _row_figures(specs, rows_of, ctxs, result.terms, names)
     rec = result.summary
@@ -494,8 +546,6 @@ def _diagnose(model, result: ExtensionResult, specs, optional, trained, tok, tex
         + (" (audit's sample; extend reads more)" if plan == AUDIT_PLAN else "")
         if found.held else "no held-out context holds a new token")
     return out
-
-
 
 
 def _strategy_rows(specs, ctxs, optional) -> tuple[dict[str, dict], dict[str, str]]:

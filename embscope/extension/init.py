@@ -351,7 +351,7 @@ def _focus(ctx: InitContext) -> "torch.Tensor":
 AUTO = "auto"
 #: strategies ``auto`` leaves out unless named (none: ``distil``, which runs the whole model forward
 #: and backward a few times per row, is in ``auto`` when its work fits its budget,
-#: ``suggest(distil_work=...)``)
+#: ``ExtensionOptions.distil_work``)
 NAMED_ONLY: tuple[str, ...] = ()
 
 

@@ -8,6 +8,9 @@ from embscope.arguments import at_least, one_of
 from embscope.errors import SpecError, did_you_mean
 from embscope.records import Record
 
+#: how ``extend`` picks new tokens: the best words (``terms``), or continued BPE (``merges``)
+METHODS = ("terms", "merges")
+
 
 @dataclass
 class RepairOptions(Record):
@@ -73,7 +76,6 @@ class ExtensionOptions(Record):
         import math
         import re
 
-        from embscope.extension.extension import METHODS
         from embscope.extension.init import expand_specs, parse_init
         from embscope.models.writer import MODES
         from embscope.tokenizer.extend import FORMS

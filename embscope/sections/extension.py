@@ -24,21 +24,13 @@ def extension_section(inputs: SectionInputs) -> SectionOutput:
         return SectionOutput(skipped="no single-language (domain) corpus given")
     if inputs.model.vocab is None:
         return SectionOutput(skipped="the model ships no tokenizer")
-    from embscope.extension.evaluate import CORPUS_BYTES, plan_for
-    from embscope.extension.extension import DISTIL_WORK
-
     opts = inputs.options
     sub = Steps(verbose=False, announce="extension")  # its parts named as they start; times in summary.json
     with inputs.steps.step("extension", f"vocabulary-extension candidates from {inputs.domain}") as step:
         try:
-            ext = suggest(inputs.model, inputs.domain, top=opts.extension.top, max_ngram=opts.extension.max_ngram,
-                          min_freq=opts.extension.min_freq, init=tuple(opts.extension.init), tokens=inputs.tokens,
-                          diagnostics=opts.extension.diagnostics, engine=opts.corpus.corpus_engine(),
-                          sample_bytes=opts.corpus.sample_bytes, options=opts.corpus.read_options(), steps=sub,
-                          as_=opts.extension.extend_as, plan=plan_for(opts.extension.bpb_bytes or CORPUS_BYTES),
-                          distil_work=DISTIL_WORK if opts.extension.distil_work is None else opts.extension.distil_work,
-                          method=opts.extension.method, rows=opts.extension.rows,
-                          lang=opts.extension.target_lang, norm_correction=opts.extension.norm_correction)
+            ext = suggest(inputs.model, inputs.domain, opts.extension, tokens=inputs.tokens, steps=sub,
+                          engine=opts.corpus.corpus_engine(), sample_bytes=opts.corpus.sample_bytes,
+                          read_options=opts.corpus.read_options())
         except CorpusError as err:  # nothing to suggest is a finding, not a failure
             step.nothing(str(err))
             return SectionOutput(skipped=str(err), warnings=[f"extension: {err}"])
