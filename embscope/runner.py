@@ -196,6 +196,11 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES, gi
     from embscope.allocator import reuse_freed_blocks
     from embscope.output import DEFAULT_OUT, claim, default_out
 
+    for name in fields:
+        for record in (Given, Job):
+            if name in record.__dataclass_fields__:
+                raise SpecError(f"run() takes {name!r} in a {record.__name__}: pass "
+                                f"{record.__name__.lower()}={record.__name__}({name}=...)")
     opts = RunOptions.build(options, **fields)
     given, job = given or Given(), job or Job()
     paths = _Paths(languages=[corpus_path(c) for c in given.languages],

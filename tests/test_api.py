@@ -48,6 +48,8 @@ def test_explicit_signature_documented_with_the_options_defaults(name):
      "check() has no option 'trainr' (did you mean 'trainer'?); see help(embscope.check)"),
     (lambda: embscope.run("minilm-l6", sections=["tokens"], knn_metod="exact"),
      "unknown option 'knn_metod' (did you mean 'knn_method'?); see embscope.RunOptions"),
+    (lambda: embscope.run("minilm-l6", sections=["tokens"], corpora=["medical"]),
+     "run() takes 'corpora' in a Given: pass given=Given(corpora=...)"),
 ])
 def test_a_misspelt_option_is_one_line_naming_the_closest(call, message, monkeypatch):
     import embscope.runner

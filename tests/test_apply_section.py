@@ -44,11 +44,11 @@ def test_summary_of_extend_apply_holds_the_manifest(tmp_path, capsys):
 def test_runner_chooses_the_extension_corpus_without_the_languages_section(tmp_path):
     """Before: the languages section chose it, so without that section the extension had "no
     single-language corpus given"."""
-    from embscope.runner import corpus_path, run
+    from embscope.runner import Given, Job, corpus_path, run
 
     model = _tiny_extend_model(tmp_path)
     corpus = tmp_path / "corpus.txt"
-    res = run(str(model), sections=["extension"], languages=[corpus_path("udhr"), corpus], top=3, min_freq=2,
-              diagnostics=False, out=tmp_path / "out", render=False, verbose=False)
+    res = run(str(model), sections=["extension"], given=Given(languages=[corpus_path("udhr"), corpus]), top=3,
+              min_freq=2, diagnostics=False, out=tmp_path / "out", job=Job(render=False, verbose=False))
     assert res.summary.sections.languages is None
     assert res.summary.sections.extension is not None and res.summary.sections.extension.corpus == str(corpus)
