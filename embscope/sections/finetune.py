@@ -39,13 +39,8 @@ def finetune_section(inputs: Inputs) -> SectionOutput:
         raw = read_bytes(Path(opts.chat_template), what="chat template", max_bytes=1 << 20)
         template = raw.decode("utf-8", "replace")
     with inputs.steps.step("finetune", "read, render and tokenize the training data"):
-        record = check_data(model, inputs.data, fmt=opts.data_format, text_field=opts.text_field,
-                            flagged=flagged, max_length=opts.max_length, template=template, trainer=opts.trainer,
-                            pad_token=opts.pad_token, split=opts.split, status=status,
-                            engine=opts.corpus_engine(), lf_template=opts.lf_template,
-                            train_on_prompt=opts.train_on_prompt, mask_history=opts.mask_history,
-                            gguf_tokenizer=opts.gguf_tokenizer, responses_only=opts.responses_only,
-                            instruction_part=opts.instruction_part, response_part=opts.response_part)
+        record = check_data(model, inputs.data, opts, text_field=opts.text_field, flagged=flagged, status=status,
+                            engine=opts.corpus_engine(), template=template)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
     # what --repair rewrites: the rows error-level findings point at (zero rows, flagged rows the data
