@@ -34,12 +34,13 @@ def differing(model, path: Path, trainer: str) -> tuple[int, int]:
     """(examples, examples whose sequences' ids differ between the two tokenizers)."""
     from embscope.corpus.conversations import iter_examples
     from embscope.readiness import trainer_sequences
+    from embscope.readiness.options import CheckOptions
 
     examples = list(iter_examples([str(path)]))
     ids = {}
     for tok in ("llamacpp", "transformers"):
         seqs: dict[int, list] = {}
-        for s in trainer_sequences(model, examples, trainer, gguf_tokenizer=tok).sequences:
+        for s in trainer_sequences(model, examples, CheckOptions(trainer=trainer, gguf_tokenizer=tok)).sequences:
             seqs.setdefault(s.index, []).append(s.ids)
         ids[tok] = seqs
     return len(examples), sum(ids["llamacpp"].get(ex.index) != ids["transformers"].get(ex.index) for ex in examples)

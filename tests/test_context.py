@@ -541,12 +541,13 @@ def test_check_and_rope_read_one_context(smollm2_model, key):
 
     from embscope.config import CONTEXT_KEYS
     from embscope.readiness import make_context
+    from embscope.readiness.options import CheckOptions
 
     base = {k: v for k, v in smollm2_model.config.items() if k not in CONTEXT_KEYS}
     for cfg, want in (({**base, key: 3000}, 3000), ({**base, "text_config": {key: 3000}}, 3000),
                       ({"model_type": "gemma3_text"}, 131072)):
         model = dataclasses.replace(smollm2_model, config=cfg)
-        limit, source = make_context(model, "transformers")[3]
+        limit, source = make_context(model, CheckOptions(trainer="transformers"))[3]
         assert limit == context_summary(cfg).max_position_embeddings == want, (cfg, source)
         assert source == f"config {key if want == 3000 else 'max_position_embeddings'}"
 

@@ -259,11 +259,13 @@ def test_a_batch_is_tokenized_when_it_holds_the_render_cap(smollm2_model, monkey
     """The batch bound changes when texts are tokenized, never what they tokenize to."""
     from embscope.corpus.shapes import to_example
     from embscope.readiness import sequences, trainer_sequences
+    from embscope.readiness.options import CheckOptions
 
     records = [json.loads(line) for line in (pytest.importorskip("pathlib").Path(__file__).parents[1] / "corpora" /
                                              "chat" / "medical-chat.jsonl").read_text("utf-8").splitlines()[:40]]
     examples = [to_example(r, i)[0] for i, r in enumerate(records)]
-    whole = [(s.ids, s.loss) for s in trainer_sequences(smollm2_model, examples, "axolotl").sequences]
+    axolotl = CheckOptions(trainer="axolotl")
+    whole = [(s.ids, s.loss) for s in trainer_sequences(smollm2_model, examples, axolotl).sequences]
     calls = []
     real = sequences._Batch.run
 
@@ -273,7 +275,7 @@ def test_a_batch_is_tokenized_when_it_holds_the_render_cap(smollm2_model, monkey
 
     monkeypatch.setattr(sequences, "BATCH_CHARS", 2000)
     monkeypatch.setattr(sequences._Batch, "run", counted)
-    cut = [(s.ids, s.loss) for s in trainer_sequences(smollm2_model, examples, "axolotl").sequences]
+    cut = [(s.ids, s.loss) for s in trainer_sequences(smollm2_model, examples, axolotl).sequences]
     assert cut == whole and len(calls) > 5
 
 

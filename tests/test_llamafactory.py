@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from embscope.readiness.check import MODEL_TEMPLATE
+
 pytest.importorskip("datasets")
 if __import__("importlib.util").util.find_spec("llamafactory") is None:
     pytest.skip("llamafactory is not installed (scripts/install.sh --dev installs it, --no-deps)",
@@ -117,11 +119,14 @@ def lf_sequences(lf, tokenizer, folder: Path, name: str, stage: str, tmp: Path, 
     return out
 
 
-def ours(model, path: Path, **kw):
+def ours(model, path: Path, template=MODEL_TEMPLATE, **options):
+    """``template``: the chat template's text (default: the model's own); ``options``: CheckOptions fields."""
     from embscope.corpus.conversations import iter_examples
     from embscope.readiness import trainer_sequences
+    from embscope.readiness.options import CheckOptions
 
-    built = trainer_sequences(model, list(iter_examples([str(path)])), "llamafactory", **kw)
+    built = trainer_sequences(model, list(iter_examples([str(path)])),
+                              CheckOptions(trainer="llamafactory", **options), template=template)
     return built
 
 
@@ -185,8 +190,9 @@ def test_other_sets_as_llamafactory_builds_them(name, lf, lf_tokenizer, smollm2_
     assert n + len(built.dropped) == len(rows), (n, len(built.dropped), len(rows))
     if name == "chatterbot":  # the odd-length conversations: dropped with LLaMA-Factory's rule, not trained
         from embscope.readiness.check import check_data
+        from embscope.readiness.options import CheckOptions
 
-        record = check_data(smollm2_model, [str(path)], trainer="llamafactory")
+        record = check_data(smollm2_model, [str(path)], CheckOptions(trainer="llamafactory"))
         drops = [f for f in record.findings if f.code == "trainer-drops"]
         assert record.sequences == n and len(drops) == 1 and drops[0].count == len(rows) - n > 0, drops
         assert "do not pair" in drops[0].message
@@ -199,9 +205,10 @@ def test_tool_sets_never_render_failed(trainer, smollm2_model):
     them all, never a render-failed (TRL's renderings are checked against TRL in test_trainers.py,
     LLaMA-Factory's above)."""
     from embscope.readiness.check import check_data
+    from embscope.readiness.options import CheckOptions
 
     files = [str(_file(n)) for n in ("glaive_toolcall_en_demo", "glaive_toolcall_zh_demo")]
-    record = check_data(smollm2_model, files, trainer=trainer)
+    record = check_data(smollm2_model, files, CheckOptions(trainer=trainer))
     codes = {f.code for f in record.findings}
     assert not codes & {"render-failed", "render-refused", "unreadable-records", "trainer-drops"}, codes
     assert record.sequences == 600, record.sequences

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from embscope.readiness.check import MODEL_TEMPLATE
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS_TEMPLATE = ROOT / "tests" / "data" / "chatml_tools.jinja"
 TOOL = {"type": "function", "function": {"name": "icd_lookup", "description": "Look up an ICD-10-CM code",
@@ -91,10 +93,12 @@ def _write(folder: Path, name: str, rows) -> Path:
     return path
 
 
-def _check(model, path, **kw):
+def _check(model, path, template=MODEL_TEMPLATE, **options):
+    """``template``: the chat template's text (default: the model's own); ``options``: CheckOptions fields."""
     from embscope.readiness import check_data
+    from embscope.readiness.options import CheckOptions
 
-    return check_data(model, [str(path)], **kw)
+    return check_data(model, [str(path)], CheckOptions(**options), template=template)
 
 
 EXPECT = {  # shape → (format, sequences per example)

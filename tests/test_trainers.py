@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from embscope.readiness.check import MODEL_TEMPLATE
+from embscope.readiness.options import CheckOptions
 
 pytest.importorskip("trl")
 
@@ -50,12 +51,12 @@ def _tiny_model(tok):
     return LlamaForCausalLM(cfg)
 
 
-def _ours(model, records, trainer, **kw):
+def _ours(model, records, trainer, **options):
     from embscope.corpus.shapes import to_example
     from embscope.readiness import trainer_sequences
 
     examples = [to_example(r, i)[0] for i, r in enumerate(records)]
-    built = trainer_sequences(model, examples, trainer, **kw)
+    built = trainer_sequences(model, examples, CheckOptions(trainer=trainer, **options))
     assert not built.failed and not built.refused
     assert len(built.dropped) == len(examples) - len({s.index for s in built.sequences})
     return built.sequences
@@ -212,8 +213,8 @@ def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
         from embscope.corpus.shapes import to_example
         from embscope.readiness import trainer_sequences
 
-        built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl",
-                                  template=template)
+        built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)],
+                                  CheckOptions(trainer="trl"), template=template)
         assert not built.failed and not built.refused, name
         assert _agree(theirs, built.sequences) >= AGREEMENT, name
     rows = [{k: v for k, v in r.items() if k != "id"} for r in shapes()["openai-tools"]]
@@ -222,7 +223,8 @@ def test_trl_sft_tool_conversations(smollm2_model, hf_tokenizer, tmp_path):
     from embscope.corpus.shapes import to_example
     from embscope.readiness import trainer_sequences
 
-    built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "trl")
+    built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)],
+                              CheckOptions(trainer="trl"))
     assert len(built.failed) == len(rows) and "content" in next(iter(built.failed.values()))
 
 
@@ -291,8 +293,8 @@ def test_unsloth_responses_only_is_unsloths(smollm2_model, tmp_path):
     theirs = json.loads(run.stdout.strip().splitlines()[-1])
     assert tuple(theirs["parts"]) == ("<|im_start|>user\n", "<|im_start|>assistant\n")
     for name, rows in sets.items():
-        built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)], "unsloth",
-                                  responses_only=True)
+        built = trainer_sequences(smollm2_model, [to_example(r, i)[0] for i, r in enumerate(rows)],
+                                  CheckOptions(trainer="unsloth", responses_only=True))
         assert _agree([tuple(t) for t in theirs[name]], built.sequences) >= AGREEMENT, name
         assert len(built.dropped) == len(rows) - len(theirs[name]) and set(built.dropped.values()) <= {DROP}
     assert len(built.dropped) == 0 and all(not s.loss[0] for s in built.sequences)

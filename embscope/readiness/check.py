@@ -16,6 +16,7 @@ import numpy as np
 from embscope.models.rows import model_zero_rows
 from embscope.readiness.encode import length_stats
 from embscope.readiness.findings import CheckFacts, find
+from embscope.readiness.options import CheckOptions
 from embscope.readiness.record import CODES, SEVERITIES, CheckRecord, SplitRecord, TopId, worst
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,51 +89,50 @@ def reference(model: "LoadedModel", gguf_tokenizer: str = "llamacpp") -> str:
     return f"the model's tokenizer files ({getattr(model.vocab, 'backend', type(model.vocab).__name__)})"
 
 
-def make_context(model: "LoadedModel", trainer: str | None = None, *, pad_token: str | None = None,
-                 template: str | None | ModelTemplate = MODEL_TEMPLATE, max_length: int | None = None,
-                 lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
-                 gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
-                 response_part: str | None = None):
+def make_context(model: "LoadedModel", options: CheckOptions | None = None, *,
+                 template: str | None | ModelTemplate = MODEL_TEMPLATE):
     """``(Context, PadChoice, SpecialIds, (limit, where from))``: what building the trainer's sequences
-    needs for ``model`` (see :mod:`embscope.readiness.sequences`); ``lf_template``,
-    ``train_on_prompt`` and ``mask_history`` are LLaMA-Factory's options (its ``template``);
-    ``gguf_tokenizer`` picks a GGUF model's tokenizer (:func:`check_vocab`); ``responses_only``
-    with its parts is Unsloth's ``train_on_responses_only`` (:mod:`embscope.readiness.responses_only`)."""
+    needs for ``model`` (see :mod:`embscope.readiness.sequences`).
+
+    ``options`` (:class:`~embscope.readiness.options.CheckOptions`; default: every field's default)
+    gives the trainer, its PAD and sequence length, a GGUF model's tokenizer (:func:`check_vocab`),
+    LLaMA-Factory's ``template``, ``train_on_prompt`` and ``mask_history`` and Unsloth's
+    ``train_on_responses_only`` with its parts (:mod:`embscope.readiness.responses_only`). Its
+    ``chat_template`` (a file path) is not read here: ``template`` is the template's text (None: no
+    template), by default the model's own."""
     from embscope.readiness.sequences import Context
     from embscope.readiness.specials import special_ids
     from embscope.readiness.trainers import check_options, choose_pad, eos_id, get_trainer
     from embscope.models.chat_template import read_chat_template, special_token_strings
 
-    profile = get_trainer(trainer)
-    check_options(trainer, lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history,
-                  gguf_tokenizer=gguf_tokenizer, responses_only=responses_only, instruction_part=instruction_part,
-                  response_part=response_part)
+    options = CheckOptions() if options is None else options
+    profile = get_trainer(options.trainer)
+    check_options(options)
     sp = special_ids(model)
-    pad = choose_pad(profile, model, sp, pad_token)
+    pad = choose_pad(profile, model, sp, options.pad_token)
     if template is MODEL_TEMPLATE:
         template = read_chat_template(model)
-    context, context_from = _context(model, max_length, profile)
+    context, context_from = _context(model, options.max_length, profile)
     eos = eos_id(sp)
     strings = model.token_strings()
-    ctx = Context(vocab=check_vocab(model, gguf_tokenizer), trainer=profile, template=template,
+    ctx = Context(vocab=check_vocab(model, options.gguf_tokenizer), trainer=profile, template=template,
                   variables=special_token_strings(model), prefix=list(sp.prefix), suffix=list(sp.suffix),
                   pad_id=pad.id, eos_id=eos, eos_token=strings[eos] if eos is not None and 0 <= eos < len(strings) else None,
-                  max_length=context if (max_length or profile.max_length) else None)
+                  max_length=context if (options.max_length or profile.max_length) else None)
     if profile.name == "llamafactory":
         from embscope.readiness.llamafactory import setup_for
 
         bos = sp.ids("bos")
-        ctx.lf = setup_for(lf_template, template, ctx.variables, ctx.vocab, prefix=ctx.prefix, eos=eos,
-                           bos=bos[0] if bos else None, cutoff=context, train_on_prompt=train_on_prompt,
-                           mask_history=mask_history)
-    if responses_only:
-        ctx.responses_only = _markers(ctx, sp, instruction_part, response_part)
+        ctx.lf = setup_for(options, template, ctx.variables, ctx.vocab, prefix=ctx.prefix, eos=eos,
+                           bos=bos[0] if bos else None, cutoff=context)
+    if options.responses_only:
+        ctx.responses_only = _markers(ctx, sp, options)
     return ctx, pad, sp, (context, context_from)
 
 
-def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
-    """Unsloth's response and instruction markers for this tokenizer (the parts given, else read
-    off the chat template)."""
+def _markers(ctx, sp, options: CheckOptions):
+    """Unsloth's response and instruction markers for this tokenizer (the parts ``options`` gives,
+    else read off the chat template)."""
     from embscope.errors import SpecError
     from embscope.readiness.responses_only import detect_parts, markers
     from jinja2 import TemplateError
@@ -141,6 +141,7 @@ def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
     from embscope.models.template_budget import RenderRefused
     from embscope.readiness.trainers import eos_id
 
+    instruction_part, response_part = options.instruction_part, options.response_part
     if instruction_part is None:
         if ctx.template is None:
             raise SpecError("--responses-only needs the chat template to find the response markers, and there is "
@@ -157,60 +158,45 @@ def _markers(ctx, sp, instruction_part: str | None, response_part: str | None):
                    added={i: c for i, c, _ in sp.added}, special=special, bos=bos[0] if bos else None, eos=eos_id(sp))
 
 
-def trainer_sequences(model: "LoadedModel", examples, trainer: str | None = None, *, pad_token: str | None = None,
-                      max_length: int | None = None, template: str | None | ModelTemplate = MODEL_TEMPLATE,
-                      lf_template: str | None = None, train_on_prompt: bool = False, mask_history: bool = False,
-                      gguf_tokenizer: str = "llamacpp", responses_only: bool = False,
-                      instruction_part: str | None = None, response_part: str | None = None):
-    """The sequences ``trainer`` trains on for ``examples`` (:class:`~embscope.corpus.shapes.Example`):
-    token ids and per-position loss masks (``labels != -100``), in order (a DPO example gives its
-    chosen then its rejected sequence).
+def trainer_sequences(model: "LoadedModel", examples, options: CheckOptions | None = None, *,
+                      template: str | None | ModelTemplate = MODEL_TEMPLATE):
+    """The sequences ``options.trainer`` trains on for ``examples``
+    (:class:`~embscope.corpus.shapes.Example`): token ids and per-position loss masks
+    (``labels != -100``), in order (a DPO example gives its chosen then its rejected sequence).
+    ``options`` and ``template`` as for :func:`make_context`.
 
     Example:
         >>> from embscope.corpus.shapes import to_example  # doctest: +SKIP
+        >>> from embscope.readiness.options import CheckOptions  # doctest: +SKIP
         >>> ex, _ = to_example({"messages": [{"role": "user", "content": "hi"}]}, 0)  # doctest: +SKIP
-        >>> trainer_sequences(model, [ex], "transformers")[0].ids  # doctest: +SKIP
+        >>> trainer_sequences(model, [ex], CheckOptions(trainer="transformers"))[0].ids  # doctest: +SKIP
     """
     from embscope.readiness.sequences import build
 
-    ctx, *_ = make_context(model, trainer, pad_token=pad_token, max_length=max_length, template=template,
-                           lf_template=lf_template, train_on_prompt=train_on_prompt, mask_history=mask_history,
-                           gguf_tokenizer=gguf_tokenizer, responses_only=responses_only,
-                           instruction_part=instruction_part, response_part=response_part)
+    ctx, *_ = make_context(model, options, template=template)
     return build(list(examples), ctx)
 
 
-def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | None = None,
-               text_field: str = "text", flagged: np.ndarray | None = None, max_length: int | None = None,
-               template: str | None | ModelTemplate = MODEL_TEMPLATE, trainer: str | None = None,
-               pad_token: str | None = None, split: str | None = None,
-               status: Sequence[str | None] | None = None, engine=None, lf_template: str | None = None,
-               train_on_prompt: bool = False, mask_history: bool = False,
-               gguf_tokenizer: str = "llamacpp", responses_only: bool = False, instruction_part: str | None = None,
-               response_part: str | None = None) -> CheckRecord:
+def check_data(model: "LoadedModel", data: Sequence[str | Path], options: CheckOptions | None = None, *,
+               text_field: str = "text", flagged: np.ndarray | None = None,
+               status: Sequence[str | None] | None = None, engine=None,
+               template: str | None | ModelTemplate = MODEL_TEMPLATE) -> CheckRecord:
     """Check ``data`` against ``model`` (see the module docstring).
 
     Args:
         model: the loaded model (matrices, config, tokenizer).
         data: training-data paths (files, folders, globs).
-        fmt: force a record shape (:data:`embscope.corpus.shapes.FORMATS`); default: detected per record.
+        options: how the trainer reads, renders and labels the data
+            (:class:`~embscope.readiness.options.CheckOptions`, each field documented there; default:
+            every field's default). Its ``chat_template`` (a file path) is not read here: pass the
+            file's text as ``template``.
+        text_field: the column that holds plain texts.
         flagged: per row, flagged as under-trained by the scan (None: only zero rows are checked).
-        max_length: the trainer's sequence length (default: the trainer's, else the config's context).
-        template: the chat template to render with (default: the model's own).
-        trainer: the trainer profile (:data:`embscope.readiness.trainers.TRAINERS`; default ``trl``).
-        pad_token: the PAD the user will set (default: the trainer's own choice).
-        split: check only this split of data that has several.
         status: per row, the scan's ``undertrained_status`` (verified rows are errors, cleared rows
             are not flagged).
         engine: :class:`~embscope.corpus.backend.Engine` for the rendering and tokenizing (default:
             this process).
-        lf_template, train_on_prompt, mask_history: LLaMA-Factory's ``template`` (a name; default:
-            read off the model's chat template), ``train_on_prompt`` and ``mask_history``
-            (``trainer="llamafactory"`` only).
-        gguf_tokenizer: for a GGUF model, ``llamacpp`` (the file's tokenizer as llama.cpp splits) or
-            ``transformers`` (transformers' GGUF conversion, what a TRL/transformers script gets).
-        responses_only, instruction_part, response_part: Unsloth's ``train_on_responses_only``
-            (``trainer="unsloth"``; the parts default to the ones read off the chat template).
+        template: the chat template's text to render with (default: the model's own; None: none).
     Returns:
         :class:`CheckRecord`.
     """
@@ -218,22 +204,20 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
     from embscope.errors import CorpusError, SpecError, VocabError, did_you_mean
     from embscope.readiness.engine import encode_all
 
+    options = CheckOptions() if options is None else options
+    fmt = options.data_format
     if fmt is not None and fmt not in FORMATS:
         raise SpecError(f"unknown --format {fmt!r}{did_you_mean(fmt, FORMATS)}; choose from {', '.join(FORMATS)}")
     if model.vocab is None:
         raise VocabError(f"{model.name} ships no tokenizer, so its training data cannot be tokenized; "
                          "pass a model with a tokenizer")
     t0 = time.perf_counter()
-    ctx, pad, sp, (context, context_from) = make_context(model, trainer, pad_token=pad_token, template=template,
-                                                         max_length=max_length, lf_template=lf_template,
-                                                         train_on_prompt=train_on_prompt, mask_history=mask_history,
-                                                         gguf_tokenizer=gguf_tokenizer, responses_only=responses_only,
-                                                         instruction_part=instruction_part, response_part=response_part)
+    ctx, pad, sp, (context, context_from) = make_context(model, options, template=template)
     flagged = np.asarray(flagged, dtype=bool)[:model.n_rows] if flagged is not None else None
     zero = model_zero_rows(model)
     report = DataRead()
-    parts = encode_all(iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=split), ctx,
-                       _watched(model, sp, pad, flagged, status) | zero, engine=engine)
+    examples = iter_examples(data, fmt=fmt, text_field=text_field, report=report, split=options.split)
+    parts = encode_all(examples, ctx, _watched(model, sp, pad, flagged, status) | zero, engine=engine)
     if sum(p.examples for p in parts.values()) == 0:
         why = ", ".join(f"{c} {r}" for r, c in [*report.rejected.most_common(3), *report.issues.totals.most_common(2)])
         raise CorpusError(f"{', '.join(map(str, data))} holds no training example ({why or 'no records'}); pass "
@@ -252,8 +236,8 @@ def check_data(model: "LoadedModel", data: Sequence[str | Path], *, fmt: str | N
         lengths=length_stats(enc.lengths), context=context, context_from=context_from,
         distinct_ids=int(np.count_nonzero(enc.counts)), worst=worst(findings),
         seconds=round(time.perf_counter() - t0, 3), top_ids=_top_ids(model, enc), trainer=ctx.trainer.record(),
-        pad=pad, reference=reference(model, gguf_tokenizer), sequences=enc.sequences, label_tokens=int(sum(enc.loss_tokens)),
-        splits=per_split)
+        pad=pad, reference=reference(model, options.gguf_tokenizer), sequences=enc.sequences,
+        label_tokens=int(sum(enc.loss_tokens)), splits=per_split)
 
 
 #: ids listed under ``top_ids``

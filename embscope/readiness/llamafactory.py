@@ -49,6 +49,7 @@ from embscope.readiness.lf_template import (THOUGHT_WORDS, LFError, LFTemplate, 
 
 if TYPE_CHECKING:  # pragma: no cover
     from embscope.corpus.shapes import Example
+    from embscope.readiness.options import CheckOptions
 
 #: LLaMA-Factory's ``cutoff_len`` default (``hparams/data_args.py``)
 CUTOFF_LEN = 2048
@@ -329,19 +330,19 @@ def finish(setup: LFSetup, p: tuple, ids: list[list[int]]) -> list[tuple[str, li
             for side, (i, m, c), r in zip(sides, one_turn(setup, prompt, responses), responses)]
 
 
-def setup_for(template: str | None, chat_template: str | None, variables: dict, vocab, *, prefix: list[int],
-              eos: int | None, bos: int | None, cutoff: int | None = None, train_on_prompt: bool = False,
-              mask_history: bool = False) -> LFSetup:
+def setup_for(options: "CheckOptions", chat_template: str | None, variables: dict, vocab, *, prefix: list[int],
+              eos: int | None, bos: int | None, cutoff: int | None = None) -> LFSetup:
     """LLaMA-Factory's setup for a tokenizer (``get_template_and_fix_tokenizer``): the template
-    ``template`` names, else the one it reads off ``chat_template``, else ``empty``; the EOS the
-    template's stop word replaces; the tokenizer's special ids. Raises a one-line
-    :class:`~embscope.errors.SpecError` where LLaMA-Factory would refuse to start."""
+    ``options.lf_template`` names, else the one it reads off ``chat_template`` (the rendered
+    template's text), else ``empty``; the EOS the template's stop word replaces; the tokenizer's
+    special ids; ``options.train_on_prompt`` and ``options.mask_history`` as they are. Raises a
+    one-line :class:`~embscope.errors.SpecError` where LLaMA-Factory would refuse to start."""
     from embscope.errors import SpecError
     from embscope.readiness.lf_template import NAMED, named, parse
     from embscope.models.chat_template import render
 
-    if template is not None:
-        t = named(template)
+    if options.lf_template is not None:
+        t = named(options.lf_template)
     elif chat_template is not None:
         pre = vocab.decode(prefix) if prefix else ""
         try:
@@ -370,7 +371,7 @@ def setup_for(template: str | None, chat_template: str | None, variables: dict, 
     def name(i):
         return vocab.decode([i]) if i is not None else None
 
-    return LFSetup(t, cutoff or CUTOFF_LEN, train_on_prompt, mask_history, tuple(ids.items()),
+    return LFSetup(t, cutoff or CUTOFF_LEN, options.train_on_prompt, options.mask_history, tuple(ids.items()),
                    eos_token=name(eos), bos_token=name(bos) if prefix else None)
 
 

@@ -54,10 +54,7 @@ class CheckOptions(Record):
         one_of("--gguf-tokenizer", self.gguf_tokenizer, GGUF_TOKENIZERS, "a GGUF tokenizer")
         if self.pad_token is not None and not self.pad_token:
             raise SpecError("--pad-token must name a token, e.g. '<|endoftext|>'")
-        check_options(self.trainer, lf_template=self.lf_template, train_on_prompt=self.train_on_prompt,
-                      mask_history=self.mask_history, gguf_tokenizer=self.gguf_tokenizer,
-                      responses_only=self.responses_only, instruction_part=self.instruction_part,
-                      response_part=self.response_part)
+        check_options(self)
         if self.split is not None and not self.split:
             raise SpecError("--split must name a split, e.g. train")
         if self.chat_template is not None and not Path(self.chat_template).expanduser().is_file():

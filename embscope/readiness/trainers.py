@@ -187,34 +187,36 @@ def get_trainer(name: str | None) -> Trainer:
 GGUF_TOKENIZERS = ("llamacpp", "transformers")
 
 
-def check_options(trainer: str | None, *, lf_template: str | None = None, train_on_prompt: bool = False,
-                  mask_history: bool = False, gguf_tokenizer: str = "llamacpp", responses_only: bool = False,
-                  instruction_part: str | None = None, response_part: str | None = None) -> None:
-    """Refuse a trainer's own option under another trainer, two that trainer refuses together, or
-    an unknown value (one-line :class:`~embscope.errors.SpecError`)."""
+def check_options(options) -> None:
+    """Refuse a trainer's own option (of ``options``, :class:`~embscope.readiness.options.CheckOptions`)
+    under another trainer, two that trainer refuses together, or an unknown value (one-line
+    :class:`~embscope.errors.SpecError`)."""
     from embscope.errors import SpecError
 
-    if gguf_tokenizer not in GGUF_TOKENIZERS:
-        raise SpecError(f"--gguf-tokenizer must be one of {', '.join(GGUF_TOKENIZERS)}, got {gguf_tokenizer!r}")
-    if responses_only and get_trainer(trainer).name != "unsloth":
+    o = options
+    if o.gguf_tokenizer not in GGUF_TOKENIZERS:
+        raise SpecError(f"--gguf-tokenizer must be one of {', '.join(GGUF_TOKENIZERS)}, got {o.gguf_tokenizer!r}")
+    if o.responses_only and get_trainer(o.trainer).name != "unsloth":
         raise SpecError("--responses-only is Unsloth's train_on_responses_only; pass --trainer unsloth with it")
-    if (instruction_part is None) != (response_part is None) or (instruction_part is not None and not responses_only):
+    if (o.instruction_part is None) != (o.response_part is None) or (o.instruction_part is not None
+                                                                     and not o.responses_only):
         raise SpecError("--instruction-part and --response-part go together, with --responses-only (or leave both "
                         "out to read them off the chat template)")
-    if instruction_part == "" or response_part == "":
+    if o.instruction_part == "" or o.response_part == "":
         raise SpecError("--instruction-part and --response-part must not be empty")
 
-    lf = {"--template": lf_template is not None, "--train-on-prompt": train_on_prompt, "--mask-history": mask_history}
-    if get_trainer(trainer).name != "llamafactory" and any(lf.values()):
+    lf = {"--template": o.lf_template is not None, "--train-on-prompt": o.train_on_prompt,
+          "--mask-history": o.mask_history}
+    if get_trainer(o.trainer).name != "llamafactory" and any(lf.values()):
         flag = next(k for k, v in lf.items() if v)
         raise SpecError(f"{flag} is LLaMA-Factory's option; pass --trainer llamafactory with it, or leave it out")
-    if train_on_prompt and mask_history:
+    if o.train_on_prompt and o.mask_history:
         raise SpecError("--mask-history and --train-on-prompt cannot be used together (LLaMA-Factory refuses "
                         "`mask_history` with `train_on_prompt`); pass one of them")
-    if lf_template is not None:
+    if o.lf_template is not None:
         from embscope.readiness.lf_template import named
 
-        named(lf_template)  # an unknown name fails here, with "did you mean"
+        named(o.lf_template)  # an unknown name fails here, with "did you mean"
 
 
 #: where the tokenizer's own special tokens are declared, first first (config.json is the model's)

@@ -39,13 +39,8 @@ def readiness_section(inputs: SectionInputs) -> SectionOutput:
         raw = read_bytes(Path(opts.readiness.chat_template), what="chat template", max_bytes=1 << 20)
         template = raw.decode("utf-8", "replace")
     with inputs.steps.step("readiness", "read, render and tokenize the training data"):
-        record = check_data(model, inputs.data, fmt=opts.readiness.data_format, text_field=opts.corpus.text_field,
-                            flagged=flagged, max_length=opts.readiness.max_length, template=template, trainer=opts.readiness.trainer,
-                            pad_token=opts.readiness.pad_token, split=opts.readiness.split, status=status,
-                            engine=opts.corpus.corpus_engine(), lf_template=opts.readiness.lf_template,
-                            train_on_prompt=opts.readiness.train_on_prompt, mask_history=opts.readiness.mask_history,
-                            gguf_tokenizer=opts.readiness.gguf_tokenizer, responses_only=opts.readiness.responses_only,
-                            instruction_part=opts.readiness.instruction_part, response_part=opts.readiness.response_part)
+        record = check_data(model, inputs.data, opts.readiness, text_field=opts.corpus.text_field, flagged=flagged,
+                            status=status, engine=opts.corpus.corpus_engine(), template=template)
     out.record = record
     out.tables["findings"] = findings_frame(record.findings)
     # what --repair rewrites: the rows error-level findings point at (zero rows, flagged rows the data
