@@ -346,3 +346,42 @@ def test_public_class_names_are_unique():
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 seen.setdefault(node.name, []).append(str(f.relative_to(PKG)))
     assert {n: fs for n, fs in seen.items() if len(fs) > 1} == {}
+
+
+#: most parameters of a function outside the public API (self/cls, *args and **kwargs not counted),
+#: and most fields of an options or inputs record: past them, pass a group or a small record
+MAX_PARAMETERS, MAX_GROUP_FIELDS = 10, 16
+
+
+def test_no_function_takes_more_than_ten_parameters():
+    """Outside :mod:`embscope.api` (whose functions are the command line's options, each documented),
+    a function takes its stage's option group or a small record, not a list of knobs."""
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        if f == PKG / "api.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                n = len(names) - (names[:1] in (["self"], ["cls"]))
+                if n > MAX_PARAMETERS:
+                    bad.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name}: {n} parameters")
+    assert bad == [], "pass an option group or a record:\n" + "\n".join(bad)
+
+
+def test_option_groups_stay_small():
+    """No ``*Options`` or ``*Inputs`` record holds more than MAX_GROUP_FIELDS fields (its bases'
+    included): a stage's knobs are one group, and :class:`RunOptions` holds the groups."""
+    import dataclasses
+    import importlib
+
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        for node in ast.parse(f.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith(("Options", "Inputs")):
+                module = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+                cls = getattr(importlib.import_module(module), node.name)
+                if dataclasses.is_dataclass(cls) and len(dataclasses.fields(cls)) > MAX_GROUP_FIELDS:
+                    bad.append(f"{module}.{node.name}: {len(dataclasses.fields(cls))} fields")
+    assert bad == [], "\n".join(bad)
