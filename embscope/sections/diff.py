@@ -16,7 +16,7 @@ from embscope.sections.base import Inputs, SectionOutput, section
          enabled=lambda o: o.tuned is not None)
 def diff_section(inputs: Inputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.tuned``."""
-    from embscope.changes import diff_models
+    from embscope.changes import DiffInputs, diff_models
     from embscope.tables import scan_flags
 
     model, opts = inputs.model, inputs.options
@@ -34,10 +34,10 @@ def diff_section(inputs: Inputs) -> SectionOutput:
     else:
         keep = None
     with inputs.steps.step("diff", f"diff against {opts.tuned}"):
-        res = diff_models(model, opts.tuned, manifest=opts.manifest, data=list(inputs.data), flagged=flagged, status=status,
-                          languages=inputs.languages[0] if inputs.languages else None, data_format=opts.data_format,
-                          text_field=opts.text_field, trust_pickle=opts.trust_pickle, download=opts.download,
-                          read_options=opts.read_options(), keep_languages=keep)
+        given = DiffInputs(data=list(inputs.data), data_format=opts.data_format, text_field=opts.text_field,
+                           flagged=flagged, status=status, languages=corpus, read_options=opts.read_options(),
+                           keep_languages=keep)
+        res = diff_models(model, opts.tuned, opts, given, trust_pickle=opts.trust_pickle, download=opts.download)
     out.record = res.record
     out.tables["diff"] = res.frame
     out.result = res
