@@ -155,8 +155,7 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, options: DiffOption
             tokens (None: the one :func:`embscope.changes.manifest.find` finds in BASE's folder,
             TUNED's or next to them, whose terms are TUNED's tokens and whose rows are intact; else
             BASE's mean row).
-        inputs: the training data, BASE's scan flags and the drift corpus (:class:`DiffInputs`;
-            default: none of them).
+        inputs: the training data, BASE's scan flags, the drift corpus (:class:`DiffInputs`; None: none).
         trust_pickle, download: how TUNED is loaded (:func:`embscope.changes.tuned.load_tuned`).
     Returns:
         :class:`DiffResult`.

@@ -104,24 +104,22 @@ def scan(model: "LoadedModel", options: ScanOptions | None = None, *, corpus_tex
 
     Args:
         model: a :class:`~embscope.models.model.LoadedModel`.
-        options: the scan's group (:class:`~embscope.geometry.options.ScanOptions`; default: its
-            defaults). It reads:
+        options: the scan's group (:class:`~embscope.geometry.options.ScanOptions`; None: its defaults):
 
-            - ``k``: neighbours per row in the kNN graph (of the input embedding);
+            - ``k``, ``knn_method``: neighbours per row in the kNN graph (of the input embedding) and
+              how it is built (:func:`~embscope.geometry.knn.knn_graph`);
             - ``unused_ids``: rows known to be unused (the Magikarp reference); None: discovered;
             - ``threshold``: ``undertrained_score`` (robust sigmas) at or above which a row is flagged;
             - ``cache_dir``: kNN cache folder (None: ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``);
             - ``map``: compute the UMAP map (``x``, ``y``);
-            - ``knn_method``: the kNN method (:func:`~embscope.geometry.knn.knn_graph`);
             - ``verify``: check ``verify`` flagged rows (and as many trained controls, up to
-              :data:`~embscope.geometry.verify.MAX_CONTROLS`) by prompting the whole model; 0 skips
-              it (None, the automatic choice, is the caller's to resolve: here it counts as 0). A
-              model that cannot load gets a note, not an error;
+              :data:`~embscope.geometry.verify.MAX_CONTROLS`) by prompting the whole model; 0 (or
+              None, the automatic choice the caller resolves) skips it. A model that cannot load
+              gets a note, not an error;
             - ``verify_sample``: ``top`` (the highest scores) or ``random`` (a seeded sample of all
               flags, whose verified share estimates the precision of every flag);
             - ``verify_work``: the prompting's work budget, 10¹² multiply-adds
-              (:func:`~.verify.row_work`): rows beyond it stay unchecked (the record says so); None:
-              no budget.
+              (:func:`~.verify.row_work`; None: none): rows beyond it stay unchecked.
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
         defer_layout: return while the map (laid out in its own process from the moment the
@@ -134,7 +132,6 @@ def scan(model: "LoadedModel", options: ScanOptions | None = None, *, corpus_tex
         :class:`ScanResult`.
     """
     opts = options if options is not None else ScanOptions()
-    verify = opts.verify or 0
     timings: dict[str, float] = {}
     strings = model.token_strings()
     cats = list(model.categories)
@@ -158,9 +155,9 @@ def scan(model: "LoadedModel", options: ScanOptions | None = None, *, corpus_tex
 
     indicator_flags = ind.flagged.copy()  # before prompting adds the rows it confirms
     verification = None
-    if verify or verify_specials:
+    if opts.verify or verify_specials:
         t = time.perf_counter()
-        verification = _verify(model, ind, verify, opts.verify_sample, seed, corpus_texts, opts.verify_work)
+        verification = _verify(model, ind, opts, seed, corpus_texts)
         timings["verify"] = time.perf_counter() - t
     status = status_column(ind.flagged, verification)
     usage = None
@@ -186,12 +183,14 @@ def _rounded(timings: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in timings.items()}
 
 
-def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, work) -> "Verification":
-    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`, within the
-    ``work`` budget; ``n`` = 0: only the special tokens in context,
-    :func:`~embscope.geometry.verify.verify_specials`) and flag the rows it confirmed that the
-    indicators did not (:func:`confirm_flags`)."""
+def _verify(model: "LoadedModel", ind, opts: ScanOptions, seed: int, texts) -> "Verification":
+    """Prompt-check ``opts.verify`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`,
+    picked as ``opts.verify_sample`` says, within the ``opts.verify_work`` budget; 0 or None: only
+    the special tokens in context, :func:`~embscope.geometry.verify.verify_specials`) and flag the
+    rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
     from embscope.geometry.verify import verify_rows, verify_specials
+
+    n, sample, work = opts.verify or 0, opts.verify_sample, opts.verify_work
 
     verification = (verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, work_budget=work,
                                 device=model.device) if n else
