@@ -205,7 +205,7 @@ def engine_of(name: str, workers: int):
 
 def child(kind: str, corpus: Path, engine_name: str, workers: int, result: Path) -> dict:
     from embscope.extension.candidates import corpus_candidates
-    from embscope.languages.fertility import measure
+    from embscope.languages.fertility import CorpusPass, measure
     from embscope.models.vocabulary import load_vocabulary
 
     vocab = load_vocabulary("llama3")
@@ -219,7 +219,7 @@ def child(kind: str, corpus: Path, engine_name: str, workers: int, result: Path)
         info["ray_start_s"] = round(time.perf_counter() - t, 1)
     with Meter() as m:
         if kind == "fertility":
-            res = measure([vocab], corpus, engine=engine)
+            res = measure([vocab], corpus, read=CorpusPass(engine=engine))
             out = (res.table, res.token_counts)
         else:
             out = corpus_candidates(vocab.tok, corpus, max_ngram=2, min_freq=5, engine=engine)[0]

@@ -208,7 +208,7 @@ def main():
     import torch
 
     from embscope.geometry.certify import context_for
-    from embscope.geometry.indicators import compute_indicators, prepare
+    from embscope.geometry.indicators import Neighbors, compute_indicators, prepare
     from embscope.geometry.probe import gemm_rates
 
     ap = argparse.ArgumentParser()
@@ -235,7 +235,8 @@ def main():
             prep = prepare(xt, None, cats, strs, vocab=voc)
             ctx = context_for(prep, cats, THRESHOLD)
             ref_s, ref_i, (wall, cpu), rec, cached = reference(name, frac, x)
-            ref = compute_indicators(xt, None, cats, strs, ref_s, neighbors=ref_i, prepared=prep, threshold=THRESHOLD)
+            ref = compute_indicators(xt, None, cats, strs, Neighbors(ref_s, ids=ref_i), prepared=prep,
+                                     threshold=THRESHOLD)
             ref_lists = _lists(ref, cats)
             n, d = x.shape
             gflops = n * (n + 4096) / 2 * d * 2 / wall / 1e9
@@ -250,8 +251,8 @@ def main():
                 t = _clock()
                 s, i, fit, exact, det = build(m, x, ctx)
                 w, c = _since(t)
-                got = compute_indicators(xt, None, cats, strs, s, neighbors=i, prepared=prep, threshold=THRESHOLD,
-                                         knn_fit=fit)
+                got = compute_indicators(xt, None, cats, strs, Neighbors(s, ids=i, fit=fit), prepared=prep,
+                                         threshold=THRESHOLD)
                 cmp = compare(ref, got)
                 cmp["listed_diff"], cmp["listed_err"] = list_error(ref_lists, _lists(got, cats))
                 cmp["exact_rows"] = int(exact.sum()) if exact is not None else 0

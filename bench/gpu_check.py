@@ -202,7 +202,7 @@ def check_certified(x, failures: list[str], rows: int = 60000) -> str:
     """Step 11: the certified graph's decisions against CUDA exact search's on a subset."""
     import torch
 
-    from embscope.geometry.indicators import compute_indicators
+    from embscope.geometry.indicators import Neighbors, compute_indicators
     from embscope.geometry.knn import knn_graph
 
     pick = torch.from_numpy(np.sort(np.random.default_rng(11).choice(len(x), min(rows, len(x)), replace=False)))
@@ -215,8 +215,8 @@ def check_certified(x, failures: list[str], rows: int = 60000) -> str:
     t_cert = time.perf_counter() - t0
     cats, strings = ["normal"] * len(sub), [""] * len(sub)
     fit = {k: tuple(v) for k, v in ce.info.knn_fit.items()}
-    a = compute_indicators(sub.cpu(), None, cats, strings, ex.sims, neighbors=ex.neighbors)
-    b = compute_indicators(sub.cpu(), None, cats, strings, ce.sims, neighbors=ce.neighbors, knn_fit=fit)
+    a = compute_indicators(sub.cpu(), None, cats, strings, Neighbors(ex.sims, ids=ex.neighbors))
+    b = compute_indicators(sub.cpu(), None, cats, strings, Neighbors(ce.sims, ids=ce.neighbors, fit=fit))
     flips = int((a.flagged != b.flagged).sum() + (a.isolated != b.isolated).sum())
     decided = np.flatnonzero(a.flagged | a.isolated)
     missing = int((~ce.exact[decided]).sum())

@@ -8,7 +8,7 @@ import torch
 
 from embscope.geometry.certify import certified_graph
 from embscope.geometry.exact import exact_knn, normalize_rows
-from embscope.geometry.indicators import compute_indicators, prepare, transform
+from embscope.geometry.indicators import Neighbors, compute_indicators, prepare, transform
 
 ROWS = 12000
 
@@ -27,7 +27,7 @@ def _exact_indicators(x: np.ndarray, threshold: float):
     xt = torch.from_numpy(x)
     v, i = exact_knn(normalize_rows(xt), 10, progress=False)
     cats, strings = ["normal"] * len(x), [""] * len(x)
-    return compute_indicators(xt, None, cats, strings, v.numpy(), neighbors=i.numpy(), threshold=threshold)
+    return compute_indicators(xt, None, cats, strings, Neighbors(v.numpy(), ids=i.numpy()), threshold=threshold)
 
 
 def _certified_indicators(x: np.ndarray, threshold: float, draws: int = 2000):
@@ -37,11 +37,9 @@ def _certified_indicators(x: np.ndarray, threshold: float, draws: int = 2000):
     cats, strings = ["normal"] * len(x), [""] * len(x)
     prep = prepare(xt, None, cats, strings)
     ctx: CertificateScope = context_for(prep, cats, threshold)
-    cert = certified_graph(xt, 10, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
-                           groups=ctx.groups, other_scores=ctx.other_scores, threshold=threshold,
-                           draws=draws, progress=False)
-    ind = compute_indicators(xt, None, cats, strings, cert.sims, neighbors=cert.neighbors, threshold=threshold,
-                             prepared=prep, knn_fit=cert.knn_fit)
+    cert = certified_graph(xt, 10, context=ctx, draws=draws, progress=False)  # ctx.threshold is threshold
+    ind = compute_indicators(xt, None, cats, strings, Neighbors(cert.sims, ids=cert.neighbors, fit=cert.knn_fit),
+                             threshold=threshold, prepared=prep)
     return ind, cert
 
 

@@ -12,7 +12,7 @@ from embscope.extension.savings import corpus_savings
 from embscope.corpus import engine as E
 from embscope.corpus import shards as shards_module
 from embscope.corpus.engine import Engine, EngineError
-from embscope.languages.fertility import measure
+from embscope.languages.fertility import CorpusPass, measure
 from tests.corpus_copies import sharded_copy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,7 @@ def udhr68(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def udhr_one(gpt2, udhr68):
-    return measure([gpt2], udhr68, engine=Engine(workers=1))
+    return measure([gpt2], udhr68, read=CorpusPass(engine=Engine(workers=1)))
 
 
 @pytest.fixture(scope="module")
@@ -97,19 +97,19 @@ def test_engine_options_are_checked():
 
 @pytest.mark.slow
 def test_fertility_local_workers_equal_one_process(gpt2, udhr_one, udhr68, tmp_path):
-    two = measure([gpt2], udhr68, engine=Engine(workers=2))
+    two = measure([gpt2], udhr68, read=CorpusPass(engine=Engine(workers=2)))
     same_fertility(udhr_one, two)
     assert two.summary.corpus == udhr_one.summary.corpus
     # a sharded copy (gz, zst, bz2, Parquet, HF dataset folders) gives the same table
     copy = sharded_copy(udhr68, tmp_path / "udhr")
-    sharded = measure([gpt2], copy, engine=Engine(workers=2))
+    sharded = measure([gpt2], copy, read=CorpusPass(engine=Engine(workers=2)))
     same_fertility(udhr_one, sharded)
     assert sharded.summary.corpus.files_read == 3 * udhr_one.summary.corpus.files_read
 
 
 def test_sampled_pass_is_the_same_on_workers(gpt2, udhr68):
-    one = measure([gpt2], udhr68, sample_bytes=3000, engine=Engine(workers=1))
-    two = measure([gpt2], udhr68, sample_bytes=3000, engine=Engine(workers=2))
+    one = measure([gpt2], udhr68, read=CorpusPass(sample_bytes=3000, engine=Engine(workers=1)))
+    two = measure([gpt2], udhr68, read=CorpusPass(sample_bytes=3000, engine=Engine(workers=2)))
     same_fertility(one, two)
     assert one.table["bytes"].max() <= 3000
 
@@ -135,8 +135,8 @@ def test_interleaved_languages_count_as_separate_files(gpt2, tmp_path, monkeypat
     mixed = [r for row in itertools.zip_longest(*recs.values()) for r in row if r is not None]
     (tmp_path / "mixed.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mixed), "utf-8")
-    apart = measure([gpt2], tmp_path / "apart", engine=Engine(workers=1))
-    together = measure([gpt2], tmp_path / "mixed.jsonl", engine=Engine(workers=1))
+    apart = measure([gpt2], tmp_path / "apart", read=CorpusPass(engine=Engine(workers=1)))
+    together = measure([gpt2], tmp_path / "mixed.jsonl", read=CorpusPass(engine=Engine(workers=1)))
     assert sorted(together.table["language"]) == sorted(langs)
     same_fertility(apart, together)
     assert together.table.filter(language="fra")["parity"][0] > 1.0
@@ -227,7 +227,7 @@ def ray_local():
 
 @pytest.mark.slow
 def test_ray_fertility_equals_local(gpt2, udhr_one, udhr68, ray_local):
-    on_ray = measure([gpt2], udhr68, engine=ray_local)
+    on_ray = measure([gpt2], udhr68, read=CorpusPass(engine=ray_local))
     same_fertility(udhr_one, on_ray)
     assert on_ray.summary.corpus == udhr_one.summary.corpus
     assert on_ray.summary.engine.kind == "ray"
@@ -297,7 +297,7 @@ def test_corpus_pass_progress_is_bytes_with_a_total(gpt2, capsys, monkeypatch, w
 
     monkeypatch.delenv("EMBSCOPE_QUIET", raising=False)
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
-    measure([gpt2], MEDICAL, engine=Engine(workers=workers))
+    measure([gpt2], MEDICAL, read=CorpusPass(engine=Engine(workers=workers)))
     total = sum(os.path.getsize(p) for p in MEDICAL.iterdir())
     lines = [l for l in capsys.readouterr().err.splitlines() if "tokenising corpus" in l]
     got = [re.search(r"tokenising corpus ([\d.,]+)/([\d.,]+) MiB \((\d+) %\)", l) for l in lines]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embscope.languages.fertility import measure, space_prefix
+from embscope.languages.fertility import CorpusPass, ModelRows, measure, space_prefix
 from embscope.models.vocabulary import load_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,7 +124,7 @@ def test_double_cost_columns(small_corpus):
     norms = np.linalg.norm(emb, axis=1)
     tokens = pl.DataFrame({"token_id": np.arange(len(vocab)), "in_norm": norms,
                            "flagged": np.arange(len(vocab)) % 2 == 0})
-    res = measure([vocab], small_corpus / "eng.jsonl", embed=emb, tokens=tokens)
+    res = measure([vocab], small_corpus / "eng.jsonl", model=ModelRows(embed=emb, tokens=tokens))
     row = res.table.row(0, named=True)
     counts = res.token_counts[("gpt2", "eng")].astype(float)
     assert row["mean_in_norm"] == pytest.approx((counts * norms).sum() / counts.sum())
@@ -192,7 +192,7 @@ def test_corpus_not_in_nfc_is_counted_as_nfc_with_a_warning(tmp_path, monkeypatc
     assert res.summary.corpus.nfc_normalized == 31
     assert res.summary.corpus.nfc_per_file == {str(tmp_path / "vie.jsonl"): 31}
 
-    raw = measure([vocab], tmp_path, options=ReadOptions(nfc=False))
+    raw = measure([vocab], tmp_path, read=CorpusPass(options=ReadOptions(nfc=False)))
     row_raw = {r["language"]: r for r in raw.table.iter_rows(named=True)}["vie"]
     nfd = [unicodedata.normalize("NFD", t) for t in nfc]
     assert row_raw["tokens"] == sum(len(enc.encode_ordinary(t)) for t in nfd) > 1.3 * row["tokens"]

@@ -13,6 +13,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from embscope.geometry.indicators import robust_z
+from embscope.geometry.options import ScanOptions
 from embscope.geometry.scan import scan
 from embscope.models.model import LoadedModel
 
@@ -38,7 +39,7 @@ def test_robust_z_worked_example():
 
 def test_smollm2_flags_some_rows(knn_cache, smollm2_model, smollm2_graph):
     m = smollm2_model
-    res = scan(m, cache_dir=knn_cache, layout=False)
+    res = scan(m, ScanOptions(cache_dir=knn_cache, map=False))
     s = res.summary.to_dict()
     assert s["knn"]["cached"]  # the session's graph (smollm2_graph): the same key as scan's
     assert s["flagged"]["normal"] > 0 and set(s["flagged"]["by_reason"]) <= {"in_norm", "knot", "zero"}
@@ -85,7 +86,7 @@ def test_planted_rows_are_flagged(tmp_path):
     emb, out, planted = _planted()
     m = LoadedModel(spec="planted", name="planted", source="test", path="", arch=None, config={},
                     embed=emb, output=out, tied=False, dtype="float32", device="cpu", vocab=None)
-    res = scan(m, cache_dir=tmp_path, layout=True)
+    res = scan(m, ScanOptions(cache_dir=tmp_path, map=True))
     flagged = np.asarray(res.columns["flagged"])
     assert flagged[planted].all(), [i for i in planted if not flagged[i]]
     others = np.delete(flagged, planted)
@@ -98,7 +99,7 @@ def test_planted_rows_are_flagged(tmp_path):
     assert all(reasons[i] == "zero" or reasons[i].startswith("zero+") for i in range(10, 15))
     assert all("in_norm" in reasons[i] for i in range(100, 110))
     assert np.isfinite(res.columns["x"]).all()
-    again = scan(m, cache_dir=tmp_path, layout=True)
+    again = scan(m, ScanOptions(cache_dir=tmp_path, map=True))
     assert again.summary.knn.cached
     np.testing.assert_array_equal(res.columns["x"], again.columns["x"])  # seeded layout
 

@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from embscope.languages.fertility import measure
-from embscope.languages.intervals import Bootstrap
+from embscope.languages.fertility import ModelRows, measure
+from embscope.languages.options import LanguageOptions
 from embscope.models.vocabulary import load_vocabulary
 from tests.test_fertility import UDHR, independent_cl100k, pkg, texts_of
 
@@ -33,7 +33,7 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def result(corpus):
     return measure([load_vocabulary("cl100k_base"), load_vocabulary("llama3")], corpus,
-                   boot=Bootstrap(resamples=300, seed=11), weights={"eng": 3.0, "fra": 1.0, "xxx": 2.0})
+                   LanguageOptions(resamples=300, seed=11), weights={"eng": 3.0, "fra": 1.0, "xxx": 2.0})
 
 
 class Llama3:
@@ -227,7 +227,7 @@ def test_density_intervals(corpus):
     ids = np.arange(len(gpt2))
     tokens = pl.DataFrame({"token_id": ids, "in_norm": np.full(len(ids), 2.0),
                            "flagged": ids % 3 == 0})
-    res = measure([gpt2], corpus, tokens=tokens)
+    res = measure([gpt2], corpus, model=ModelRows(tokens=tokens))
     for r in res.table.iter_rows(named=True):
         assert r["mean_in_norm_lo"] == pytest.approx(2.0) and r["mean_in_norm_hi"] == pytest.approx(2.0)
         assert r["flagged_share_lo"] <= r["flagged_share"] <= r["flagged_share_hi"]
@@ -272,7 +272,7 @@ def test_family_groups_come_from_languages_json(tmp_path):
     (tmp_path / "languages.json").write_text(json.dumps(
         [{"code": "eng", "name": "English", "family": "Indo-European"},
          {"code": "deu", "name": "German", "family": "Indo-European"}, {"code": "hin", "name": "Hindi"}]))
-    res = measure([load_vocabulary("gpt2")], tmp_path, boot=Bootstrap(resamples=100))
+    res = measure([load_vocabulary("gpt2")], tmp_path, LanguageOptions(resamples=100))
     g = res.tables["language_groups"].filter(grouping="family")
     assert g["group"].to_list() == ["Indo-European"] and g["languages"].to_list() == [2]
     enc_counts = {lang: r["tokens"] for lang, r in ((r["language"], r) for r in res.table.iter_rows(named=True))}

@@ -166,6 +166,7 @@ def test_qwen2_shaped_checkpoint_each_planted_kind_is_found(tmp_path):
     from collections import Counter
     from pathlib import Path
 
+    from embscope.geometry.options import ScanOptions
     from embscope.geometry.scan import scan
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -173,7 +174,7 @@ def test_qwen2_shaped_checkpoint_each_planted_kind_is_found(tmp_path):
 
     p = make_checkpoint(tmp_path / "ckpt", hidden=32, kinds=True)
     model = embscope.load_model(str(tmp_path / "ckpt"), device="cpu")
-    res = scan(model, layout=False, knn_method="nndescent", cache_dir=tmp_path / "knn")
+    res = scan(model, ScanOptions(map=False, knn_method="nndescent", cache_dir=tmp_path / "knn"))
     assert res.summary.reference.by_source["unreachable"] + res.summary.reference.by_source[
         "unused-utf8-bytes"] == len(p.unused_rows)
     flagged = np.asarray(res.columns["flagged"])
@@ -467,9 +468,10 @@ def test_smollm2_knot_flags_only_the_collapse(smollm2, smollm2_graph, tmp_path):
     collapsed code-artifact merges, which prompting confirms; the runs of spaces and newlines
     and the quote-punctuation pieces, trained near-synonyms, are a ``family``, not flagged."""
     from embscope.geometry.indicators import COLLAPSE_SPREAD
+    from embscope.geometry.options import ScanOptions
     from embscope.geometry.scan import scan
 
-    res = scan(smollm2, layout=False, cache_dir=session_knn_cache())  # the session's graph (smollm2_graph)
+    res = scan(smollm2, ScanOptions(map=False, cache_dir=session_knn_cache()))  # the session's graph (smollm2_graph)
     strings = smollm2.token_strings()
     cols = res.columns
     flagged = np.asarray(cols["flagged"])

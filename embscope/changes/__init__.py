@@ -12,7 +12,8 @@ moved (:mod:`~embscope.changes.languages`), and reports what went wrong as findi
 
 from __future__ import annotations
 
-_LAZY = {"DiffResult": "embscope.changes.core", "diff_models": "embscope.changes.core", "CODES": "embscope.changes.findings",
+_LAZY = {"DiffResult": "embscope.changes.core", "DiffInputs": "embscope.changes.core",
+         "diff_models": "embscope.changes.core", "CODES": "embscope.changes.findings",
          "DiffRecord": "embscope.changes.record", "MatrixDiff": "embscope.changes.record"}
 
 

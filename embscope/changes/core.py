@@ -26,6 +26,7 @@ from embscope.readiness.record import worst
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
+    from embscope.changes.options import DiffOptions
     from embscope.changes.rows import Rows
     from embscope.models.model import LoadedModel
 
@@ -120,30 +121,51 @@ def _mean_and_trace(rows: "Rows") -> tuple[np.ndarray, float]:
     return mean.float().numpy(), trace
 
 
-def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | Path | None = None,
-                data: Sequence[str | Path] = (), flagged: np.ndarray | None = None,
-                status: Sequence[str | None] | None = None,
-                languages: str | Path | None = None, data_format: str | None = None, text_field: str = "text",
-                trust_pickle: bool = False, download: str = "ranges", read_options=None,
-                steps=None, keep_languages: frozenset | None = None) -> DiffResult:
+@dataclass
+class DiffInputs:
+    """What the diff reads besides the two models (:func:`diff_models`); every field optional."""
+
+    #: training data (any format ``check`` reads): which rows it uses
+    data: Sequence[str | Path] = ()
+    #: the data's format (None: guessed from the files) and the text field of its records
+    data_format: str | None = None
+    text_field: str = "text"
+    #: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``)
+    flagged: np.ndarray | None = None
+    #: per BASE row, the scan's ``undertrained_status``: a row prompting ``cleared`` is trained
+    #: (never ``untrained-still``), a ``verified`` one is under-trained, as in ``check``
+    status: Sequence[str | None] | None = None
+    #: a multilingual corpus for per-language drift (None: none), how its records are read, and the
+    #: languages counted (None: all)
+    languages: str | Path | None = None
+    read_options: Any = None
+    keep_languages: frozenset | None = None
+
+
+def diff_models(base: "LoadedModel", tuned_spec: str | Path, options: DiffOptions | None = None,
+                inputs: DiffInputs | None = None, *, trust_pickle: bool = False,
+                download: str = "ranges") -> DiffResult:
     """Compare ``base`` with TUNED (a model spec or a PEFT adapter folder on ``base``).
 
     Args:
         base: the loaded BASE model.
         tuned_spec: TUNED: alias, hub id, folder, ``.gguf``, or a PEFT adapter folder.
-        manifest: ``extend --apply``'s manifest (file or folder): the initial rows of the new tokens
-            (default: the one :func:`embscope.changes.manifest.find` finds in BASE's folder, TUNED's or
-            next to them, whose terms are TUNED's tokens and whose rows are intact; else BASE's mean row).
-        data: training data (any format ``check`` reads): which rows it uses.
-        flagged: per BASE row, flagged as under-trained by BASE's scan (``untrained-still``).
-        status: per BASE row, the scan's ``undertrained_status``: a row prompting ``cleared`` is
-            trained (never ``untrained-still``), a ``verified`` one is under-trained, as in ``check``.
-        languages: a multilingual corpus for per-language drift (None: none; ``keep_languages``: its languages counted).
+        options: the diff's group (:class:`~embscope.changes.options.DiffOptions`); it reads
+            ``manifest``: ``extend --apply``'s manifest (file or folder), the initial rows of the new
+            tokens (None: the one :func:`embscope.changes.manifest.find` finds in BASE's folder,
+            TUNED's or next to them, whose terms are TUNED's tokens and whose rows are intact; else
+            BASE's mean row).
+        inputs: the training data, BASE's scan flags, the drift corpus (:class:`DiffInputs`; None: none).
+        trust_pickle, download: how TUNED is loaded (:func:`embscope.changes.tuned.load_tuned`).
     Returns:
         :class:`DiffResult`.
     """
     from embscope.changes.tuned import base_rows, load_tuned
     from embscope.errors import ModelFileError
+
+    manifest = options.manifest if options is not None else None
+    inputs = inputs if inputs is not None else DiffInputs()
+    data, flagged, status, languages = inputs.data, inputs.flagged, inputs.status, inputs.languages
 
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -164,14 +186,14 @@ def diff_models(base: "LoadedModel", tuned_spec: str | Path, *, manifest: str | 
     counts, where, use = None, {}, None
     if data:
         t3 = time.perf_counter()
-        counts, where, use = _data_use(tm, data, data_format, text_field, rows.new, flagged, facts)
+        counts, where, use = _data_use(tm, data, inputs.data_format, inputs.text_field, rows.new, flagged, facts)
         seconds["data"] = round(time.perf_counter() - t3, 3)
     drift = []
     if languages is not None and tm.vocab is not None:
         from embscope.changes.languages import count_languages, language_drift
 
         t4 = time.perf_counter()
-        per = count_languages(tm.vocab, languages, n_rows=n, options=read_options, keep=keep_languages)
+        per = count_languages(tm.vocab, languages, n_rows=n, options=inputs.read_options, keep=inputs.keep_languages)
         drift = language_drift(per, facts[0].moved, facts[0].change, strings)
         seconds["languages"] = round(time.perf_counter() - t4, 3)
 

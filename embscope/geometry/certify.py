@@ -146,22 +146,20 @@ def _cut_record(c: dict[str, Any]) -> CutRecord:
                      draws=list(sp.draws), alpha=sp.alpha)
 
 
-def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np.ndarray | None = None,
-                    graph_free: np.ndarray | None = None, norms: np.ndarray | None = None,
-                    groups: dict[str, np.ndarray] | None = None, other_scores: np.ndarray | None = None,
-                    threshold: float = DEFAULT_THRESHOLD, seed: int = 0, confidence: float = CONFIDENCE,
-                    draws: int = SAMPLE_DRAWS, progress: bool = True) -> Certified:
+def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, context: "CertificateScope | None" = None,
+                    seed: int = 0, confidence: float = CONFIDENCE, draws: int = SAMPLE_DRAWS,
+                    progress: bool = True) -> Certified:
     """The certified kNN graph of the rows of ``x`` (module docstring).
 
     Args:
         x: (n, d) matrix.
-        fit_rows: (n,) bool, the rows the robust z's are fitted on (default: every row).
-        graph_free: (n,) bool, rows flagged without the graph (zero rows, norms, Magikarp): they
-            are searched exactly so that their reasons are exact.
-        norms: (n,) row norms (the collapse gate's ratios); default computed.
-        groups: name -> (n,) bool, the rows each listed top-``TOP_N`` is drawn from (by score).
-        other_scores: (n,) the score without the knot (max of the other z's), for those lists.
-        threshold: the flag threshold in robust sigmas.
+        context: what the certificate is for (:class:`CertificateScope`): the rows the robust z's
+            are fitted on (``fit_rows``, default every row), the rows flagged without the graph
+            (``graph_free``: searched exactly so that their reasons are exact), the row norms
+            (``norms``, the collapse gate's ratios; default computed), the rows each listed
+            top-``TOP_N`` is drawn from (``groups``) with each row's score without the knot
+            (``other_scores``), and the flag threshold in robust sigmas (``threshold``).
+            Default: :class:`CertificateScope`'s.
         confidence: the cuts' intervals hold together with this probability (all rounds).
         draws: sample draws in the first round.
     Returns:
@@ -173,6 +171,9 @@ def certified_graph(x: "torch.Tensor | np.ndarray", k: int = 10, *, fit_rows: np
     from embscope.geometry.join import near_duplicates
 
     t_all = time.perf_counter()
+    ctx = context or CertificateScope()
+    fit_rows, graph_free, norms, groups = ctx.fit_rows, ctx.graph_free, ctx.norms, ctx.groups
+    other_scores, threshold = ctx.other_scores, ctx.threshold
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
     xn = normalize_rows(x.cpu())
@@ -447,9 +448,7 @@ def certified_knn(x, k: int = 10, *, context: CertificateScope | None = None, se
         if hit is not None and hit.exact is not None and hit.info.certificate is not None:
             return hit
     t0 = time.perf_counter()
-    cert = certified_graph(x, k, fit_rows=ctx.fit_rows, graph_free=ctx.graph_free, norms=ctx.norms,
-                           groups=ctx.groups, other_scores=ctx.other_scores, threshold=ctx.threshold,
-                           seed=seed, progress=progress)
+    cert = certified_graph(x, k, context=ctx, seed=seed, progress=progress)
     measured = cert.certificate.measured or MeasuredRecord(rows=0)
     # recall@k: the base graph's, on the sample rows (what the rows not searched exactly look like)
     info = KnnRecord(method="certified", k=k,

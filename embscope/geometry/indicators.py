@@ -370,23 +370,37 @@ def collapse_spread(prep_norms: np.ndarray, neighbors: np.ndarray, sims: np.ndar
     return neighbour_spread(prep_norms, np.asarray(neighbors)[:, :half], np.asarray(sims)[:, :half])
 
 
+@dataclass
+class Neighbors:
+    """What the kNN graph of ``embed`` gives :func:`compute_indicators`."""
+
+    #: (n, k) cosine to each row's k nearest rows, sorted descending
+    sims: np.ndarray
+    #: (n, k) the same graph's row ids: turns on the collapse gate (None: no gate)
+    ids: np.ndarray | None = None
+    #: {``knot``/``isolation``: (median, scale)} on the transformed scale, used instead of fitting
+    #: them on these rows (the certified graph's sample estimates); None: fitted here
+    fit: dict[str, tuple[float, float]] | None = None
+
+
 def compute_indicators(embed: "torch.Tensor", output: "torch.Tensor | None", categories: Sequence[str],
-                       strings: Sequence[str], neighbor_sims: np.ndarray, *, vocab: "Vocabulary | None" = None,
+                       strings: Sequence[str], graph: "Neighbors | np.ndarray", *, vocab: "Vocabulary | None" = None,
                        unused_ids: Sequence[int] | None = None, threshold: float = DEFAULT_THRESHOLD,
-                       neighbors: np.ndarray | None = None, prepared: Prepared | None = None,
-                       knn_fit: dict[str, tuple[float, float]] | None = None) -> Indicators:
-    """All indicator columns for one model. ``neighbor_sims`` (n, k), sorted descending, from the
-    kNN graph of ``embed`` (``neighbors``, the same graph's ids, turns on the collapse gate);
+                       prepared: Prepared | None = None) -> Indicators:
+    """All indicator columns for one model. ``graph``: the kNN graph of ``embed``
+    (:class:`Neighbors`: the (n, k) cosines sorted descending, the ids for the collapse gate, the
+    fixed fits), or the (n, k) cosines alone (no collapse gate, fits from these rows);
     ``categories`` one per row (``normal`` rows not in the reference fit the
     z-scores); ``strings`` the display string per row (placeholder names); ``vocab`` finds byte
     tokens for the reference set. ``prepared``: :func:`prepare`'s result, when already computed.
-    ``knn_fit``: {``knot``/``isolation``: (median, scale)} on the transformed scale, instead of
-    fitting them on these rows (the certified graph's sample estimates).
     """
+    if not isinstance(graph, Neighbors):
+        graph = Neighbors(sims=graph)
+    neighbors, knn_fit = graph.ids, graph.fit
     prep = prepared or prepare(embed, output, categories, strings, vocab=vocab, unused_ids=unused_ids)
     zero, fit_rows, ref, in_norm = prep.zero, prep.fit_rows, prep.reference, prep.in_norm
 
-    sims = np.asarray(neighbor_sims, dtype=np.float64)
+    sims = np.asarray(graph.sims, dtype=np.float64)
     knot = sims.mean(axis=1)
     isolation = 1.0 - sims[:, 0]
     zs, fit = evidence(_raw(prep, knot, isolation), fit_rows, fixed=knn_fit)

@@ -329,8 +329,8 @@ class _Pairs:
         pi = np.empty(total, np.int64)
         pj = np.empty(total, np.int64)
         ps = np.empty(total, np.float32)
-        score_pairs(self.xs, self.tails, self.cuts, np.arange(a, a + b), np.arange(c, c + w), tile, thr, a == c,
-                    first, counts, self.reject, pi, pj, ps)
+        score_pairs(self.xs, (self.cuts, self.tails), (tile, np.arange(a, a + b), np.arange(c, c + w), a == c), thr,
+                    self.reject, (first, counts), (pi, pj, ps))
         insert_pairs(self.ids[pi], self.ids[pj], ps, self.accept, self.best_v, self.best_i, self.count)
 
 

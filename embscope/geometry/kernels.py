@@ -55,7 +55,7 @@ Kernels:
     the row stops (it is searched in float32 instead). Example: floor 0.60, bound 0.01, 16-bit
     row [0.605, 0.2], k = 1 → only column 0 is scored.
 
-``count_at_least``, ``score_pairs``, ``insert_pairs``
+``count_at_least``, ``score_pairs(xn, pieces, block, thr, reject, slots, out)``, ``insert_pairs``
     The verification step of the near-duplicate join (:mod:`embscope.geometry.join`): every
     entry of a screening tile at or above ``thr`` is a candidate pair (counted per tile row, then
     listed: a row with no candidate is not read again, the others up to their last), scored exactly in float32 on the full rows ``xn``; pairs at or above ``tau`` go into
@@ -63,7 +63,11 @@ Kernels:
     pieces ending at ``cuts``; after each, ``partial + tails[i, h]·tails[j, h]`` (the norms of
     the rows' remaining coordinates: Cauchy–Schwarz) bounds the whole, and a pair below
     ``reject`` stops there (score −inf) without reading the rest of its rows. Example: screen
-    bound 0.991, exact cosine 0.97 with ``tau`` 0.98 → rejected.
+    bound 0.991, exact cosine 0.97 with ``tau`` 0.98 → rejected. ``score_pairs`` takes its arrays
+    in tuples: ``pieces = (cuts, tails)``, ``block = (tile, rows, cols, same)`` (the screening
+    tile, the rows of ``xn`` its rows and columns are, whether it is a diagonal tile), ``slots =
+    (starts, counts)`` (where each tile row's candidates go in the output, how many) and ``out =
+    (pi, pj, ps)`` (each candidate's two rows and its score).
 
 ``accept_rows(tile, rows, cols, accept, same, best_v, best_i, count)``, ``accept_cols(…)``
     The join's dense tiles: ``tile`` holds the exact float32 cosines of the rows ``rows`` (tile
@@ -235,7 +239,11 @@ def _count_at_least(tile, thr, same, out):  # pragma: no cover - compiled
         out[a] = n
 
 
-def _score_pairs(xn, tails, cuts, rows, cols, tile, thr, same, starts, counts, reject, pi, pj, ps):  # pragma: no cover - compiled
+def _score_pairs(xn, pieces, block, thr, reject, slots, out):  # pragma: no cover - compiled
+    cuts, tails = pieces
+    tile, rows, cols, same = block
+    starts, counts = slots
+    pi, pj, ps = out
     b, c = tile.shape
     nc = len(cuts)
     for a in numba.prange(b):

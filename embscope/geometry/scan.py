@@ -19,7 +19,7 @@ Columns (one value per matrix row; formulas in :mod:`embscope.geometry.indicator
 - ``corpus_count``, ``template_count`` (occurrences of flagged rows in the corpus and in the
   rendered chat template; null for unflagged rows or without ``corpus_texts``, see
   :mod:`embscope.geometry.usage`);
-- ``script``, ``neighbors``, ``neighbor_sims``, ``x``, ``y`` (null when ``layout=False``).
+- ``script``, ``neighbors``, ``neighbor_sims``, ``x``, ``y`` (null when the options' ``map`` is off).
 
 The summary (``summary.json`` → ``geometry``) is a
 :class:`~embscope.geometry.records.GeometryRecord`, built here field by field; its fields are
@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embscope.allocator import release_free_blocks
-from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators, fit_record
+from embscope.geometry.indicators import SCORED, Neighbors, compute_indicators, fit_record
+from embscope.geometry.options import ScanOptions
 from embscope.geometry.records import (TOP_N, FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow,
                                        VerdictList, VerdictRow)
 
@@ -96,51 +97,52 @@ def _nullable(v: np.ndarray) -> Any:
     return [None] * len(v) if np.isnan(v).all() else np.asarray(v, dtype=np.float32)
 
 
-def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = None,
-         threshold: float = DEFAULT_THRESHOLD, cache_dir=None, layout: bool = True,
-         seed: int = 0, knn_method: str = "auto", verify: int = 0, verify_sample: str = "top",
-         verify_work: float | None = None, verify_specials: bool = False,
-         corpus_texts: Sequence[str] | None = None, chat_template: bool = True,
-         defer_layout: bool = False) -> ScanResult:
+def scan(model: "LoadedModel", options: ScanOptions | None = None, *, corpus_texts: Sequence[str] | None = None,
+         chat_template: bool = True, defer_layout: bool = False, verify_specials: bool = False,
+         seed: int = 0) -> ScanResult:
     """Scan every row of ``model`` for signs of under-training.
 
     Args:
         model: a :class:`~embscope.models.model.LoadedModel`.
-        k: neighbours per row in the kNN graph (of the input embedding).
-        unused_ids: rows known to be unused (the Magikarp reference); default: discovered.
-        threshold: ``undertrained_score`` (robust sigmas) at or above which a row is flagged.
-        cache_dir: kNN cache folder (default ``~/.cache/embscope/knn``).
-        layout: compute the UMAP map (``x``, ``y``).
-        seed: seeds the kNN sample, k-means, UMAP and the verification controls.
-        verify: check ``verify`` flagged rows (and as many trained controls, up to
-            :data:`~embscope.geometry.verify.MAX_CONTROLS`) by prompting the whole model; 0 skips
-            it. A model that cannot load gets a note, not an error.
-        verify_sample: ``top`` (the highest scores) or ``random`` (a seeded sample of all flags,
-            whose verified share estimates the precision of every flag).
-        verify_work: the prompting's work budget, 10¹² multiply-adds (:func:`~.verify.row_work`):
-            rows beyond it stay unchecked (the record says so); None: no budget.
-        verify_specials: with ``verify`` 0, still check in context the special tokens the chat
-            template (and ``corpus_texts``) use (:func:`~.verify.verify_specials`; check, diff).
+        options: the scan's group (:class:`~embscope.geometry.options.ScanOptions`; None: its defaults):
+
+            - ``k``, ``knn_method``: neighbours per row in the kNN graph (of the input embedding) and
+              how it is built (:func:`~embscope.geometry.knn.knn_graph`);
+            - ``unused_ids``: rows known to be unused (the Magikarp reference); None: discovered;
+            - ``threshold``: ``undertrained_score`` (robust sigmas) at or above which a row is flagged;
+            - ``cache_dir``: kNN cache folder (None: ``$EMBSCOPE_CACHE/knn`` or ``~/.cache/embscope/knn``);
+            - ``map``: compute the UMAP map (``x``, ``y``);
+            - ``verify``: check ``verify`` flagged rows (and as many trained controls, up to
+              :data:`~embscope.geometry.verify.MAX_CONTROLS`) by prompting the whole model; 0 (or
+              None, the automatic choice the caller resolves) skips it. A model that cannot load
+              gets a note, not an error;
+            - ``verify_sample``: ``top`` (the highest scores) or ``random`` (a seeded sample of all
+              flags, whose verified share estimates the precision of every flag);
+            - ``verify_work``: the prompting's work budget, 10¹² multiply-adds
+              (:func:`~.verify.row_work`; None: none): rows beyond it stay unchecked.
         corpus_texts: texts of the user's corpus: count which flagged rows they (and the model's
             chat template, when ``chat_template``) produce.
         defer_layout: return while the map (laid out in its own process from the moment the
             indicators exist, :class:`~embscope.geometry.layout.LayoutJob`) is still running; the caller
             collects it with :meth:`ScanResult.finish_layout`.
+        verify_specials: with ``verify`` 0, still check in context the special tokens the chat
+            template (and ``corpus_texts``) use (:func:`~.verify.verify_specials`; check, diff).
+        seed: seeds the kNN sample, k-means, UMAP and the verification controls.
     Returns:
         :class:`ScanResult`.
     """
+    opts = options if options is not None else ScanOptions()
     timings: dict[str, float] = {}
     strings = model.token_strings()
     cats = list(model.categories)
-    graph, prep, knn_fit = _graph(model, k, knn_method, unused_ids, threshold, seed, cache_dir, cats, strings,
-                                  timings)
+    graph, prep, knn_fit = _graph(model, opts, seed, cats, strings, timings)
     release_free_blocks()  # the graph's build buffers are not reused by the indicators
     t = time.perf_counter()
-    ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
-                             unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors,
-                             prepared=prep, knn_fit=knn_fit)
+    ind = compute_indicators(model.embed, model.output, cats, strings,
+                             Neighbors(sims=graph.sims, ids=graph.neighbors, fit=knn_fit), vocab=model.vocab,
+                             unused_ids=opts.unused_ids, threshold=opts.threshold, prepared=prep)
     job = None
-    if layout:  # the graph above, no second search; the flagged and isolated rows always laid out
+    if opts.map:  # the graph above, no second search; the flagged and isolated rows always laid out
         from embscope.geometry.layout import LayoutJob
 
         job = LayoutJob(graph.neighbors, graph.sims, seed=seed, keep=ind.flagged | ind.isolated)
@@ -153,9 +155,9 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
     indicator_flags = ind.flagged.copy()  # before prompting adds the rows it confirms
     verification = None
-    if verify or verify_specials:
+    if opts.verify or verify_specials:
         t = time.perf_counter()
-        verification = _verify(model, ind, verify, verify_sample, seed, corpus_texts, verify_work)
+        verification = _verify(model, ind, opts, seed, corpus_texts)
         timings["verify"] = time.perf_counter() - t
     status = status_column(ind.flagged, verification)
     usage = None
@@ -166,7 +168,7 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
 
     columns = _columns(model.n_rows, ind, graph, scripts, status, verification, usage)
     tied = model.output is None
-    summary = _summary(cats, strings, scripts, ind, graph, threshold, tied, status, indicator_flags,
+    summary = _summary(cats, strings, scripts, ind, graph, opts.threshold, tied, status, indicator_flags,
                        verification=verification.record if verification is not None else None,
                        usage=usage.record if usage is not None else None, timings=_rounded(timings),
                        **verdict_lists(status, strings, ind, verification))
@@ -181,12 +183,14 @@ def _rounded(timings: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in timings.items()}
 
 
-def _verify(model: "LoadedModel", ind, n: int, sample: str, seed: int, texts, work) -> "Verification":
-    """Prompt-check ``n`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`, within the
-    ``work`` budget; ``n`` = 0: only the special tokens in context,
-    :func:`~embscope.geometry.verify.verify_specials`) and flag the rows it confirmed that the
-    indicators did not (:func:`confirm_flags`)."""
+def _verify(model: "LoadedModel", ind, opts: ScanOptions, seed: int, texts) -> "Verification":
+    """Prompt-check ``opts.verify`` flagged rows (:func:`~embscope.geometry.verify.verify_rows`,
+    picked as ``opts.verify_sample`` says, within the ``opts.verify_work`` budget; 0 or None: only
+    the special tokens in context, :func:`~embscope.geometry.verify.verify_specials`) and flag the
+    rows it confirmed that the indicators did not (:func:`confirm_flags`)."""
     from embscope.geometry.verify import verify_rows, verify_specials
+
+    n, sample, work = opts.verify or 0, opts.verify_sample, opts.verify_work
 
     verification = (verify_rows(model, ind, n, sample=sample, seed=seed, texts=texts, work_budget=work,
                                 device=model.device) if n else
@@ -205,11 +209,13 @@ def _usage(model: "LoadedModel", ind, status: list[str | None], texts, chat_temp
     return flagged_usage(model, np.flatnonzero(kept), texts, reasons=ind.flag_reason, chat_template=chat_template)
 
 
-def _graph(model: "LoadedModel", k: int, knn_method: str, unused_ids, threshold: float, seed: int, cache_dir,
-           cats: list[str], strings: list[str], timings: dict[str, float]):
-    """``(graph, prepared, knn_fit)``: the kNN graph ``knn_method`` asks for; the certified one needs
-    the graph-free indicators first (``prepared``) and gives the robust fits it decided with."""
+def _graph(model: "LoadedModel", opts: ScanOptions, seed: int, cats: list[str], strings: list[str],
+           timings: dict[str, float]):
+    """``(graph, prepared, knn_fit)``: the kNN graph ``opts.knn_method`` asks for; the certified one
+    needs the graph-free indicators first (``prepared``) and gives the robust fits it decided with."""
     from embscope.geometry.knn import knn_graph, resolve_method
+
+    k, knn_method, cache_dir = opts.k, opts.knn_method, opts.cache_dir
 
     method, weighed = resolve_method(model.embed, k, knn_method)
     if method != "certified":
@@ -221,10 +227,10 @@ def _graph(model: "LoadedModel", k: int, knn_method: str, unused_ids, threshold:
     from embscope.geometry.indicators import prepare
 
     t = time.perf_counter()
-    prep = prepare(model.embed, model.output, cats, strings, vocab=model.vocab, unused_ids=unused_ids)
+    prep = prepare(model.embed, model.output, cats, strings, vocab=model.vocab, unused_ids=opts.unused_ids)
     timings["indicators"] = time.perf_counter() - t
     t = time.perf_counter()
-    graph = certified_knn(model.embed, k, context=context_for(prep, cats, threshold), seed=seed,
+    graph = certified_knn(model.embed, k, context=context_for(prep, cats, opts.threshold), seed=seed,
                           cache_dir=cache_dir, weighed=weighed)
     timings["knn"] = time.perf_counter() - t
     return graph, prep, {name: tuple(v) for name, v in (graph.info.knn_fit or {}).items()}

@@ -47,10 +47,11 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from embscope.languages.counting import ROUNDTRIP_TEXTS, WORD_SAMPLE_BYTES, count_batches, merge_counts
 from embscope.languages.intervals import NO_UNITS, Bootstrap, add_cost_intervals
+from embscope.languages.options import LanguageOptions
 from embscope.languages.record import CorpusMeasure, TokenizerInfo
 from embscope.languages.renyi import ALPHA, renyi_efficiency
 from embscope.languages.segment import SEGMENTATION_NOTE, unit_of
@@ -61,6 +62,8 @@ from embscope.text.script import label as script_label
 from embscope.tokenizer.base import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     import numpy as np
     import polars as pl
 
@@ -80,6 +83,39 @@ class LanguageResult:
     token_counts: "dict[tuple[str, str], np.ndarray]" = field(default_factory=dict, repr=False)
     #: the per-tokenizer tables: ``tokenizers``, ``language_groups`` and (several tokenizers) ``comparisons``
     tables: "dict[str, pl.DataFrame]" = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class CorpusPass:
+    """How :func:`measure` reads the corpus: one pass (:func:`embscope.corpus.engine.run_pass`)."""
+
+    #: where the pass runs (:class:`embscope.corpus.engine.Engine`: one process, local worker
+    #: processes, or Ray; every engine gives the same numbers); None: ``Engine()``
+    engine: "Engine | None" = None
+    #: field names of the records (``ReadOptions(text_field=..., lang_field=...)``); None: defaults
+    options: "ReadOptions | None" = None
+    #: read at most this many bytes per language (None: all)
+    sample_bytes: int | None = None
+    #: most texts per batch read from the corpus (encode calls take windows of
+    #: :data:`WINDOW_TEXTS` texts, see :func:`_by_language`)
+    batch_size: int = 512
+    #: languages measured one by one; later ones are measured together as
+    #: :data:`~embscope.languages.counting.OTHER` (``summary.languages_folded`` counts them)
+    max_languages: int = Limits.languages
+
+
+@dataclass
+class ModelRows:
+    """The model behind the density columns (:mod:`embscope.languages.density`), for ``vocabs[0]``;
+    no density columns when ``embed`` and ``tokens`` are both None."""
+
+    #: (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy)
+    embed: Any = None
+    #: polars DataFrame with ``token_id``, ``in_norm`` (and maybe ``isolation``, ``flagged``)
+    tokens: "pl.DataFrame | None" = None
+    #: ``(row ids, graph isolations) -> exact isolations``, for the rows ``tokens`` marks as not
+    #: exact (``knn_exact`` false): the averages then use exact search's values
+    exact_isolation: "Callable | None" = None
 
 
 def distinct_names(vocabs: Sequence[Vocabulary]) -> list[Vocabulary]:
@@ -107,33 +143,21 @@ def space_prefix(vocab: Vocabulary) -> bool:
     return len(a) == 1 and a != b
 
 
-def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference: str = "eng",
-            sample_bytes: int | None = None, embed=None, tokens=None, exact_isolation=None,
-            batch_size: int = 512, engine: "Engine | None" = None,
-            options: "ReadOptions | None" = None, max_languages: int = Limits.languages,
-            boot: Bootstrap | None = None, renyi_alpha: float = ALPHA, weights: dict | None = None,
+def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, options: LanguageOptions | None = None, *,
+            read: CorpusPass | None = None, model: ModelRows | None = None, weights: dict | None = None,
             families: dict | None = None, languages: "frozenset[str] | None" = None) -> LanguageResult:
     """Measure every tokenizer in ``vocabs`` on every language of the corpus, in one pass.
 
     Args:
         vocabs: tokenizers to compare (``embscope.load_vocabulary("gpt2")`` …).
         corpus_path: folder or file, read by :func:`embscope.corpus.stream.iter_corpus`.
-        reference: language that parity divides by (default ``eng``).
-        sample_bytes: read at most this many bytes per language.
-        embed: optional (V, d) embedding matrix of ``vocabs[0]``'s model (torch or numpy).
-        tokens: optional polars DataFrame with ``token_id``, ``in_norm`` (and maybe
-            ``isolation``, ``flagged``) for ``vocabs[0]``.
-        exact_isolation: ``(row ids, graph isolations) -> exact isolations``, for the rows ``tokens`` marks as not
-            exact (``knn_exact`` false): the averages then use exact search's values.
-        batch_size: most texts per batch read from the corpus (encode calls take windows of
-            :data:`WINDOW_TEXTS` texts, see :func:`_by_language`).
-        engine: where the pass runs (:class:`embscope.corpus.engine.Engine`: one process,
-            local worker processes, or Ray); every engine gives the same numbers.
-        options: field names of the records (``ReadOptions(text_field=..., lang_field=...)``).
-        max_languages: languages measured one by one; later ones are measured together as
-            :data:`~embscope.languages.counting.OTHER` (``summary.languages_folded`` counts them).
-        boot: the intervals' resamples, seed and level (:class:`~embscope.languages.intervals.Bootstrap`).
-        renyi_alpha: the order α of ``renyi_efficiency``.
+        options: the languages' group (:class:`~embscope.languages.options.LanguageOptions`;
+            default: its defaults); it reads ``reference`` (the language parity divides by),
+            ``renyi_alpha`` (the order α of ``renyi_efficiency``) and the intervals' ``resamples``,
+            ``seed`` and ``level`` (:meth:`~embscope.languages.options.LanguageOptions.bootstrap`).
+        read: how the corpus is read (:class:`CorpusPass`: engine, record fields, bytes per
+            language, batch size, languages measured one by one; default: its defaults).
+        model: the model's rows for the density columns (:class:`ModelRows`; None: no density).
         weights: language → share of a data mix (``tokenizers.mix_tokens_per_unit``).
         families: language → family (``language_groups``); default: the corpus's ``languages.json``.
         languages: measure only these language ids (:mod:`embscope.languages.selection`); None: all.
@@ -150,23 +174,27 @@ def measure(vocabs: Sequence[Vocabulary], corpus_path: str | Path, *, reference:
     """
     from embscope.corpus.engine import Engine, run_pass
 
+    options = options if options is not None else LanguageOptions()
+    read = read if read is not None else CorpusPass()
+    model = model if model is not None else ModelRows()
+    reference, renyi_alpha, boot = options.reference, options.renyi_alpha, options.bootstrap()
+    sample_bytes, max_languages = read.sample_bytes, read.max_languages
     vocabs = distinct_names(vocabs)
     names = [v.name for v in vocabs]
-    engine = engine or Engine()
-    boot = boot or Bootstrap()
-    density = tokens is not None or embed is not None
+    engine = read.engine or Engine()
+    density = model.tokens is not None or model.embed is not None
     counts, report = run_pass(corpus_path, functools.partial(count_batches, vocabs, max_languages=max_languages,
                                                              unit_tokens=density, keep=languages),
                               functools.partial(merge_counts, max_languages=max_languages),
-                              engine=engine, sample_bytes=sample_bytes, batch_size=batch_size,
-                              options=options, description="tokenising corpus")
+                              engine=engine, sample_bytes=sample_bytes, batch_size=read.batch_size,
+                              options=read.options, description="tokenising corpus")
     acc, langs = counts.acc, counts.langs
 
     rows = _rows(vocabs, acc, langs, reference, _names(corpus_path), boot, renyi_alpha)
     if density:
         from embscope.languages.density import add_density
 
-        add_density(rows, vocabs[0].name, acc, tokens, embed, exact_isolation, boot)
+        add_density(rows, vocabs[0].name, acc, model.tokens, model.embed, model.exact_isolation, boot)
     import polars as pl
 
     table = pl.DataFrame(rows, infer_schema_length=None)

@@ -41,7 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from embscope.languages.record import ModelCostRecord
 
@@ -80,6 +80,19 @@ class ModelCost:
     rows: dict[str, dict] = field(default_factory=dict)
     #: how it was scored
     record: ModelCostRecord | None = None
+
+
+@dataclass
+class Scorer:
+    """How :func:`model_cost` runs the model: where, in which precision, and which whole model."""
+
+    #: ``cpu`` or ``cuda``, as :func:`embscope.models.likelihood.sequence_bits` takes it
+    device: str = "cpu"
+    #: the compute precision, as ``sequence_bits`` takes it (None: its default)
+    precision: str | None = None
+    #: the whole causal LM, already loaded (None: :func:`embscope.models.fullmodel.load_causal_lm`
+    #: loads the model's weights)
+    lm: Any = None
 
 
 def pick_languages(measured: Sequence[str], reference: str, narrowed: bool) -> tuple[list[str], str]:
@@ -151,24 +164,27 @@ def plan_units(lengths: dict[str, list[tuple[object, int]]], params: int, budget
 
 
 def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str], reference: str, *,
-               budget: float | None, selection: str = "default", device: str = "cpu", precision: str | None = None,
-               sample_bytes: int | None = None, options: "ReadOptions | None" = None, lm=None) -> ModelCost:
+               budget: float | None, selection: str = "default", scorer: Scorer | None = None,
+               sample_bytes: int | None = None, options: "ReadOptions | None" = None) -> ModelCost:
     """Score ``languages`` of ``corpus`` with the whole model (module docstring).
 
     Args:
         model: the loaded model (its tokenizer and config); its whole weights are loaded
-            (:func:`embscope.models.fullmodel.load_causal_lm`) unless ``lm`` is given.
+            (:func:`embscope.models.fullmodel.load_causal_lm`) unless ``scorer.lm`` is given.
         corpus: the corpus the languages table measured.
         languages: the languages to score (:func:`pick_languages`), the reference among them.
         reference: the language ``information_parity`` divides by.
         budget: the work budget, 10¹² multiply-adds (None: every unit).
-        device, precision: as :func:`embscope.models.likelihood.sequence_bits` takes them.
+        scorer: device, precision and an already loaded whole model (:class:`Scorer`; default: CPU,
+            ``sequence_bits``' precision, the weights loaded here).
     Returns:
         :class:`ModelCost`; a model that cannot be scored gets an empty one whose record says why.
     """
     from embscope.models.likelihood import sequence_bits, start_token
 
     t0 = time.perf_counter()
+    scorer = scorer if scorer is not None else Scorer()
+    lm = scorer.lm
     vocab = model.vocab
     base = dict(model=model.name, tokenizer=vocab.name if vocab is not None else "", work_budget=budget,
                 languages=list(languages), selection=selection)
@@ -202,7 +218,7 @@ def model_cost(model: "LoadedModel", corpus: str | Path, languages: Sequence[str
                                                 units_available=len({k for g in languages for k, _ in texts[g]}),
                                                 stopped_at_budget=stopped, note="not scored: no unit fits the work "
                                                 f"budget left ({budget:g}×10¹² multiply-adds)"))
-    scored = sequence_bits(lm, seqs, device=device, precision=precision)
+    scored = sequence_bits(lm, seqs, device=scorer.device, precision=scorer.precision)
     bits: dict[str, dict] = {g: {} for g in languages}  # language → unit → [bits, bytes]
     for (g, key, size), y in zip(owner, scored.bits):
         acc = bits[g].setdefault(key, [0.0, 0])

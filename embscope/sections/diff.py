@@ -16,7 +16,7 @@ from embscope.sections.base import SectionInputs, SectionOutput, section
          enabled=lambda o: o.diff.tuned is not None)
 def diff_section(inputs: SectionInputs) -> SectionOutput:
     """Diff ``inputs.model`` against ``inputs.options.diff.tuned``."""
-    from embscope.changes import diff_models
+    from embscope.changes import DiffInputs, diff_models
     from embscope.tables import scan_flags
 
     model, opts = inputs.model, inputs.options
@@ -34,10 +34,11 @@ def diff_section(inputs: SectionInputs) -> SectionOutput:
     else:
         keep = None
     with inputs.steps.step("diff", f"diff against {opts.diff.tuned}"):
-        res = diff_models(model, opts.diff.tuned, manifest=opts.diff.manifest, data=list(inputs.data), flagged=flagged, status=status,
-                          languages=inputs.languages[0] if inputs.languages else None, data_format=opts.readiness.data_format,
-                          text_field=opts.corpus.text_field, trust_pickle=opts.load.trust_pickle, download=opts.load.download,
-                          read_options=opts.corpus.read_options(), keep_languages=keep)
+        given = DiffInputs(data=list(inputs.data), data_format=opts.readiness.data_format,
+                           text_field=opts.corpus.text_field, flagged=flagged, status=status, languages=corpus,
+                           read_options=opts.corpus.read_options(), keep_languages=keep)
+        res = diff_models(model, opts.diff.tuned, opts.diff, given, trust_pickle=opts.load.trust_pickle,
+                          download=opts.load.download)
     out.record = res.record
     out.tables["diff"] = res.frame
     out.result = res

@@ -92,7 +92,7 @@ def languages_section(inputs: SectionInputs) -> SectionOutput:
     """Fertility, parity and embedding density per language, on every corpus."""
     import polars as pl
 
-    from embscope.languages.fertility import distinct_names, measure
+    from embscope.languages.fertility import CorpusPass, ModelRows, distinct_names, measure
 
     if not inputs.languages:
         return SectionOutput(skipped="no corpus given")
@@ -113,12 +113,12 @@ def languages_section(inputs: SectionInputs) -> SectionOutput:
     for corpus in inputs.languages:
         specs, keep, available = _selection(opts, corpus, inputs.corpora)
         with inputs.steps.step(f"languages:{corpus.name}", f"fertility and parity on {corpus}"):
-            res = measure(vocabs, corpus, reference=opts.languages.reference,
-                          sample_bytes=opts.corpus.sample_bytes, embed=embed, tokens=inputs.tokens,
-                          exact_isolation=isolation,
-                          engine=opts.corpus.corpus_engine(), options=opts.corpus.read_options(),
-                          max_languages=opts.corpus.bounds().languages, boot=opts.languages.bootstrap(),
-                          renyi_alpha=opts.languages.renyi_alpha, weights=weights, languages=keep)
+            res = measure(vocabs, corpus, opts.languages,
+                          read=CorpusPass(engine=opts.corpus.corpus_engine(), options=opts.corpus.read_options(),
+                                          sample_bytes=opts.corpus.sample_bytes,
+                                          max_languages=opts.corpus.bounds().languages),
+                          model=ModelRows(embed=embed, tokens=inputs.tokens, exact_isolation=isolation),
+                          weights=weights, languages=keep)
         res.summary.selection, res.summary.available = (list(specs) or None), available
         warnings += _selection_notes(corpus, res, specs, keep, available)
         table, res.summary.model, spent = _model_cost(inputs, corpus, res.table, spent)
@@ -252,7 +252,7 @@ def _model_cost(inputs: SectionInputs, corpus, table, spent: float):
     :data:`~embscope.languages.model_cost.WORK`; ``audit`` passes its own); the columns are null
     otherwise."""
     from embscope.languages.counting import OTHER
-    from embscope.languages.model_cost import WORK, add_columns, model_cost, pick_languages
+    from embscope.languages.model_cost import WORK, Scorer, add_columns, model_cost, pick_languages
 
     opts = inputs.options
     budget = WORK if opts.languages.model_work is None else opts.languages.model_work
@@ -272,7 +272,8 @@ def _model_cost(inputs: SectionInputs, corpus, table, spent: float):
         return add_columns(table, None, None), None, spent
     with inputs.steps.step(f"model-cost:{corpus.name}", f"score {len(langs)} languages of {corpus} with the model"):
         cost = model_cost(model, corpus, langs, opts.languages.reference, budget=budget - spent, selection=selection,
-                          device=pick_device(opts.load.device), sample_bytes=opts.corpus.sample_bytes, options=opts.corpus.read_options())
+                          scorer=Scorer(device=pick_device(opts.load.device)), sample_bytes=opts.corpus.sample_bytes,
+                          options=opts.corpus.read_options())
     if cost.record is not None:
         cost.record.work_budget = budget
     return add_columns(table, cost, name), cost.record, spent + (cost.record.work if cost.record else 0.0)

@@ -7,7 +7,7 @@ map. The record holds the category counts and, when the scan ran, its summary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from embscope.geometry.records import GeometryRecord
 from embscope.records import Record
@@ -82,10 +82,8 @@ def tokens_section(inputs: SectionInputs) -> SectionOutput:
             loadable = model.vocab is not None and why_not_causal(model) is None
             verify, sample, cap = (AUTO_VERIFY, "random", cap or AUTO_WORK) if loadable else (0, sample, cap)
         with inputs.steps.step("geometry", f"indicators and kNN graph (k={opts.scan.k})"):
-            result = run_scan(model, k=opts.scan.k, unused_ids=opts.scan.unused_ids, threshold=opts.scan.threshold,
-                              cache_dir=opts.scan.cache_dir, layout=opts.scan.map, knn_method=opts.scan.knn_method,
-                              verify=verify, verify_sample=sample, verify_work=cap, corpus_texts=texts,
-                              verify_specials=bool(inputs.data), defer_layout=True)
+            result = run_scan(model, replace(opts.scan, verify=verify, verify_sample=sample, verify_work=cap),
+                              corpus_texts=texts, verify_specials=bool(inputs.data), defer_layout=True)
         columns.update(result.columns)
         geometry = result.summary
         if result.layout_job is not None:
