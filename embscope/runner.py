@@ -18,7 +18,6 @@ result, the domain corpus) is declared there, and the runner only folds each sec
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -159,7 +158,6 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
     """
     from contextlib import nullcontext
 
-    from embscope.allocator import reuse_freed_blocks
     from embscope.output import DEFAULT_OUT, claim, default_out
 
     opts = RunOptions.build(options, **fields)
@@ -170,8 +168,6 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES,
              and all(getattr(given, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
     if given.domain is None and any(s.name == "extension" for s in specs):
         given.domain = domain_corpus([*given.languages, *given.corpora], opts)
-    if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
-        reuse_freed_blocks()
     _check_before_work(opts, [s.name for s in specs], given, None if out is DEFAULT_OUT else out, force)
     resolved, extra_vocabs = _resolve(model, tokenizers, opts)
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)

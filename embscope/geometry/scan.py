@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.allocator import release_free_blocks
 from embscope.geometry.indicators import DEFAULT_THRESHOLD, SCORED, compute_indicators, fit_record
 from embscope.geometry.records import (TOP_N, FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow,
                                        VerdictList, VerdictRow)
@@ -134,7 +133,6 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     cats = list(model.categories)
     graph, prep, knn_fit = _graph(model, k, knn_method, unused_ids, threshold, seed, cache_dir, cats, strings,
                                   timings)
-    release_free_blocks()  # the graph's build buffers are not reused by the indicators
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings, graph.sims, vocab=model.vocab,
                              unused_ids=unused_ids, threshold=threshold, neighbors=graph.neighbors,
@@ -149,7 +147,6 @@ def scan(model: "LoadedModel", *, k: int = 10, unused_ids: list[int] | None = No
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
     timings["indicators"] = timings.get("indicators", 0.0) + time.perf_counter() - t
-    release_free_blocks()
 
     indicator_flags = ind.flagged.copy()  # before prompting adds the rows it confirms
     verification = None
