@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from embscope import signals
-from embscope.allocator import release_free_blocks
 
 T = TypeVar("T")
 
@@ -168,7 +167,6 @@ class Steps:
         signals.raise_pending()
         dt = time.perf_counter() - t0
         self.timings[name] = round(dt, 3)
-        release_free_blocks()  # a step's freed buffers back to the kernel before the next
         if self.verbose and handle.why is not None:
             _console().print(f"[yellow]–[/] {_plain(label)}: nothing to report  [dim]{dt:.1f} s[/]")
         elif self.verbose:

@@ -18,7 +18,6 @@ result, the domain corpus) is declared there, and the runner only folds each sec
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -193,7 +192,6 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES, gi
     """
     from contextlib import nullcontext
 
-    from embscope.allocator import reuse_freed_blocks
     from embscope.output import DEFAULT_OUT, claim, default_out
 
     for name in fields:
@@ -210,8 +208,6 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES, gi
              and all(getattr(paths, r) for r in BY_NAME[n].requires)]  # the check runs on training data only
     if paths.domain is None and any(s.name == "extension" for s in specs):
         paths.domain = domain_corpus([*paths.languages, *paths.corpora], opts)
-    if os.environ.get("EMBSCOPE_REUSE_BLOCKS") == "1":  # opt-in: see embscope.allocator
-        reuse_freed_blocks()
     _check_before_work(opts, [s.name for s in specs], paths, None if out is DEFAULT_OUT else out, force)
     resolved, extra_vocabs = _resolve(model, given.tokenizers, opts)
     label = resolved.name if resolved is not None else "-".join(v.name for v in extra_vocabs)

@@ -18,7 +18,7 @@ PKG = ROOT / "embscope"
 #: import layers, lowest first: a module may import only from its own layer or lower ones, and
 #: within a layer only from its own package (so the analyses never import each other)
 LAYERS = [
-    ("errors", "signals", "allocator", "records", "assets", "progress", "provenance", "output", "config", "limits", "machine",
+    ("errors", "signals", "records", "assets", "progress", "provenance", "output", "config", "limits", "machine",
      "compiled", "arguments", "children"),
     ("formats",),
     ("text",),
@@ -173,37 +173,6 @@ def test_every_written_column_is_documented(smollm2_audit):
         types = {c: dtype_of(t) for c, t, *_ in TABLES[table]}
         wrong = {c: str(schema[c]) for c in schema if schema[c] != types[c] and schema[c] != pl.Null}
         assert wrong == {}, wrong
-
-
-def test_freed_blocks_are_reused():
-    """After ``reuse_freed_blocks`` a freed 64 MiB buffer is handed out again from the heap, so
-    allocating it again costs no new page faults; ``release_free_blocks`` gives the pages back.
-    In a child process: the settings are process-wide."""
-    code = """
-import resource, torch
-from embscope.allocator import release_free_blocks, reuse_freed_blocks
-m = torch.ones(8, 2048, 1024, dtype=torch.bfloat16)
-def faults():
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for i in range(8):
-        m[i].float().sum()  # a fresh 8 MiB float32 buffer each time
-        torch.empty(16 << 20).fill_(1.0).sum()  # and a 64 MiB one
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-faults()
-plain = faults()
-if not reuse_freed_blocks():
-    print("skip")
-else:
-    faults()
-    reused = faults()
-    release_free_blocks()
-    print(plain, reused, faults())
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.split()
-    if out == ["skip"]:
-        pytest.skip("not glibc")
-    plain, reused, released = map(int, out)
-    assert plain > 20000 and reused < 2000 and released > 2000  # an mmap per buffer: ~ 8 × 18432 pages
 
 
 def _section_io(path: Path) -> tuple[set[str], set[str]]:

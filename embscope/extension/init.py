@@ -141,7 +141,7 @@ def _trained_pass(ctx: InitContext) -> None:
     reads the matrix once instead of twice, with no boolean-indexed copy of each block."""
     import torch
 
-    from embscope.allocator import converted_blocks
+    from embscope.models.rows import converted_blocks
 
     total = torch.zeros(ctx.matrix.shape[1], dtype=torch.float64)
     norms = []
@@ -178,7 +178,7 @@ def _sample(ctx: InitContext, eps: float) -> "torch.Tensor":
     """
     import torch
 
-    from embscope.allocator import converted_blocks
+    from embscope.models.rows import converted_blocks
 
     mu = trained_mean(ctx)
     g = torch.Generator().manual_seed(ctx.seed)

@@ -61,7 +61,7 @@ def _screened_pass(matrix, trained, q, k, norms, dtype):
     import numpy as np
     import torch
 
-    from embscope.allocator import converted_blocks
+    from embscope.models.rows import converted_blocks
     from embscope.compiled import rescore_queries_into
 
     n, d = q.shape
@@ -87,7 +87,7 @@ def _nearest_pass(matrix, trained, q, k, norms, dtype):
     untrained rows masked, a running top-k per query."""
     import torch
 
-    from embscope.allocator import converted_blocks
+    from embscope.models.rows import converted_blocks
 
     qd = q.to(dtype)
     best_s = torch.full((q.shape[0], 0), -2.0)

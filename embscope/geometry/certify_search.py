@@ -25,7 +25,6 @@ class Search:
         self.xn, self.sims, self.ids, self.exact, self.k, self.progress = xn, sims, ids, exact, k, progress
         self.by_reason: dict[str, int] = {}
         self.seconds = 0.0
-        self.low = None  # the rows in the 16-bit dtype, once a search runs in it
 
     def search(self, rows: np.ndarray, reason: str, offer: bool = True) -> int:
         """Exact neighbours for ``rows`` not yet exact, every other row's cosines to them offered to
@@ -52,11 +51,9 @@ class Search:
             v, i = v.numpy(), i.numpy()
         else:  # another order of the same float32 sums may round the graph's k-th up by d·2^-24
             floor = np.nan_to_num(self.sims[rows, -1].astype(np.float64), nan=-np.inf) - d * 2.0 ** -24
-            if self.low is None or self.low.dtype != plan.torch_dtype():
-                self.low = self.xn.to(plan.torch_dtype())
             with threads(plan.threads):
                 v, i = screened_knn(self.xn, rows, self.k, plan.torch_dtype(), floor=floor, offer=lists,
-                                    progress=self.progress and len(rows) > 4096, low=self.low)
+                                    progress=self.progress and len(rows) > 4096)
         self.sims[rows], self.ids[rows] = v, i
         self.exact[rows] = True
         self.by_reason[reason] = self.by_reason.get(reason, 0) + len(rows)

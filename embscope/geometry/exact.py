@@ -196,7 +196,7 @@ def _finish(xn, rows, best_v, best_i, k: int, dtype, progress: bool):
 
 
 def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: int | None = None,
-                 progress: bool = False, offer: tuple | None = None, low: "torch.Tensor | None" = None):
+                 progress: bool = False, offer: tuple | None = None):
     """Exact top-``k`` of ``rows`` (numpy ids) among the unit rows of ``xn`` from one 16-bit pass
     (CPU). Returns numpy (sims (r, k) float32, ids (r, k) int64).
 
@@ -215,8 +215,7 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
     (:func:`~embscope.geometry.kernels.offer_cols`), and every list that took one is scored again
     exactly at the end (m float32 products a row), so the lists hold real rows' exact cosines as
     with float32 tiles. (A row whose better cosine was hidden by another's bound keeps the other:
-    still a lower bound, rank by rank.) ``low``: ``xn`` already in ``dtype`` (a caller searching
-    in batches converts it once).
+    still a lower bound, rank by rank.)
     """
     import numpy as np
     import torch
@@ -226,7 +225,6 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
     n, d = xn.shape
     xc = xn.float().contiguous()
     xs = xc.numpy()
-    xt = xc.to(dtype) if low is None else low
     rows = np.asarray(rows, dtype=np.int64)
     r = len(rows)
     cap = max(1024, n // 16) if cap is None else cap
@@ -238,14 +236,18 @@ def screened_knn(xn: "torch.Tensor", rows, k: int, dtype, *, floor=None, cap: in
     rows_t = torch.from_numpy(rows)
     col_ids = torch.arange(n)
     dirty = np.zeros(n, dtype=np.bool_)
-    starts = range(0, r, QUERY_BLOCK)
-    for s in track(starts, total=len(starts), description="kNN exact", unit="row blocks") if progress else starts:
-        e = min(r, s + QUERY_BLOCK)
-        r_ids = rows_t[s:e]
-        q = xt[r_ids]
-        for c0 in range(0, n, COLUMN_TILE):
-            tile = (q @ xt[c0:c0 + COLUMN_TILE].T).float()
-            _mask_self(tile, r_ids, col_ids[c0:c0 + COLUMN_TILE])
+    q = xc[rows_t].to(dtype)                                      # (r, d): the queries in dtype
+    # Column tiles outer: each is converted once into one reused buffer, never the whole matrix
+    # (a 16-bit copy of every row was 1.1 GB at 152064 × 3584). Each query row still meets the
+    # columns in ascending order and each column the query blocks in theirs, as with blocks outer.
+    cols = torch.empty((min(n, COLUMN_TILE), d), dtype=dtype)
+    starts = range(0, n, COLUMN_TILE)
+    for c0 in track(starts, total=len(starts), description="kNN exact", unit="column tiles") if progress else starts:
+        ct = cols[:min(COLUMN_TILE, n - c0)].copy_(xc[c0:c0 + COLUMN_TILE])
+        for s in range(0, r, QUERY_BLOCK):
+            e = min(r, s + QUERY_BLOCK)
+            tile = (q[s:e] @ ct.T).float()
+            _mask_self(tile, rows_t[s:e], col_ids[c0:c0 + COLUMN_TILE])
             t = tile.numpy()
             rescore_into(xs, t, rows[s:e], c0, floor[s:e], bound, best_v[s:e], best_i[s:e], seen[s:e], cap)
             if offer is not None:

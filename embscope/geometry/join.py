@@ -235,10 +235,12 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
 
     Returns a :class:`Join` with each row's best ``k`` partners. Example: rows (1, 0),
     (0.99, 0.141), (0, 1) at tau 0.98: rows 0 and 1 are partners (cosine 0.99), row 2 has none.
+    A float32 contiguous ``xn`` is the join's own working copy: its rows are reordered while the
+    join runs and are back in their order, bit for bit, when it returns or raises.
     """
     import torch
 
-    from embscope.geometry.kernels import count_at_least
+    from embscope.geometry.kernels import permute_rows
 
     t0 = time.perf_counter()
     xc = xn.cpu().float().contiguous()
@@ -261,9 +263,33 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
     # the threshold as the tile's entries hold it: float32, or the bits of the least bfloat16 ≥ thr
     thr_t = _bf16_bits_at_least(thr) if low else np.float32(thr)
     ids = order.numpy().astype(np.int64)
-    # the rows in screen order: a tile's rows and columns are two contiguous blocks, read from the
-    # cache by the pair scoring (random rows from memory cost Gemma-3's join 3.4 s)
-    pairs = _Pairs(xc[order], cuts, _tails(sums)[ids], ids, k, np.float32(accept), delta)
+    # the rows in screen order, so that a tile's rows and columns are two contiguous blocks, read
+    # from the cache by the pair scoring (random rows from memory cost Gemma-3's join 3.4 s):
+    # reordered in place and put back at the end (a sorted copy was another n × d float32, 2.2 GB
+    # at 152064 × 3584, the audit's peak)
+    permute_rows(xc.numpy(), ids, np.empty(d, np.float32))
+    try:
+        pairs = _Pairs(xc, cuts, _tails(sums)[ids], ids, k, np.float32(accept), delta)
+        skipped = _screen(zs, u, thr, thr_t, screen, pairs, progress)
+    finally:
+        back = np.empty_like(ids)
+        back[ids] = np.arange(n)
+        permute_rows(xc.numpy(), back, np.empty(d, np.float32))
+    starts = range(0, n, BLOCK)
+    tiles = len(starts) * (len(starts) + 1) // 2
+    return Join(tau=tau, best_v=pairs.best_v, best_i=pairs.best_i, count=pairs.count,
+                info=JoinRecord(width=p, screen_threshold=round(thr, 6), accept_threshold=round(accept, 6),
+                                candidates_scored=pairs.scored, tiles=tiles, tiles_skipped=skipped,
+                                dense_tiles=pairs.dense, screen_dtype=screen_dtype, rows_with_partner=int((pairs.count > 0).sum()),
+                                seconds=round(time.perf_counter() - t0, 3), estimated_candidates_per_row=per_row))
+
+
+def _screen(zs, u: np.ndarray, thr: float, thr_t, screen: "_Tile", pairs: "_Pairs", progress: bool) -> int:
+    """Every tile of row blocks (``zs`` in screen order) whose ``y₁`` ranges lie within reach,
+    screened at ``thr_t`` and its candidates handed to ``pairs``; returns the tiles skipped."""
+    from embscope.geometry.kernels import count_at_least
+
+    n = len(u)
     reach = math.sqrt(max(0.0, 2 - 2 * thr)) + 1e-6
     starts = list(range(0, n, BLOCK))
     skipped = 0
@@ -279,12 +305,7 @@ def near_duplicates(xn: "torch.Tensor", tau: float, k: int, *, seed: int = 0, pr
             counts = np.empty(tile.shape[0], dtype=np.int64)
             count_at_least(tile, thr_t, a == c, counts)
             pairs.tile(a, c, tile, counts, thr_t)
-    tiles = len(starts) * (len(starts) + 1) // 2
-    return Join(tau=tau, best_v=pairs.best_v, best_i=pairs.best_i, count=pairs.count,
-                info=JoinRecord(width=p, screen_threshold=round(thr, 6), accept_threshold=round(accept, 6),
-                                candidates_scored=pairs.scored, tiles=tiles, tiles_skipped=skipped,
-                                dense_tiles=pairs.dense, screen_dtype=screen_dtype, rows_with_partner=int((pairs.count > 0).sum()),
-                                seconds=round(time.perf_counter() - t0, 3), estimated_candidates_per_row=per_row))
+    return skipped
 
 
 class _Pairs:

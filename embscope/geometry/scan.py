@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from embscope.allocator import release_free_blocks
 from embscope.geometry.indicators import SCORED, Neighbors, compute_indicators, fit_record
 from embscope.geometry.options import ScanOptions
 from embscope.geometry.records import (TOP_N, FlaggedCounts, GeometryRecord, IsolatedRow, ScoredRow, ScriptRow,
@@ -136,7 +135,6 @@ def scan(model: "LoadedModel", options: ScanOptions | None = None, *, corpus_tex
     strings = model.token_strings()
     cats = list(model.categories)
     graph, prep, knn_fit = _graph(model, opts, seed, cats, strings, timings)
-    release_free_blocks()  # the graph's build buffers are not reused by the indicators
     t = time.perf_counter()
     ind = compute_indicators(model.embed, model.output, cats, strings,
                              Neighbors(sims=graph.sims, ids=graph.neighbors, fit=knn_fit), vocab=model.vocab,
@@ -151,7 +149,6 @@ def scan(model: "LoadedModel", options: ScanOptions | None = None, *, corpus_tex
     scripts = [script_of(s) if c not in ("padding", "special") and s else "none"
                for s, c in zip(strings, cats)]
     timings["indicators"] = timings.get("indicators", 0.0) + time.perf_counter() - t
-    release_free_blocks()
 
     indicator_flags = ind.flagged.copy()  # before prompting adds the rows it confirms
     verification = None
