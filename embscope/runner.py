@@ -220,7 +220,8 @@ def run(model: str | None = None, *, sections: Sequence[str] = SECTION_NAMES, gi
         loaded = _load(resolved, opts, steps, readiness=any(s.name == "readiness" for s in specs))
         vocabs = ([loaded.vocab] if loaded is not None and loaded.vocab is not None else []) + extra_vocabs
         state = SectionInputs(options=opts, steps=steps, model=loaded, vocabs=vocabs, languages=paths.languages,
-                       domain=paths.domain, tokens=given.tokens, corpora=paths.corpora, data=paths.data, force=force)
+                              domain=paths.domain, tokens=given.tokens, corpora=paths.corpora, data=paths.data,
+                              force=force)
         outputs, state = _run_sections(specs, state, steps, job.required)
         summary = _summary(job.command, opts, steps, loaded, resolved, model, outputs, state, given.tokenizers,
                            [*job.warnings, *(w for r in outputs.values() for w in r.warnings)])
@@ -271,27 +272,27 @@ def domain_corpus(corpora: Sequence[Path], opts: RunOptions) -> Path | None:
     return None
 
 
-def _check_before_work(opts: RunOptions, names: list[str], given: "_Paths", out, force: bool) -> None:
+def _check_before_work(opts: RunOptions, names: list[str], paths: "_Paths", out, force: bool) -> None:
     """What the run is given, refused before the model loads (``out``: the folder named, if any): the
     folders it would write, then the inputs it would read (a .csv or an empty file is named), then
     the values that depend on them."""
     if opts.repair.repair_to is not None:
-        _check_repair(opts, given, out, force)
+        _check_repair(opts, paths, out, force)
     if opts.extension.apply_to is not None and "apply" in names:
-        _check_apply(opts, given, out, force)
-    given.check_readable()
+        _check_apply(opts, paths, out, force)
+    paths.check_readable()
     if "languages" in names:
-        _check_reference(opts, given.languages)
+        _check_reference(opts, paths.languages)
     if opts.languages.lang and ("languages" in names or "diff" in names):
         from embscope.languages.selection import selected_languages
 
-        for corpus in given.languages:  # --lang selects in the languages corpus, not in --corpus ones
-            if corpus not in given.corpora:
+        for corpus in paths.languages:  # --lang selects in the languages corpus, not in --corpus ones
+            if corpus not in paths.corpora:
                 selected_languages(opts.languages.lang, corpus, opts.languages.reference)
     if "readiness" in names and opts.readiness.split is not None:
         from embscope.corpus.conversations import check_split
 
-        check_split(given.data, opts.readiness.split)
+        check_split(paths.data, opts.readiness.split)
 
 
 def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
@@ -317,26 +318,26 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
                             f"of its {len(langs)} languages ({shown})")
 
 
-def _check_repair(opts: RunOptions, given: _Paths, out, force: bool) -> None:
+def _check_repair(opts: RunOptions, paths: _Paths, out, force: bool) -> None:
     """``--repair OUT``: something to repair, a scan to find it, and a target it may write."""
     from embscope.output import check_distinct, check_target
 
-    if not given.corpora and not given.data:
+    if not paths.corpora and not paths.data:
         raise SpecError("--repair re-initialises the flagged rows your data uses: pass --corpus too")
     if not opts.scan.scan:
         raise SpecError("--repair re-initialises the rows the scan flags (and the zero rows it finds): drop "
                         "--no-scan")
     check_distinct([("--out", out), ("--repair", opts.repair.repair_to)])
-    check_target(opts.repair.repair_to, force=force, inputs=[*given.corpora, *(p for p in given.data if p.exists())])
+    check_target(opts.repair.repair_to, force=force, inputs=[*paths.corpora, *(p for p in paths.data if p.exists())])
     _check_repair_kind(Path(opts.repair.repair_to))
 
 
-def _check_apply(opts: RunOptions, given: _Paths, out, force: bool) -> None:
+def _check_apply(opts: RunOptions, paths: _Paths, out, force: bool) -> None:
     """``--apply OUT``: a target apart from ``--out`` that it may write (checked before any work)."""
     from embscope.output import check_distinct, check_target
 
     check_distinct([("--out", out), ("--apply", opts.extension.apply_to)])
-    check_target(opts.extension.apply_to, force=force, inputs=[p for p in (given.domain, *given.languages) if p is not None])
+    check_target(opts.extension.apply_to, force=force, inputs=[p for p in (paths.domain, *paths.languages) if p is not None])
 
 
 def _resolve(model: str | None, tokenizers: Sequence[str], opts: RunOptions):

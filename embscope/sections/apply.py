@@ -60,20 +60,20 @@ def apply_section(inputs: SectionInputs) -> SectionOutput:
     """Write the extended tokenizer and the new rows the extension measured."""
     from embscope.extension.apply import apply
 
-    opts = inputs.options
+    opts = inputs.options.extension  # the only group it reads
     if inputs.model is None or inputs.extension is None:
         return SectionOutput(skipped="the extension did not run, so there is nothing to write",
                              warnings=["apply: the extension did not run; nothing was written"])
     if not inputs.extension.extension.ids:
         why = ("no term was added (every candidate was left out: summary.json → terms_skipped says why), so "
-               f"{opts.extension.apply_to} was not written")
+               f"{opts.apply_to} was not written")
         return SectionOutput(skipped=why, warnings=[f"apply: {why}"])
-    with inputs.steps.step("apply", f"write the extended model to {opts.extension.apply_to}"):
-        manifest = apply(inputs.model, inputs.extension, opts.extension.apply_to, init=opts.extension.apply_init,
-                         mode=opts.extension.apply_mode, tokens=inputs.tokens, force=inputs.force)
+    with inputs.steps.step("apply", f"write the extended model to {opts.apply_to}"):
+        manifest = apply(inputs.model, inputs.extension, opts.apply_to, init=opts.apply_init,
+                         mode=opts.apply_mode, tokens=inputs.tokens, force=inputs.force)
     fields = {k: v for k, v in manifest.items() if k != "embscope"}  # the stamp is summary.json's own
     rec = inputs.extension.summary.recommended
     warn = ([f"apply: wrote the rows of {manifest['init']}, not the recommended {rec} (--apply-init auto writes "
              f"{rec}; summary.json → sections.extension.recommended_why says why)"]
             if rec and manifest["init"] != rec else [])
-    return SectionOutput(record=ApplyRecord(folder=str(opts.extension.apply_to), **fields), result=manifest, warnings=warn)
+    return SectionOutput(record=ApplyRecord(folder=str(opts.apply_to), **fields), result=manifest, warnings=warn)

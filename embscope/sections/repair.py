@@ -46,7 +46,7 @@ def repair_section(inputs: SectionInputs) -> SectionOutput:
 
     from embscope.extension.repair import repair
 
-    opts = inputs.options
+    opts = inputs.options.repair  # the only group it reads
     if inputs.scan is None:
         return SectionOutput(skipped="the geometry scan did not run, so no row is flagged",
                              warnings=["repair: the scan did not run; nothing was written"])
@@ -56,10 +56,10 @@ def repair_section(inputs: SectionInputs) -> SectionOutput:
     if not rows:
         return SectionOutput(skipped="none of the flagged rows occurs in the data",
                              warnings=["repair: none of the flagged rows occurs in the corpus; nothing was written"])
-    with inputs.steps.step("repair", f"re-initialise {len(rows)} rows, write {opts.repair.repair_to}"):
-        manifest = repair(model, rows, opts.repair.repair_to, init=opts.repair.repair_init, force=inputs.force,
+    with inputs.steps.step("repair", f"re-initialise {len(rows)} rows, write {opts.repair_to}"):
+        manifest = repair(model, rows, opts.repair_to, init=opts.repair_init, force=inputs.force,
                           flagged=np.flatnonzero(np.asarray(scan.columns["flagged"])))
-    record = RepairRecord(folder=str(opts.repair.repair_to), format=manifest["format"], init=manifest["init"],
+    record = RepairRecord(folder=str(opts.repair_to), format=manifest["format"], init=manifest["init"],
                           n_repaired=manifest["n_repaired"], token_ids=manifest["token_ids"],
                           tokens=manifest["tokens"], kl_note=manifest["kl_note"],
                           # the writer's manifest is plain JSON (NaN as null): checked field by field
