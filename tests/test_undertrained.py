@@ -14,7 +14,6 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import embscope
 from embscope.geometry.indicators import compute_indicators, magikarp_similarity
 from embscope.geometry.knn import knn_graph
 from embscope.geometry.reference import discover_reference, unused_byte_ids
