@@ -112,6 +112,18 @@ def smollm2_audit(tmp_path_factory, smollm2_graph) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ray_local():
+    """The engine of a local Ray with 2 CPUs (``--engine ray --workers 2``). The first pass that
+    runs on it starts Ray; embscope's engine reuses an initialised Ray, so every Ray test of this
+    process shares that one start (~10-20 s), and it is shut down when the session ends."""
+    ray = pytest.importorskip("ray")
+    from embscope.corpus.backend import Engine
+
+    yield Engine("ray", workers=2)
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
 def minilm_scan(tmp_path_factory) -> Path:
     """One real scan of MiniLM (no map)."""
     from embscope.cli import main

@@ -112,7 +112,14 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
 
     128 wide, with ``--knn nndescent`` (``auto`` would run exact search here: the width is below
     CERTIFIED_MIN_WIDTH; ~190 s on 2 cores): planted clusters, and no row may come back short of
-    k neighbours."""
+    k neighbours.
+
+    The three kinds of under-trained row are planted too, ~1 517 rows each: weak input only, head
+    collapsed onto the unused rows' mean, both. The scan finds its reference (the unused rows it
+    planted, and the padding) and each kind, and flags almost no ordinary row (this was a second
+    scan of a 32-wide copy in tests/test_undertrained.py)."""
+    from collections import Counter
+
     sys.path.insert(0, str(ROOT / "bench"))
     from make_checkpoint import make_checkpoint
 
@@ -120,7 +127,7 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
 
     hidden = 128
     assert 152064 ** 2 * hidden > EXACT_BUDGET
-    make_checkpoint(tmp_path / "ckpt", hidden=hidden, hf_cache=tmp_path / "hf" / "hub")
+    p = make_checkpoint(tmp_path / "ckpt", hidden=hidden, hf_cache=tmp_path / "hf" / "hub", kinds=True)
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", EMBSCOPE_QUIET="1",
                EMBSCOPE_CACHE=str(tmp_path / "cache"))
     out = tmp_path / "report"
@@ -135,9 +142,9 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
     assert s.sections.tokens.categories["padding"] == 152064 - 151665
     assert s.inputs.model.tensors.output is not None
     knn = s.sections.tokens.geometry.knn
-    assert knn.method == "nndescent" and knn.recall_at_k > 0.85  # measured 0.879 on these planted clusters
+    assert knn.method == "nndescent" and knn.recall_at_k > 0.85  # measured 0.877 on these planted clusters
     tokens = pl.read_parquet(out / "tokens.parquet", columns=["category", "out_norm", "zero_row", "flagged",
-                                                              "neighbors", "neighbor_sims"])
+                                                              "flag_reason", "neighbors", "neighbor_sims"])
     padding = tokens.filter(pl.col("category") == "padding")
     assert padding["zero_row"].all() and padding["flagged"].all()
     assert tokens["out_norm"].null_count() == 0
@@ -147,3 +154,21 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
     # Only the shards holding embed_tokens and lm_head were opened.
     assert [Path(f).name for f in s.model.files_read] == [
         "model-00001-of-00004.safetensors", "model-00004-of-00004.safetensors"]
+    # each planted kind is found, by the indicator that kind should trip
+    ref = s.sections.tokens.geometry.reference.by_source
+    assert ref["unreachable"] + ref["unused-utf8-bytes"] == len(p.unused_rows)
+    flagged = tokens["flagged"].to_numpy()
+    reason = tokens["flag_reason"].to_list()
+    expect = {"input": {"in_norm"}, "head": {"out_norm", "magikarp"}, "both": {"in_norm"}}
+    planted = np.zeros(p.rows, bool)
+    for kind, ids in p.kinds.items():
+        recall = flagged[ids].mean()
+        print(f"\n{kind}: {len(ids)} planted, recall {recall:.3f}", Counter(reason[i] for i in ids).most_common(3))
+        assert len(ids) > 1000 and recall >= 0.9, (kind, recall)
+        assert all(expect[kind] & set(reason[i].split("+")) for i in ids if flagged[i]), kind
+        planted[ids] = True
+    for ids in (p.low_norm_rows, p.unused_rows, p.padding_rows):
+        planted[ids] = True
+    fp = flagged[~planted].mean()
+    print(f"ordinary rows flagged: {flagged[~planted].sum()} of {(~planted).sum()} ({fp:.5f})")
+    assert fp <= 0.01, fp

@@ -206,29 +206,32 @@ def engine_data(tmp_path_factory) -> Path:
     return _jsonl(tmp_path_factory.mktemp("engine") / "train.jsonl", rows)
 
 
-def test_local_workers_give_the_same_record(smollm2_model, engine_data):
+@pytest.fixture(scope="module")
+def one_process_record(smollm2_model, engine_data):
+    """``check_data`` on ``engine_data`` in one process: the reference of the engine tests."""
     from embscope.corpus.backend import Engine
     from embscope.readiness import check_data
 
-    one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
+    return check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
+
+
+def test_local_workers_give_the_same_record(smollm2_model, engine_data, one_process_record):
+    from embscope.corpus.backend import Engine
+    from embscope.readiness import check_data
+
+    one = one_process_record
     two = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=2))
     assert one.examples > 2500 and _record_without_time(one) == _record_without_time(two)
     assert {f.code for f in one.findings} >= {"unreadable-records", "pad-is-eos"}
 
 
-@pytest.mark.slow  # a local Ray starts in ~20 s of the test's ~30 s
-def test_ray_gives_the_same_record(smollm2_model, engine_data):
+@pytest.mark.slow  # a local Ray starts in ~20 s (once per test process: ray_local, tests/conftest.py)
+def test_ray_gives_the_same_record(smollm2_model, engine_data, one_process_record, ray_local):
     """Ray Data (a local Ray, 2 CPUs): the same record as one process."""
-    ray = pytest.importorskip("ray")
-    from embscope.corpus.backend import Engine
     from embscope.readiness import check_data
 
-    try:
-        one = check_data(smollm2_model, [str(engine_data)], engine=Engine("local", workers=1))
-        on_ray = check_data(smollm2_model, [str(engine_data)], engine=Engine("ray", workers=2))
-    finally:
-        ray.shutdown()
-    assert _record_without_time(one) == _record_without_time(on_ray)
+    on_ray = check_data(smollm2_model, [str(engine_data)], engine=ray_local)
+    assert _record_without_time(one_process_record) == _record_without_time(on_ray)
 
 
 def test_a_refused_record_refuses_that_record_only(smollm2_model):

@@ -218,11 +218,7 @@ def test_extend_sample_is_the_same_on_workers(smollm2_model, monkeypatch):
 # ------------------------------------------------------------------ Ray (a local Ray, 2 CPUs)
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    yield Engine("ray", workers=2)
-    ray.shutdown()
+# ``ray_local`` (tests/conftest.py): one local Ray per test process, shared with tests/test_check_codes.py
 
 
 @pytest.mark.slow

@@ -225,8 +225,9 @@ def test_tensor_digest_follows_edits_and_never_reuses_a_freed_address():
     for i in range(20):  # freed and re-allocated buffers of one size often land at one address
         b = torch.full((64, 8), float(i))
         digests.add(tensor_digest(b))
-        del b
-        gc.collect()
+        del b  # no reference cycle: freed here, so the next tensor may get its address (and id)
+        gc.collect(0)  # the youngest generation only: a full collection walks every object of the
+        # test process (~1-2 s each late in a run, 20 of them)
     assert len(digests) == 20
 
 

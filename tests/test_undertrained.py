@@ -14,7 +14,6 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import embscope
 from embscope.geometry.indicators import compute_indicators, magikarp_similarity
 from embscope.geometry.knn import knn_graph
 from embscope.geometry.reference import discover_reference, unused_byte_ids
@@ -156,42 +155,9 @@ def test_untied_fixture_each_kind_is_found(minilm, minilm_graph):
     assert fp <= 0.01, fp
 
 
-@pytest.mark.slow
-def test_qwen2_shaped_checkpoint_each_planted_kind_is_found(tmp_path):
-    """The generated Qwen2-7B-shaped checkpoint (narrow) with the three kinds planted, ~1 517 rows
-    each: weak input only, head collapsed onto the unused rows' mean, both. The whole scan finds
-    its reference (the unused rows it planted, and the padding) and each kind, and flags almost
-    no ordinary row."""
-    import sys
-    from collections import Counter
-    from pathlib import Path
-
-    from embscope.geometry.options import ScanOptions
-    from embscope.geometry.scan import scan
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from make_checkpoint import make_checkpoint
-
-    p = make_checkpoint(tmp_path / "ckpt", hidden=32, kinds=True)
-    model = embscope.load_model(str(tmp_path / "ckpt"), device="cpu")
-    res = scan(model, ScanOptions(map=False, knn_method="nndescent", cache_dir=tmp_path / "knn"))
-    assert res.summary.reference.by_source["unreachable"] + res.summary.reference.by_source[
-        "unused-utf8-bytes"] == len(p.unused_rows)
-    flagged = np.asarray(res.columns["flagged"])
-    reason = res.columns["flag_reason"]
-    expect = {"input": {"in_norm"}, "head": {"out_norm", "magikarp"}, "both": {"in_norm"}}
-    planted = np.zeros(p.rows, bool)
-    for kind, ids in p.kinds.items():
-        recall = flagged[ids].mean()
-        print(f"\n{kind}: {len(ids)} planted, recall {recall:.3f}", Counter(reason[i] for i in ids).most_common(3))
-        assert len(ids) > 1000 and recall >= 0.9, (kind, recall)
-        assert all(expect[kind] & set(reason[i].split("+")) for i in ids if flagged[i]), kind
-        planted[ids] = True
-    for ids in (p.low_norm_rows, p.unused_rows, p.padding_rows):
-        planted[ids] = True
-    fp = flagged[~planted].mean()
-    print(f"ordinary rows flagged: {flagged[~planted].sum()} of {(~planted).sum()} ({fp:.5f})")
-    assert fp <= 0.01, fp
+# The Qwen2-7B-shaped checkpoint with each kind of under-trained row planted: its scan's findings
+# are asserted in tests/test_audit.py::test_mission_command_offline_on_qwen2_shaped_cache (one
+# audit of that checkpoint reads them; a second scan here cost ~30-50 s).
 
 
 def test_verify_notes_a_model_that_cannot_load(minilm):
