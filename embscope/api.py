@@ -253,7 +253,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
         ``.folder``.
     Example:
         >>> res = audit("smollm2-135m", corpora=["medical"], languages=None, scan=False, top=3, init=["mean"],
-        ...             diagnostics=False)
+        ...             diagnostics=False, model_work=0)
         >>> [s for s in ("context", "tokens", "extension") if getattr(res.summary.sections, s) is not None]
         ['context', 'tokens', 'extension']
     """
@@ -584,7 +584,7 @@ def fertility(tokenizer: str | None, corpus: str | Path = DEFAULT_LANGUAGES, *, 
             (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md) (default
             ``()``).
     Example:
-        >>> res = fertility("gpt2", "udhr")
+        >>> res = fertility("gpt2", "udhr", lang=["script:Deva"])  # and the reference, eng
         >>> t = res.tables["languages"]
         >>> t.filter(t["language"] == "eng")["parity"].to_list()
         [1.0]
@@ -645,7 +645,7 @@ def compare(tokenizers: Sequence[str], corpus: str | Path = DEFAULT_LANGUAGES, *
             (Glottolog) or ``set:audit``; the reference is always measured (docs/languages.md) (default
             ``()``).
     Example:
-        >>> compare(["gpt2", "cl100k_base"], "udhr").summary.sections.languages.tokenizers
+        >>> compare(["gpt2", "cl100k_base"], "udhr", lang=["hin"]).summary.sections.languages.tokenizers
         ['gpt2', 'cl100k_base']
     """
     if len(list(tokenizers)) < 2:

@@ -59,6 +59,15 @@ def smollm2_model():
 
 
 @pytest.fixture(scope="session")
+def gemma3_model():
+    """The demo Gemma-3-270M (262,144 rows of its Q4_K_M GGUF, dequantised) and tokenizer, loaded
+    once per test process for the tests that read it (none changes it)."""
+    import embscope
+
+    return embscope.load_model("gemma3-270m", device="cpu")
+
+
+@pytest.fixture(scope="session")
 def minilm_model():
     """The demo MiniLM matrices and tokenizer, loaded once for the session."""
     import embscope

@@ -53,13 +53,11 @@ def test_smollm2_template_matches_transformers(smollm2_model):
     assert ours == theirs
 
 
-def test_gemma3_template_matches_transformers():
+def test_gemma3_template_matches_transformers(gemma3_model):
     """Gemma-3's published template (its system turn folded into the first user turn, a BOS
     written by the template) on the Gemma-3-270M tokenizer from its GGUF, which ships no
     template of its own; some contents as typed parts."""
-    import embscope
-
-    model = embscope.load_model("gemma3-270m", device="cpu")
+    model = gemma3_model
     template = GEMMA3_TEMPLATE.read_text("utf-8")
     convs = _conversations(110, parts=True)
     tok = _hf_tokenizer(Path(model.path))

@@ -50,13 +50,12 @@ def test_smollm2_built_from_our_parse_equals_transformers(smollm2_model):
 
 
 @pytest.mark.slow  # two whole-model loads of a 262,144-row model (~25 CPU-s)
-def test_gemma3_built_from_our_parse_equals_transformers():
+def test_gemma3_built_from_our_parse_equals_transformers(gemma3_model):
     from pathlib import Path
 
-    import embscope
     from embscope.models.gguf_model import build_causal_lm
 
-    model = embscope.load_model("gemma3-270m", device="cpu")
+    model = gemma3_model
     path = Path(model.path)
     ours = build_causal_lm(path).eval()
     theirs = _transformers_loaded(path)

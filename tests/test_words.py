@@ -81,12 +81,10 @@ def _old_terms(tok, texts) -> Counter:
 
 
 @pytest.fixture(scope="module")
-def gemma():
-    import embscope
+def gemma(gemma3_model):
     from embscope.models.fullmodel import load_hf_tokenizer
 
-    model = embscope.load_model("gemma3-270m", device="cpu")
-    return model, load_hf_tokenizer(model)
+    return gemma3_model, load_hf_tokenizer(gemma3_model)
 
 
 @pytest.fixture(scope="module")
