@@ -224,9 +224,10 @@ def extension_verdict(ext, facts: RunFacts, applied=None) -> Verdict | None:
     if worth and applied is None and facts.model:
         size = (f"--method merges --rows {ext.rows}" if getattr(ext, "method", "terms") == "merges"
                 else f"--top {ext.top_n}")
-        asked = list(getattr(facts.options, "init", None) or ["auto"])
+        ext_opts = facts.options.extension if facts.options is not None else None
+        asked = list(ext_opts.init if ext_opts is not None else ["auto"])
         init = asked[0] if len(asked) == 1 and asked[0] != "auto" else "auto"
-        lang = getattr(facts.options, "target_lang", None)  # auto picks on the target language: keep it
+        lang = ext_opts.target_lang if ext_opts is not None else None  # auto picks on the target language
         nxt = (f"embscope extend --model {_q(facts.model)} --corpus {_q(ext.corpus)} {size} "
                f"--apply OUT --apply-init {_q(init)}" + (f" --lang {_q(lang)}" if lang else ""))
     return Verdict(section="extension", level="note", text=text,
