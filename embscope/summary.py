@@ -38,8 +38,6 @@ from embscope.verdict import BottomLine
 #: 8: ``sections.readiness`` is ``sections.finetune`` (the check's readiness; its verdicts'
 #: ``section`` and ``source`` too); version 7 files are read, the old key taken as the new
 SCHEMA_VERSION = 8
-#: older versions read as the current one, each by its upgrade (:func:`read_summary`)
-UPGRADES = {7: "_from_7"}
 
 
 @dataclass
@@ -172,9 +170,9 @@ def read_summary(data: Any, *, where: str = "summary.json") -> Summary:
     if not isinstance(data, dict):
         raise RecordError(f"{where} does not hold a JSON object; re-run embscope to rewrite it")
     version = data.get("schema_version")
-    if isinstance(version, int) and not isinstance(version, bool) and version in UPGRADES:
-        data = globals()[UPGRADES[version]](data)
-        version = data["schema_version"]
+    if version == 7:  # the one older version read (its upgrade below)
+        data = _from_7(data)
+        version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
         raise RecordError(f"{where} has schema version {version!r}, this embscope reads {SCHEMA_VERSION}; "
                           "re-run the command that wrote it")
@@ -192,22 +190,19 @@ def _from_7(data: dict) -> dict:
     ...     {"section": "finetune", "source": "finetune.findings"}]}})["sections"]
     {'readiness': {'x': 1}}
     """
-    data = dict(data, schema_version=8)
-    sections = data.get("sections")
-    if isinstance(sections, dict) and "finetune" in sections and "readiness" not in sections:
-        data["sections"] = {("readiness" if k == "finetune" else k): v for k, v in sections.items()}
-    skipped = data.get("skipped")
-    if isinstance(skipped, dict) and "finetune" in skipped:
-        data["skipped"] = {("readiness" if k == "finetune" else k): v for k, v in skipped.items()}
+    data = dict(data, schema_version=8, **{k: _renamed(data[k]) for k in ("sections", "skipped") if k in data})
     line = data.get("bottom_line")
     if isinstance(line, dict) and isinstance(line.get("verdicts"), list):
-        data["bottom_line"] = dict(line, verdicts=[_renamed_verdict(v) for v in line["verdicts"]])
+        data["bottom_line"] = dict(line, verdicts=[
+            dict(v, section="readiness", source=_renamed(v.get("source"))) if isinstance(v, dict)
+            and v.get("section") == "finetune" else v for v in line["verdicts"]])
     return data
 
 
-def _renamed_verdict(v: Any) -> Any:
-    if not isinstance(v, dict) or v.get("section") != "finetune":
-        return v
-    source = v.get("source")
-    return dict(v, section="readiness", source=("readiness" + source[len("finetune"):]
-                                                if isinstance(source, str) and source.startswith("finetune") else source))
+def _renamed(x: Any) -> Any:
+    """``finetune`` → ``readiness``: a dict's key, or the head of a dotted source (``finetune.findings``)."""
+    if isinstance(x, dict):
+        return {("readiness" if k == "finetune" else k): v for k, v in x.items()}
+    if isinstance(x, str) and (x == "finetune" or x.startswith("finetune.")):
+        return "readiness" + x[len("finetune"):]
+    return x

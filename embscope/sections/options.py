@@ -131,10 +131,6 @@ class RunOptions(Record):
                    for group in {homes[n] for n in fields}}
         return dataclasses.replace(base, **changed).check()
 
-    def value(self, name: str) -> Any:
-        """The value of option ``name`` (flat name, as ``summary.json`` writes it)."""
-        return getattr(getattr(self, _homes()[name]), name)
-
     def to_dict(self) -> dict[str, Any]:
         """The flat record ``summary.json`` writes under ``parameters``."""
         return {k: v for group in GROUPS for k, v in getattr(self, group).to_dict().items()}
