@@ -26,6 +26,18 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(THREADS)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into the node ids
+def pytest_collection_modifyitems(items):
+    """Under ``--dist loadgroup`` (pyproject's addopts) the tests of a module that use one of its
+    module-scoped fixtures run on one xdist worker, so that fixture is built once, not once per
+    worker; every other test is scheduled on its own. The groups go out first (most tests first)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d and d[-1].scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 def shared_root(tmp_path_factory) -> Path:
     """A folder every xdist worker of this run sees (the session's own tmp folder without xdist)."""
     base = tmp_path_factory.getbasetemp()
