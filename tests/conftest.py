@@ -30,12 +30,19 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 def pytest_collection_modifyitems(items):
     """Under ``--dist loadgroup`` (pyproject's addopts) the tests of a module that use one of its
     module-scoped fixtures run on one xdist worker, so that fixture is built once, not once per
-    worker; every other test is scheduled on its own. The groups go out first (most tests first)."""
-    for item in items:
+    worker; the modules with a test on the local Ray (``ray_local``) all run on one worker, so Ray
+    starts once; every other test is scheduled on its own. Groups go out first (most tests first)."""
+    def uses(item, test) -> bool:
         info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d and d[-1].scope == "module" for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        return info is not None and any(d and test(name, d[-1]) for name, d in info.name2fixturedefs.items())
+
+    ray = {item.nodeid.split("::")[0] for item in items if uses(item, lambda name, d: name == "ray_local")}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module in ray:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+        elif uses(item, lambda name, d: d.scope == "module"):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def shared_root(tmp_path_factory) -> Path:
