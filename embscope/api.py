@@ -253,7 +253,7 @@ def audit(model: str = DEFAULT_MODEL, *, corpora: Paths = (), languages: str | P
         ``.folder``.
     Example:
         >>> res = audit("smollm2-135m", corpora=["medical"], languages=None, scan=False, top=3, init=["mean"],
-        ...             diagnostics=False, model_work=0)
+        ...             diagnostics=False, model_work=0, sample_bytes=200_000)  # 200 kB of the corpus
         >>> [s for s in ("context", "tokens", "extension") if getattr(res.summary.sections, s) is not None]
         ['context', 'tokens', 'extension']
     """
