@@ -92,7 +92,8 @@ class HubServer:
 
         self._httpd = _Quiet(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # a short poll: shutdown() waits for the loop's next poll (0.5 s by default, per test)
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -205,7 +205,8 @@ def test_no_false_green_without_a_manifest(finetune_run, tmp_path, capsys, how, 
 
 
 def test_a_manifest_whose_rows_were_replaced_is_refused(finetune_run, tmp_path, capsys):
-    """A rows-only manifest (right ids and terms) whose new_rows.safetensors holds other rows."""
+    """A rows-only manifest (right ids and terms) whose new_rows.safetensors holds other rows (the
+    extension of the medical corpus's first 200 kB: any rows-only manifest will do)."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -213,7 +214,7 @@ def test_a_manifest_whose_rows_were_replaced_is_refused(finetune_run, tmp_path, 
 
     ext = tmp_path / "rows"
     embscope.extend(str(finetune_run["base"]), "medical", top=5, apply_to=ext, rows_only=True, diagnostics=False,
-                    apply_init="subword-mean", init=["subword-mean"])
+                    apply_init="subword-mean", init=["subword-mean"], sample_bytes=200_000)
     doc = json.loads((ext / "embscope_extension.json").read_text("utf-8"))
     assert doc["format"] == "rows" and doc["rows_digest"]
     rows = load_file(str(ext / "new_rows.safetensors"))

@@ -47,6 +47,13 @@ def udhr68(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def medical_shards(tmp_path_factory):
+    """A sharded, compressed copy of the medical corpus (gz, zst, bz2, Parquet, HF dataset folders),
+    written once for the tests that read it (none writes into it)."""
+    return sharded_copy(MEDICAL, tmp_path_factory.mktemp("shards") / "medical")
+
+
+@pytest.fixture(scope="module")
 def udhr_one(gpt2, udhr68):
     return measure([gpt2], udhr68, read=CorpusPass(engine=Engine(workers=1)))
 
@@ -186,7 +193,7 @@ def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monke
 
 
 @pytest.mark.slow
-def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, tmp_path):
+def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, medical_shards):
     from embscope.extension import ExtensionOptions, suggest
 
     one = extend_one.summary
@@ -196,8 +203,7 @@ def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, tmp_pat
     same_extension(extend_one, two)
     assert two.summary.corpus_report == one.corpus_report
     # a sharded, compressed copy (gz, zst, bz2, Parquet, HF dataset folders): the same extension
-    copy = sharded_copy(MEDICAL, tmp_path / "medical")
-    sharded = suggest(smollm2_model, copy, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
+    sharded = suggest(smollm2_model, medical_shards, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
                       engine=Engine(workers=2))
     same_extension(extend_one, sharded)
     assert sharded.summary.corpus_report.files_read == 6
@@ -230,8 +236,8 @@ def test_ray_fertility_equals_local(gpt2, udhr_one, udhr68, ray_local):
 
 
 @pytest.mark.slow
-def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_local, tmp_path):
-    copy = sharded_copy(MEDICAL, tmp_path / "medical")
+def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_local, medical_shards):
+    copy = medical_shards
     got, report = C.corpus_candidates(llama3, copy, max_ngram=2, min_freq=5, engine=ray_local,
                                       chunk_terms=3000)
     assert got == medical_ref
@@ -239,10 +245,10 @@ def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_loca
 
 
 @pytest.mark.slow
-def test_ray_extend_on_sharded_compressed_copy(smollm2_model, extend_one, ray_local, tmp_path):
+def test_ray_extend_on_sharded_compressed_copy(smollm2_model, extend_one, ray_local, medical_shards):
     from embscope.extension import ExtensionOptions, suggest
 
-    copy = sharded_copy(MEDICAL, tmp_path / "medical")
+    copy = medical_shards
     on_ray = suggest(smollm2_model, copy, ExtensionOptions(top=20, max_ngram=2, diagnostics=False), engine=ray_local)
     same_extension(extend_one, on_ray)
     assert on_ray.summary.engine.kind == "ray"

@@ -328,11 +328,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_the_layout_child_ends_with_the_run(sig):
+def test_the_layout_child_ends_with_the_run():
     """A run stopped while a section holds a started map layout (its job never reaches the
     section's result, so nothing cancels it): the layout process is gone within 5 s of the run,
-    for SIGTERM (the CLI's handler) and SIGKILL (no handler runs at all)."""
+    for SIGTERM (the CLI's handler) and SIGKILL (no handler runs at all). The two runs go side by
+    side (one 5 s wait for both layouts to start)."""
     import time
 
     code = """
@@ -348,18 +348,21 @@ def test_the_layout_child_ends_with_the_run(sig):
         time.sleep(600)
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, env=env)
+    runs = {sig: subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=env)
+            for sig in (signal.SIGTERM, signal.SIGKILL)}
     try:
-        child = int(run.stdout.readline())
-        time.sleep(5.0)  # the child has read the graph and is laying it out (a minute of work here)
-        assert _alive(child)
-        run.send_signal(sig)
-        run.wait(timeout=60)
-        deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(child)
+        children = {sig: int(run.stdout.readline()) for sig, run in runs.items()}
+        time.sleep(5.0)  # each child has read the graph and is laying it out (a minute of work here)
+        for sig, run in runs.items():
+            assert _alive(children[sig]), sig
+            run.send_signal(sig)
+            run.wait(timeout=60)
+            deadline = time.monotonic() + 5
+            while _alive(children[sig]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not _alive(children[sig]), sig
     finally:
-        run.kill()
-        run.wait()
+        for run in runs.values():
+            run.kill()
+            run.wait()

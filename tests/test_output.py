@@ -117,10 +117,12 @@ def test_second_writer_is_refused_while_the_first_runs(tmp_path):
 
 
 def test_concurrent_cli_runs_on_one_out(tmp_path):
-    """Two processes, one --out: one writes the folder, the other is refused (not both 'wrote')."""
+    """Two processes, one --out: one writes the folder, the other is refused (not both 'wrote').
+    (Two UDHR languages: the race is over the folder, not the size of the pass.)"""
     out = tmp_path / "r"
     env = dict(os.environ, EMBSCOPE_QUIET="1")
-    cmd = [sys.executable, "cli.py", "fertility", "-t", "gpt2", "--corpus", "udhr", "--out", str(out)]
+    cmd = [sys.executable, "cli.py", "fertility", "-t", "gpt2", "--corpus", "udhr", "--lang", "eng,fra", "--out",
+           str(out)]
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]

@@ -71,11 +71,13 @@ def _hf_data_files(folder: Path) -> list[Path] | None:
     return [folder / n for n in names if isinstance(n, str) and "/" not in n and "\\" not in n]
 
 
-def _outside(p: Path, root: Path) -> bool:
-    """True for a symlink (or a file below one) under ``root`` whose target lies outside ``root``."""
+def _outside(p: Path, root: Path, real_root: Path | None = None) -> bool:
+    """True for a symlink (or a file below one) under ``root`` whose target lies outside ``root``
+    (``real_root``: ``root.resolve()``, when the caller resolved it once for a whole walk)."""
     try:
         real = p.resolve()
-        return real != root.resolve() and root.resolve() not in real.parents
+        top = real_root if real_root is not None else root.resolve()
+        return real != top and top not in real.parents
     except (OSError, RuntimeError):  # a link loop
         return True
 
@@ -83,11 +85,15 @@ def _outside(p: Path, root: Path) -> bool:
 def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIssues | None) -> None:
     hf_dirs: dict[Path, list[Path]] = {}
     emitted: set[Path] = set()
+    try:
+        real_root = root.resolve()  # once, not twice per file
+    except (OSError, RuntimeError):
+        real_root = None
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).parts
         if any(part.startswith(".") for part in rel) or not p.is_file():
             continue
-        if _outside(p, root):  # links are followed only inside the corpus folder
+        if _outside(p, root, real_root):  # links are followed only inside the corpus folder
             if issues is not None:
                 issues.add(p, "symlinks_outside_root")
             continue
@@ -99,7 +105,7 @@ def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIss
             if folder not in emitted:
                 emitted.add(folder)
                 out.extend(SourceFile(str(f), str(root), "arrow", None) for f in listed
-                           if f.is_file() and not _outside(f, root))
+                           if f.is_file() and not _outside(f, root, real_root))
             elif p not in listed and p.suffix.lower() not in {".json"}:
                 ignored.append(str(p))
             continue
