@@ -25,7 +25,7 @@ def hindi(smollm2_model):
     # small samples: the figures' machinery is the point here, not their precision
     res = suggest(smollm2_model, HINDI, ExtensionOptions(top=20, min_freq=2, init=["subword-mean", "random"],
                                                       target_lang="hin"),
-                  plan=Plan(corpus_bytes=4096, screen_bytes=1024, confirm=1, general_bytes=2048))
+                  plan=Plan(corpus_bytes=2048, screen_bytes=1024, confirm=1, general_bytes=2048))
     target_costs(res, smollm2_model)  # what the extension section adds: the tokenizer costs
     return res
 
@@ -43,7 +43,17 @@ def _triples(c):
 
 
 @pytest.mark.slow
-def test_hindi_figures_before_after(hindi, smollm2_model):
+def test_hindi_extension_figures_and_initialisations(hindi, contexts, smollm2_model):
+    """One Hindi extension (built once: one test, so that two test processes never both
+    build it), read by four checks: its figures before and after, focus's sparsemax rows, random's
+    rows and the per-script norm correction."""
+    check_hindi_figures_before_after(hindi, smollm2_model)
+    check_focus_rows_are_sparsemax_combinations(contexts, smollm2_model, hindi)
+    check_random_rows_follow_the_trained_rows(smollm2_model, contexts)
+    check_norm_correction_hits_the_script_norm(smollm2_model, contexts, hindi)
+
+
+def check_hindi_figures_before_after(hindi, smollm2_model):
     import json
 
     from embscope.languages.segment import count_words
@@ -117,8 +127,7 @@ def test_sparsemax_matches_bisection():
         assert mine.sum() == pytest.approx(1.0)
 
 
-@pytest.mark.slow
-def test_focus_rows_are_sparsemax_combinations(contexts, smollm2_model, hindi):
+def check_focus_rows_are_sparsemax_combinations(contexts, smollm2_model, hindi):
     import torch
 
     from embscope.extension.init import initialise
@@ -143,8 +152,7 @@ def test_focus_rows_are_sparsemax_combinations(contexts, smollm2_model, hindi):
         torch.testing.assert_close(rows[k].double(), expect, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.slow
-def test_random_rows_follow_the_trained_rows(smollm2_model, contexts):
+def check_random_rows_follow_the_trained_rows(smollm2_model, contexts):
     import dataclasses
 
     import torch
@@ -165,8 +173,7 @@ def _script_rows(texts, trained, test) -> list[int]:
             and all(test(c) for c in t.strip() if c.isalpha())]
 
 
-@pytest.mark.slow
-def test_norm_correction_hits_the_script_norm(smollm2_model, contexts, hindi):
+def check_norm_correction_hits_the_script_norm(smollm2_model, contexts, hindi):
     import dataclasses
 
     from embscope.extension.init import initialise

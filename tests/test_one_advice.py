@@ -98,9 +98,10 @@ def test_extend_names_the_init_it_wrote_and_warns(tmp_path):
     """`extend --apply OUT --apply-init NAME` where NAME is not the recommendation: the bottom line
     says the strategy written (not the recommended one as if written) and a warning names both."""
     out = tmp_path / "ext"
+    # the least held-out text (--bpb-bytes 256): the words are the point here, not the figures
     code, stdout, stderr = run_cli(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--top", "10",
-                                    "--init", "subword-mean", "--out", str(out), "--apply", str(tmp_path / "model"),
-                                    "--apply-init", "mean"])
+                                    "--init", "subword-mean", "--bpb-bytes", "256", "--out", str(out),
+                                    "--apply", str(tmp_path / "model"), "--apply-init", "mean"])
     assert code == 0, stderr
     s = summary(out)
     rec = s["sections"]["extension"]["recommended"]
