@@ -80,15 +80,27 @@ def test_a_one_shot_stream_gives_the_trainer_every_item(finetune_run, tmp_path):
 def test_a_reused_callback_starts_each_training_afresh(finetune_run, tmp_path):
     """One instance, two LoRA-on-attention trainings: each gets its own checks and its own
     "cannot move" warning. The second's report folder is taken by a file: the report line names
-    the API keyword (``out=``), never the CLI flag."""
+    the API keyword (``out=``), never the CLI flag.
+
+    The first training is also the frozen-embedding case: the embedding frozen under LoRA gives
+    one warning at the first check, naming the new rows and the fix, and its end report equals
+    ``embscope diff`` on the saved adapter."""
     from peft import LoraConfig
 
     from embscope.integrations.transformers import EmbscopeCallback
 
+    new = finetune_run["manifest"]["token_ids"]
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     cb = EmbscopeCallback(every=2, languages=None)
-    _sft(finetune_run, tmp_path / "one", [cb], peft_config=lora)
+    one = _sft(finetune_run, tmp_path / "one", [cb], peft_config=lora)
     first = [(a.code, c) for a, c in zip(cb.alerts, [c.step for c in cb.checks])]
+    assert [(a.kind, a.code) for a in cb.alerts] == [("warning", "new-rows-frozen")]
+    alert = cb.alerts[0]
+    assert alert.ids == new and "step 2" in alert.line and "trainable_token_indices" in alert.line
+    assert cb.checks[0].matrices[0].new_frozen == len(new)
+    assert ("new-row-unmoved", "error") in _diff_codes(cb.diff)
+    one.save_model()
+    _same_as_diff(cb, finetune_run, tmp_path / "one")
     (tmp_path / "two").mkdir()
     (tmp_path / "two" / "embscope").write_text("not a folder", "utf-8")
     trainer = _sft(finetune_run, tmp_path / "two", [cb], peft_config=lora)
