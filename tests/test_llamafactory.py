@@ -77,12 +77,11 @@ def lf():
 
 
 @pytest.fixture(scope="module")
-def lf_tokenizer(smollm2_model):
+def lf_tokenizer(smollm2_model, smollm2_gguf_tokenizer):
     """The check's tokenizer as a transformers tokenizer, with the GGUF's special tokens and template."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    path = Path(smollm2_model.path)
-    gguf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    gguf = smollm2_gguf_tokenizer  # read only: its special tokens and template
     tok = PreTrainedTokenizerFast(tokenizer_object=copy.deepcopy(smollm2_model.vocab.tok), bos_token=gguf.bos_token,
                                   eos_token=gguf.eos_token, pad_token=gguf.pad_token, unk_token=gguf.unk_token)
     tok.chat_template = gguf.chat_template

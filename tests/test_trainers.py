@@ -33,11 +33,11 @@ def _records() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def hf_tokenizer(smollm2_model):
-    from transformers import AutoTokenizer
+def hf_tokenizer(smollm2_gguf_tokenizer):
+    """SmolLM2's tokenizer as transformers loads it from the demo GGUF (a copy for this module)."""
+    import copy
 
-    path = Path(smollm2_model.path)
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return copy.deepcopy(smollm2_gguf_tokenizer)
 
 
 def _tiny_model(tok):
