@@ -135,31 +135,25 @@ def test_the_stop_line_counts_every_nonfinite_row(finetune_run, tmp_path):
     assert f"(+{rows - NAMED} more)" in stop[0].line
 
 
-def test_only_the_main_process_checks_and_writes(finetune_run, tmp_path):
-    """A distributed run's other process (``state.is_world_process_zero`` False, as transformers
-    sets it on rank 1): no check, no report folder, training unchanged; the main process writes."""
-    from embscope.integrations.transformers import EmbscopeCallback
-
-    model, tok = _model(finetune_run)
-    cb = EmbscopeCallback(every=2, languages=None)
-    trainer = _hf_trainer(finetune_run, tmp_path / "rank1", [cb], model=model, tok=tok, texts=_texts(finetune_run))
-    trainer.is_world_process_zero = lambda: False
-    trainer.train()
-    assert trainer.state.global_step == 4 and not trainer.state.is_world_process_zero
-    assert cb.checks == [] and cb.diff is None and not (tmp_path / "rank1" / "embscope").exists()
-    assert not [e for e in trainer.state.log_history if any(k.startswith("embscope/") for k in e)]
-
-
 def test_the_report_after_a_resume_compares_with_the_base(finetune_run, tmp_path):
     """Training resumed from checkpoint-2: the end report is ``diff BASE TUNED`` with BASE the
-    model's own folder (summary.json's input spec), says so, and equals ``embscope.diff``."""
+    model's own folder (summary.json's input spec), says so, and equals ``embscope.diff``.
+
+    The first training, which writes checkpoint-2, is a distributed run's other process
+    (``state.is_world_process_zero`` False, as transformers sets it on rank 1): no check, no report
+    folder, training unchanged; the main process (the resumed training) writes."""
     from embscope.integrations.transformers import EmbscopeCallback
 
     out = tmp_path / "out"
     model, tok = _model(finetune_run)
-    first = _hf_trainer(finetune_run, out, [], model=model, tok=tok, texts=_texts(finetune_run))
+    rank1 = EmbscopeCallback(every=2, languages=None)
+    first = _hf_trainer(finetune_run, out, [rank1], model=model, tok=tok, texts=_texts(finetune_run))
     first.args.save_strategy, first.args.save_steps = "steps", 2
+    first.is_world_process_zero = lambda: False
     first.train()
+    assert first.state.global_step == 4 and not first.state.is_world_process_zero
+    assert rank1.checks == [] and rank1.diff is None and not (out / "embscope").exists()
+    assert not [e for e in first.state.log_history if any(k.startswith("embscope/") for k in e)]
     model, tok = _model(finetune_run)
     cb = EmbscopeCallback(every=2, languages=None)
     trainer = _hf_trainer(finetune_run, out, [cb], model=model, tok=tok, texts=_texts(finetune_run))
