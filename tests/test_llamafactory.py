@@ -293,7 +293,7 @@ def test_own_shapes_as_llamafactory_reads_them(lf, lf_tokenizer, smollm2_model, 
     """ShareGPT with a system turn, prompt/completion strings (the template applied: LLaMA-Factory
     always applies it in SFT), conversations with thoughts under a reasoning template."""
     folder = tmp_path / "data"
-    rows = _alpaca(200)
+    rows = _alpaca(100)  # three one-space replies (k % 40 == 0), half the rows with a thought
     system = [{"conversations": [{"from": "system", "value": f"You answer in {k % 5 + 1} sentences."},
                                  {"from": "human", "value": r["instruction"]},
                                  {"from": "gpt", "value": " " if k % 40 == 0 else r["output"]}]}
