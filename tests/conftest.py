@@ -241,3 +241,15 @@ def finetune_run(tmp_path_factory):
             (w / "done.json").write_text(json.dumps(manifest), "utf-8")
     return {"w": w, "base": w / "base", "ext": w / "ext", "manifest": json.loads((w / "done.json").read_text("utf-8")),
             "data": w / "train.jsonl", "tuned": w / "tuned", "lora": w / "lora"}
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf_tokenizer(smollm2_model):
+    """transformers' tokenizer of the demo SmolLM2 GGUF (``AutoTokenizer.from_pretrained(...,
+    gguf_file=...)``, its conversion of the GGUF's vocabulary: ~4 s), made once per test process.
+    Tests get their own copy (``copy.deepcopy``) from a fixture of their module: a trainer may
+    change the tokenizer it is given."""
+    from transformers import AutoTokenizer
+
+    path = Path(smollm2_model.path)
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

@@ -109,25 +109,6 @@ def test_healthy_run_after_extend(finetune_run, tmp_path):
     assert torch.equal(plain.model.get_input_embeddings().weight, trainer.model.get_input_embeddings().weight)
 
 
-def test_lora_on_attention_warns_at_the_first_check(finetune_run, tmp_path):
-    """The embedding frozen under LoRA: one warning at the first check, naming the new rows and the fix."""
-    from peft import LoraConfig
-
-    from embscope.integrations.transformers import EmbscopeCallback
-
-    new = finetune_run["manifest"]["token_ids"]
-    cb = EmbscopeCallback(every=EVERY, languages=None)
-    trainer = _sft(finetune_run, tmp_path / "out", [cb], peft_config=LoraConfig(
-        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
-    assert [(a.kind, a.code) for a in cb.alerts] == [("warning", "new-rows-frozen")]
-    alert = cb.alerts[0]
-    assert alert.ids == new and "step 2" in alert.line and "trainable_token_indices" in alert.line
-    assert cb.checks[0].matrices[0].new_frozen == len(new)
-    assert ("new-row-unmoved", "error") in _diff_codes(cb.diff)
-    trainer.save_model()
-    _same_as_diff(cb, finetune_run, tmp_path / "out")
-
-
 def test_nan_row_stops_at_the_next_check(finetune_run, tmp_path):
     """A row set to NaN right after step 3's optimizer step: the check of step 3 stops the run there."""
     import torch

@@ -80,15 +80,27 @@ def test_a_one_shot_stream_gives_the_trainer_every_item(finetune_run, tmp_path):
 def test_a_reused_callback_starts_each_training_afresh(finetune_run, tmp_path):
     """One instance, two LoRA-on-attention trainings: each gets its own checks and its own
     "cannot move" warning. The second's report folder is taken by a file: the report line names
-    the API keyword (``out=``), never the CLI flag."""
+    the API keyword (``out=``), never the CLI flag.
+
+    The first training is also the frozen-embedding case: the embedding frozen under LoRA gives
+    one warning at the first check, naming the new rows and the fix, and its end report equals
+    ``embscope diff`` on the saved adapter."""
     from peft import LoraConfig
 
     from embscope.integrations.transformers import EmbscopeCallback
 
+    new = finetune_run["manifest"]["token_ids"]
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     cb = EmbscopeCallback(every=2, languages=None)
-    _sft(finetune_run, tmp_path / "one", [cb], peft_config=lora)
+    one = _sft(finetune_run, tmp_path / "one", [cb], peft_config=lora)
     first = [(a.code, c) for a, c in zip(cb.alerts, [c.step for c in cb.checks])]
+    assert [(a.kind, a.code) for a in cb.alerts] == [("warning", "new-rows-frozen")]
+    alert = cb.alerts[0]
+    assert alert.ids == new and "step 2" in alert.line and "trainable_token_indices" in alert.line
+    assert cb.checks[0].matrices[0].new_frozen == len(new)
+    assert ("new-row-unmoved", "error") in _diff_codes(cb.diff)
+    one.save_model()
+    _same_as_diff(cb, finetune_run, tmp_path / "one")
     (tmp_path / "two").mkdir()
     (tmp_path / "two" / "embscope").write_text("not a folder", "utf-8")
     trainer = _sft(finetune_run, tmp_path / "two", [cb], peft_config=lora)
@@ -123,31 +135,25 @@ def test_the_stop_line_counts_every_nonfinite_row(finetune_run, tmp_path):
     assert f"(+{rows - NAMED} more)" in stop[0].line
 
 
-def test_only_the_main_process_checks_and_writes(finetune_run, tmp_path):
-    """A distributed run's other process (``state.is_world_process_zero`` False, as transformers
-    sets it on rank 1): no check, no report folder, training unchanged; the main process writes."""
-    from embscope.integrations.transformers import EmbscopeCallback
-
-    model, tok = _model(finetune_run)
-    cb = EmbscopeCallback(every=2, languages=None)
-    trainer = _hf_trainer(finetune_run, tmp_path / "rank1", [cb], model=model, tok=tok, texts=_texts(finetune_run))
-    trainer.is_world_process_zero = lambda: False
-    trainer.train()
-    assert trainer.state.global_step == 4 and not trainer.state.is_world_process_zero
-    assert cb.checks == [] and cb.diff is None and not (tmp_path / "rank1" / "embscope").exists()
-    assert not [e for e in trainer.state.log_history if any(k.startswith("embscope/") for k in e)]
-
-
 def test_the_report_after_a_resume_compares_with_the_base(finetune_run, tmp_path):
     """Training resumed from checkpoint-2: the end report is ``diff BASE TUNED`` with BASE the
-    model's own folder (summary.json's input spec), says so, and equals ``embscope.diff``."""
+    model's own folder (summary.json's input spec), says so, and equals ``embscope.diff``.
+
+    The first training, which writes checkpoint-2, is a distributed run's other process
+    (``state.is_world_process_zero`` False, as transformers sets it on rank 1): no check, no report
+    folder, training unchanged; the main process (the resumed training) writes."""
     from embscope.integrations.transformers import EmbscopeCallback
 
     out = tmp_path / "out"
     model, tok = _model(finetune_run)
-    first = _hf_trainer(finetune_run, out, [], model=model, tok=tok, texts=_texts(finetune_run))
+    rank1 = EmbscopeCallback(every=2, languages=None)
+    first = _hf_trainer(finetune_run, out, [rank1], model=model, tok=tok, texts=_texts(finetune_run))
     first.args.save_strategy, first.args.save_steps = "steps", 2
+    first.is_world_process_zero = lambda: False
     first.train()
+    assert first.state.global_step == 4 and not first.state.is_world_process_zero
+    assert rank1.checks == [] and rank1.diff is None and not (out / "embscope").exists()
+    assert not [e for e in first.state.log_history if any(k.startswith("embscope/") for k in e)]
     model, tok = _model(finetune_run)
     cb = EmbscopeCallback(every=2, languages=None)
     trainer = _hf_trainer(finetune_run, out, [cb], model=model, tok=tok, texts=_texts(finetune_run))

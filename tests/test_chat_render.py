@@ -40,14 +40,17 @@ def _theirs(tok, convs):
     return [list(tok.apply_chat_template(c, tokenize=True, return_dict=False)) for c in convs]
 
 
-def test_smollm2_template_matches_transformers(smollm2_model):
+def test_smollm2_template_matches_transformers(smollm2_model, smollm2_gguf_tokenizer):
+    """SmolLM2's own template, on the tokenizer transformers reads from the demo GGUF."""
+    import copy
+
     from embscope.models.chat_template import read_chat_template
 
     convs = _conversations(120)
     assert len(convs) >= 100 and sum(c[0]["role"] == "system" for c in convs) >= 60
     assert sum(len(c) >= 5 for c in convs) >= 30  # multi-turn
     template = read_chat_template(smollm2_model)
-    tok = _hf_tokenizer(Path(smollm2_model.path))
+    tok = copy.deepcopy(smollm2_gguf_tokenizer)
     assert tok.chat_template == template
     ours, theirs = _ours(smollm2_model, template, convs), _theirs(tok, convs)
     assert ours == theirs

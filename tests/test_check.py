@@ -20,8 +20,22 @@ ROWS = 8192
 SMOL_TEMPLATE = None  # filled from the GGUF on first use
 
 
+#: the cut tokenizers made in this process, by (model file, n): every planted folder starts from one
+_CUT: dict[tuple[str, int], dict] = {}
+
+
 def _tokenizer_json(model, n: int) -> dict:
-    """SmolLM2's tokenizer cut to ids below ``n`` (merges whose parts and result survive)."""
+    """SmolLM2's tokenizer cut to ids below ``n`` (merges whose parts and result survive); a copy
+    of the cut made once per model and ``n``."""
+    import copy
+
+    key = (str(model.path), n)
+    if key not in _CUT:
+        _CUT[key] = _cut_tokenizer_json(model, n)
+    return copy.deepcopy(_CUT[key])
+
+
+def _cut_tokenizer_json(model, n: int) -> dict:
     spec = json.loads(model.vocab.tok.to_str())
     vocab = {p: i for p, i in spec["model"]["vocab"].items() if i < n}
     merges = []

@@ -77,12 +77,11 @@ def lf():
 
 
 @pytest.fixture(scope="module")
-def lf_tokenizer(smollm2_model):
+def lf_tokenizer(smollm2_model, smollm2_gguf_tokenizer):
     """The check's tokenizer as a transformers tokenizer, with the GGUF's special tokens and template."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    path = Path(smollm2_model.path)
-    gguf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    gguf = smollm2_gguf_tokenizer  # read only: its special tokens and template
     tok = PreTrainedTokenizerFast(tokenizer_object=copy.deepcopy(smollm2_model.vocab.tok), bos_token=gguf.bos_token,
                                   eos_token=gguf.eos_token, pad_token=gguf.pad_token, unk_token=gguf.unk_token)
     tok.chat_template = gguf.chat_template
@@ -214,12 +213,32 @@ def test_tool_sets_never_render_failed(trainer, smollm2_model):
     assert record.sequences == 600, record.sequences
 
 
+#: records of each demo set that the cutoff and named-template tests read: a cut and a template's
+#: slots work alike on every record (the whole sets are read by test_demo_sets_…)
+FIRST_RECORDS = 100
+
+
+@pytest.fixture(scope="module")
+def first_records(tmp_path_factory) -> Path:
+    """The first :data:`FIRST_RECORDS` records of each demo set, as JSON arrays described in a
+    dataset_info.json of their own (the demo set's entry, its file name aside)."""
+    folder = tmp_path_factory.mktemp("first-records")
+    info = json.loads((DATA / "dataset_info.json").read_text("utf-8"))
+    for name in SETS:
+        path = _file(name)
+        text = path.read_text("utf-8")
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" \
+            else json.loads(text)
+        _own_set(folder, name, rows[:FIRST_RECORDS], {k: v for k, v in info[name].items() if k != "file_name"})
+    return folder
+
+
 @pytest.mark.parametrize("name", list(SETS))
-def test_cutoff_as_llamafactory_cuts(name, lf, lf_tokenizer, smollm2_model, tmp_path):
+def test_cutoff_as_llamafactory_cuts(name, lf, lf_tokenizer, smollm2_model, first_records, tmp_path):
     """A cutoff of 96 tokens cuts most examples: prompt and response shrink by ``infer_seqlen``,
     the turns past it are left out, pretraining texts keep their start."""
-    theirs = lf_sequences(lf, lf_tokenizer, DATA, name, SETS[name], tmp_path, cutoff_len=96)
-    built = ours(smollm2_model, _file(name), max_length=96)
+    theirs = lf_sequences(lf, lf_tokenizer, first_records, name, SETS[name], tmp_path, cutoff_len=96)
+    built = ours(smollm2_model, first_records / f"{name}.json", max_length=96)
     same, n = agreement(theirs, built, f"{name}, cutoff 96")
     assert same / n >= AGREEMENT, (name, same, n)
     assert sum(s.cut for s in built.sequences) > n // 4 and max(len(s.ids) for s in built.sequences) <= 96
@@ -238,12 +257,13 @@ def test_train_on_prompt_and_mask_history(option, lf, lf_tokenizer, smollm2_mode
 
 
 @pytest.mark.parametrize("template", ["smollm2", "qwen", "chatml", "default", "alpaca", "empty"])
-def test_named_templates(template, lf, lf_tokenizer, smollm2_model, tmp_path):
+def test_named_templates(template, lf, lf_tokenizer, smollm2_model, first_records, tmp_path):
     """``--template NAME``: the registered template's slots, tool format and EOS (``qwen`` and
     ``chatml`` replace it with ``<|im_end|>``), on tool conversations and preference pairs."""
     for name in ("glaive_toolcall_en_demo", "dpo_en_demo"):
-        theirs = lf_sequences(lf, lf_tokenizer, DATA, name, SETS[name], tmp_path, template=template)
-        same, n = agreement(theirs, ours(smollm2_model, _file(name), lf_template=template), f"{name}, {template}")
+        theirs = lf_sequences(lf, lf_tokenizer, first_records, name, SETS[name], tmp_path, template=template)
+        same, n = agreement(theirs, ours(smollm2_model, first_records / f"{name}.json", lf_template=template),
+                            f"{name}, {template}")
         assert same / n >= AGREEMENT, (template, name, same, n)
 
 
@@ -273,7 +293,7 @@ def test_own_shapes_as_llamafactory_reads_them(lf, lf_tokenizer, smollm2_model, 
     """ShareGPT with a system turn, prompt/completion strings (the template applied: LLaMA-Factory
     always applies it in SFT), conversations with thoughts under a reasoning template."""
     folder = tmp_path / "data"
-    rows = _alpaca(200)
+    rows = _alpaca(100)  # three one-space replies (k % 40 == 0), half the rows with a thought
     system = [{"conversations": [{"from": "system", "value": f"You answer in {k % 5 + 1} sentences."},
                                  {"from": "human", "value": r["instruction"]},
                                  {"from": "gpt", "value": " " if k % 40 == 0 else r["output"]}]}

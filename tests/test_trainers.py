@@ -33,11 +33,11 @@ def _records() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def hf_tokenizer(smollm2_model):
-    from transformers import AutoTokenizer
+def hf_tokenizer(smollm2_gguf_tokenizer):
+    """SmolLM2's tokenizer as transformers loads it from the demo GGUF (a copy for this module)."""
+    import copy
 
-    path = Path(smollm2_model.path)
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return copy.deepcopy(smollm2_gguf_tokenizer)
 
 
 def _tiny_model(tok):
@@ -244,7 +244,9 @@ def test_gguf_tokenizer_transformers_is_what_trl_tokenizes_with(smollm2_model, h
 
 #: Unsloth's own train_on_responses_only on TRL's SFTTrainer, in a process of its own (unsloth_zoo
 #: sets environment variables when imported): prints the parts it reads off the template and, per
-#: example kept, the ids and the label mask its collator returns
+#: example kept, the ids and the label mask its collator returns. The tokenizer is transformers'
+#: GGUF conversion (``hf_tokenizer``), saved by ``save_pretrained`` and read back there (the GGUF
+#: is not converted a second time)
 UNSLOTH = r"""
 import json, os, sys
 os.environ["UNSLOTH_ZOO_DISABLE_GPU_INIT"] = "1"
@@ -255,8 +257,7 @@ from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 from unsloth_zoo.dataset_utils import get_chat_template_parts, train_on_responses_only
 from tests.test_trainers import _collated, _tiny_model
-gguf = Path(sys.argv[2])
-tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+tok = AutoTokenizer.from_pretrained(sys.argv[2])
 out = {"parts": get_chat_template_parts(tok)}
 for name, rows in json.loads(Path(sys.argv[3]).read_text()).items():
     args = SFTConfig(output_dir=sys.argv[4] + "/" + name, report_to="none", use_cpu=True, dataset_num_proc=None,
@@ -269,7 +270,7 @@ print(json.dumps(out))
 """
 
 
-def test_unsloth_responses_only_is_unsloths(smollm2_model, tmp_path):
+def test_unsloth_responses_only_is_unsloths(smollm2_model, hf_tokenizer, tmp_path):
     """``--trainer unsloth --responses-only`` against unsloth_zoo's own ``train_on_responses_only``
     on TRL's SFTTrainer: the same parts read off SmolLM2's template, the same labels (the assistant
     replies and their EOS; a prompt-completion prompt stays out), the same examples dropped (ten
@@ -287,7 +288,8 @@ def test_unsloth_responses_only_is_unsloths(smollm2_model, tmp_path):
     sets = {"messages": [{"messages": r["messages"]} for r in recs] + [{"messages": r["messages"][:1]} for r in recs[:10]],
             "prompt-completion": [{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in recs]}
     (tmp_path / "sets.json").write_text(json.dumps(sets), "utf-8")
-    run = subprocess.run([sys.executable, "-c", UNSLOTH, str(ROOT), str(smollm2_model.path), str(tmp_path / "sets.json"),
+    hf_tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
+    run = subprocess.run([sys.executable, "-c", UNSLOTH, str(ROOT), str(tmp_path / "tokenizer"), str(tmp_path / "sets.json"),
                           str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     theirs = json.loads(run.stdout.strip().splitlines()[-1])

@@ -23,6 +23,12 @@ _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _BYTE_PIECES = frozenset(f"<0x{h}{l}>" for h in "0123456789ABCDEFabcdef" for l in "0123456789ABCDEFabcdef")
 
 
+#: categories per tokenizer (class, hash of its JSON and pieces), the last few computed in this process
+_CATEGORIES: dict[tuple, list[str]] = {}
+#: tokenizers whose categories are kept (a diff holds two, a run rarely more than a few)
+_CATEGORIES_KEPT = 8
+
+
 @lru_cache(maxsize=1)
 def bytes_to_unicode() -> dict[int, str]:
     """The GPT-2 byte → printable-character table (256 entries).
@@ -164,13 +170,27 @@ class HFVocabulary(Vocabulary):
         return self.tok.decode_batch([list(ids) for ids in batch], skip_special_tokens=False)
 
     def _compute_categories(self) -> list[str]:
-        cats = super()._compute_categories()
-        if self.wordpiece_prefix or self.metaspace:
-            # Word-initial and continuation pieces can't be reached from their own text alone
-            # (``##ing`` never starts a word; ``▁the`` gains a prefix space), so reachability by
-            # re-encoding is not meaningful here; keep them normal.
-            cats = ["normal" if c == "unreachable" else c for c in cats]
-        return cats
+        # The categories follow from the tokenizer alone (its JSON and the pieces read off it), and
+        # one process often loads the same tokenizer many times (a training callback's checks, a
+        # diff of two folders of one tokenizer): computed once per tokenizer, re-encoding every
+        # piece (~1 s on 49,152 tokens) is not repeated.
+        import hashlib
+
+        digest = hashlib.sha256(self.tok.to_str().encode("utf-8"))
+        digest.update("\0".join(p if p is not None else "\1" for p in self._pieces).encode("utf-8", "surrogatepass"))
+        key = (type(self), digest.hexdigest())
+        cached = _CATEGORIES.get(key)
+        if cached is None:
+            cats = super()._compute_categories()
+            if self.wordpiece_prefix or self.metaspace:
+                # Word-initial and continuation pieces can't be reached from their own text alone
+                # (``##ing`` never starts a word; ``▁the`` gains a prefix space), so reachability by
+                # re-encoding is not meaningful here; keep them normal.
+                cats = ["normal" if c == "unreachable" else c for c in cats]
+            while len(_CATEGORIES) >= _CATEGORIES_KEPT:
+                _CATEGORIES.pop(next(iter(_CATEGORIES)))
+            _CATEGORIES[key] = cached = cats
+        return list(cached)
 
 
 # --------------------------------------------------------------------------------------------
