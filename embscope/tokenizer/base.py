@@ -36,12 +36,6 @@ from collections.abc import Sequence
 CATEGORIES = ("normal", "special", "byte", "unreachable", "undecodable", "padding")
 
 
-#: categories by content key (backend class and the hash of the tokenizer file's text): the
-#: reachability pass re-encodes every token, so a process reading one tokenizer file again (a
-#: diff loads BASE, TUNED and the manifest's folder) does it once
-_CATEGORIES: dict[tuple, tuple[str, ...]] = {}
-
-
 class Vocabulary(ABC):
     """Abstract tokenizer view. Subclasses live in :mod:`embscope.tokenizer.load`."""
 
@@ -76,18 +70,10 @@ class Vocabulary(ABC):
         return [self.decode(ids) for ids in batch]
 
     def categories(self) -> list[str]:
-        """Category per id (see the module docstring). Computed once, then cached; a vocabulary read
-        from a file (``_content_key``: the hash of the file's text) reuses the categories an earlier
-        read of the same text computed in this process."""
+        """Category per id (see the module docstring). Computed once, then cached."""
         cached = getattr(self, "_categories", None)
         if cached is None:
-            key = getattr(self, "_content_key", None)
-            known = _CATEGORIES.get(key) if key is not None else None
-            cached = list(known) if known is not None else self._compute_categories()
-            if key is not None and known is None:
-                if len(_CATEGORIES) >= 8:
-                    _CATEGORIES.clear()
-                _CATEGORIES[key] = tuple(cached)
+            cached = self._compute_categories()
             self._categories = cached
         return cached
 

@@ -185,8 +185,6 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
             vocab = HFVocabulary(Tokenizer.from_str(text), name, spec=spec)
             if len(vocab) == 0:
                 raise VocabError(f"{path.name} has an empty vocabulary; pass a complete tokenizer.json")
-            # its categories depend on the text alone (embscope.tokenizer.base.Vocabulary.categories)
-            vocab._content_key = (type(vocab).__name__, hashlib.sha256(text.encode("utf-8")).hexdigest())
             return vocab
         if suffix == ".gguf":
             from embscope.tokenizer.gguf import gguf_vocabulary
