@@ -105,14 +105,14 @@ def test_planted_rows_are_flagged(tmp_path):
 
 
 @pytest.mark.slow
-def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
+def test_scan_command_writes_tables(minilm_scan):
+    """The session's ``scan --model minilm-l6 --no-map --device cpu`` (tests/conftest.py, with the
+    session's kNN cache) wrote the tables; a second scan into its folder is refused."""
     import polars as pl
 
     from embscope.cli import main
 
-    monkeypatch.setenv("EMBSCOPE_CACHE", str(knn_cache.parent))
-    out = tmp_path / "scan"
-    assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map", "--device", "cpu"]) == 0
+    out = minilm_scan
     t = pl.read_parquet(out / "tokens.parquet")
     assert t.columns[:4] == ["token_id", "token", "token_bytes", "category"]
     assert t.height == 30522 and t["flagged"].sum() > 994 * 0.95
@@ -121,7 +121,7 @@ def test_scan_command_writes_tables(tmp_path, knn_cache, monkeypatch):
     geo = read_summary(json.loads((out / "summary.json").read_text())).sections.tokens.geometry
     assert geo.reference.source == "unused-names" and geo.reference.size == 994
     assert main(["scan", "--model", "minilm-l6", "--out", str(out), "--no-map"]) == 2  # exists
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
 
 
 def test_subspace_iteration_finds_the_exact_first_principal_component(minilm, smollm2_model):

@@ -303,14 +303,15 @@ def gemma3(tmp_path_factory):
     """The demo alias, assembled into a test cache from the installed chunk packages."""
     from embscope.models.resolve import resolve
 
-    os.environ["EMBSCOPE_CACHE"] = str(tmp_path_factory.mktemp("gemma-cache"))
-    try:
-        resolved = resolve("gemma3-270m")
-    except Exception as exc:  # chunk packages missing
-        pytest.skip(f"gemma3-270m chunk packages not installed: {exc}")
-    from embscope.models.vocabulary import model_vocabulary
+    with pytest.MonkeyPatch.context() as mp:  # EMBSCOPE_CACHE restored once the tests that use it are done
+        mp.setenv("EMBSCOPE_CACHE", str(tmp_path_factory.mktemp("gemma-cache")))
+        try:
+            resolved = resolve("gemma3-270m")
+        except Exception as exc:  # chunk packages missing
+            pytest.skip(f"gemma3-270m chunk packages not installed: {exc}")
+        from embscope.models.vocabulary import model_vocabulary
 
-    return resolved, model_vocabulary(resolved)
+        yield resolved, model_vocabulary(resolved)
 
 
 @pytest.mark.slow
