@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import os
 
+    from embscope import progress
     from embscope.output import Terminated, handle_sigterm
 
     handle_sigterm()
+    chosen = progress.chosen_mode()  # -q/-v hold for this call only: a notebook's next call is as before
     pipe = _stdout_pipe()
     usage_error = _usage_error_class()
     shown, usage = warnings.showwarning, usage_error.show
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         warnings.showwarning = shown
         usage_error.show = usage
+        progress.set_mode(chosen)
         if pipe is not None:
             os.close(pipe)
     return 0

@@ -40,6 +40,11 @@ def set_mode(mode: str | None) -> None:
         logging.getLogger("embscope").setLevel(logging.INFO)
 
 
+def chosen_mode() -> str | None:
+    """The mode :func:`set_mode` chose for this process (None: read from the environment)."""
+    return _MODE
+
+
 def mode() -> str:
     """``quiet``, ``bar`` (terminal), ``lines`` (no terminal)."""
     if _MODE == "quiet" or (_MODE is None and os.environ.get("EMBSCOPE_QUIET") == "1"):

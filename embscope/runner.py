@@ -300,10 +300,12 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
     holds one language per file (``corpora/udhr``: its files name its languages), with a "did you
     mean". A corpus that mixes languages inside its files is not judged here (a language may first
     appear deep inside one): the languages section warns when parity is empty."""
+    from embscope.corpus.stream import file_languages
+
     ref, read = opts.languages.reference, opts.corpus.read_options()
     for corpus in corpora:
         try:
-            langs = _first_languages(corpus, read)
+            langs = file_languages(corpus, read)
         except EmbscopeError:  # an unreadable corpus is the languages section's to report
             continue
         if ref in langs:
@@ -314,34 +316,6 @@ def _check_reference(opts: RunOptions, corpora: Sequence[Path]) -> None:
 
             raise SpecError(f"--reference {ref!r} is not a language of {corpus}{suggest(ref, langs)}; pass one "
                             f"of its {len(langs)} languages ({shown})")
-
-
-#: :func:`_first_languages` of the corpora seen in this process, by corpus, read options and files
-_FIRST_LANGUAGES: dict[tuple, list[str]] = {}
-
-
-def _first_languages(corpus: Path, read) -> list[str]:
-    """The language of each file's first batch (files in corpus order). Kept per process while no
-    file of the corpus changes (its path, size and modification time): a process that runs several
-    commands on one corpus (the shipped UDHR's 512 files) reads their first records once."""
-    import os
-
-    from embscope.corpus.stream import corpus_files, iter_file
-
-    files = corpus_files(corpus, read)
-    try:
-        key = (str(corpus), repr(read), tuple((repr(f), os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns)
-                                            for f in files))
-    except OSError:
-        key = None
-    if key is not None and key in _FIRST_LANGUAGES:
-        return list(_FIRST_LANGUAGES[key])
-    langs = [b.lang for f in files if (b := next(iter_file(f, options=read), None))]
-    if key is not None:
-        if len(_FIRST_LANGUAGES) >= 16:
-            _FIRST_LANGUAGES.clear()
-        _FIRST_LANGUAGES[key] = list(langs)
-    return langs
 
 
 def _check_repair(opts: RunOptions, paths: _Paths, out, force: bool) -> None:

@@ -257,3 +257,19 @@ def test_a_stop_dropped_inside_native_code_still_stops_the_run(tmp_path):
                           timeout=60)
     assert proc.stdout.split() == ["after", "the", "callback", "terminated"], proc.stdout + proc.stderr
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["-q", "-v"])
+def test_quiet_and_verbose_hold_for_one_cli_call(flag, monkeypatch, tmp_path):
+    """`main([..., -q])` in a notebook or test process silences that call only: the next library
+    call shows its progress as before (the mode was once left at quiet for the whole process)."""
+    from embscope import progress
+    from embscope.cli import main
+
+    monkeypatch.delenv("EMBSCOPE_QUIET", raising=False)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "eng.jsonl").write_text('{"text": "All human beings are born free.", "lang": "eng"}\n')
+    before = progress.mode()
+    assert main(["fertility", "--tokenizer", "gpt2", "--corpus", str(tmp_path / "c"), "--out", str(tmp_path / "o"),
+                 flag]) == 0
+    assert progress.chosen_mode() is None and progress.mode() == before != "quiet"

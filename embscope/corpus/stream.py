@@ -435,3 +435,30 @@ def read_texts(corpus_path: str | Path, max_bytes: int = MAX_CORPUS_BYTES, *,
     if not texts:
         raise CorpusError(f"{corpus_path} holds no text; pass a folder of .txt/.jsonl/.parquet files")
     return texts
+
+
+#: :func:`file_languages` of the corpora seen in this process, by corpus, read options and files
+_FILE_LANGUAGES: dict[tuple, list[str]] = {}
+
+
+def file_languages(corpus: Path, read: ReadOptions | None) -> list[str]:
+    """The language of each file's first batch, one per file in corpus order (where
+    :func:`first_languages` stops at the first few distinct ones). Kept per process while no file
+    of the corpus changes (its path, size and modification time): a process that runs several
+    commands on one corpus (the shipped UDHR's 512 files) reads their first records once."""
+    import os
+
+    files = corpus_files(corpus, read)
+    try:
+        key = (str(corpus), repr(read), tuple((repr(f), os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns)
+                                            for f in files))
+    except OSError:
+        key = None
+    if key is not None and key in _FILE_LANGUAGES:
+        return list(_FILE_LANGUAGES[key])
+    langs = [b.lang for f in files if (b := next(iter_file(f, options=read), None))]
+    if key is not None:
+        if len(_FILE_LANGUAGES) >= 16:
+            _FILE_LANGUAGES.clear()
+        _FILE_LANGUAGES[key] = list(langs)
+    return langs
