@@ -71,13 +71,12 @@ def _hf_data_files(folder: Path) -> list[Path] | None:
     return [folder / n for n in names if isinstance(n, str) and "/" not in n and "\\" not in n]
 
 
-def _outside(p: Path, root: Path, real_root: Path | None = None) -> bool:
-    """True for a symlink (or a file below one) under ``root`` whose target lies outside ``root``
-    (``real_root``: ``root.resolve()``, when the caller resolved it once for a whole walk)."""
+def _outside(p: Path, real_root: Path | None) -> bool:
+    """True for a symlink (or a file below one) under the corpus folder whose target lies outside
+    it (``real_root``: the folder's resolved path, resolved once per walk; None: it did not resolve)."""
     try:
         real = p.resolve()
-        top = real_root if real_root is not None else root.resolve()
-        return real != top and top not in real.parents
+        return real_root is None or (real != real_root and real_root not in real.parents)
     except (OSError, RuntimeError):  # a link loop
         return True
 
@@ -86,14 +85,14 @@ def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIss
     hf_dirs: dict[Path, list[Path]] = {}
     emitted: set[Path] = set()
     try:
-        real_root = root.resolve()  # once, not twice per file
-    except (OSError, RuntimeError):
+        real_root: Path | None = root.resolve()  # once per walk, not twice per file
+    except (OSError, RuntimeError):  # a link loop: every file counts as outside
         real_root = None
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).parts
         if any(part.startswith(".") for part in rel) or not p.is_file():
             continue
-        if _outside(p, root, real_root):  # links are followed only inside the corpus folder
+        if _outside(p, real_root):  # links are followed only inside the corpus folder
             if issues is not None:
                 issues.add(p, "symlinks_outside_root")
             continue
@@ -105,7 +104,7 @@ def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIss
             if folder not in emitted:
                 emitted.add(folder)
                 out.extend(SourceFile(str(f), str(root), "arrow", None) for f in listed
-                           if f.is_file() and not _outside(f, root, real_root))
+                           if f.is_file() and not _outside(f, real_root))
             elif p not in listed and p.suffix.lower() not in {".json"}:
                 ignored.append(str(p))
             continue
