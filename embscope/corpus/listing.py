@@ -16,6 +16,7 @@ are read in the order given.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from pathlib import Path
@@ -31,11 +32,18 @@ META_BYTES = 16 << 20
 def classify(path: Path) -> tuple[str | None, str | None]:
     """``(format, compression)`` from the suffixes: ``eng.jsonl.zst`` → ``("jsonl", "zst")``; a
     FLORES release file (``dev.eng_Latn``, :mod:`embscope.corpus.flores`) is ``("flores", None)``."""
+    return _classify_name(Path(path).name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _classify_name(name: str) -> tuple[str | None, str | None]:
+    """:func:`classify` of a file name (it reads the name only; cached: a folder of 512 files is
+    listed once per corpus pass)."""
     from embscope.corpus.flores import flores_name
 
-    if flores_name(path):
+    if flores_name(name):
         return "flores", None
-    suffixes = [s.lower() for s in path.suffixes]
+    suffixes = [s.lower() for s in Path(name).suffixes]
     comp = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
     if comp:
         suffixes = suffixes[:-1]
@@ -84,15 +92,25 @@ def _outside(p: Path, real_root: Path | None) -> bool:
 def _walk(root: Path, out: list[SourceFile], ignored: list[str], issues: FileIssues | None) -> None:
     hf_dirs: dict[Path, list[Path]] = {}
     emitted: set[Path] = set()
+    linked: dict[Path, bool] = {root: False}  # folder -> a link lies between the root and it
     try:
         real_root: Path | None = root.resolve()  # once per walk, not twice per file
     except (OSError, RuntimeError):  # a link loop: every file counts as outside
         real_root = None
-    for p in sorted(root.rglob("*")):
+
+    def through_link(folder: Path) -> bool:
+        if folder not in linked:
+            linked[folder] = folder.is_symlink() or through_link(folder.parent)
+        return linked[folder]
+
+    # sorted by components (Path's own order), compared as tuples of strings: far cheaper
+    for p in sorted(root.rglob("*"), key=lambda q: q.parts):
         rel = p.relative_to(root).parts
         if any(part.startswith(".") for part in rel) or not p.is_file():
             continue
-        if _outside(p, real_root):  # links are followed only inside the corpus folder
+        # a path with no link between the root and it lies inside the root: only the others are
+        # resolved (one resolve per file cost ~60 µs; a 512-file corpus is walked once per pass)
+        if (p.is_symlink() or through_link(p.parent)) and _outside(p, real_root):
             if issues is not None:
                 issues.add(p, "symlinks_outside_root")
             continue

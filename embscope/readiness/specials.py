@@ -117,8 +117,11 @@ def _adds(model: "LoadedModel", out: SpecialIds, flags: dict[str, Any]) -> None:
     tok = getattr(model.vocab, "tok", None)
     if tok is not None:
         try:
-            spec = json.loads(tok.to_str())
-            out.added = [(a["id"], a["content"], bool(a.get("special"))) for a in spec.get("added_tokens") or []]
+            if callable(getattr(model.vocab, "added_tokens", None)):  # read when the tokenizer was loaded
+                out.added = model.vocab.added_tokens()
+            else:
+                spec = json.loads(tok.to_str())
+                out.added = [(a["id"], a["content"], bool(a.get("special"))) for a in spec.get("added_tokens") or []]
             out.base_size = tok.get_vocab_size(with_added_tokens=False)
             probe = "a"
             plain = tok.encode(probe, add_special_tokens=False).ids

@@ -122,6 +122,11 @@ class HFVocabulary(Vocabulary):
     def __len__(self) -> int:
         return self._size
 
+    def added_tokens(self) -> list[tuple[int, str, bool]]:
+        """``(id, content, special)`` of each entry of ``tokenizer.json``'s ``added_tokens``, in
+        its order (read at load: no second parse of the JSON)."""
+        return [(i, text, i in self.special_ids) for i, text in self._added.items()]
+
     def piece(self, i: int) -> str | None:
         """The token as the tokenizer stores it (``Ġthe``, ``▁the``, ``##ing``)."""
         return self._pieces[i] if 0 <= i < self._size else None

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -118,7 +119,42 @@ def _gpt2_ranks() -> dict[bytes, int]:
             if piece != "<|endoftext|>"}
 
 
+#: tokenizers read in this process, by the file's identity (see :func:`_remembered`)
+_LOADED: OrderedDict[tuple, tuple[Vocabulary, int]] = OrderedDict()
+#: how many are kept (a 262k-token tokenizer.json parses into ~100 MB)
+_LOADED_KEPT = 4
+
+
+def _identity(path: Path, name: str) -> tuple:
+    """What makes two reads of ``path`` the same tokenizer: its real path, inode, size and mtime
+    (ns), and the name the vocabulary is given."""
+    st = path.stat()
+    return (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns, name)
+
+
+def _remembered(key: tuple, build: Callable[[], tuple[Vocabulary, int]]) -> tuple[Vocabulary, int]:
+    """``build()``'s ``(vocabulary, merges)`` for ``key``, built once while the key stays among the
+    :data:`_LOADED_KEPT` last used. A process often reads one file many times (a ``diff`` reads each
+    folder's tokenizer in several steps; a notebook or a training callback calls again and again);
+    embscope never changes a vocabulary once built, so the one object serves every caller."""
+    hit = _LOADED.get(key)
+    if hit is not None:
+        _LOADED.move_to_end(key)
+        return hit
+    out = build()
+    _LOADED[key] = out
+    while len(_LOADED) > _LOADED_KEPT:
+        _LOADED.popitem(last=False)
+    return out
+
+
 def _packaged_tiktoken(name: str) -> TiktokenVocabulary:
+    """A packaged encoding, read once per process (the rank files ship inside installed packages)."""
+    vocab, _ = _remembered(("packaged", name), lambda: (_read_packaged_tiktoken(name), 0))
+    return vocab  # type: ignore[return-value]
+
+
+def _read_packaged_tiktoken(name: str) -> TiktokenVocabulary:
     import tiktoken
 
     if name == "gpt2":
@@ -170,21 +206,10 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
-            from tokenizers import Tokenizer
-
             bounds = active()
             _at_most(path, "bytes", path.stat().st_size, bounds.tokenizer_bytes, "tokenizer-bytes")
-            text = path.read_text("utf-8")
-            spec = json.loads(text)
-            merges = (spec.get("model") or {}).get("merges") if isinstance(spec, dict) else None
-            _at_most(path, "BPE merges", len(merges) if isinstance(merges, list) else 0, bounds.merges, "merges")
-            from embscope.tokenizer.tekken import is_tekken, tekken_vocabulary
-
-            if is_tekken(spec):
-                return tekken_vocabulary(spec, name)
-            vocab = HFVocabulary(Tokenizer.from_str(text), name, spec=spec)
-            if len(vocab) == 0:
-                raise VocabError(f"{path.name} has an empty vocabulary; pass a complete tokenizer.json")
+            vocab, n_merges = _remembered(_identity(path, name), lambda: _read_json_tokenizer(path, name))
+            _at_most(path, "BPE merges", n_merges, bounds.merges, "merges")  # this run's limit, every time
             return vocab
         if suffix == ".gguf":
             from embscope.tokenizer.gguf import gguf_vocabulary
@@ -213,6 +238,25 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
         raise VocabError(f"cannot read tokenizer {path.name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
                          "check that the file is complete and of the type its name says") from exc
     raise SpecError(f"unsupported tokenizer file {path.name!r}; pass tokenizer.json, .tiktoken, .model or .gguf")
+
+
+def _read_json_tokenizer(path: Path, name: str) -> tuple[Vocabulary, int]:
+    """``(vocabulary, BPE merges)`` of a ``tokenizer.json`` or Mistral ``tekken.json``."""
+    from tokenizers import Tokenizer
+
+    from embscope.tokenizer.tekken import is_tekken, tekken_vocabulary
+
+    text = path.read_text("utf-8")
+    spec = json.loads(text)
+    merges = (spec.get("model") or {}).get("merges") if isinstance(spec, dict) else None
+    n_merges = len(merges) if isinstance(merges, list) else 0
+    _at_most(path, "BPE merges", n_merges, active().merges, "merges")  # before the merges are built
+    if is_tekken(spec):
+        return tekken_vocabulary(spec, name), n_merges
+    vocab = HFVocabulary(Tokenizer.from_str(text), name, spec=spec)
+    if len(vocab) == 0:
+        raise VocabError(f"{path.name} has an empty vocabulary; pass a complete tokenizer.json")
+    return vocab, n_merges
 
 
 def _at_most(path: Path, what: str, value: int, limit: int, name: str) -> None:
