@@ -46,11 +46,34 @@ def udhr68(tmp_path_factory):
     return d
 
 
+#: records of the medical corpus's ICD-10-CM file in :func:`medical_part` (a fifth of them)
+ICD_RECORDS = 5000
+
+
 @pytest.fixture(scope="module")
-def medical_shards(tmp_path_factory):
-    """A sharded, compressed copy of the medical corpus (gz, zst, bz2, Parquet, HF dataset folders),
-    written once for the tests that read it (none writes into it)."""
-    return sharded_copy(MEDICAL, tmp_path_factory.mktemp("shards") / "medical")
+def medical_part(tmp_path_factory) -> Path:
+    """The medical corpus cut to ~0.57 MB: its abbreviations file whole and the first
+    :data:`ICD_RECORDS` records of its ICD-10-CM file. Two files of one language, as the whole
+    corpus: the engines' equality needs no more (over a thousand candidates, every spill and
+    merge forced below), and the whole 1.9 MB would cost three times the time in every pass."""
+    d = tmp_path_factory.mktemp("medical") / "medical"
+    d.mkdir()
+    (d / "abbreviations.jsonl").write_bytes((MEDICAL / "abbreviations.jsonl").read_bytes())
+    lines = (MEDICAL / "icd10cm.jsonl").read_text("utf-8").splitlines(keepends=True)
+    (d / "icd10cm.jsonl").write_text("".join(lines[:ICD_RECORDS]), "utf-8")
+    return d
+
+
+def texts_in(folder: Path) -> int:
+    """Records (non-blank lines) of a folder of JSONL files: what a pass must count as read."""
+    return sum(1 for f in folder.glob("*.jsonl") for line in f.read_text("utf-8").splitlines() if line.strip())
+
+
+@pytest.fixture(scope="module")
+def medical_shards(tmp_path_factory, medical_part):
+    """A sharded, compressed copy of :func:`medical_part` (gz, zst, bz2, Parquet, HF dataset
+    folders), written once for the tests that read it (none writes into it)."""
+    return sharded_copy(medical_part, tmp_path_factory.mktemp("shards") / "medical")
 
 
 @pytest.fixture(scope="module")
@@ -59,19 +82,19 @@ def udhr_one(gpt2, udhr68):
 
 
 @pytest.fixture(scope="module")
-def medical_ref(llama3):
+def medical_ref(llama3, medical_part):
     """find_candidates over the texts in memory: the single-process reference."""
     from embscope.corpus.stream import read_texts
 
-    return C.find_candidates(llama3, read_texts(MEDICAL), max_ngram=2, min_freq=5)
+    return C.find_candidates(llama3, read_texts(medical_part), max_ngram=2, min_freq=5)
 
 
 @pytest.fixture(scope="module")
-def extend_one(smollm2_model):
+def extend_one(smollm2_model, medical_part):
     """suggest on the medical corpus in this process: the single-process reference."""
     from embscope.extension import ExtensionOptions, suggest
 
-    return suggest(smollm2_model, MEDICAL, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
+    return suggest(smollm2_model, medical_part, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
                    engine=Engine(workers=1))
 
 
@@ -178,27 +201,27 @@ def test_merge_replays_order_dependent_samples(gpt2):
 
 
 @pytest.mark.slow
-def test_candidates_spill_and_merge_exactly(llama3, medical_ref, tmp_path, monkeypatch):
+def test_candidates_spill_and_merge_exactly(llama3, medical_ref, medical_part, tmp_path, monkeypatch):
     monkeypatch.setattr(E, "MERGE_FAN_IN", 3)  # force merge rounds
-    got, report = C.corpus_candidates(llama3, MEDICAL, max_ngram=2, min_freq=5,
+    got, report = C.corpus_candidates(llama3, medical_part, max_ngram=2, min_freq=5,
                                       engine=Engine(workers=2), chunk_terms=2000)
     assert got == medical_ref and len(got) > 1000
-    assert report.texts == 26084
-    saved = corpus_savings(llama3, llama3, MEDICAL, engine=Engine(workers=2))
+    assert report.texts == texts_in(medical_part)
+    saved = corpus_savings(llama3, llama3, medical_part, engine=Engine(workers=2))
     total, counts = saved.before, saved.counts
     from embscope.corpus.stream import read_texts
 
-    ref_total, ref_counts = C.token_counts(llama3, read_texts(MEDICAL))
+    ref_total, ref_counts = C.token_counts(llama3, read_texts(medical_part))
     assert total == ref_total and np.array_equal(counts, ref_counts)
 
 
 @pytest.mark.slow
-def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, medical_shards):
+def test_extend_on_workers_equals_one_process(smollm2_model, extend_one, medical_part, medical_shards):
     from embscope.extension import ExtensionOptions, suggest
 
     one = extend_one.summary
     assert (one.engine.kind, one.engine.workers) == ("local", 1) and one.corpus_report.files_read == 2
-    two = suggest(smollm2_model, MEDICAL, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
+    two = suggest(smollm2_model, medical_part, ExtensionOptions(top=20, max_ngram=2, diagnostics=False),
                   engine=Engine(workers=2))
     same_extension(extend_one, two)
     assert two.summary.corpus_report == one.corpus_report
@@ -236,12 +259,12 @@ def test_ray_fertility_equals_local(gpt2, udhr_one, udhr68, ray_local):
 
 
 @pytest.mark.slow
-def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, ray_local, medical_shards):
+def test_ray_candidates_on_sharded_compressed_copy(llama3, medical_ref, medical_part, ray_local, medical_shards):
     copy = medical_shards
     got, report = C.corpus_candidates(llama3, copy, max_ngram=2, min_freq=5, engine=ray_local,
                                       chunk_terms=3000)
     assert got == medical_ref
-    assert report.texts == 26084 and report.files_read == 6 and not report.skipped
+    assert report.texts == texts_in(medical_part) and report.files_read == 6 and not report.skipped
 
 
 @pytest.mark.slow
