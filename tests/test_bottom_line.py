@@ -139,11 +139,12 @@ def test_gemma3_counts_add_up(tmp_path):
     """Gemma-3-270M: 262,144 rows, thousands of flagged special and byte rows beside the normal
     ones; every count of the record is the table's, and flagged = verified + cleared + candidates.
 
-    The graph is NN-descent's (``--knn nndescent``, ~2× faster here than ``auto``'s certified
-    search): the counts are the point. The certified search's decisions are tested against exact
-    search in tests/test_certify.py, and timed on real rows by ``bench/knn.py``."""
+    The graph is NN-descent's with 5 neighbours a row (``--knn nndescent --k 5``: its local joins
+    cost a tenth of k = 10's, and ``auto``'s certified search at k = 10 takes ~3× k = 10's
+    NN-descent here): the counts are the point. The certified search's decisions are tested
+    against exact search in tests/test_certify.py, and timed on real rows by ``bench/knn.py``."""
     out = tmp_path / "scan"
-    code, stdout = run_cli(["scan", "--model", "gemma3-270m", "--no-map", "--knn", "nndescent", "--verify", "8",
+    code, stdout = run_cli(["scan", "--model", "gemma3-270m", "--no-map", "--knn", "nndescent", "--k", "5", "--verify", "8",
                             "--verify-sample", "random", "--out", str(out)])
     assert code == 0
     s = json.loads((out / "summary.json").read_text("utf-8"))
