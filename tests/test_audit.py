@@ -131,8 +131,11 @@ def test_mission_command_offline_on_qwen2_shaped_cache(tmp_path):
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", EMBSCOPE_QUIET="1",
                EMBSCOPE_CACHE=str(tmp_path / "cache"))
     out = tmp_path / "report"
+    # the rows are the point: the corpus sections read 200 kB of the medical corpus (the whole
+    # corpus is read by the demo audit, tests/conftest.py's smollm2_audit)
     res = subprocess.run([sys.executable, "cli.py", "audit", "--model", "qwen2-7b", "--corpus", "medical",
-                          "--languages", "none", "--no-map", "--top", "20", "--knn", "nndescent", "--out", str(out)], cwd=ROOT, env=env,
+                          "--sample-bytes", "200000", "--languages", "none", "--no-map", "--top", "20",
+                          "--knn", "nndescent", "--out", str(out)], cwd=ROOT, env=env,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"report: {out / 'index.html'}" in res.stdout
