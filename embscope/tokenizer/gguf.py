@@ -273,9 +273,15 @@ def gguf_vocabulary(path: Path, *, name: str, reader=None):
 
     Returns ``None`` when the file carries no tokenizer.
     """
-    from embscope.tokenizer.cache import cached_tokenizer
+    from embscope.tokenizer.memo import identity, remembered
 
     path = Path(path)
+    return remembered(identity(path, name), lambda: _read_gguf_vocabulary(path, name, reader))
+
+
+def _read_gguf_vocabulary(path: Path, name: str, reader):
+    from embscope.tokenizer.cache import cached_tokenizer
+
     reader = reader if reader is not None else open_gguf(path, tensors=False)
     fields = reader.fields
     if fields.get("tokenizer.ggml.model") is None or "tokenizer.ggml.tokens" not in fields:

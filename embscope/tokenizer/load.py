@@ -21,7 +21,6 @@ import json
 import os
 import re
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from embscope.limits import active
 from embscope.tokenizer.backends import (HFVocabulary, SentencePieceVocabulary, TiktokenVocabulary,
                                          unicode_to_bytes)
 from embscope.tokenizer.base import Vocabulary
+from embscope.tokenizer.memo import identity, remembered
 from embscope.tokenizer.patterns import DEFAULT_RANKS_PATTERN, QWEN2_PATTERN, QWEN2_SPECIAL_TOKENS
 
 #: largest tokenizer file read (real ones: tokenizer.json of a 262k vocabulary is about 33 MB)
@@ -119,38 +119,9 @@ def _gpt2_ranks() -> dict[bytes, int]:
             if piece != "<|endoftext|>"}
 
 
-#: tokenizers read in this process, by the file's identity (see :func:`_remembered`)
-_LOADED: OrderedDict[tuple, tuple[Vocabulary, int]] = OrderedDict()
-#: how many are kept (a 262k-token tokenizer.json parses into ~100 MB)
-_LOADED_KEPT = 4
-
-
-def _identity(path: Path, name: str) -> tuple:
-    """What makes two reads of ``path`` the same tokenizer: its real path, inode, size and mtime
-    (ns), and the name the vocabulary is given."""
-    st = path.stat()
-    return (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns, name)
-
-
-def _remembered(key: tuple, build: Callable[[], tuple[Vocabulary, int]]) -> tuple[Vocabulary, int]:
-    """``build()``'s ``(vocabulary, merges)`` for ``key``, built once while the key stays among the
-    :data:`_LOADED_KEPT` last used. A process often reads one file many times (a ``diff`` reads each
-    folder's tokenizer in several steps; a notebook or a training callback calls again and again);
-    embscope never changes a vocabulary once built, so the one object serves every caller."""
-    hit = _LOADED.get(key)
-    if hit is not None:
-        _LOADED.move_to_end(key)
-        return hit
-    out = build()
-    _LOADED[key] = out
-    while len(_LOADED) > _LOADED_KEPT:
-        _LOADED.popitem(last=False)
-    return out
-
-
 def _packaged_tiktoken(name: str) -> TiktokenVocabulary:
     """A packaged encoding, read once per process (the rank files ship inside installed packages)."""
-    vocab, _ = _remembered(("packaged", name), lambda: (_read_packaged_tiktoken(name), 0))
+    vocab, _ = remembered(("packaged", name), lambda: (_read_packaged_tiktoken(name), 0))
     return vocab  # type: ignore[return-value]
 
 
@@ -208,7 +179,7 @@ def load_tokenizer_file(path: Path, *, name: str | None = None) -> Vocabulary:
         if suffix == ".json":
             bounds = active()
             _at_most(path, "bytes", path.stat().st_size, bounds.tokenizer_bytes, "tokenizer-bytes")
-            vocab, n_merges = _remembered(_identity(path, name), lambda: _read_json_tokenizer(path, name))
+            vocab, n_merges = remembered(identity(path, name), lambda: _read_json_tokenizer(path, name))
             _at_most(path, "BPE merges", n_merges, bounds.merges, "merges")  # this run's limit, every time
             return vocab
         if suffix == ".gguf":
