@@ -42,8 +42,8 @@ def base_columns(model: LoadedModel) -> dict[str, Sequence[Any]]:
     """The base columns of ``tokens.parquet`` for a loaded model."""
     n_tok = model.n_tokens
     vocab = model.vocab
-    token_bytes = [vocab.token_bytes(i) if vocab is not None and i < n_tok else None
-                   for i in range(model.n_rows)]
+    raw = vocab.all_token_bytes() if vocab is not None else []
+    token_bytes = [raw[i] if i < n_tok and i < len(raw) else None for i in range(model.n_rows)]
     return {
         "token_id": list(range(model.n_rows)),
         "token": model.token_strings(),

@@ -84,6 +84,7 @@ class LoadedModel:
             if self.vocab is None:
                 cached = [f"<row {i}>" for i in range(self.n_rows)]
             else:
-                cached = [self.vocab.display(i) if i < n else "" for i in range(self.n_rows)]
+                shown = self.vocab.displays()
+                cached = [shown[i] if i < n else "" for i in range(self.n_rows)]
             self.__dict__["_token_strings"] = cached
         return list(cached)

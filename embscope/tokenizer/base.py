@@ -65,6 +65,21 @@ class Vocabulary(ABC):
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
 
+    def all_token_bytes(self) -> list[bytes | None]:
+        """:meth:`token_bytes` of every id, computed once per vocabulary (a fresh list each call)."""
+        cached = self.__dict__.get("_all_bytes")
+        if cached is None:
+            cached = self.__dict__["_all_bytes"] = [self.token_bytes(i) for i in range(len(self))]
+        return list(cached)
+
+    def displays(self) -> list[str]:
+        """:meth:`display` of every id, computed once per vocabulary (1.5 s on a 262k vocabulary;
+        a fresh list each call)."""
+        cached = self.__dict__.get("_displays")
+        if cached is None:
+            cached = self.__dict__["_displays"] = [self.display(i) for i in range(len(self))]
+        return list(cached)
+
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
         """:meth:`decode` of each id list (backends with a batch call override this)."""
         return [self.decode(ids) for ids in batch]
