@@ -50,9 +50,9 @@ def _certified_indicators(x: np.ndarray, threshold: float, draws: int = 2000):
 
 
 def test_planted_rows_at_the_cuts_are_decided_as_exact_search_does(smol_rows):
-    """SmolLM2's first 8,000 rows plus rows planted just above and just below each cut: collapsed groups whose
-    knot straddles the knot cut (threshold raised so the cut sits at knot ≈ 0.99, where collapses
-    live), and rows whose nearest cosine puts their isolation just above and below its cut. The
+    """SmolLM2's first 8,000 rows plus rows planted just above and just below each cut: collapsed
+    groups whose knot straddles the knot cut (threshold raised so the cut sits at knot ≈ 0.99, where
+    collapses live), and rows whose nearest cosine puts their isolation just above and below its cut. The
     certified run flags, and marks isolated, exactly the rows exact search does — the planted
     ones included, which land on both sides."""
     rng = np.random.default_rng(0)
