@@ -103,6 +103,13 @@ def read_bytes(path: Path, *, what: str = "model file", min_bytes: int = 1,
     return data
 
 
+def file_identity(path: Path | str) -> tuple:
+    """What makes two reads of ``path`` read the same bytes, for a per-process memo: its real path,
+    inode, size and mtime (ns). A file rewritten in place changes its mtime (and mostly its size)."""
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def parse_json(data: bytes, *, where: str, fix: str = "re-download it") -> Any:
     """JSON from untrusted bytes; any failure (encoding, syntax, nesting) is one error line."""
     try:

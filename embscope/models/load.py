@@ -98,14 +98,34 @@ def _read_bin(r: Resolved):
     return embed, out, {"embed": embed_name, "output": out_name}, str(embed.dtype).replace("torch.", ""), [str(f) for f in files]
 
 
+#: the dequantised matrices of the last GGUF file read, by the file's identity (see :func:`_read_gguf`)
+_GGUF_LAST: dict[tuple, tuple] = {}
+#: the most float32 bytes kept (Gemma-3-270M's 262,144 × 640 rows: 0.67 GB)
+GGUF_KEEP_BYTES = 1 << 30
+
+
 def _read_gguf(r: Resolved):
+    """The GGUF file's matrices, dequantised to float32. The last file read is kept while it is
+    unchanged (real path, inode, size, mtime) and its matrices fit :data:`GGUF_KEEP_BYTES`: a
+    process that loads one quantised model again (a notebook, a training callback, ``diff`` of
+    two runs) does not dequantise it again (Gemma-3-270M's Q8_0 rows: ~2.5 s each time). The
+    matrices are then shared between the loads; embscope never writes into them."""
     import torch
 
+    from embscope.formats.files import file_identity
     from embscope.formats.gguf import read_matrices
 
-    embed, out, names, dtype = read_matrices(r.gguf_reader(), where=r.path.name)
+    key = file_identity(r.path)
+    hit = _GGUF_LAST.get(key)
+    if hit is None:
+        embed, out, names, dtype = read_matrices(r.gguf_reader(), where=r.path.name)
+        hit = (embed, out, names, dtype)
+        _GGUF_LAST.clear()
+        if embed.nbytes + (out.nbytes if out is not None else 0) <= GGUF_KEEP_BYTES:
+            _GGUF_LAST[key] = hit
+    embed, out, names, dtype = hit
     return (torch.from_numpy(embed), torch.from_numpy(out) if out is not None else None,
-            names, dtype, [str(r.path)])
+            dict(names), dtype, [str(r.path)])
 
 
 @checked

@@ -11,11 +11,12 @@ once built, so one object serves every caller.
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from embscope.formats.files import file_identity
 
 #: vocabularies kept (a 262k-token tokenizer parses into ~100 MB)
 KEPT = 4
@@ -24,10 +25,9 @@ _LOADED: OrderedDict[tuple, Any] = OrderedDict()
 
 
 def identity(path: Path, name: str) -> tuple:
-    """What makes two reads of ``path`` the same tokenizer: its real path, inode, size and mtime
-    (ns), and the name the vocabulary is given."""
-    st = os.stat(path)
-    return (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns, name)
+    """What makes two reads of ``path`` the same tokenizer: the file's identity
+    (:func:`~embscope.formats.files.file_identity`) and the name the vocabulary is given."""
+    return (*file_identity(path), name)
 
 
 def remembered(key: tuple, build: Callable[[], Any]) -> Any:
