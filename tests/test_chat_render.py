@@ -24,9 +24,15 @@ def _conversations(n: int, parts: bool = False) -> list[list[dict]]:
 
 
 def _hf_tokenizer(gguf: Path):
+    """transformers' conversion of the GGUF's vocabulary, its parse under embscope's
+    ``_memoised_gguf`` (gguf-py's reader on a plain array view of the file: the same values, no
+    Python call per vocabulary string; 262k strings: ~2x faster, the same tokenizer)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    from embscope.models.fullmodel import _memoised_gguf
+
+    with _memoised_gguf():
+        return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
 def _ours(model, template: str, convs):

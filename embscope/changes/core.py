@@ -44,9 +44,25 @@ class DiffResult:
     frame: "pl.DataFrame"
 
 
+def _same_pieces(a, b, n: int) -> bool:
+    """Whether two tokenizer.json vocabularies give every id below ``n`` the same bytes and display
+    string without asking each id: the same stored pieces, specials, added tokens and piece
+    convention (what ``HFVocabulary.token_bytes``/``display`` read). One list comparison instead of
+    ~3 ``token_bytes`` calls per id (~0.4 s a diff on a 49k vocabulary)."""
+    from embscope.tokenizer.backends import HFVocabulary
+
+    if not (type(a) is HFVocabulary and type(b) is HFVocabulary and len(a._pieces) >= n and len(b._pieces) >= n):
+        return False
+    if (a.byte_level, a.metaspace, a.wordpiece_prefix) != (b.byte_level, b.metaspace, b.wordpiece_prefix):
+        return False
+    below = lambda ids: {i for i in ids if i < n}  # noqa: E731
+    return (below(a.special_ids) == below(b.special_ids) and below(a._added) == below(b._added)
+            and a._pieces[:n] == b._pieces[:n])
+
+
 def _mismatches(base_vocab, tuned_vocab, n: int) -> tuple[list[tuple[int, str, str]], int]:
     """Shared ids whose tokens differ: ``([(id, base, tuned)], count)``."""
-    if base_vocab is None or tuned_vocab is None or base_vocab is tuned_vocab:
+    if base_vocab is None or tuned_vocab is None or base_vocab is tuned_vocab or _same_pieces(base_vocab, tuned_vocab, n):
         return [], 0
     kept, count = [], 0
     for i in range(n):
