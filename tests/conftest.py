@@ -248,8 +248,12 @@ def smollm2_gguf_tokenizer(smollm2_model):
     """transformers' tokenizer of the demo SmolLM2 GGUF (``AutoTokenizer.from_pretrained(...,
     gguf_file=...)``, its conversion of the GGUF's vocabulary: ~4 s), made once per test process.
     Tests get their own copy (``copy.deepcopy``) from a fixture of their module: a trainer may
-    change the tokenizer it is given."""
+    change the tokenizer it is given. transformers' own conversion, with gguf's reader reading the
+    file as a plain array instead of a memory map (``_memoised_gguf``: the same fields, ~4× faster)."""
     from transformers import AutoTokenizer
 
+    from embscope.models.fullmodel import _memoised_gguf
+
     path = Path(smollm2_model.path)
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    with _memoised_gguf():
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
