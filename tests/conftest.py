@@ -31,16 +31,23 @@ def pytest_collection_modifyitems(items):
     """Under ``--dist loadgroup`` (pyproject's addopts) the tests of a module that use one of its
     module-scoped fixtures run on one xdist worker, so that fixture is built once, not once per
     worker; the modules with a test on the local Ray (``ray_local``) all run on one worker, so Ray
-    starts once; every other test is scheduled on its own. Groups go out first (most tests first)."""
+    starts once; so do the modules with a test on the demo Gemma-3 (``gemma3_model``), so its
+    262,144 rows are dequantised and its tokenizer built once (a test that runs a command on
+    ``gemma3-270m`` asks for the fixture too: the command's own load then finds the matrices and
+    tokenizer already read in the process); every other test is scheduled on its own. Groups go
+    out first (most tests first)."""
     def uses(item, test) -> bool:
         info = getattr(item, "_fixtureinfo", None)
         return info is not None and any(d and test(name, d[-1]) for name, d in info.name2fixturedefs.items())
 
     ray = {item.nodeid.split("::")[0] for item in items if uses(item, lambda name, d: name == "ray_local")}
+    gemma = {item.nodeid.split("::")[0] for item in items if uses(item, lambda name, d: name == "gemma3_model")}
     for item in items:
         module = item.nodeid.split("::")[0]
         if module in ray:
             item.add_marker(pytest.mark.xdist_group("ray"))
+        elif module in gemma:
+            item.add_marker(pytest.mark.xdist_group("gemma3"))
         elif uses(item, lambda name, d: d.scope == "module"):
             item.add_marker(pytest.mark.xdist_group(module))
 

@@ -135,14 +135,15 @@ def test_diff_never_recommends_repairing_a_cleared_row(tmp_path, smollm2_graph):
 
 
 @pytest.mark.slow
-def test_gemma3_counts_add_up(tmp_path):
+def test_gemma3_counts_add_up(tmp_path, gemma3_model):
     """Gemma-3-270M: 262,144 rows, thousands of flagged special and byte rows beside the normal
     ones; every count of the record is the table's, and flagged = verified + cleared + candidates.
 
     The graph is NN-descent's with 5 neighbours a row (``--knn nndescent --k 5``: its local joins
     cost a tenth of k = 10's, and ``auto``'s certified search at k = 10 takes ~3× k = 10's
     NN-descent here): the counts are the point. The certified search's decisions are tested
-    against exact search in tests/test_certify.py, and timed on real rows by ``bench/knn.py``."""
+    against exact search in tests/test_certify.py, and timed on real rows by ``bench/knn.py``.
+    (``gemma3_model``: the scan then finds the model already read in the process.)"""
     out = tmp_path / "scan"
     code, stdout = run_cli(["scan", "--model", "gemma3-270m", "--no-map", "--knn", "nndescent", "--k", "5", "--verify", "8",
                             "--verify-sample", "random", "--out", str(out)])

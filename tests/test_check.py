@@ -366,9 +366,9 @@ def test_repair_fixes_used_zero_rows(tmp_path, smol, train_data):
     assert rows["token_ids"].tolist() == sorted([2, *stands]) and float(rows["embed"].abs().min(dim=1).values.max()) > 0
 
 
-def test_byte_fallback_share_on_gemma3(tmp_path):
+def test_byte_fallback_share_on_gemma3(tmp_path, gemma3_model):
     """Gemma-3's SentencePiece vocabulary spells scripts it lacks byte by byte: an info finding
-    (no scan needed)."""
+    (no scan needed). (``gemma3_model``: ``check`` then finds the model already read in the process.)"""
     import embscope
 
     data = tmp_path / "rare.jsonl"
