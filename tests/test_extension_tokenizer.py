@@ -208,3 +208,32 @@ def test_extend_reads_at_least_20_kb_of_held_out_text(smol, texts):
     size = sum(len(t.encode("utf-8")) for t in held)
     assert size >= 20 * 1024 and abs(size - plan.corpus_bytes) < 1024
     assert all(is_held_out(t) for t in held) and len(set(held)) == len(held)
+
+
+def test_kept_spec_writes_the_json_of_the_merged_spec(smol):
+    """The extended spec written from the kept text of the vocabulary and merges is the JSON of the
+    merged dictionaries, byte for byte; a tokenizer changed in place is parsed anew, and a new
+    piece that replaces an old key (never made by extend) falls back to the merged dictionaries."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from embscope.tokenizer.bpe_spec import bpe_spec, extended_json
+
+    tok, _, ext = smol
+    base = bpe_spec(tok.to_str())
+    assert bpe_spec(tok.to_str()) is base  # kept
+    spec, model = json.loads(tok.to_str()), json.loads(tok.to_str())["model"]
+
+    def merged(vocab, merges):
+        return json.dumps({**spec, "model": {**model, "vocab": {**model["vocab"], **vocab},
+                                             "merges": model["merges"] + [list(p) for p in merges]}},
+                          ensure_ascii=False)
+
+    new = {t.piece: t.id for t in ext.tokens}
+    for vocab, merges in ((new, ext.merges), ({}, []), ({"Ġhello": 7}, [("Ġhel", "lo")])):
+        assert extended_json(base, vocab, merges) == merged(vocab, merges)
+    assert Tokenizer.from_str(extended_json(base, new, ext.merges)).to_str() == ext.tokenizer.to_str()
+    changed = Tokenizer.from_str(tok.to_str())
+    changed.add_tokens(["embscope-test-token"])
+    assert bpe_spec(changed.to_str()) is not base

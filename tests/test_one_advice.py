@@ -98,10 +98,12 @@ def test_extend_names_the_init_it_wrote_and_warns(tmp_path):
     """`extend --apply OUT --apply-init NAME` where NAME is not the recommendation: the bottom line
     says the strategy written (not the recommended one as if written) and a warning names both."""
     out = tmp_path / "ext"
-    # the least held-out text (--bpb-bytes 256): the words are the point here, not the figures
+    # the words are the point here, not the figures: the least held-out text (--bpb-bytes 256) and
+    # only the new rows written (the full folder is written and loaded in tests/test_extend.py and
+    # tests/test_apply_section.py)
     code, stdout, stderr = run_cli(["extend", "--model", "smollm2-135m", "--corpus", str(CORPUS), "--top", "10",
                                     "--init", "subword-mean", "--bpb-bytes", "256", "--out", str(out),
-                                    "--apply", str(tmp_path / "model"), "--apply-init", "mean"])
+                                    "--apply", str(tmp_path / "model"), "--apply-init", "mean", "--rows-only"])
     assert code == 0, stderr
     s = summary(out)
     rec = s["sections"]["extension"]["recommended"]

@@ -248,10 +248,9 @@ def find_candidates(tok: "Tokenizer", texts: Iterable[str], *, max_ngram: int = 
 
 def _ranked(tok: "Tokenizer", terms, min_freq: int) -> list[Candidate]:
     """Candidates from ``(term, frequency, pre-token parts per word)``, best estimated savings first."""
-    existing = set(tok.get_vocab(with_added_tokens=True))
     out: list[Candidate] = []
-    for term, freq, parts in terms:
-        if freq < min_freq or term in existing:
+    for term, freq, parts in terms:  # (a token's id, not a copy of the vocabulary: Gemma-3's took 0.4 s)
+        if freq < min_freq or tok.token_to_id(term) is not None:
             continue
         flat = [p for word in parts for p in word]
         ids = piece_ids(tok, flat)

@@ -202,15 +202,16 @@ MAX_TERM_PIECES = 16
 
 
 def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
-    spec = _spec(tok)
+    from embscope.tokenizer.bpe_spec import bpe_spec
+
+    base = bpe_spec(tok.to_str())  # parsed once per tokenizer: this one is read, never changed
+    spec = base.spec
     model = spec["model"]
     if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
         raise SpecError("this BPE marks word continuations or ends in its pieces (continuing_subword_prefix / "
                         "end_of_word_suffix); pass --as added to add the terms as added tokens")
-    merges = model["merges"]
-    as_lists = not merges or isinstance(merges[0], list)
     chains = _Chains(vocab=model["vocab"], added={a["content"] for a in spec.get("added_tokens") or []},
-                     pairs={tuple(m) if as_lists else tuple(m.split(" ", 1)) for m in merges},
+                     pairs=set(base.pairs),
                      next_id=_next_id(spec, len(model["vocab"])),
                      byte_level='"ByteLevel"' in json.dumps([spec.get("pre_tokenizer"), spec.get("decoder")]))
     skipped: dict[str, str] = {}
@@ -232,7 +233,7 @@ def _bpe(tok: "Tokenizer", terms, pieces) -> TokenizerExtension:
             continue
         word_of[term] = "".join(strs)
         chains.chain(strs, ids, term)
-    ext = _form_every_term(tok, spec, merges, as_lists, word_of, chains)
+    ext = _form_every_term(tok, base, word_of, chains)
     return TokenizerExtension(ext, "merges", sorted(chains.new.values(), key=lambda t: t.id), chains.appended,
                               skipped)
 
@@ -295,18 +296,18 @@ class _Chains:
             left = out
 
 
-def _form_every_term(tok: "Tokenizer", spec: dict, merges, as_lists: bool, word_of: dict[str, str],
-                     chains: _Chains) -> "Tokenizer":
+def _form_every_term(tok: "Tokenizer", base, word_of: dict[str, str], chains: _Chains) -> "Tokenizer":
     """The extended tokenizer, with merges added until every term comes out as one token (a term
-    that an earlier merge splits otherwise is joined from what it became, after every other merge)."""
+    that an earlier merge splits otherwise is joined from what it became, after every other merge).
+    ``base``: the tokenizer's :class:`~embscope.tokenizer.bpe_spec.BpeSpec`."""
     from tokenizers import Tokenizer
 
+    from embscope.tokenizer.bpe_spec import extended_json
+
     def build() -> "Tokenizer":
-        # a new top level and model section around the unchanged rest of ``spec`` (a deep copy of
-        # Gemma-3's 262,144-piece spec through JSON took as long as the dump below)
-        model = {**spec["model"], "vocab": {**chains.vocab, **{t.piece: t.id for t in chains.new.values()}},
-                 "merges": list(merges) + [list(p) if as_lists else " ".join(p) for p in chains.appended]}
-        return Tokenizer.from_str(json.dumps({**spec, "model": model}, ensure_ascii=False))
+        # the old vocabulary's and merges' JSON with the new ones appended (bpe_spec: Gemma-3's
+        # 262,144-piece spec is dumped once per process, not once per extension)
+        return Tokenizer.from_str(extended_json(base, {t.piece: t.id for t in chains.new.values()}, chains.appended))
 
     ext = build()
     for _ in range(FIX_ROUNDS):
