@@ -201,8 +201,9 @@ def test_verify_batched_with_shared_prefix_equals_one_row_at_a_time(smollm2):
     from embscope.models.fullmodel import load_causal_lm
 
     strings = smollm2.token_strings()
-    rows = [strings.index(t) for t in ("MetaInfoClass", "swigfaiss", "kinesisfirehose", " InstancePreprocess",
-                                       " the", " patient", "ing", " hospital")]
+    # three flagged rows (max prob ~1e-4) and three trained ones (~0.9): both verdicts, one row at a
+    # time being the costly reference (~0.8 CPU-s a row and cut)
+    rows = [strings.index(t) for t in ("MetaInfoClass", "swigfaiss", "kinesisfirehose", " the", " patient", " hospital")]
     lm = load_causal_lm(smollm2)
     prompts = build_prompts(smollm2, placeholder_token(smollm2.vocab, smollm2.categories))
     assert [len(p[1]) for p in prompts] and all(p[2][0] > 0 for p in prompts)  # each has a prefix to share
