@@ -253,3 +253,25 @@ def smollm2_gguf_tokenizer(smollm2_model):
 
     path = Path(smollm2_model.path)
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+# --- shared by tests/test_report.py and tests/test_browser.py ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def hostile_run(tmp_path_factory) -> Path:
+    """The report folder of :func:`tests.test_report.build_hostile_run` (a small model whose
+    vocabulary and corpus carry hostile strings, every section, map on), made once per test run:
+    the first xdist worker that needs it writes it, the others wait and read it. Readers only: a
+    test that changes a folder copies it first."""
+    from filelock import FileLock
+
+    from tests.test_report import build_hostile_run
+
+    root = shared_root(tmp_path_factory) / "hostile-run"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "done").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            out = build_hostile_run(root)
+            (root / "done").write_text(str(out.relative_to(root)), "utf-8")
+    return root / (root / "done").read_text("utf-8")

@@ -102,11 +102,10 @@ def check_page(drv, html: Path, tmp_path: Path, name: str) -> dict:
     return {"log": log, "shot": shot}
 
 
-@pytest.fixture(scope="module")
-def hostile_report(tmp_path_factory) -> Path:
-    from tests.test_report import build_hostile_run
-
-    return build_hostile_run(tmp_path_factory.mktemp("hostile")) / "index.html"
+@pytest.fixture
+def hostile_report(hostile_run) -> Path:
+    """The page of the shared hostile run (tests/conftest.py's ``hostile_run``), opened, never changed."""
+    return hostile_run / "index.html"
 
 
 def test_hostile_report_in_browser(browser, tmp_path, hostile_report):

@@ -116,9 +116,10 @@ class _Counter(HTMLParser):
             self.text.append(data)
 
 
-@pytest.fixture(scope="module")
-def fake_out(tmp_path_factory) -> Path:
-    return build_hostile_run(tmp_path_factory.mktemp("report"))
+@pytest.fixture
+def fake_out(hostile_run) -> Path:
+    """The shared hostile run (tests/conftest.py's ``hostile_run``): read here, copied before any change."""
+    return hostile_run
 
 
 def _parse(path: Path) -> _Counter:
