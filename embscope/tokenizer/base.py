@@ -99,6 +99,7 @@ class Vocabulary(ABC):
         cats = ["normal"] * n
         candidates: list[int] = []
         texts: list[str] = []
+        raw = self.all_token_bytes()  # computed once per vocabulary, shared with the tables
         for i in range(n):
             if i in self.special_ids:
                 cats[i] = "special"
@@ -106,7 +107,7 @@ class Vocabulary(ABC):
             if i in self.byte_ids:
                 cats[i] = "byte"
                 continue
-            b = self.token_bytes(i)
+            b = raw[i]
             if b is None:
                 cats[i] = "undecodable"
                 continue
