@@ -221,8 +221,8 @@ def test_sections_and_map_sample(smollm2_audit):
     assert (out / "index.html").stat().st_size < 8_000_000
 
 
-def test_missing_sections_say_why(tmp_path):
-    out = build_hostile_run(tmp_path, scan=False, languages=False)
+def test_missing_sections_say_why(hostile_bare_run):
+    out = hostile_bare_run  # build_hostile_run(scan=False, languages=False), shared with test_browser
     text = " ".join(" ".join(_parse(out / "index.html").text).split())
     assert "no data: no corpus given" in text
     assert "no data: no single-language (domain) corpus given" in text
