@@ -289,5 +289,7 @@ class SentencePieceVocabulary(Vocabulary):
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode(list(ids))
 
-    def _compute_categories(self, reachability: bool = False) -> list[str]:
-        return super()._compute_categories(reachability=False)  # pieces stay normal: nothing re-encoded
+    def _compute_categories(self, reachability: bool = True) -> list[str]:
+        # ``▁``-prefixed pieces cannot be reached from their own text: they stay normal, and none
+        # is re-encoded to find out
+        return super()._compute_categories(reachability=False)
