@@ -326,7 +326,7 @@ def scan(model: str, *, corpora: Paths = (), out: Out = None, force: bool = Fals
             top, max-ngram, hub-file-seconds, hub-run-seconds, hub-min-rate, gguf-metadata-bytes,
             tokenizer-bytes, merges).
     Example:
-        >>> res = scan("minilm-l6", map=False, knn_method="exact")
+        >>> res = scan("minilm-l6", map=False, knn_method="auto")  # exact or certified, never approximate
         >>> res.summary.sections.tokens.geometry.knn.method
         'exact'
     """
@@ -737,9 +737,10 @@ def extend(model: str, corpus: str | Path, *, out: Out = None, force: bool = Fal
     Returns:
         (the run's result, the ``apply_to`` manifest or ``None``).
     Example:
-        >>> res, manifest = extend("smollm2-135m", "medical", top=5, init=["mean"], diagnostics=False)
+        >>> res, manifest = extend("smollm2-135m", "medical", top=5, init=["mean"], diagnostics=False,
+        ...                        sample_bytes=200_000)  # 200 kB of the corpus
         >>> res.tables["candidates"].filter("added")["term"].to_list(), manifest
-        ([' unspecified', 'Unspecified', ' NOS', 'Poisoning', 'Laceration'], None)
+        ([' neoplasm', 'Malignant', ' unspecified', 'Benign', ' NOS'], None)
     """
     # long: the docstring documents each of its parameters
     table = read_tokens_table(tokens) if tokens is not None else None

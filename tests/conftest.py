@@ -264,3 +264,37 @@ def smollm2_gguf_tokenizer(smollm2_model):
     path = Path(smollm2_model.path)
     with _memoised_gguf():
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+# --- shared by tests/test_report.py and tests/test_browser.py ------------------------------------
+
+
+def _shared_hostile_run(tmp_path_factory, name: str, **kwargs) -> Path:
+    """:func:`tests.test_report.build_hostile_run` (``kwargs``) in the run's shared folder ``name``,
+    made once per test run: the first xdist worker that needs it writes it, the others wait."""
+    from filelock import FileLock
+
+    from tests.test_report import build_hostile_run
+
+    root = shared_root(tmp_path_factory) / name
+    with FileLock(str(root) + ".lock"):
+        if not (root / "done").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            out = build_hostile_run(root, **kwargs)
+            (root / "done").write_text(str(out.relative_to(root)), "utf-8")
+    return root / (root / "done").read_text("utf-8")
+
+
+@pytest.fixture(scope="session")
+def hostile_run(tmp_path_factory) -> Path:
+    """The report folder of :func:`tests.test_report.build_hostile_run` (a small model whose
+    vocabulary and corpus carry hostile strings, every section, map on), made once per test run.
+    Readers only: a test that changes a folder copies it first."""
+    return _shared_hostile_run(tmp_path_factory, "hostile-run")
+
+
+@pytest.fixture(scope="session")
+def hostile_bare_run(tmp_path_factory) -> Path:
+    """The same model without a scan or a corpus (``scan=False, languages=False``): the sections
+    that have nothing to report; made once per test run, read only."""
+    return _shared_hostile_run(tmp_path_factory, "hostile-bare-run", scan=False, languages=False)

@@ -102,11 +102,10 @@ def check_page(drv, html: Path, tmp_path: Path, name: str) -> dict:
     return {"log": log, "shot": shot}
 
 
-@pytest.fixture(scope="module")
-def hostile_report(tmp_path_factory) -> Path:
-    from tests.test_report import build_hostile_run
-
-    return build_hostile_run(tmp_path_factory.mktemp("hostile")) / "index.html"
+@pytest.fixture
+def hostile_report(hostile_run) -> Path:
+    """The page of the shared hostile run (tests/conftest.py's ``hostile_run``), opened, never changed."""
+    return hostile_run / "index.html"
 
 
 def test_hostile_report_in_browser(browser, tmp_path, hostile_report):
@@ -163,10 +162,8 @@ def test_hostile_report_in_browser(browser, tmp_path, hostile_report):
     assert js("return window.__pwned") is None and js("return window.__alerts") == []
 
 
-def test_bare_report_says_why(browser, tmp_path):
-    from tests.test_report import build_hostile_run
-
-    html = build_hostile_run(tmp_path, scan=False, languages=False) / "index.html"
+def test_bare_report_says_why(browser, tmp_path, hostile_bare_run):
+    html = hostile_bare_run / "index.html"  # build_hostile_run(scan=False, languages=False), shared with test_report
     check_page(browser, html, tmp_path, "report-bare")
     text = browser.execute_script("return document.body.innerText")
     assert "no data: no corpus given" in text
@@ -299,13 +296,25 @@ def check_token_counts(drv, s: dict) -> None:
         assert f"every flagged row ({f['total']:,})" in note
 
 
-#: the languages fertility and compare measure in ``demo_reports`` (English, the reference, among them)
-LANGS = "eng,fra,hin,tha,amh,jpn"
+#: the UDHR languages (English, the reference, among them) of ``demo_reports``'s fertility run, in
+#: three scripts, and of its compare run, in five (two counted per character): a few languages, not
+#: all 512, since the report's layout is the point
+FERTILITY_LANGS = ("eng", "fra", "hin", "amh")
+COMPARE_LANGS = ("eng", "tha", "vie", "jpn", "amh")
+
+
+def udhr_subset(folder: Path, languages) -> Path:
+    """A corpus folder of the shipped UDHR's ``languages`` and its languages.json."""
+    folder.mkdir()
+    for name in (*(f"{lang}.jsonl" for lang in languages), "languages.json"):
+        (folder / name).write_bytes((ROOT / "corpora" / "udhr" / name).read_bytes())
+    return folder
 
 
 @pytest.fixture(scope="module")
 def demo_reports(tmp_path_factory, smollm2_graph):
-    """scan, check, extend and compare run on the demo model (and tokenizers) as a user runs them."""
+    """scan, check, extend, fertility and compare run on the demo model (and tokenizers) as a user
+    runs them; the language corpora are under ``udhr-fertility`` and ``udhr-compare``."""
     from embscope.cli import main
 
     root = tmp_path_factory.mktemp("commands")
@@ -314,9 +323,9 @@ def demo_reports(tmp_path_factory, smollm2_graph):
         "check": ["check", "--model", "smollm2-135m", "--data", str(ROOT / "corpora/chat/medical-chat.jsonl")],
         "extend": ["extend", "--model", "smollm2-135m", "--corpus", "medical", "--top", "20", "--init", "subword-mean",
                    "--no-diagnostics"],
-        # six UDHR languages in five scripts, not all 512: the report's layout is the point
-        "fertility": ["fertility", "--tokenizer", "gpt2", "--lang", LANGS],
-        "compare": ["compare", "--tokenizer", "gpt2", "--tokenizer", "o200k_base", "--lang", LANGS],
+        "fertility": ["fertility", "-t", "gpt2", "--corpus", str(udhr_subset(root / "udhr-fertility", FERTILITY_LANGS))],
+        "compare": ["compare", "-t", "gpt2", "-t", "o200k_base",
+                    "--corpus", str(udhr_subset(root / "udhr-compare", COMPARE_LANGS))],
     }
     for name, argv in runs.items():
         assert main([*argv, "--out", str(root / name), "-q"]) == 0, name
@@ -389,18 +398,13 @@ def no_inner_scroll(js) -> list[str]:
         .map(e => e.id || (e.querySelector('table') || {}).id || e.className)""")
 
 
-def test_compare_report_words_and_pairs(browser, tmp_path):
+def test_compare_report_words_and_pairs(browser, tmp_path, demo_reports):
     """Two tokenizers on UDHR (English, Thai, Vietnamese, Japanese, Amharic, with the corpus's
-    languages.json): names beside codes, Thai and Japanese ranked apart on fertility, the doubles
-    counted as language × tokenizer pairs, every header with a tooltip, every column in view."""
-    from embscope.cli import main
-
-    corpus = tmp_path / "udhr"
-    corpus.mkdir()
-    for name in ("eng.jsonl", "tha.jsonl", "vie.jsonl", "jpn.jsonl", "amh.jsonl", "languages.json"):
-        (corpus / name).write_bytes((ROOT / "corpora" / "udhr" / name).read_bytes())
-    out = tmp_path / "cmp"
-    assert main(["compare", "-t", "gpt2", "-t", "o200k_base", "--corpus", str(corpus), "--out", str(out)]) == 0
+    languages.json: ``demo_reports``'s compare): names beside codes, Thai and Japanese ranked apart
+    on fertility, the doubles counted as language × tokenizer pairs, every header with a tooltip,
+    every column in view."""
+    assert COMPARE_LANGS == ("eng", "tha", "vie", "jpn", "amh")
+    out = demo_reports / "compare"
     check_page(browser, out / "index.html", tmp_path, "report-compare")
     js = browser.execute_script
     heads = js("return Array.from(document.querySelectorAll('#lang-heat tbody tr')).map(r => r.innerText)")
@@ -457,19 +461,17 @@ def test_gemma_norms_all_equal_and_context_in_words(browser, tmp_path):
     assert no_inner_scroll(js) == []
 
 
-def test_language_intervals_and_verdicts_in_browser(browser, tmp_path):
-    """One tokenizer: an error bar on every language's bar, spanning its interval on the bar's
-    scale. Two: an interval under each heatmap cell and a winner per language."""
+def test_language_intervals_and_verdicts_in_browser(browser, tmp_path, demo_reports):
+    """One tokenizer (``demo_reports``'s fertility on English, French, Hindi, Amharic): an error bar
+    on every language's bar, spanning its interval on the bar's scale. Two, on the same languages:
+    an interval under each heatmap cell and a winner per language."""
     import polars as pl
 
     from embscope.cli import main
 
-    corpus = tmp_path / "udhr"
-    corpus.mkdir()
-    for name in ("eng.jsonl", "fra.jsonl", "hin.jsonl", "amh.jsonl", "languages.json"):
-        (corpus / name).write_bytes((ROOT / "corpora" / "udhr" / name).read_bytes())
-    out = tmp_path / "fert"
-    assert main(["fertility", "-t", "gpt2", "--corpus", str(corpus), "--out", str(out)]) == 0
+    assert FERTILITY_LANGS == ("eng", "fra", "hin", "amh")
+    corpus = demo_reports / "udhr-fertility"
+    out = demo_reports / "fertility"
     check_page(browser, out / "index.html", tmp_path, "report-fertility-intervals")
     js = browser.execute_script
     bars = js("return Array.from(document.querySelectorAll('#lang-bars .barrow')).map(r => {"

@@ -327,12 +327,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _holds(pid: int, name: str) -> bool:
+    """Process ``pid`` has a file called ``name`` open (its /proc fd links)."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").endswith("/" + name) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:  # gone, or an fd closed while reading
+        return False
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_the_layout_child_ends_with_the_run():
     """A run stopped while a section holds a started map layout (its job never reaches the
     section's result, so nothing cancels it): the layout process is gone within 5 s of the run,
     for SIGTERM (the CLI's handler) and SIGKILL (no handler runs at all). The two runs go side by
-    side (one 5 s wait for both layouts to start)."""
+    side; each is stopped once its layout process holds the graph open (it is inside the layout,
+    past its start-up: a minute of work here)."""
     import time
 
     code = """
@@ -353,7 +362,10 @@ def test_the_layout_child_ends_with_the_run():
             for sig in (signal.SIGTERM, signal.SIGKILL)}
     try:
         children = {sig: int(run.stdout.readline()) for sig, run in runs.items()}
-        time.sleep(5.0)  # each child has read the graph and is laying it out (a minute of work here)
+        deadline = time.monotonic() + 60
+        while not all(_holds(pid, "graph.npz") for pid in children.values()):  # each child is laying out
+            assert time.monotonic() < deadline, "a layout process never opened its graph"
+            time.sleep(0.05)
         for sig, run in runs.items():
             assert _alive(children[sig]), sig
             run.send_signal(sig)

@@ -116,9 +116,10 @@ class _Counter(HTMLParser):
             self.text.append(data)
 
 
-@pytest.fixture(scope="module")
-def fake_out(tmp_path_factory) -> Path:
-    return build_hostile_run(tmp_path_factory.mktemp("report"))
+@pytest.fixture
+def fake_out(hostile_run) -> Path:
+    """The shared hostile run (tests/conftest.py's ``hostile_run``): read here, copied before any change."""
+    return hostile_run
 
 
 def _parse(path: Path) -> _Counter:
@@ -220,8 +221,8 @@ def test_sections_and_map_sample(smollm2_audit):
     assert (out / "index.html").stat().st_size < 8_000_000
 
 
-def test_missing_sections_say_why(tmp_path):
-    out = build_hostile_run(tmp_path, scan=False, languages=False)
+def test_missing_sections_say_why(hostile_bare_run):
+    out = hostile_bare_run  # build_hostile_run(scan=False, languages=False), shared with test_browser
     text = " ".join(" ".join(_parse(out / "index.html").text).split())
     assert "no data: no corpus given" in text
     assert "no data: no single-language (domain) corpus given" in text

@@ -186,12 +186,11 @@ class HFVocabulary(Vocabulary):
         key = (type(self), digest.hexdigest())
         cached = _CATEGORIES.get(key)
         if cached is None:
-            cats = super()._compute_categories()
-            if self.wordpiece_prefix or self.metaspace:
-                # Word-initial and continuation pieces can't be reached from their own text alone
-                # (``##ing`` never starts a word; ``▁the`` gains a prefix space), so reachability by
-                # re-encoding is not meaningful here; keep them normal.
-                cats = ["normal" if c == "unreachable" else c for c in cats]
+            # Word-initial and continuation pieces can't be reached from their own text alone
+            # (``##ing`` never starts a word; ``▁the`` gains a prefix space), so reachability by
+            # re-encoding is not meaningful here: they stay normal, and nothing is re-encoded
+            # (Gemma-3's 262,144 pieces: ~1.5 s).
+            cats = super()._compute_categories(reachability=not (self.wordpiece_prefix or self.metaspace))
             while len(_CATEGORIES) >= _CATEGORIES_KEPT:
                 _CATEGORIES.pop(next(iter(_CATEGORIES)))
             _CATEGORIES[key] = cached = cats
@@ -290,6 +289,7 @@ class SentencePieceVocabulary(Vocabulary):
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode(list(ids))
 
-    def _compute_categories(self) -> list[str]:
-        cats = super()._compute_categories()
-        return ["normal" if c == "unreachable" else c for c in cats]
+    def _compute_categories(self, reachability: bool = True) -> list[str]:
+        # ``▁``-prefixed pieces cannot be reached from their own text: they stay normal, and none
+        # is re-encoded to find out
+        return super()._compute_categories(reachability=False)

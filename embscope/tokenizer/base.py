@@ -92,11 +92,14 @@ class Vocabulary(ABC):
             self._categories = cached
         return cached
 
-    def _compute_categories(self) -> list[str]:
+    def _compute_categories(self, reachability: bool = True) -> list[str]:
+        """``reachability=False``: no token is tested (none is "unreachable"), for a tokenizer whose
+        pieces cannot be reached from their own text (a subclass that keeps them normal)."""
         n = len(self)
         cats = ["normal"] * n
         candidates: list[int] = []
         texts: list[str] = []
+        raw = self.all_token_bytes()  # computed once per vocabulary, shared with the tables
         for i in range(n):
             if i in self.special_ids:
                 cats[i] = "special"
@@ -104,7 +107,7 @@ class Vocabulary(ABC):
             if i in self.byte_ids:
                 cats[i] = "byte"
                 continue
-            b = self.token_bytes(i)
+            b = raw[i]
             if b is None:
                 cats[i] = "undecodable"
                 continue
@@ -116,7 +119,7 @@ class Vocabulary(ABC):
             candidates.append(i)
             texts.append(s)
         # Reachability: a token is reachable when its own text encodes back to exactly it.
-        for i, ids in zip(candidates, self.encode_batch(texts)):
+        for i, ids in zip(candidates, self.encode_batch(texts) if reachability else ()):
             if ids != [i]:
                 cats[i] = "unreachable"
         return cats
