@@ -43,7 +43,3 @@ def remembered(key: tuple, build: Callable[[], Any]) -> Any:
         _LOADED.popitem(last=False)
     return out
 
-
-def forget() -> None:
-    """Drop every kept vocabulary (frees their memory)."""
-    _LOADED.clear()
